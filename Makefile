@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# Each creates .venv when needed and installs only when setup.py changed (stamp files).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-all clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: setup.py $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: setup.py $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/diviml demo
+
+# The whole suite, slow cases excluded; `make test-all` includes them.
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

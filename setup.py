@@ -1,0 +1,35 @@
+"""Packaging for tvm-diviml.
+
+The top-level ``passes/`` folder (the TVM Relax side) is installed as the import package
+``tvm_diviml.passes`` through a package_dir mapping, so the library under ``tvm_diviml/`` never
+depends on it while users still import everything from one namespace.
+"""
+from setuptools import find_packages, setup
+
+library = find_packages(include=["tvm_diviml", "tvm_diviml.*"])
+
+setup(
+    name="tvm-diviml",
+    version="0.1.0",
+    description="Place a neural network's kernels across heterogeneous devices with TVM Relax, "
+    "with lower bounds that say how close to optimal the placement is.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=library + ["tvm_diviml.passes"],
+    package_dir={"tvm_diviml.passes": "passes"},
+    install_requires=[
+        "apache-tvm>=0.27,<0.28",
+        # 0.1.15.post2 segfaults in tvm.ir.save_json (and MetaSchedule's JSON database); 0.1.14.post0 works.
+        "apache-tvm-ffi==0.1.14.post0",
+        "mip>=2.0,<2.1",
+        "networkx>=3.0",
+        "numpy>=1.24",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6", "setuptools>=68", "wheel"],  # build tools: the packaging test builds a wheel offline
+        "onnx": ["onnx>=1.14"],
+        "torch": ["torch>=2.2"],
+    },
+    entry_points={"console_scripts": ["diviml=tvm_diviml.cli:main"]},
+)

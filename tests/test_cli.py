@@ -1,0 +1,156 @@
+"""The ``diviml`` command in a subprocess: good paths, and every bad input as one line with exit 2."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.graph import OpGraph
+from tvm_diviml.plan import Plan
+from tvm_diviml.simulator import simulate
+from tvm_diviml.platform import get_platform
+from tvm_diviml.synthetic import random_dag
+
+from .test_msr_fiddle import hand_file
+
+CONTRACT_KEYS = {"model", "platform", "objective", "mode", "solver", "value_s", "lower_bound_s", "gap", "solve_s",
+                 "optimal", "assignment", "stages", "baselines"}
+
+
+def diviml(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tvm_diviml.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def graph_and_costs(tmp_path):
+    graph = random_dag(12, seed=3)
+    graph_path = tmp_path / "graph.json"
+    graph.save(str(graph_path))
+    platform = get_platform("paper-node")
+    times = {k: {d: 1e-3 * (1 + i % 3) * (10 if d == "cpu" else 1) for d in platform.device_names}
+             for i, k in enumerate(graph.kernels)}
+    cost_path = tmp_path / "costs.json"
+    TableCostModel(platform, times).save(str(cost_path))
+    return graph_path, cost_path, times
+
+
+def test_plan_on_an_opgraph_with_a_cost_table(graph_and_costs):
+    graph_path, cost_path, times = graph_and_costs
+    result = diviml("plan", graph_path, "--platform", "paper-node", "--cost", cost_path, "--json", "-")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert CONTRACT_KEYS <= set(row)
+    assert row["mode"] == "latency" and row["solver"] == "fastest_single_device" and row["kernels"] == 12
+    device = next(iter(set(row["assignment"].values())))
+    assert row["value_s"] >= sum(t[device] for t in times.values())        # all its kernels, one after another
+    graph, platform = OpGraph.load(str(graph_path)), get_platform("paper-node")
+    costs = TableCostModel.load(str(cost_path), platform, graph)
+    assert row["value_s"] == simulate(graph, platform, costs, Plan(row["assignment"])).value_s
+    assert row["value_s"] == min(simulate(graph, platform, costs, Plan({k: d for k in graph.kernels})).value_s
+                                 for d in platform.device_names)
+    assert row["baselines"]["fastest_single_device"] == row["value_s"]
+    assert row["lower_bound_s"] <= row["value_s"] and row["gap"] >= 0
+
+
+def test_plan_prints_a_table_and_writes_json(graph_and_costs, tmp_path):
+    graph_path, cost_path, _ = graph_and_costs
+    out = tmp_path / "plan.json"
+    result = diviml("plan", graph_path, "--cost", cost_path, "--objective", "pipeline", "--json", out)
+    assert result.returncode == 0, result.stderr
+    assert "lower bound" in result.stdout and "rtx2080ti" in result.stdout
+    row = json.loads(out.read_text())
+    assert row["mode"] == "stage_serial" and len(row["stages"]) == 1
+
+
+def test_plan_on_an_msr_fiddle_file(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(hand_file()))
+    result = diviml("plan", path, "--json", "-")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert row["mode"] == "host_staged" and row["objective"] == "throughput"
+    # colour class {3, 4} and 120 bytes on one 100-byte accelerator: only the CPU holds the whole model
+    assert set(row["assignment"].values()) == {"cpu0"} and row["value_s"] == pytest.approx(40e-3)
+
+
+def test_plan_on_real_msr_fiddle_inference_files(msr_fiddle_dir):
+    import glob
+    for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "*-inputs", "*", "*_inference.json"))):
+        result = diviml("plan", path, "--json", "-")
+        assert result.returncode == 0, (path, result.stderr)
+        assert json.loads(result.stdout)["feasible"]
+
+
+def test_demo_and_platforms_run():
+    demo = diviml("demo")
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stdout.count("lower bound") == 3
+    platforms = diviml("platforms")
+    assert platforms.returncode == 0 and "paper-node" in platforms.stdout and "gpuK" in platforms.stdout
+    preset = diviml("platforms", "--json", "cpu2")
+    assert json.loads(preset.stdout)["devices"][1]["device"] == "cpu:1"
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def _graph_json(**change):
+    data = random_dag(4, seed=1).to_json()
+    data.update(change)
+    return data
+
+
+BAD_INPUTS = {
+    "malformed": lambda t: (["plan", _write(t, "bad.json", "{\"kernels\": [")], ["bad.json", "malformed JSON"]),
+    "missing file": lambda t: (["plan", t / "nope.json"], ["nope.json", "no such file"]),
+    "cycle": lambda t: (["plan", _write(t, "cyc.json", _graph_json(edges=[{"src": "k0", "dst": "k1", "bytes": 1},
+                                                                           {"src": "k1", "dst": "k0", "bytes": 1}]))],
+                        ["cyc.json", "edges", "cycle"]),
+    "negative size": lambda t: (["plan", _write(t, "neg.json", _graph_json(
+        kernels=[{"name": "k0", "flops": -5}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}],
+        edges=[], inputs=[], weights={}))], ["neg.json", "kernels[k0].flops", "non-negative"]),
+    "unknown platform": lambda t: (["plan", "random", "--platform", "tpu-pod"], ["unknown platform 'tpu-pod'"]),
+    "unknown model": lambda t: (["plan", "resnet9000"], ["unknown model 'resnet9000'"]),
+    "bad model option": lambda t: (["plan", "random:kernels"], ["not key=value"]),
+    "unknown device in costs": lambda t: (
+        ["plan", "random:kernels=2", "--cost", _write(t, "c.json", {"kernels": {"k0": {"tpu": 1}, "k1": {"cpu": 1}}})],
+        ["c.json", "kernels.k0.tpu", "unknown device 'tpu'"]),
+    "missing cost": lambda t: (
+        ["plan", "random:kernels=2", "--cost", _write(t, "m.json", {"kernels": {"k0": {"cpu": 1, "rtx2080ti": 1,
+                                                                                       "gtx1080ti": 1}}})],
+        ["m.json", "missing cost for kernel 'k1'"]),
+    "platform with target options": lambda t: (
+        ["plan", "random", "--platform", _write(t, "p.json", {"devices": [
+            {"name": "c", "target": "llvm -mcpu=znver3", "device": "cpu:0"}]})],
+        ["p.json", "devices[c].target", "has options"]),
+    "colour class that cannot be honoured": lambda t: (
+        ["plan", _write(t, "colour.json", {**hand_file(maxCPUs=0), "nodes": [
+            {**n, "supportedOnFpga": 0 if n["id"] == 3 else 1} for n in hand_file()["nodes"]]})],
+        ["can run on no device"]),
+    "msr-fiddle with a platform": lambda t: (["plan", _write(t, "f.json", hand_file()), "--platform", "cpu2"],
+                                             ["carries its own"]),
+    "unwritable json": lambda t: (["plan", "random", "--json", t / "no" / "such" / "dir.json"], ["cannot write"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
+    args, fragments = BAD_INPUTS[case](tmp_path)
+    result = diviml(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("diviml: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback():
+    result = diviml("--debug", "plan", "resnet9000")
+    assert result.returncode != 0 and "Traceback" in result.stderr

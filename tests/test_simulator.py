@@ -1,0 +1,221 @@
+"""The simulator against schedules computed by hand, in every cost mode.
+
+Links cost 1 s + 1 s per byte (``unit_platform``) unless a test says otherwise; A is the host CPU.
+"""
+import pytest
+
+from tvm_diviml.plan import Plan, ReplicaGroup
+from tvm_diviml.simulator import PlanError, simulate
+
+from .conftest import graph_of, table, unit_platform
+
+
+def run(graph, platform, costs, assignment, **plan_fields):
+    contention = plan_fields.pop("link_contention", False)
+    plan = Plan(assignment, **plan_fields)
+    return simulate(graph, platform, costs, plan, link_contention=contention)
+
+
+def test_chain_on_one_device_is_the_sum_of_its_kernels():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 5), ("b", "c", 5)])
+    sim = run(graph, platform, table(platform, {"a": 1, "b": 2, "c": 3}), {"a": "A", "b": "A", "c": "A"})
+    assert sim.value_s == 6
+    assert (sim.start_s, sim.finish_s) == ({"a": 0, "b": 1, "c": 3}, {"a": 1, "b": 3, "c": 6})
+    assert sim.transfers == []
+
+
+def test_chain_crossing_devices_pays_each_transfer():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("b", "c", 3)])
+    sim = run(graph, platform, table(platform, {"a": 1, "b": 2, "c": 3}), {"a": "A", "b": "B", "c": "A"})
+    # a 0-1; 1+2 s to B -> 4; b 4-6; 1+3 s back -> 10; c 10-13
+    assert sim.finish_s == {"a": 1, "b": 6, "c": 13}
+    assert sim.value_s == 13
+
+
+def test_diamond_with_transfers():
+    platform = unit_platform()
+    graph = graph_of([("s", "x", 2), ("s", "y", 2), ("x", "t", 1), ("y", "t", 3)])
+    costs = table(platform, {"s": 1, "x": 2, "y": 4, "t": 1})
+    sim = run(graph, platform, costs, {"s": "A", "x": "B", "y": "C", "t": "A"})
+    # s 0-1; s reaches B and C at 1+3=4; x 4-6, y 4-8; x back at 6+2=8, y back at 8+4=12; t 12-13
+    assert sim.start_s == {"s": 0, "x": 4, "y": 4, "t": 12}
+    assert sim.value_s == 13
+    assert len(sim.transfers) == 4
+
+
+def test_fork_branches_run_in_parallel_on_two_devices():
+    platform = unit_platform()
+    graph = graph_of([("s", "x", 1), ("s", "y", 1), ("x", "t", 1), ("y", "t", 1)])
+    costs = table(platform, {"s": 1, "x": 3, "y": 3, "t": 1})
+    sim = run(graph, platform, costs, {"s": "A", "x": "A", "y": "B", "t": "A"})
+    # x on A 1-4 overlaps y on B 3-6 (s arrives at 1+2); y back at 6+2=8; t 8-9
+    assert (sim.start_s["x"], sim.finish_s["x"]) == (1, 4)
+    assert (sim.start_s["y"], sim.finish_s["y"]) == (3, 6)
+    assert sim.value_s == 9
+    serial = run(graph, platform, costs, {k: "A" for k in "sxyt"})
+    assert serial.value_s == 8          # here the transfers cost more than the overlap gains
+
+
+@pytest.mark.parametrize("contention, q_start", [(False, 8), (True, 13)])
+def test_link_contention_serialises_transfers_on_one_link(contention, q_start):
+    platform = unit_platform()
+    graph = graph_of([("p1", "q", 5), ("p2", "q", 5)])
+    costs = table(platform, {"p1": 1, "p2": 1, "q": 1})
+    sim = run(graph, platform, costs, {"p1": "A", "p2": "A", "q": "B"}, link_contention=contention)
+    # p1 0-1 and p2 1-2 on A; each copy takes 6 s: without contention they arrive at 7 and 8,
+    # with it the second waits for the first: 7 and 13.
+    assert sim.start_s["q"] == q_start
+    assert sim.value_s == q_start + 1
+
+
+def test_tensor_consumed_twice_on_one_remote_device_is_sent_once():
+    platform = unit_platform()
+    graph = graph_of([("p", "q1", 4), ("p", "q2", 2)])
+    sim = run(graph, platform, table(platform, {"p": 1, "q1": 1, "q2": 1}), {"p": "A", "q1": "B", "q2": "B"})
+    assert len(sim.transfers) == 1
+    assert sim.link_busy_s == {("A", "B"): 5}     # 1 + 4 bytes, the larger edge
+    assert sim.finish_s == {"p": 1, "q1": 7, "q2": 8}
+
+
+def test_model_inputs_start_on_the_host_and_outputs_return_to_it():
+    platform = unit_platform()
+    graph = graph_of([], kernels=["a"], inputs=[("x", 3, ["a"])], output_bytes={"a": 2})
+    sim = run(graph, platform, table(platform, {"a": 1}), {"a": "B"})
+    # input 1+3 s to B -> 4; a 4-5; output 1+2 s back to A -> 8
+    assert sim.start_s["a"] == 4
+    assert sim.value_s == 8
+    on_host = run(graph, platform, table(platform, {"a": 1}), {"a": "A"})
+    assert on_host.value_s == 1
+
+
+def test_plan_order_is_followed_and_a_deadlocking_order_is_rejected():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 0)], kernels=["a", "b", "c"])
+    costs = table(platform, {"a": 1, "b": 1, "c": 5})
+    sim = run(graph, platform, costs, {"a": "A", "b": "A", "c": "A"}, order={"A": ["c", "a", "b"]})
+    assert sim.start_s == {"c": 0, "a": 5, "b": 6}
+    with pytest.raises(PlanError, match="deadlocks"):
+        run(graph, platform, costs, {"a": "A", "b": "A", "c": "A"}, order={"A": ["b", "a", "c"]})
+    with pytest.raises(PlanError, match="every kernel exactly once"):
+        run(graph, platform, costs, {"a": "A", "b": "A", "c": "A"}, order={"A": ["a", "b"]})
+
+
+def test_period_overlap_bound_by_a_link():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 10)])
+    costs = table(platform, {"a": 1, "b": 1})
+    sim = run(graph, platform, costs, {"a": "A", "b": "B"}, objective="throughput", mode="period_overlap")
+    assert sim.link_busy_s == {("A", "B"): 11}
+    assert sim.device_busy_s == {"A": 1, "B": 1}
+    assert sim.value_s == 11
+    local = run(graph, platform, costs, {"a": "A", "b": "A"}, objective="throughput", mode="period_overlap")
+    assert local.value_s == 2
+
+
+def test_period_overlap_replicas_share_the_stream():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 10)], inputs=[("x", 1, ["a"])])
+    costs = table(platform, {"a": {"A": 9, "B": 4, "C": 8}, "b": {"A": 9, "B": 2, "C": 4}})
+    whole = ReplicaGroup(["a", "b"], {"B": 2 / 3, "C": 1 / 3})
+    sim = run(graph, platform, costs, {"a": "B", "b": "B"}, objective="throughput", mode="period_overlap",
+              replicas=[whole])
+    # B takes 2/3 of the stream: 2/3 * 6 = 4; C 1/3 * 12 = 4; the a -> b tensor never leaves a replica;
+    # the input goes from the host A to B 2/3 of the time (1 + 1 byte = 2 s) and to C 1/3.
+    assert sim.device_busy_s == pytest.approx({"B": 4, "C": 4})
+    assert sim.link_busy_s == pytest.approx({("A", "B"): 4 / 3, ("A", "C"): 2 / 3})
+    assert sim.value_s == pytest.approx(4)
+    with pytest.raises(PlanError, match="period_overlap"):
+        run(graph, platform, costs, {"a": "B", "b": "B"}, replicas=[whole])
+
+
+def test_period_overlap_independent_replica_groups_exchange_tensors():
+    platform = unit_platform(latency=0.0)
+    graph = graph_of([("a", "b", 10)])
+    costs = table(platform, {"a": 1, "b": 1})
+    plan_a = ReplicaGroup(["a"], {"A": 0.5, "B": 0.5})
+    sim = run(graph, platform, costs, {"a": "A", "b": "B"}, objective="throughput", mode="period_overlap",
+              replicas=[plan_a])
+    # half the inputs make a on A and must send 10 bytes to b on B; the other half are local
+    assert sim.link_busy_s == pytest.approx({("A", "B"): 5})
+    assert sim.device_busy_s == pytest.approx({"A": 0.5, "B": 1.5})
+
+
+def test_stage_serial_charges_in_and_out_transfers_once_per_tensor():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("a", "c", 3), ("a", "d", 2), ("b", "d", 1), ("c", "d", 1)])
+    costs = table(platform, {"a": 1, "b": 2, "c": 3, "d": 4})
+    assignment = {"a": "A", "b": "A", "c": "B", "d": "B"}
+    sim = run(graph, platform, costs, assignment, objective="pipeline", mode="stage_serial",
+              stages=[["a", "b"], ["c", "d"]], stage_devices=["A", "B"])
+    # stage 0: work 3 + a out once (1+3) + b out (1+1) = 9; stage 1: work 7 + a in once (1+3) + b in (1+1) = 13
+    assert sim.stage_cost_s == [9, 13]
+    assert sim.value_s == 13
+
+
+def test_stage_serial_rejects_an_edge_back_to_an_earlier_stage():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 1)])
+    costs = table(platform, {"a": 1, "b": 1})
+    with pytest.raises(PlanError, match="back to"):
+        run(graph, platform, costs, {"a": "B", "b": "A"}, objective="pipeline", mode="stage_serial",
+            stages=[["b"], ["a"]], stage_devices=["A", "B"])
+    with pytest.raises(PlanError, match="in no stage"):
+        run(graph, platform, costs, {"a": "A", "b": "A"}, objective="pipeline", mode="stage_serial",
+            stages=[["a"]], stage_devices=["A"])
+
+
+def test_host_staged_accelerators_pay_transfers_cpus_do_not():
+    platform = unit_platform(latency=0.0, transfer_model="host_staged")
+    graph = graph_of([("a", "b", 2), ("b", "c", 3), ("a", "c", 1)])
+    costs = table(platform, {"a": 1, "b": 1, "c": 1})
+    sim = run(graph, platform, costs, {"a": "A", "b": "B", "c": "C"}, objective="throughput", mode="host_staged")
+    # A (CPU): work 1. B: work 1 + a in (2) + b out once (3) = 6. C: work 1 + b in (3) + a in (1) = 5.
+    assert sim.device_busy_s == {"A": 1, "B": 6, "C": 5}
+    assert sim.value_s == 6
+
+
+def test_memory_counts_shared_weights_once_plus_peak_live_activations():
+    platform = unit_platform(memory=100)
+    graph = graph_of([("a", "b", 10), ("b", "c", 20)], weights={"w1": 100, "w2": 50},
+                     kernel_weights={"a": ["w1"], "b": ["w1"], "c": ["w2"]},
+                     output_bytes={"a": 10, "b": 20, "c": 5})
+    sim = run(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1}), {"a": "A", "b": "A", "c": "B"})
+    # A: w1 once (100) + a and b live together (30); B: w2 (50) + b received (20) + c (5)
+    assert sim.memory_bytes == {"A": 130, "B": 75}
+    assert not sim.feasible
+    assert any("'A' needs" in p for p in sim.problems)
+
+
+def test_allowed_devices_and_colocation_are_checked():
+    from tvm_diviml.graph import Edge, Kernel, OpGraph
+    platform = unit_platform()
+    graph = OpGraph([Kernel("a", allowed_devices=("A",), colocate="g"), Kernel("b", colocate="g")],
+                    [Edge("a", "b", 1)])
+    costs = table(platform, {"a": 1, "b": 1})
+    sim = run(graph, platform, costs, {"a": "B", "b": "C"})
+    assert not sim.feasible
+    assert any("may not run on 'B'" in p for p in sim.problems)
+    assert any("co-location group 'g'" in p for p in sim.problems)
+    assert run(graph, platform, costs, {"a": "A", "b": "A"}).feasible
+
+
+def test_plan_that_does_not_fit_the_graph_or_platform_is_rejected():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 1)])
+    costs = table(platform, {"a": 1, "b": 1})
+    with pytest.raises(PlanError, match="unassigned"):
+        run(graph, platform, costs, {"a": "A"})
+    with pytest.raises(PlanError, match="unknown device 'Z'"):
+        run(graph, platform, costs, {"a": "A", "b": "Z"})
+    with pytest.raises(PlanError, match="does not have"):
+        run(graph, platform, costs, {"a": "A", "b": "A", "zz": "A"})
+
+
+def test_device_graph_cycle_is_reported():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 1), ("b", "c", 1)])
+    costs = table(platform, {"a": 1, "b": 1, "c": 1})
+    assert not run(graph, platform, costs, {"a": "A", "b": "B", "c": "A"}).device_graph_acyclic
+    assert run(graph, platform, costs, {"a": "A", "b": "B", "c": "B"}).device_graph_acyclic

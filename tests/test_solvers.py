@@ -1,0 +1,51 @@
+"""Solvers: claims equal the simulator, and baselines equal brute force."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.plan import Plan
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import Problem, get_solver, mode_for
+
+from .conftest import graph_of, table, unit_platform
+from .strategies import DEVICES, dag_problems
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), objective=st.sampled_from(["latency", "throughput", "pipeline"]))
+def test_fastest_single_device_is_the_best_device_alone(data, objective):
+    graph, platform, costs = data.draw(dag_problems())
+    problem = Problem(graph, platform, costs, objective=objective, stages=3)
+    plan = get_solver("fastest_single_device").solve(problem)
+    assert plan.mode == problem.mode and plan.solver == "fastest_single_device"
+    assert plan.value_s == simulate(graph, platform, costs, plan).value_s
+    alone = []
+    for device in DEVICES:
+        candidate = Plan({k: device for k in graph.kernels}, objective=objective, mode=problem.mode,
+                         stages=[graph.topo_order] if objective == "pipeline" else None,
+                         stage_devices=[device] if objective == "pipeline" else None)
+        alone.append(simulate(graph, platform, costs, candidate).value_s)
+    assert plan.value_s == min(alone)
+    assert [plan.attrs["per_device"][d]["value_s"] for d in DEVICES] == alone
+
+
+def test_single_device_skips_devices_that_cannot_hold_the_model():
+    platform = unit_platform(memory=50)
+    graph = graph_of([("a", "b", 1)], weights={"w": 60}, kernel_weights={"a": ["w"]})
+    costs = table(platform, {"a": {"A": 5, "B": 1, "C": 1}, "b": 1})
+    with pytest.raises(DivimlInputError, match="no single device can run the whole model"):
+        get_solver("fastest_single_device").solve(Problem(graph, platform, costs))
+    big = unit_platform(memory=None)
+    plan = get_solver("fastest_single_device").solve(Problem(graph, big, table(big, {"a": {"A": 5, "B": 1, "C": 1},
+                                                                                      "b": 1})))
+    assert set(plan.assignment.values()) == {"B"}
+
+
+def test_unknown_solver_and_objective_are_named():
+    with pytest.raises(DivimlInputError, match="unknown solver 'magic'"):
+        get_solver("magic")
+    with pytest.raises(DivimlInputError, match="unknown objective"):
+        mode_for("speed", unit_platform())
+    assert mode_for("throughput", unit_platform(transfer_model="host_staged")) == "host_staged"
+    assert mode_for("throughput", unit_platform()) == "period_overlap"

@@ -1,0 +1,14 @@
+"""tvm-diviml: place a neural network's kernels across heterogeneous devices with TVM Relax.
+
+The library (graph, platform, costs, plans, the simulator, solvers, bounds) imports no TVM; the
+Relax side lives in ``tvm_diviml.passes``.
+"""
+from .graph import Edge, GraphInput, Kernel, OpGraph
+from .plan import Plan, ReplicaGroup
+from .platform import Device, Link, Platform, get_platform
+from .simulator import Simulation, simulate
+
+__version__ = "0.1.0"
+
+__all__ = ["Device", "Edge", "GraphInput", "Kernel", "Link", "OpGraph", "Plan", "Platform", "ReplicaGroup",
+           "Simulation", "get_platform", "simulate", "__version__"]

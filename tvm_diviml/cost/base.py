@@ -1,0 +1,41 @@
+"""The CostModel interface that solvers and the simulator consume (TVM-free)."""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+
+from ..platform import Platform
+
+
+class CostModel(ABC):
+    """Seconds for a kernel on a device, and for a tensor on a link.
+
+    ``compute_s`` returns ``math.inf`` where a device cannot run a kernel. Transfers default to the
+    platform's links (latency + bytes / bandwidth); a model with measured links overrides
+    ``transfer_s``.
+    """
+
+    def __init__(self, platform: Platform):
+        self.platform = platform
+
+    @abstractmethod
+    def compute_s(self, kernel: str, device: str) -> float:
+        """Seconds to run ``kernel`` on ``device`` (inf when it cannot run there)."""
+
+    def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
+        """Seconds to send a tensor of ``nbytes`` from ``src`` to ``dst`` (zero on one device)."""
+        return self.platform.transfer_s(nbytes, src, dst)
+
+    def source(self, kernel: str, device: str) -> str:
+        """Where a kernel cost came from: ``table``, ``measured``, ``tuned`` or ``estimated``."""
+        return "table"
+
+    def fastest_device(self, kernel: str, devices: list[str] | None = None) -> tuple[str, float]:
+        """The device (of ``devices``, default all) where ``kernel`` runs fastest, and its time."""
+        best = min((self.compute_s(kernel, d), i, d)
+                   for i, d in enumerate(devices if devices is not None else self.platform.device_names))
+        return best[2], best[0]
+
+    @staticmethod
+    def runs(seconds: float) -> bool:
+        return not math.isinf(seconds)

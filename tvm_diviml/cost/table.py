@@ -1,0 +1,106 @@
+"""A cost model read from a table: ``{kernel: {device: seconds}}`` (JSON ``diviml.costs/1``).
+
+``null`` (or a missing device for a kernel restricted by ``allowed_devices``) means the device
+cannot run the kernel. Optional ``links`` replace the platform's link figures.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import DivimlInputError
+from ..graph import OpGraph
+from ..jsonio import JsonFile
+from ..platform import Link, Platform
+from .base import CostModel
+
+FORMAT = "diviml.costs/1"
+
+
+class TableCostModel(CostModel, JsonFile):
+    def __init__(self, platform: Platform, compute: dict[str, dict[str, float | None]],
+                 links: dict[tuple[str, str], Link] | None = None, sources: dict[str, str] | None = None):
+        super().__init__(platform)
+        self.compute = {k: {d: (math.inf if s is None else float(s)) for d, s in row.items()}
+                        for k, row in compute.items()}
+        self.links = dict(links or {})
+        self.sources = dict(sources or {})
+
+    def compute_s(self, kernel: str, device: str) -> float:
+        return self.compute[kernel].get(device, math.inf)
+
+    def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
+        if src == dst:
+            return 0.0
+        link = self.links.get((src, dst))
+        return link.transfer_s(nbytes) if link else self.platform.transfer_s(nbytes, src, dst)
+
+    def source(self, kernel: str, device: str) -> str:
+        return self.sources.get(device, "table")
+
+    def check_covers(self, graph: OpGraph, where: str = "costs") -> None:
+        """Every kernel has a cost on every device it may run on; no unknown device; no negative."""
+        devices = set(self.platform.device_names)
+        for name, kernel in graph.kernels.items():
+            row = self.compute.get(name)
+            if row is None:
+                raise DivimlInputError(f"missing cost for kernel '{name}'", source=where, field=f"kernels.{name}",
+                                       hint="give seconds for every kernel of the graph on every device")
+            for device, seconds in row.items():
+                if device not in devices:
+                    raise DivimlInputError(f"unknown device '{device}' for kernel '{name}'", source=where,
+                                           field=f"kernels.{name}.{device}",
+                                           hint=f"platform '{self.platform.name}' has: {', '.join(sorted(devices))}")
+                if seconds < 0 or math.isnan(seconds):
+                    raise DivimlInputError(f"negative or NaN time {seconds}", source=where,
+                                           field=f"kernels.{name}.{device}", hint="times are seconds >= 0")
+            allowed = kernel.allowed_devices if kernel.allowed_devices is not None else self.platform.device_names
+            missing = [d for d in allowed if d in devices and d not in row]
+            if missing:
+                raise DivimlInputError(f"missing cost for kernel '{name}' on device '{missing[0]}'", source=where,
+                                       field=f"kernels.{name}",
+                                       hint="add it, or null if that device cannot run the kernel")
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "unit": "s", "platform": self.platform.name,
+                "kernels": {k: {d: (None if math.isinf(s) else s) for d, s in row.items()}
+                            for k, row in self.compute.items()},
+                "links": [{"src": l.src, "dst": l.dst, "latency_s": l.latency_s, "bandwidth_Bps": l.bandwidth_Bps}
+                          for l in self.links.values()],
+                "sources": self.sources}
+
+    @classmethod
+    def from_json(cls, data: Any, platform: Platform) -> "TableCostModel":
+        if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
+            raise DivimlInputError("not a cost table: expected an object with 'kernels': {kernel: {device: s}}",
+                                   field="kernels")
+        compute: dict[str, dict[str, float | None]] = {}
+        for kernel, row in data["kernels"].items():
+            if not isinstance(row, dict):
+                raise DivimlInputError("must be an object {device: seconds}", field=f"kernels.{kernel}")
+            for device, seconds in row.items():
+                if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+                    raise DivimlInputError(f"must be seconds or null, got {seconds!r}",
+                                           field=f"kernels.{kernel}.{device}")
+            compute[str(kernel)] = row
+        links = {}
+        for i, raw in enumerate(data.get("links", [])):
+            try:
+                link = Link(str(raw["src"]), str(raw["dst"]), float(raw.get("latency_s", 0.0)),
+                            None if raw.get("bandwidth_Bps") is None else float(raw["bandwidth_Bps"]))
+            except (KeyError, TypeError, ValueError):
+                raise DivimlInputError("a link needs src, dst, latency_s and bandwidth_Bps", field=f"links[{i}]") from None
+            for end in (link.src, link.dst):
+                if end not in platform.by_name:
+                    raise DivimlInputError(f"unknown device '{end}'", field=f"links[{i}]",
+                                           hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}")
+            links[(link.src, link.dst)] = link
+        return cls(platform, compute, links, data.get("sources"))
+
+    @classmethod
+    def load(cls, path: str, platform: Platform, graph: OpGraph | None = None) -> "TableCostModel":
+        model = super().load(path, platform)
+        if graph is not None:
+            model.check_covers(graph, where=path)
+        return model

@@ -1,0 +1,28 @@
+"""The one exception type users see: it names the input, the field and what would fix it."""
+
+
+class DivimlInputError(ValueError):
+    """Bad input from a user: a file, a field, an option.
+
+    The CLI prints ``str(error)`` as one line and exits with status 2, so the message must say
+    where the problem is (``source``, ``field``) and what to do about it (``hint``).
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None,
+                 hint: str | None = None):
+        self.source, self.field, self.hint, self.detail = source, field, hint, message
+        parts = []
+        if source:
+            parts.append(str(source))
+        if field:
+            parts.append(f"field '{field}'")
+        text = ": ".join(parts + [message]) if parts else message
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+    def within(self, source: str) -> "DivimlInputError":
+        """The same error attributed to a file, for errors raised while parsing its contents."""
+        if self.source:
+            return self
+        return DivimlInputError(self.detail, source=source, field=self.field, hint=self.hint)

@@ -1,0 +1,43 @@
+"""Reading and writing the project's JSON files, with errors that name the file."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import DivimlInputError
+
+
+def read_json(path: str) -> Any:
+    """Parse a JSON file; a missing or malformed file becomes a DivimlInputError naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise DivimlInputError("no such file", source=path, hint="check the path") from None
+    except json.JSONDecodeError as error:
+        raise DivimlInputError(f"malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}",
+                               source=path, hint="fix the JSON syntax") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise DivimlInputError(f"cannot read: {error}", source=path) from None
+
+
+class JsonFile:
+    """``save(path)`` and ``load(path, *context)`` for classes with ``to_json``/``from_json``."""
+
+    def to_json(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: Any, *context: Any):
+        raise NotImplementedError
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(self.to_json(), handle, indent=1)
+
+    @classmethod
+    def load(cls, path: str, *context: Any):
+        try:
+            return cls.from_json(read_json(path), *context)
+        except DivimlInputError as error:
+            raise error.within(path) from None

@@ -1,0 +1,114 @@
+"""Reader for the msr-fiddle graph format (Tarnawski et al., NeurIPS 2020, ``msr-fiddle/dnn-partitioning``).
+
+Their model, kept exactly: ``maxFPGAs`` identical accelerators with ``maxSizePerFPGA`` bytes each
+and ``maxCPUs`` CPU cores; a node runs in ``cpuLatency`` on a core or ``fpgaLatency`` on an
+accelerator (only if ``supportedOnFpga``) and needs ``size`` bytes of accelerator memory; nodes of
+one ``colorClass`` share a device; an edge's ``cost`` is the time to move the source's output
+between an accelerator and CPU memory. Every copy goes through host memory, so the platform's
+transfer model is ``host_staged``: CPU <-> accelerator costs ``cost``, accelerator <-> accelerator
+two hops (``2 cost``), CPU <-> CPU nothing.
+
+Translation: times are taken as milliseconds (their profiles' unit) and stored in seconds. A
+tensor's bytes on an edge are its cost times the host bandwidth (2 GiB per ms-scaled second,
+which is exactly their ``size / cost`` ratio in every inference file), so the platform's link
+model reproduces every ``cost`` exactly even where ``size`` and ``cost`` disagree (some training
+files). A node's ``size`` is recorded as a weight of its own: their memory constraint counts only
+those sizes, so activations are zero here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .cost.table import TableCostModel
+from .errors import DivimlInputError
+from .graph import Edge, Kernel, OpGraph
+from .platform import Device, Link, Platform
+
+MILLISECOND = 1e-3
+HOST_BANDWIDTH_BPS = 2**31           # bytes/s: 2147483.648 bytes per ms, their size/cost ratio
+_NODE_KEYS = ("id", "cpuLatency", "fpgaLatency", "supportedOnFpga")
+_EDGE_KEYS = ("sourceId", "destId", "cost")
+
+
+def is_msr_fiddle(data: Any) -> bool:
+    return isinstance(data, dict) and "maxFPGAs" in data and "nodes" in data and "edges" in data
+
+
+def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platform, TableCostModel]:
+    """OpGraph, Platform and TableCostModel for one msr-fiddle input file's parsed JSON."""
+    for key in ("maxFPGAs", "maxCPUs", "maxSizePerFPGA"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise DivimlInputError(f"must be a non-negative number, got {value!r}", field=key)
+    accelerators, cpus = int(data["maxFPGAs"]), int(data["maxCPUs"])
+    if accelerators + cpus == 0:
+        raise DivimlInputError("the file allows no device (maxFPGAs = maxCPUs = 0)", field="maxFPGAs",
+                               hint="at least one CPU or accelerator is needed")
+    platform = _platform(name, accelerators, cpus, float(data["maxSizePerFPGA"]))
+    cpu_names = [d.name for d in platform.devices if d.kind == "cpu"]
+    acc_names = [d.name for d in platform.devices if d.kind != "cpu"]
+
+    nodes = data["nodes"]
+    if not isinstance(nodes, list):
+        raise DivimlInputError("must be a list", field="nodes")
+    kernels, weights, compute = [], {}, {}
+    for index, raw in enumerate(nodes):
+        where = f"nodes[{index}]"
+        if not isinstance(raw, dict):
+            raise DivimlInputError("must be an object", field=where)
+        for key in _NODE_KEYS:
+            if key not in raw:
+                raise DivimlInputError(f"missing '{key}'", field=where, hint=f"every node needs {', '.join(_NODE_KEYS)}")
+        kid = str(raw["id"])
+        cpu_s = _time(raw["cpuLatency"], f"{where}.cpuLatency")
+        acc_s = _time(raw["fpgaLatency"], f"{where}.fpgaLatency")
+        size = _time(raw.get("size", 0.0), f"{where}.size")
+        supported = bool(raw["supportedOnFpga"])
+        weights[kid] = size
+        allowed = None if supported else tuple(cpu_names)
+        color = raw.get("colorClass")
+        kernels.append(Kernel(kid, weights=(kid,), allowed_devices=allowed,
+                              colocate=None if color is None else str(color),
+                              attrs={"name": raw.get("name", kid), "backward": bool(raw.get("isBackwardNode", False))}))
+        row: dict[str, float | None] = {d: cpu_s * MILLISECOND for d in cpu_names}
+        row.update({d: (acc_s * MILLISECOND if supported else None) for d in acc_names})
+        compute[kid] = row
+    edges = []
+    raw_edges = data["edges"]
+    if not isinstance(raw_edges, list):
+        raise DivimlInputError("must be a list", field="edges")
+    for index, raw in enumerate(raw_edges):
+        where = f"edges[{index}]"
+        if not isinstance(raw, dict) or any(k not in raw for k in _EDGE_KEYS):
+            raise DivimlInputError(f"needs {', '.join(_EDGE_KEYS)}", field=where)
+        cost = _time(raw["cost"], f"{where}.cost")
+        edges.append(Edge(str(raw["sourceId"]), str(raw["destId"]), cost * MILLISECOND * HOST_BANDWIDTH_BPS))
+    graph = OpGraph(kernels, edges, weights=weights, name=name, outputs=[],
+                    attrs={"format": "msr-fiddle", "time_unit_in_file": "ms"})
+    costs = TableCostModel(platform, compute, sources={d: "profiled (msr-fiddle)" for d in platform.device_names})
+    return graph, platform, costs
+
+
+def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platform:
+    devices = [Device(f"cpu{i}", {"kind": "llvm"}, f"cpu:{i}", num_threads=1) for i in range(cpus)]
+    devices += [Device(f"acc{i}", {"kind": "cuda"}, f"cuda:{i}", memory_bytes=memory or None)
+                for i in range(accelerators)]
+    links = {}
+    for a in devices:
+        for b in devices:
+            if a.name == b.name:
+                continue
+            if a.kind == b.kind == "cpu":
+                links[(a.name, b.name)] = Link(a.name, b.name, 0.0, None)
+            elif a.kind == "cpu" or b.kind == "cpu":
+                links[(a.name, b.name)] = Link(a.name, b.name, 0.0, float(HOST_BANDWIDTH_BPS))
+            else:                                     # through host memory: two hops
+                links[(a.name, b.name)] = Link(a.name, b.name, 0.0, HOST_BANDWIDTH_BPS / 2)
+    return Platform(f"msr-fiddle:{name}", devices, links, host=devices[0].name, transfer_model="host_staged",
+                    description=f"{accelerators} identical accelerators and {cpus} CPU cores, copies through host memory")
+
+
+def _time(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise DivimlInputError(f"must be a non-negative number, got {value!r}", field=where)
+    return float(value)

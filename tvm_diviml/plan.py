@@ -1,0 +1,79 @@
+"""Plan: what a solver decided, in the cost mode it is to be judged in. JSON in and out.
+
+The simulator (``tvm_diviml.simulator``) scores every Plan; a Plan carries the solver's own claim
+(``value_s``) only so that the two can be compared.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import DivimlInputError
+from .jsonio import JsonFile
+
+FORMAT = "diviml.plan/1"
+OBJECTIVES = ("latency", "throughput", "pipeline")
+MODES = ("latency", "period_overlap", "stage_serial", "host_staged")
+
+
+@dataclass
+class ReplicaGroup:
+    """Kernels that run on several devices, each taking ``shares[device]`` of the input stream.
+
+    The kernels of one group move together: an input whose first kernel of the group runs on a
+    device runs every kernel of the group there (a replicated stage, or the whole model).
+    """
+
+    kernels: list[str]
+    shares: dict[str, float]
+
+
+@dataclass
+class Plan(JsonFile):
+    assignment: dict[str, str]                       # kernel -> device (primary device for replicas)
+    objective: str = "latency"
+    mode: str = "latency"
+    order: dict[str, list[str]] | None = None        # device -> kernels in run order (latency)
+    stages: list[list[str]] | None = None            # pipeline stages, first to last
+    stage_devices: list[str] | None = None           # device of each stage
+    replicas: list[ReplicaGroup] = field(default_factory=list)
+    batch_split: int = 1                             # data-parallel sub-batch copies of the graph
+    solver: str = ""
+    value_s: float | None = None                     # the solver's claim (latency or period)
+    lower_bound_s: float | None = None
+    optimal: bool = False
+    solve_s: float = 0.0
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise DivimlInputError(f"unknown objective '{self.objective}'", field="objective",
+                                   hint=f"use one of {', '.join(OBJECTIVES)}")
+        if self.mode not in MODES:
+            raise DivimlInputError(f"unknown cost mode '{self.mode}'", field="mode",
+                                   hint=f"use one of {', '.join(MODES)}")
+        if self.batch_split < 1:
+            raise DivimlInputError("batch_split must be at least 1", field="batch_split")
+        for group in self.replicas:
+            total = sum(group.shares.values())
+            if not group.kernels or any(s < 0 for s in group.shares.values()) or abs(total - 1) > 1e-9:
+                raise DivimlInputError("a replica group needs kernels and non-negative shares that sum to 1",
+                                       field="replicas")
+
+    def devices_used(self) -> list[str]:
+        return sorted(set(self.assignment.values()))
+
+    def to_json(self) -> dict:
+        out = {"format": FORMAT, **asdict(self)}
+        out["replicas"] = [asdict(g) for g in self.replicas]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Plan":
+        if not isinstance(data, dict) or not isinstance(data.get("assignment"), dict):
+            raise DivimlInputError("not a plan: expected an object with 'assignment': {kernel: device}",
+                                   field="assignment")
+        known = set(cls.__dataclass_fields__)
+        fields = {k: v for k, v in data.items() if k in known}
+        fields["replicas"] = [ReplicaGroup(list(g["kernels"]), dict(g["shares"])) for g in data.get("replicas", [])]
+        return cls(**fields)

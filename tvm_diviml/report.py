@@ -1,0 +1,110 @@
+"""Score a solved plan and describe it: the contract JSON row and the readable table.
+
+Every number reported comes from the simulator; the solver's own claim is kept beside it
+(``claimed_value_s``) so that a disagreement is visible.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from .bounds import lower_bounds
+from .plan import Plan
+from .simulator import Simulation, simulate
+from .solvers import Problem, get_solver
+
+
+def solve_and_report(problem: Problem, solver: str, model: str, cost_source: str, *,
+                     time_limit_s: float = 60.0, seed: int = 0) -> tuple[Plan, Simulation, dict]:
+    """Run ``solver`` and the baselines on ``problem``; return the plan, its simulation and the row."""
+    problem.validate()
+    plan = get_solver(solver, time_limit_s=time_limit_s, seed=seed).solve(problem)
+    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    baselines: dict[str, float | None] = {}
+    single = plan if solver == "fastest_single_device" else get_solver("fastest_single_device").solve(problem)
+    baselines["fastest_single_device"] = simulate(problem.graph, problem.platform, problem.costs, single).value_s
+    for device, entry in single.attrs["per_device"].items():
+        baselines[f"single:{device}"] = entry["value_s"]
+    parts = lower_bounds(problem)
+    if plan.lower_bound_s is not None:
+        parts["solver"] = plan.lower_bound_s
+    return plan, sim, report_row(problem, plan, sim, parts, baselines, model, cost_source)
+
+
+def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[str, float],
+               baselines: dict[str, float | None], model: str, cost_source: str) -> dict[str, Any]:
+    bound = max(bound_parts.values(), default=0.0)
+    value = sim.value_s
+    gap = value / bound - 1.0 if bound > 0 and math.isfinite(value) else None
+    best_single = baselines.get("fastest_single_device")
+    return {
+        "model": model,
+        "platform": problem.platform.name,
+        "objective": problem.objective,
+        "mode": sim.mode,
+        "solver": plan.solver,
+        "value_s": value,
+        "claimed_value_s": plan.value_s,
+        "lower_bound_s": bound,
+        "lower_bound_parts": bound_parts,
+        "gap": gap,
+        "solve_s": plan.solve_s,
+        "optimal": plan.optimal,
+        "feasible": sim.feasible,
+        "problems": sim.problems,
+        "kernels": len(problem.graph),
+        "edges": len(problem.graph.edges),
+        "cost_source": cost_source,
+        "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
+        "assignment": plan.assignment,
+        "stages": plan.stages,
+        "stage_devices": plan.stage_devices,
+        "baselines": baselines,
+        "device_busy_s": sim.device_busy_s,
+        "memory_bytes": sim.memory_bytes,
+        "device_graph_acyclic": sim.device_graph_acyclic,
+    }
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if math.isinf(seconds):
+        return "inf"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
+    """A readable summary of one plan row."""
+    what = "latency" if row["objective"] == "latency" else "period"
+    lines = [
+        f"model {row['model']}: {row['kernels']} kernels, {row['edges']} edges; platform {row['platform']}; "
+        f"costs: {row['cost_source']}",
+        f"objective {row['objective']} (mode {row['mode']}), solver {row['solver']}, solved in "
+        f"{row['solve_s']:.3f} s{' (proven optimal)' if row['optimal'] else ''}",
+        f"{what}: {format_seconds(row['value_s'])}   lower bound: {format_seconds(row['lower_bound_s'])}   gap: "
+        + (f"{100 * row['gap']:.1f}%" if row["gap"] is not None else "-"),
+    ]
+    if row["objective"] != "latency" and row["value_s"] > 0:
+        lines[-1] += f"   throughput: {1 / row['value_s']:.2f} /s"
+    if row["speedup_over_fastest_single_device"] is not None:
+        lines.append(f"speed-up over the fastest single device: {row['speedup_over_fastest_single_device']:.2f}x")
+    if not row["feasible"]:
+        lines.append("INFEASIBLE: " + "; ".join(row["problems"][:5]))
+    counts = Counter(row["assignment"].values())
+    lines.append("")
+    lines.append(f"{'device':<14}{'kernels':>8}{'busy':>14}{'memory MiB':>12}{'alone':>14}")
+    for device in platform_devices:
+        alone = row["baselines"].get(f"single:{device}")
+        lines.append(f"{device:<14}{counts.get(device, 0):>8}{format_seconds(row['device_busy_s'].get(device, 0.0)):>14}"
+                     f"{row['memory_bytes'].get(device, 0.0) / 2**20:>12.1f}"
+                     f"{(format_seconds(alone) if alone is not None else 'does not fit'):>14}")
+    if row["stages"]:
+        lines.append("")
+        for index, (stage, device) in enumerate(zip(row["stages"], row["stage_devices"] or [])):
+            lines.append(f"stage {index}: {len(stage)} kernels on {device}")
+    return "\n".join(lines)

@@ -1,0 +1,472 @@
+"""The one simulator that scores every Plan, in named cost modes (DESIGN.md).
+
+- ``latency``: one inference. Each device runs one kernel at a time in the plan's order; a kernel
+  starts when its device is free and all its inputs have arrived; a tensor made on d reaches e at
+  its finish + c(v, d, e), once per destination device. With ``link_contention`` a link is a FIFO
+  resource too. Model inputs start on the host; outputs made elsewhere return to it.
+- ``period_overlap``: a stream of inputs (DiviML's throughput). Transfers overlap compute; the
+  period is the largest device load or link load. Replica groups split the stream by shares.
+- ``stage_serial``: a k-stage pipeline (MTPP). A stage's cost is its work plus every tensor that
+  enters it (once per tensor) plus every tensor it sends out (once per tensor); period = max.
+- ``host_staged``: the msr-fiddle model. Copies pass through host memory: an accelerator pays its
+  work, one copy to the host for each of its tensors that leaves it and one copy from the host for
+  each tensor that enters it; CPU devices pay their work only. Period = largest load.
+
+Everything is linear in the graph size apart from a heap in ``latency`` mode.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .cost.base import CostModel
+from .errors import DivimlInputError
+from .graph import OpGraph
+from .plan import Plan
+from .platform import Platform
+
+
+class PlanError(DivimlInputError):
+    """A plan that does not fit its graph or platform (unknown kernel or device, bad order)."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    tensor: str
+    src: str
+    dst: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class Simulation:
+    mode: str
+    value_s: float                                    # makespan (latency) or period
+    feasible: bool = True
+    problems: list[str] = field(default_factory=list)
+    device_busy_s: dict[str, float] = field(default_factory=dict)   # load (period modes) or busy time
+    link_busy_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    memory_bytes: dict[str, float] = field(default_factory=dict)
+    start_s: dict[str, float] = field(default_factory=dict)         # latency mode
+    finish_s: dict[str, float] = field(default_factory=dict)
+    transfers: list[Transfer] = field(default_factory=list)
+    stage_cost_s: list[float] = field(default_factory=list)         # stage_serial
+    device_graph_acyclic: bool = True
+
+    @property
+    def throughput_per_s(self) -> float:
+        return 1.0 / self.value_s if self.value_s > 0 else math.inf
+
+
+def simulate(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, *,
+             link_contention: bool = False) -> Simulation:
+    """Score ``plan`` in its own cost mode. Raises PlanError when the plan does not fit."""
+    _check_assignment(graph, platform, plan)
+    if plan.replicas and plan.mode != "period_overlap":
+        raise PlanError(f"replicas are priced only in mode period_overlap, not '{plan.mode}'", field="replicas")
+    if plan.mode == "latency":
+        sim = _latency(graph, platform, costs, plan, link_contention)
+    elif plan.mode == "period_overlap":
+        sim = _period_overlap(graph, platform, costs, plan)
+    elif plan.mode == "stage_serial":
+        sim = _stage_serial(graph, platform, costs, plan)
+    else:
+        sim = _host_staged(graph, platform, costs, plan)
+    _check_constraints(graph, platform, costs, plan, sim)
+    sim.device_graph_acyclic = _device_graph_acyclic(graph, plan.assignment)
+    return sim
+
+
+# ---------------------------------------------------------------------- shared pieces
+def _check_assignment(graph: OpGraph, platform: Platform, plan: Plan) -> None:
+    missing = [k for k in graph.kernels if k not in plan.assignment]
+    if missing:
+        raise PlanError(f"plan leaves {len(missing)} kernels unassigned, e.g. '{missing[0]}'", field="assignment",
+                        hint="a plan must assign every kernel of the graph")
+    extra = [k for k in plan.assignment if k not in graph.kernels]
+    if extra:
+        raise PlanError(f"plan assigns kernel '{extra[0]}' that the graph does not have", field="assignment",
+                        hint="the plan was made for another graph")
+    for kernel, device in plan.assignment.items():
+        if device not in platform.by_name:
+            raise PlanError(f"kernel '{kernel}' is assigned to unknown device '{device}'", field="assignment",
+                            hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}")
+
+
+def remote_sends(graph: OpGraph, assignment: dict[str, str], kernel: str) -> dict[str, float]:
+    """Destination device -> bytes for the tensor of ``kernel``: once per device, the largest edge."""
+    here = assignment[kernel]
+    sends: dict[str, float] = {}
+    for edge in graph.succ[kernel]:
+        there = assignment[edge.dst]
+        if there != here:
+            sends[there] = max(sends.get(there, 0.0), edge.bytes)
+    return sends
+
+
+def input_sends(graph: OpGraph, assignment: dict[str, str]) -> list[tuple[str, str, float]]:
+    """(input name, destination device, bytes) for each model input and each device that reads it."""
+    out = []
+    for graph_input in graph.inputs:
+        for device in dict.fromkeys(assignment[c] for c in graph_input.consumers):
+            out.append((graph_input.name, device, graph_input.bytes))
+    return out
+
+
+def _device_graph_acyclic(graph: OpGraph, assignment: dict[str, str]) -> bool:
+    quotient = nx.DiGraph()
+    quotient.add_edges_from((assignment[e.src], assignment[e.dst]) for e in graph.edges
+                            if assignment[e.src] != assignment[e.dst])
+    return nx.is_directed_acyclic_graph(quotient)
+
+
+def device_orders(graph: OpGraph, plan: Plan) -> dict[str, list[str]]:
+    """The plan's per-device run order, or the graph's topological order restricted to each device."""
+    if plan.order is None:
+        orders: dict[str, list[str]] = defaultdict(list)
+        for kernel in graph.topo_order:
+            orders[plan.assignment[kernel]].append(kernel)
+        return dict(orders)
+    for device, kernels in plan.order.items():
+        for kernel in kernels:
+            if plan.assignment.get(kernel) != device:
+                raise PlanError(f"order lists kernel '{kernel}' on '{device}', but it is assigned to "
+                                f"'{plan.assignment.get(kernel)}'", field="order")
+    listed = sum(len(v) for v in plan.order.values())
+    if listed != len(graph) or len({k for v in plan.order.values() for k in v}) != listed:
+        raise PlanError("order must list every kernel exactly once", field="order")
+    return {d: list(v) for d, v in plan.order.items()}
+
+
+# ---------------------------------------------------------------------- latency
+def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, contention: bool) -> Simulation:
+    assign = plan.assignment
+    host = platform.host
+    outputs = graph.output_set
+    orders = device_orders(graph, plan)
+    pointer = {d: 0 for d in orders}
+    device_free = {d: 0.0 for d in orders}
+    ready = {k: 0.0 for k in graph.kernels}
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    # waiting_for[(tensor, device)] = kernels on device that wait for that tensor's arrival
+    waiting_for: dict[tuple[str, str], list[str]] = defaultdict(list)
+    pending = {k: 0 for k in graph.kernels}
+    for kernel in graph.kernels:
+        remote = set()
+        for edge in graph.pred[kernel]:
+            if assign[edge.src] == assign[kernel]:
+                pending[kernel] += 1
+            else:
+                remote.add(edge.src)
+        for src in remote:
+            waiting_for[(src, assign[kernel])].append(kernel)
+        pending[kernel] += len(remote)
+    for graph_input in graph.inputs:
+        for consumer in dict.fromkeys(graph_input.consumers):
+            waiting_for[(graph_input.name, assign[consumer])].append(consumer)
+            pending[consumer] += 1
+
+    events: list[tuple[float, int, str, tuple]] = []
+    sequence = 0
+    link_free: dict[tuple[str, str], float] = defaultdict(float)
+    transfers: list[Transfer] = []
+    output_arrival = 0.0
+    busy: dict[str, float] = defaultdict(float)
+
+    def push(time: float, kind: str, payload: tuple) -> None:
+        nonlocal sequence
+        heapq.heappush(events, (time, sequence, kind, payload))
+        sequence += 1
+
+    def try_start(device: str) -> None:
+        queue = orders[device]
+        while pointer[device] < len(queue) and pending[queue[pointer[device]]] == 0:
+            kernel = queue[pointer[device]]
+            pointer[device] += 1
+            begin = max(device_free[device], ready[kernel])
+            seconds = costs.compute_s(kernel, device)
+            start[kernel], finish[kernel] = begin, begin + seconds
+            device_free[device] = finish[kernel]
+            busy[device] += seconds
+            push(finish[kernel], "finish", (kernel,))
+
+    def satisfy(kernel: str, time: float) -> None:
+        ready[kernel] = max(ready[kernel], time)
+        pending[kernel] -= 1
+        if pending[kernel] == 0:
+            try_start(assign[kernel])
+
+    def arrive(tensor: str, device: str, time: float) -> None:
+        for kernel in waiting_for.get((tensor, device), ()):
+            satisfy(kernel, time)
+
+    for name, device, nbytes in input_sends(graph, assign):
+        if device == host:
+            arrive(name, device, 0.0)
+        else:
+            push(0.0, "send", (name, host, device, nbytes))
+    for device in orders:
+        try_start(device)
+
+    while events:
+        time, _, kind, payload = heapq.heappop(events)
+        if kind == "finish":
+            (kernel,) = payload
+            device = assign[kernel]
+            for edge in graph.succ[kernel]:
+                if assign[edge.dst] == device:
+                    satisfy(edge.dst, time)
+            sends = remote_sends(graph, assign, kernel)
+            if kernel in outputs and device != host and graph.kernels[kernel].output_bytes > 0:
+                sends[host] = max(sends.get(host, 0.0), graph.kernels[kernel].output_bytes)
+            for there, nbytes in sends.items():
+                push(time, "send", (kernel, device, there, nbytes))
+        else:
+            tensor, src, dst, nbytes = payload
+            begin = max(time, link_free[(src, dst)]) if contention else time
+            end = begin + costs.transfer_s(nbytes, src, dst)
+            if contention:
+                link_free[(src, dst)] = end
+            transfers.append(Transfer(tensor, src, dst, begin, end))
+            if dst == host and tensor in outputs:
+                output_arrival = max(output_arrival, end)
+            arrive(tensor, dst, end)
+
+    if len(finish) != len(graph):
+        stuck = next(k for k in graph.topo_order if k not in finish)
+        raise PlanError(f"the plan's order deadlocks: kernel '{stuck}' on '{assign[stuck]}' can never start",
+                        field="order", hint="each device's order must be consistent with the graph's dependencies")
+    link_busy: dict[tuple[str, str], float] = defaultdict(float)
+    for t in transfers:
+        link_busy[(t.src, t.dst)] += t.end_s - t.start_s
+    makespan = max([0.0, output_arrival, *finish.values()])
+    return Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
+                      start_s=start, finish_s=finish, transfers=transfers)
+
+
+# ---------------------------------------------------------------------- period_overlap
+def _placement_shares(graph: OpGraph, plan: Plan) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """Per kernel: {device: share of the stream}; and a group id (kernels of a group move together)."""
+    shares = {k: {d: 1.0} for k, d in plan.assignment.items()}
+    group_of = {k: -1 - i for i, k in enumerate(graph.kernels)}     # singletons
+    for index, group in enumerate(plan.replicas):
+        for kernel in group.kernels:
+            if kernel not in graph.kernels:
+                raise PlanError(f"replica group names unknown kernel '{kernel}'", field="replicas")
+            if group_of[kernel] >= 0:
+                raise PlanError(f"kernel '{kernel}' is in two replica groups", field="replicas")
+            shares[kernel] = {d: s for d, s in group.shares.items() if s > 0}
+            group_of[kernel] = index
+    return shares, group_of
+
+
+def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan) -> Simulation:
+    shares, group_of = _placement_shares(graph, plan)
+    outputs = graph.output_set
+    for group in plan.replicas:
+        for device in group.shares:
+            platform.device(device)
+    device_load: dict[str, float] = defaultdict(float)
+    link_load: dict[tuple[str, str], float] = defaultdict(float)
+    for kernel in graph.kernels:
+        for device, share in shares[kernel].items():
+            device_load[device] += share * costs.compute_s(kernel, device)
+        # Which devices need this tensor, with what probability, given where it was made.
+        consumer_groups: dict[int, tuple[dict[str, float], float]] = {}
+        for edge in graph.succ[kernel]:
+            gid = group_of[edge.dst]
+            if gid == group_of[kernel]:
+                continue                   # moves with the producer: always on the same device
+            dist, nbytes = consumer_groups.get(gid, (shares[edge.dst], 0.0))
+            consumer_groups[gid] = (dist, max(nbytes, edge.bytes))
+        for src, p_src in shares[kernel].items():
+            for dst in platform.device_names:
+                if dst == src:
+                    continue
+                p_absent, nbytes = 1.0, 0.0
+                for dist, group_bytes in consumer_groups.values():
+                    if dist.get(dst, 0.0) > 0:
+                        p_absent *= 1.0 - dist[dst]
+                        nbytes = max(nbytes, group_bytes)
+                if p_absent < 1.0:
+                    link_load[(src, dst)] += p_src * (1.0 - p_absent) * costs.transfer_s(nbytes, src, dst)
+        if kernel in outputs and graph.kernels[kernel].output_bytes > 0:
+            for src, p_src in shares[kernel].items():
+                if src != platform.host:
+                    nbytes = graph.kernels[kernel].output_bytes
+                    link_load[(src, platform.host)] += p_src * costs.transfer_s(nbytes, src, platform.host)
+    for graph_input in graph.inputs:
+        need: dict[str, float] = {}
+        for consumer in graph_input.consumers:
+            for device, share in shares[consumer].items():
+                need[device] = max(need.get(device, 0.0), share)
+        for device, probability in need.items():
+            if device != platform.host:
+                link_load[(platform.host, device)] += probability * costs.transfer_s(
+                    graph_input.bytes, platform.host, device)
+    period = max([0.0, *device_load.values(), *link_load.values()])
+    return Simulation("period_overlap", period, device_busy_s=dict(device_load), link_busy_s=dict(link_load))
+
+
+# ---------------------------------------------------------------------- stage_serial
+def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan) -> Simulation:
+    if not plan.stages:
+        raise PlanError("mode stage_serial needs 'stages'", field="stages")
+    stage_of: dict[str, int] = {}
+    for index, stage in enumerate(plan.stages):
+        for kernel in stage:
+            if kernel in stage_of:
+                raise PlanError(f"kernel '{kernel}' is in two stages", field="stages")
+            if kernel not in graph.kernels:
+                raise PlanError(f"stage {index} names unknown kernel '{kernel}'", field="stages")
+            stage_of[kernel] = index
+    if len(stage_of) != len(graph):
+        missing = next(k for k in graph.kernels if k not in stage_of)
+        raise PlanError(f"kernel '{missing}' is in no stage", field="stages")
+    devices = plan.stage_devices or [plan.assignment[stage[0]] if stage else platform.host for stage in plan.stages]
+    if len(devices) != len(plan.stages):
+        raise PlanError("stage_devices must name one device per stage", field="stage_devices")
+    for index, stage in enumerate(plan.stages):
+        for kernel in stage:
+            if plan.assignment[kernel] != devices[index]:
+                raise PlanError(f"kernel '{kernel}' of stage {index} is assigned to '{plan.assignment[kernel]}', "
+                                f"not to its stage's device '{devices[index]}'", field="assignment")
+    for edge in graph.edges:
+        if stage_of[edge.src] > stage_of[edge.dst]:
+            raise PlanError(f"edge {edge.src} -> {edge.dst} runs from stage {stage_of[edge.src]} back to "
+                            f"stage {stage_of[edge.dst]}", field="stages", hint="stages must be ordered")
+    assign = plan.assignment
+    cost = [0.0] * len(plan.stages)
+    for kernel in graph.kernels:
+        home = stage_of[kernel]
+        cost[home] += costs.compute_s(kernel, assign[kernel])
+        inbound: dict[int, float] = {}
+        for edge in graph.succ[kernel]:
+            there = stage_of[edge.dst]
+            if there != home:
+                inbound[there] = max(inbound.get(there, 0.0), edge.bytes)
+        if inbound:                       # sent once, priced at the dearest destination link
+            cost[home] += max(costs.transfer_s(b, assign[kernel], devices[s]) for s, b in inbound.items())
+        for there, nbytes in inbound.items():
+            cost[there] += costs.transfer_s(nbytes, assign[kernel], devices[there])
+        if kernel in graph.output_set:
+            cost[home] += costs.transfer_s(graph.kernels[kernel].output_bytes, assign[kernel], platform.host)
+    for _name, device, nbytes in input_sends(graph, assign):
+        cost[devices.index(device)] += costs.transfer_s(nbytes, platform.host, device)
+    device_load: dict[str, float] = defaultdict(float)
+    for index, device in enumerate(devices):
+        device_load[device] += cost[index]
+    return Simulation("stage_serial", max(cost, default=0.0), device_busy_s=dict(device_load), stage_cost_s=cost)
+
+
+# ---------------------------------------------------------------------- host_staged
+def _host_staged(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan) -> Simulation:
+    assign = plan.assignment
+    host = platform.host
+    pays = {d.name: d.kind != "cpu" for d in platform.devices}
+    load: dict[str, float] = defaultdict(float)
+    for kernel in graph.kernels:
+        here = assign[kernel]
+        load[here] += costs.compute_s(kernel, here)
+        sends = remote_sends(graph, assign, kernel)
+        if pays[here]:
+            out_bytes = max(sends.values(), default=0.0)
+            if kernel in graph.output_set:
+                out_bytes = max(out_bytes, graph.kernels[kernel].output_bytes)
+            if out_bytes > 0 or sends:
+                load[here] += costs.transfer_s(out_bytes, here, host)
+        for there, nbytes in sends.items():
+            if pays[there]:
+                load[there] += costs.transfer_s(nbytes, host, there)
+    for _name, device, nbytes in input_sends(graph, assign):
+        if pays[device]:
+            load[device] += costs.transfer_s(nbytes, host, device)
+    return Simulation("host_staged", max(load.values(), default=0.0), device_busy_s=dict(load))
+
+
+# ---------------------------------------------------------------------- constraints
+def _check_constraints(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, sim: Simulation) -> None:
+    shares, _ = _placement_shares(graph, plan)
+    colocated: dict[str, set[str]] = defaultdict(set)
+    for name, kernel in graph.kernels.items():
+        for device in shares[name]:
+            if kernel.allowed_devices is not None and device not in kernel.allowed_devices:
+                sim.problems.append(f"kernel '{name}' may not run on '{device}' "
+                                    f"(allowed: {', '.join(kernel.allowed_devices)})")
+            elif math.isinf(costs.compute_s(name, device)):
+                sim.problems.append(f"kernel '{name}' cannot run on '{device}' (no cost)")
+        if kernel.colocate is not None:
+            colocated[kernel.colocate].update(shares[name])
+    for group, devices in colocated.items():
+        if len(devices) > 1:
+            sim.problems.append(f"co-location group '{group}' is split over {', '.join(sorted(devices))}")
+    sim.memory_bytes = memory_per_device(graph, plan, shares)
+    for device, used in sim.memory_bytes.items():
+        capacity = platform.device(device).memory_bytes
+        if capacity is not None and used > capacity:
+            sim.problems.append(f"device '{device}' needs {format_bytes(used)}, has {format_bytes(capacity)}")
+    sim.feasible = not sim.problems and not math.isinf(sim.value_s)
+
+
+def format_bytes(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def memory_per_device(graph: OpGraph, plan: Plan, shares: dict[str, dict[str, float]] | None = None
+                      ) -> dict[str, float]:
+    """Bytes per device: every weight used there once, plus the peak of live activations.
+
+    Activations are swept along the device's run order: a tensor made there is live from its
+    producer to its last consumer there (to the end if it is a model output); a tensor received
+    is live from its first to its last consumer there. A tensor's size is its producer's
+    ``output_bytes`` (edge bytes only price transfers).
+    """
+    if shares is None:
+        shares, _ = _placement_shares(graph, plan)
+    kernels_on: dict[str, list[str]] = defaultdict(list)
+    for kernel in graph.topo_order:
+        for device in shares[kernel]:
+            kernels_on[device].append(kernel)
+    if plan.order is not None and not plan.replicas:
+        kernels_on = defaultdict(list, {d: list(v) for d, v in plan.order.items()})
+    return {device: graph.weight_bytes(sequence) + _peak_live_bytes(graph, sequence)
+            for device, sequence in kernels_on.items()}
+
+
+def _peak_live_bytes(graph: OpGraph, sequence: list[str]) -> float:
+    """Peak of the activations live on one device that runs ``sequence`` in that order."""
+    position = {k: i for i, k in enumerate(sequence)}
+    intervals: list[tuple[int, int, float]] = []
+    received: dict[str, tuple[int, int]] = {}
+    for kernel in sequence:
+        here = position[kernel]
+        local = [position[e.dst] for e in graph.succ[kernel] if e.dst in position]
+        end = len(sequence) - 1 if kernel in graph.output_set else max(local, default=here)
+        intervals.append((here, end, graph.kernels[kernel].output_bytes))
+        for edge in graph.pred[kernel]:
+            if edge.src not in position:
+                first, last = received.get(edge.src, (here, here))
+                received[edge.src] = (min(first, here), max(last, here))
+    intervals += [(first, last, graph.kernels[src].output_bytes) for src, (first, last) in received.items()]
+    for graph_input in graph.inputs:
+        spots = [position[c] for c in graph_input.consumers if c in position]
+        if spots:
+            intervals.append((min(spots), max(spots), graph_input.bytes))
+    delta = [0.0] * (len(sequence) + 1)
+    for first, last, nbytes in intervals:
+        delta[first] += nbytes
+        delta[last + 1] -= nbytes
+    peak = running = 0.0
+    for change in delta[:-1]:
+        running += change
+        peak = max(peak, running)
+    return peak

@@ -1,0 +1,48 @@
+"""Baseline: the whole model on one device, for each device; the best one wins.
+
+Every device's value is kept in ``plan.attrs["per_device"]`` (None where the model does not fit
+or a kernel cannot run there, with the reason), because users compare against all of them.
+"""
+from __future__ import annotations
+
+import time
+
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..simulator import simulate
+from .base import Problem, Solver
+
+
+def single_device_plan(problem: Problem, device: str) -> Plan:
+    """Every kernel on ``device``, in graph order; one stage for pipelines."""
+    graph = problem.graph
+    assignment = {k: device for k in graph.kernels}
+    stages = [list(graph.topo_order)] if problem.objective == "pipeline" else None
+    return Plan(assignment, objective=problem.objective, mode=problem.mode, stages=stages,
+                stage_devices=[device] if stages else None)
+
+
+class FastestSingleDevice(Solver):
+    name = "fastest_single_device"
+
+    def solve(self, problem: Problem) -> Plan:
+        began = time.perf_counter()
+        per_device: dict[str, dict] = {}
+        best: tuple[float, int, Plan] | None = None
+        for index, device in enumerate(problem.platform.device_names):
+            plan = single_device_plan(problem, device)
+            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+            per_device[device] = {"value_s": sim.value_s if sim.feasible else None,
+                                  "problems": sim.problems[:3]}
+            if sim.feasible and (best is None or sim.value_s < best[0]):
+                best = (sim.value_s, index, plan)
+        if best is None:
+            reasons = "; ".join(f"{d}: {v['problems'][0] if v['problems'] else 'infeasible'}"
+                                for d, v in per_device.items())
+            raise DivimlInputError(f"no single device can run the whole model ({reasons})",
+                                   field="platform", hint="use a solver that splits the model across devices")
+        value, _, plan = best
+        plan.solver, plan.value_s = self.name, value
+        plan.solve_s = time.perf_counter() - began
+        plan.attrs["per_device"] = per_device
+        return plan
