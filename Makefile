@@ -4,6 +4,11 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Extras for the test environment; add torch to test the torch.export importer too
+# (make test EXTRAS=test,onnx,torch).
+EXTRAS ?= test,onnx
+comma := ,
+TEST_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test test-all clean
 
@@ -15,18 +20,18 @@ $(VENV)/.installed: setup.py $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: setup.py $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+$(TEST_STAMP): setup.py $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 
 demo: $(VENV)/.installed
 	$(BIN)/diviml demo
 
 # The whole suite, slow cases excluded; `make test-all` includes them.
-test: $(VENV)/.installed-test
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(VENV)/.installed-test
+test-all: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:

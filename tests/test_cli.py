@@ -94,6 +94,12 @@ def test_demo_and_platforms_run():
     assert json.loads(preset.stdout)["devices"][1]["device"] == "cpu:1"
 
 
+def _tiny_onnx(tmp_path):
+    from .test_extract import tiny_onnx
+    tiny_onnx(tmp_path / "tiny.onnx")
+    return tmp_path / "tiny.onnx"
+
+
 def _write(tmp_path, name, content):
     path = tmp_path / name
     path.write_text(content if isinstance(content, str) else json.dumps(content))
@@ -135,6 +141,12 @@ BAD_INPUTS = {
         ["can run on no device"]),
     "msr-fiddle with a platform": lambda t: (["plan", _write(t, "f.json", hand_file()), "--platform", "cpu2"],
                                              ["carries its own"]),
+    "unknown zoo option": lambda t: (["graph", "resnet18:depth=3"], ["model 'resnet18' has no option 'depth'",
+                                                                     "resolution=224"]),
+    "bad zoo option value": lambda t: (["graph", "resnet18:resolution=abc"], ["resolution must be a positive"]),
+    "unbound symbolic onnx dimension": lambda t: (["graph", _tiny_onnx(t)], ["tiny.onnx", "symbolic dimension 'N'",
+                                                                            "--shape N=VALUE"]),
+    "shape for a zoo model": lambda t: (["graph", "resnet18", "--shape", "N=2"], ["--shape applies to imported"]),
     "unwritable json": lambda t: (["plan", "random", "--json", t / "no" / "such" / "dir.json"], ["cannot write"]),
 }
 
@@ -154,3 +166,36 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
 def test_debug_shows_the_traceback():
     result = diviml("--debug", "plan", "resnet9000")
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_models_lists_the_zoo_with_options():
+    result = diviml("models")
+    assert result.returncode == 0, result.stderr
+    for name in ("resnet18", "resnet50", "mobilenet_v2", "inception_v3", "bert_base", "gpt2", "vit_b16",
+                 "randwire_ws", "randwire_er", "randwire_ba"):
+        assert f"\n{name} " in "\n" + result.stdout
+    assert "nodes=32,seed=0" in result.stdout
+
+
+def test_graph_summary_and_json_for_a_zoo_model():
+    summary = diviml("graph", "resnet18:resolution=32")
+    assert summary.returncode == 0, summary.stderr
+    assert "kernels: 23" in summary.stdout and "widest antichain" in summary.stdout
+    result = diviml("graph", "resnet18:resolution=32", "--json", "-")
+    graph = OpGraph.from_json(json.loads(result.stdout))
+    assert len(graph) == 23 and all("primfunc_hash" in k.attrs for k in graph.kernels.values())
+
+
+def test_graph_and_plan_for_an_onnx_file_with_a_bound_shape(tmp_path):
+    path = _tiny_onnx(tmp_path)
+    result = diviml("graph", path, "--shape", "N=2", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    assert OpGraph.from_json(json.loads(result.stdout)).inputs[0].bytes == 2 * 3 * 8 * 8 * 4
+    plan = diviml("plan", path, "--shape", "N=2", "--json", "-")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["kernels"] == 4
+
+
+def test_bad_shape_syntax_is_an_argument_error():
+    result = diviml("graph", "resnet18", "--shape", "N")
+    assert result.returncode == 2 and "NAME=VALUE" in result.stderr

@@ -14,7 +14,7 @@ from .plan import OBJECTIVES
 from .platform import PRESETS, get_platform, preset_names
 from .report import format_row, format_seconds, solve_and_report
 from .solvers import SOLVERS, Problem
-from .workload import GENERATORS, load_workload
+from .workload import GENERATORS, load_graph, load_workload
 
 log = logging.getLogger("tvm_diviml")
 
@@ -57,8 +57,44 @@ def cmd_platforms(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from .zoo import ZOO, zoo_names
+
+    for name in zoo_names():
+        entry = ZOO[name]
+        options = ",".join(f"{k}={v}" for k, v in entry.defaults().items())
+        print(f"{name:<14} {entry.description}\n{'':<14} options: {options}")
+    for name, (_, description) in GENERATORS.items():
+        print(f"{name:<14} synthetic: {description}")
+    print("\nAlso: an .onnx file (--shape NAME=VALUE binds symbolic dimensions), an OpGraph .json, or an "
+          "msr-fiddle .json.")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    found = load_graph(args.model, shapes=args.shape, granularity=args.granularity)
+    graph = found.graph
+    if args.json:
+        write_json(graph.to_json(), args.json)
+        if args.json == "-":
+            return 0
+    width, exact = graph.widest_antichain()
+    flops = sum(k.flops for k in graph.kernels.values())
+    primfuncs = {k.attrs.get("primfunc_hash") for k in graph.kernels.values()} - {None}
+    print(f"model {args.model}" + (f" ({args.granularity} granularity)" if found.loaded is not None else ""))
+    print(f"kernels: {len(graph)}   edges: {len(graph.edges)}   inputs: {len(graph.inputs)}   "
+          f"outputs: {len(graph.outputs)}")
+    if primfuncs:
+        print(f"distinct PrimFuncs: {len(primfuncs)}")
+    print(f"GFLOPs: {flops / 1e9:.3f}   weights: {sum(graph.weights.values()) / 1e6:.2f} MB   "
+          f"widest antichain: {width}{'' if exact else ' (at least; level width)'}")
+    if found.loaded is not None:
+        print(f"extracted in {found.loaded.extract_s:.2f} s")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    workload = load_workload(args.model, args.platform, args.cost)
+    workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity)
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -76,20 +112,45 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on built-in inputs; it grows as the project does (never canned output)."""
-    print("tvm-diviml demo: a branchy model (a stem, four parallel branches, a concat) placed on\n"
-          "paper-node (a CPU and two different GPUs) with roofline costs, for each objective.\n")
+    model = "inception_v3"
+    print(f"tvm-diviml demo: {model} (the zoo's Inception-v3, many parallel branches) is built with TVM Relax,\n"
+          "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
+          "with roofline costs, for each objective.\n")
+    workload = load_workload(model, "paper-node", "roofline")
+    graph = workload.graph
+    width, _ = graph.widest_antichain()
+    print(f"extracted {len(graph)} kernels ({sum(k.flops for k in graph.kernels.values()) / 1e9:.2f} GFLOP, "
+          f"widest antichain {width}) in {workload.loaded.extract_s:.2f} s\n")
     for objective in OBJECTIVES:
-        workload = load_workload("branchy:branches=4,depth=3", "paper-node", "roofline")
-        problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective,
+        problem = Problem(graph, workload.platform, workload.costs, objective=objective,
                           stages=len(workload.platform.devices))
         _, _, row = solve_and_report(problem, "fastest_single_device", workload.model, workload.cost_source)
         print(f"== {objective} ==")
         print(format_row(row, workload.platform.device_names))
         print()
-    cpu = get_platform("paper-node").device("cpu")
+    cpu = workload.platform.device("cpu")
     print(f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
           f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
           "kernels unscheduled.")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import SUITES, markdown_table
+
+    rows = []
+    for row in SUITES[args.suite]():
+        rows.append(row)
+        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "suite"),
+              flush=True)
+    if args.json:
+        write_json(rows, args.json)
+    if args.markdown:
+        try:
+            with open(args.markdown, "w", encoding="utf-8") as handle:
+                handle.write(markdown_table(rows) + "\n")
+        except OSError as error:
+            raise DivimlInputError(f"cannot write: {error.strerror}", source=args.markdown) from None
     return 0
 
 
@@ -108,10 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     platforms.add_argument("--json", metavar="NAME", help="print one preset (or platform file) as JSON")
     platforms.set_defaults(run=cmd_platforms)
 
+    models = commands.add_parser("models", help="list the model zoo and the synthetic generators")
+    models.set_defaults(run=cmd_models)
+
+    graph = commands.add_parser("graph", help="extract a model's kernel graph: a summary, or the OpGraph JSON")
+    _model_arguments(graph)
+    graph.add_argument("--json", metavar="PATH", help="write the OpGraph JSON to PATH, or - for stdout")
+    graph.set_defaults(run=cmd_graph)
+
     plan = commands.add_parser("plan", help="place a model's kernels and report value, bound and gap")
-    plan.add_argument("model", metavar="MODEL",
-                      help=f"an OpGraph .json, an msr-fiddle .json, or a generator ({', '.join(GENERATORS)}) "
-                      "with options, e.g. random:kernels=20,seed=1")
+    _model_arguments(plan)
     plan.add_argument("--platform", help=f"a preset ({', '.join(preset_names())}) or a platform .json "
                       "(default paper-node; msr-fiddle files bring their own)")
     plan.add_argument("--objective", choices=OBJECTIVES,
@@ -123,7 +190,32 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--cost", help="roofline (default) or a cost table .json (msr-fiddle files bring their own)")
     plan.add_argument("--json", metavar="PATH", help="write the plan row as JSON to PATH, or - for stdout")
     plan.set_defaults(run=cmd_plan)
+
+    from .bench import SUITES
+    bench = commands.add_parser("bench", help="run a benchmark suite and print (or write) its rows")
+    bench.add_argument("--suite", choices=sorted(SUITES), default="simulator")
+    bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
+    bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
+    bench.set_defaults(run=cmd_bench)
     return parser
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL",
+                        help="a zoo model with options (resnet18:resolution=64; see `diviml models`), an .onnx "
+                        "file, an OpGraph .json, an msr-fiddle .json, or a generator "
+                        f"({', '.join(GENERATORS)}) with options")
+    parser.add_argument("--shape", action="append", type=_shape_binding, metavar="NAME=VALUE",
+                        help="bind a symbolic dimension of an imported model (repeatable)")
+    parser.add_argument("--granularity", choices=["fused", "operator"], default="fused",
+                        help="one node per fused kernel (default) or per operator")
+
+
+def _shape_binding(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE with a positive integer VALUE")
+    return name, int(value)
 
 
 def _positive_int(text: str) -> int:
@@ -135,6 +227,8 @@ def _positive_int(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "shape", None) is not None:
+        args.shape = dict(args.shape)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

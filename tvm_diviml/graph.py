@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -176,6 +177,39 @@ class OpGraph(JsonFile):
         for edge in self.edges:
             graph.add_edge(edge.src, edge.dst, bytes=edge.bytes)
         return graph
+
+    def widest_antichain(self, exact_up_to: int = 1500) -> tuple[int, bool]:
+        """The most kernels that no path orders (how many could run at once), and whether exact.
+
+        Exact by Dilworth's theorem (kernels minus a maximum matching of the reachability
+        relation) up to ``exact_up_to`` kernels; beyond, the widest level of a longest-path
+        layering, a lower bound.
+        """
+        if len(self) > exact_up_to:
+            depth: dict[str, int] = {}
+            for kernel in self.topo_order:
+                depth[kernel] = 1 + max((depth[e.src] for e in self.pred[kernel]), default=-1)
+            return max(Counter(depth.values()).values()), False
+        index = self.position
+        reach = [0] * len(self)
+        for kernel in reversed(self.topo_order):
+            mask = 0
+            for edge in self.succ[kernel]:
+                mask |= (1 << index[edge.dst]) | reach[index[edge.dst]]
+            reach[index[kernel]] = mask
+        bipartite = nx.Graph()
+        left = [("out", i) for i in range(len(self))]
+        bipartite.add_nodes_from(left)
+        bipartite.add_nodes_from(("in", i) for i in range(len(self)))
+        for i, mask in enumerate(reach):
+            j = 0
+            while mask:
+                if mask & 1:
+                    bipartite.add_edge(("out", i), ("in", j))
+                mask >>= 1
+                j += 1
+        matching = nx.bipartite.hopcroft_karp_matching(bipartite, top_nodes=left)
+        return len(self) - len(matching) // 2, True
 
     def weight_bytes(self, kernels: Iterable[str]) -> float:
         """Bytes of the distinct weights read by ``kernels`` (a shared weight counts once)."""

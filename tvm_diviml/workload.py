@@ -1,8 +1,10 @@
 """Turn the user's MODEL, --platform and --cost into (OpGraph, Platform, CostModel).
 
-MODEL is an OpGraph ``.json``, a graph in the msr-fiddle format (detected by its keys; it carries
-its own platform and costs), or a built-in generator with options (``random:kernels=20,seed=1``,
-``branchy:branches=4``).
+MODEL is a zoo name with options (``resnet18:resolution=64``), an ``.onnx`` file, an OpGraph
+``.json``, a graph in the msr-fiddle format (detected by its keys; it carries its own platform and
+costs), or a synthetic generator (``random:kernels=20,seed=1``, ``branchy:branches=4``). This is
+the glue layer: the one place the library reaches, lazily, into ``tvm_diviml.passes`` — only for
+models that TVM must build.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Workload:
     model: str
     cost_source: str              # "roofline", "msr-fiddle", or the cost file's path
     default_objective: str = "latency"
+    loaded: Any = None            # the TVM model and its extraction, for zoo and ONNX models
 
 
 def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -60,39 +63,59 @@ def _parse_value(text: str) -> Any:
     return text
 
 
-def load_workload(model: str, platform: str | None = None, cost: str | None = None) -> Workload:
+@dataclass
+class ModelGraph:
+    """A MODEL read into an OpGraph, with what came along: the TVM model and its extraction (zoo,
+    ONNX), or the devices and costs an msr-fiddle file carries."""
+
+    graph: OpGraph
+    loaded: Any = None
+    platform: Platform | None = None
+    costs: CostModel | None = None
+
+
+def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity: str = "fused") -> ModelGraph:
+    if model.endswith(".onnx"):
+        from .passes.load import load_model       # TVM enters here, and only for TVM models
+        loaded = load_model(model, {}, shapes=shapes, fused=granularity == "fused", path=model)
+        return ModelGraph(loaded.extraction.graph, loaded)
     if model.endswith(".json") or os.path.sep in model:
         data = read_json(model)
-        if is_msr_fiddle(data):
-            if platform is not None or cost is not None:
-                raise DivimlInputError("an msr-fiddle file carries its own devices and costs", source=model,
-                                       hint="drop --platform and --cost for this file")
-            try:
-                graph, plat, costs = read_msr_fiddle(data, name=os.path.basename(model))
-            except DivimlInputError as error:
-                raise error.within(model) from None
-            return Workload(graph, plat, costs, model, "msr-fiddle", default_objective="throughput")
         try:
-            graph = OpGraph.from_json(data)
+            if is_msr_fiddle(data):
+                graph, platform, costs = read_msr_fiddle(data, name=os.path.basename(model))
+                return ModelGraph(graph, platform=platform, costs=costs)
+            return ModelGraph(OpGraph.from_json(data))
         except DivimlInputError as error:
             raise error.within(model) from None
-    else:
-        name, options = parse_model_spec(model)
-        if name not in GENERATORS:
-            raise DivimlInputError(f"unknown model '{name}'", field="MODEL",
-                                   hint=f"give an OpGraph .json, an msr-fiddle .json, or one of: {', '.join(GENERATORS)}")
+    name, options = parse_model_spec(model)
+    if name in GENERATORS:
         try:
-            graph = GENERATORS[name][0](**options)
+            return ModelGraph(GENERATORS[name][0](**options))
         except (TypeError, ValueError) as error:
             raise DivimlInputError(f"bad options for '{name}': {error}", field="MODEL",
                                    hint=GENERATORS[name][1]) from None
+    from .passes.load import load_model
+    loaded = load_model(name, options, shapes=shapes, fused=granularity == "fused")
+    return ModelGraph(loaded.extraction.graph, loaded)
+
+
+def load_workload(model: str, platform: str | None = None, cost: str | None = None, *,
+                  shapes: dict[str, int] | None = None, granularity: str = "fused") -> Workload:
+    found = load_graph(model, shapes=shapes, granularity=granularity)
+    if found.platform is not None:
+        if platform is not None or cost is not None:
+            raise DivimlInputError("an msr-fiddle file carries its own devices and costs", source=model,
+                                   hint="drop --platform and --cost for this file")
+        return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
+    graph = found.graph
     plat = get_platform(platform or DEFAULT_PLATFORM)
     cost = cost or "roofline"
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":
-        raise DivimlInputError("measured costs need the TVM front end, which this build does not have yet",
-                               field="--cost", hint="use --cost roofline or a cost table FILE")
+        raise DivimlInputError("measured costs are not available yet", field="--cost",
+                               hint="use --cost roofline or a cost table FILE")
     else:
         costs = TableCostModel.load(cost, plat, graph)
-    return Workload(graph, plat, costs, model, cost)
+    return Workload(graph, plat, costs, model, cost, loaded=found.loaded)

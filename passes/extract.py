@@ -1,0 +1,310 @@
+"""IRModule -> OpGraph at fused-kernel granularity (or per legalized operator).
+
+The module is lowered the way the build will lower it: LegalizeOps, LiftTransformParams (weight-only
+work such as transposing a weight runs once at load time, not per inference), AnnotateTIROpPattern,
+FoldConstant, FuseOps, FuseTIR. Then every ``call_tir`` binding of the entry function becomes one
+node, named after its PrimFunc (with a suffix .1, .2, ... for repeated PrimFuncs; Relax variable
+names are not unique either, so the binding's (block, index) position is kept too). Aliases, tuples and
+``TupleGetItem`` are followed to the kernel that really made a tensor. A node records its
+PrimFunc, that PrimFunc's structural hash with ``global_symbol`` stripped (the profile cache key),
+its FLOPs, the bytes it reads and writes, the weights it reads (a weight read by several kernels is
+one weight id), and its output shapes. ``Extraction`` keeps, for every node, where each argument
+comes from, so a plan can be applied to — and the kernels run from — the very same module.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
+
+log = logging.getLogger(__name__)
+
+_CALL_TIR_OPS = ("relax.call_tir", "relax.call_tir_inplace")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Where a tensor comes from: a kernel's output (element ``index`` of a tuple output, or
+    None for a single tensor), a model input, a weight (a parameter) or a constant."""
+
+    kind: str                  # "kernel" | "input" | "weight" | "const"
+    name: str
+    index: int | None = None
+
+
+@dataclass
+class Extraction:
+    graph: OpGraph
+    mod: Any                                            # the lowered tvm.IRModule the nodes refer to
+    entry: str
+    kernel_args: dict[str, list[Ref]] = field(default_factory=dict)   # per node, its call_tir arguments
+    kernel_func: dict[str, str] = field(default_factory=dict)         # per node, its PrimFunc's name
+    outputs: list[Ref] = field(default_factory=list)                  # the entry function's results, flat
+    weight_params: list[str] = field(default_factory=list)            # weight ids in parameter order
+    constants: dict[str, Any] = field(default_factory=dict)           # const id -> tvm.ir.expr.Constant
+    transform_params: str | None = None                 # the lifted weight-preparation function
+
+
+def lowering_passes(fused: bool = True) -> list:
+    """The passes extraction applies; the heterogeneous build applies the same ones."""
+    passes = [relax.transform.LegalizeOps(), relax.transform.LiftTransformParams()]
+    if fused:
+        passes += [relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+                   relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    else:
+        passes += [relax.transform.FoldConstant()]
+    return passes
+
+
+def bind_shapes(mod, entry: str, shapes: dict[str, int] | None):
+    """Bind symbolic dimensions by name; fail naming any that stay symbolic."""
+    if shapes:
+        known = _symbolic_dims(mod[entry])
+        unknown = sorted(set(shapes) - known)
+        if unknown:
+            raise DivimlInputError(f"--shape {unknown[0]}=...: the model has no symbolic dimension '{unknown[0]}'",
+                                   field="--shape", hint=f"symbolic dimensions: {', '.join(sorted(known)) or 'none'}")
+        mod = relax.transform.BindSymbolicVars(dict(shapes), entry)(mod)
+    left = sorted(_symbolic_dims(mod[entry]))
+    if left:
+        raise DivimlInputError(f"the model's shapes depend on the symbolic dimension '{left[0]}'",
+                               field="MODEL", hint=f"bind it with --shape {left[0]}=VALUE "
+                               f"(symbolic: {', '.join(left)})")
+    return mod
+
+
+def extract(mod, entry: str | None = None, *, fused: bool = True, shapes: dict[str, int] | None = None,
+            name: str = "model") -> Extraction:
+    """The OpGraph of ``mod``'s function ``entry`` (default: "forward", else "main")."""
+    entry = entry or ("forward" if any(gv.name_hint == "forward" for gv in mod.get_global_vars()) else "main")
+    mod = bind_shapes(mod, entry, shapes)
+    func = mod[entry]
+    num_inputs = _num_inputs(func)
+    lowered = tvm.transform.Sequential(lowering_passes(fused))(mod)
+    walker = _Walker(lowered, entry, num_inputs)
+    extraction = walker.run(name)
+    lifted = f"{entry}_transform_params"
+    extraction.transform_params = lifted if any(gv.name_hint == lifted for gv in lowered.get_global_vars()) else None
+    return extraction
+
+
+# ---------------------------------------------------------------------- helpers
+def tensor_bytes(ty) -> float:
+    """Bytes of a static-shaped tensor struct info, or the sum over a tuple's fields."""
+    if isinstance(ty, relax.TupleType):
+        return sum(tensor_bytes(f) for f in ty.fields)
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        dims = [int(d) for d in ty.shape.values]
+        return float(np.prod(dims, dtype=np.int64)) * np.dtype(str(ty.dtype)).itemsize
+    return 0.0
+
+
+def _describe(ty) -> list[dict]:
+    if isinstance(ty, relax.TupleType):
+        return [d for f in ty.fields for d in _describe(f)]
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        return [{"shape": [int(d) for d in ty.shape.values], "dtype": str(ty.dtype)}]
+    return []
+
+
+def _symbolic_dims(func) -> set[str]:
+    names = set()
+    for param in func.params:
+        ty = param.ty
+        fields = ty.fields if isinstance(ty, relax.TupleType) else [ty]
+        for f in fields:
+            if isinstance(f, relax.TensorType) and f.shape is not None:
+                for dim in f.shape.values:
+                    if not isinstance(dim, tvm.tirx.IntImm):
+                        names.add(str(dim))
+    return names
+
+
+def _num_inputs(func) -> int:
+    if func.attrs is not None and "num_input" in func.attrs:
+        return int(func.attrs["num_input"])
+    return len(func.params)
+
+
+def primfunc_hash(func) -> str:
+    """A process-stable structural hash, blind to the symbol name the PrimFunc happens to carry."""
+    import tvm_ffi
+
+    if func.attrs is not None and "global_symbol" in func.attrs:
+        func = func.without_attr("global_symbol")
+    return f"{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def primfunc_flops(func) -> float:
+    try:
+        return float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+    except Exception as error:          # TVM raises TVMError subclasses for loops it cannot count
+        log.warning("cannot count FLOPs of a PrimFunc (%s); counting 0", error)
+        return 0.0
+
+
+class _Walker:
+    """Follows the entry function's bindings, turning call_tir bindings into nodes."""
+
+    def __init__(self, mod, entry: str, num_inputs: int):
+        self.mod, self.entry = mod, entry
+        self.func = mod[entry]
+        self.num_inputs = num_inputs
+        self.sources: dict[Any, Any] = {}          # relax.Var -> Ref | tuple of sources | None
+        self.kernels: list[Kernel] = []
+        self.kernel_args: dict[str, list[Ref]] = {}
+        self.kernel_func: dict[str, str] = {}
+        self.edges: dict[tuple[str, str], dict[Ref, float]] = {}
+        self.input_consumers: dict[str, list[str]] = {}
+        self.weights: dict[str, float] = {}
+        self.constants: dict[str, Any] = {}
+        self.const_ids: dict[Any, str] = {}
+        self.flops: dict[str, float] = {}
+        self.hashes: dict[str, str] = {}
+        self.used_names: dict[str, int] = {}
+
+    def run(self, name: str) -> Extraction:
+        params = list(self.func.params)
+        # The lowered function may have more parameters than the original (lifted weights).
+        inputs = params[:self.num_inputs]
+        weight_params = params[self.num_inputs:]
+        graph_inputs = []
+        for param in inputs:
+            self.sources[param] = Ref("input", param.name)
+            self.input_consumers[param.name] = []
+        weight_ids = []
+        for param in weight_params:
+            wid = self._unique(param.name, self.weights)
+            self.sources[param] = Ref("weight", wid)
+            self.weights[wid] = tensor_bytes(param.ty)
+            weight_ids.append(wid)
+        body = self.func.body
+        for block_index, block in enumerate(body.blocks):
+            for binding_index, binding in enumerate(block.bindings):
+                self._bind(binding, (block_index, binding_index))
+        outputs = self._flatten(self._source_of(body.body))
+        for param in inputs:
+            graph_inputs.append(GraphInput(param.name, tensor_bytes(param.ty),
+                                           tuple(dict.fromkeys(self.input_consumers[param.name]))))
+        edges = [Edge(src, dst, sum(refs.values())) for (src, dst), refs in self.edges.items()]
+        output_kernels = list(dict.fromkeys(r.name for r in outputs if r.kind == "kernel"))
+        graph = OpGraph(self.kernels, edges, inputs=graph_inputs, outputs=output_kernels, weights=self.weights,
+                        name=name, attrs={"entry": self.entry})
+        return Extraction(graph, self.mod, self.entry, self.kernel_args, self.kernel_func, outputs, weight_ids,
+                          self.constants)
+
+    # -------------------------------------------------------------- bindings
+    def _bind(self, binding, position: tuple[int, int]) -> None:
+        var = binding.var
+        if not isinstance(binding, relax.VarBinding):
+            self.sources[var] = None        # a match_cast: shapes only, no data dependency we track
+            return
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in _CALL_TIR_OPS:
+            self._kernel(var, value, position)
+        elif isinstance(value, relax.Tuple):
+            self.sources[var] = tuple(self._source_of(f) for f in value.fields)
+        elif isinstance(value, relax.TupleGetItem):
+            source = self._source_of(value.tuple_value)
+            self.sources[var] = _element(source, value.index)
+        elif isinstance(value, (relax.Var, tvm.ir.expr.Constant)):
+            self.sources[var] = self._source_of(value)
+        else:
+            # Not a kernel (a packed call, a shape computation): data passes through unchanged.
+            log.debug("binding %s is not a call_tir (%s); treated as a pass-through", var.name,
+                      type(value).__name__)
+            if isinstance(value, relax.Call):
+                args = tuple(self._source_of(a) for a in value.args)
+                self.sources[var] = args[0] if len(args) == 1 else args
+            else:
+                self.sources[var] = None
+
+    def _kernel(self, var, call, position: tuple[int, int]) -> None:
+        global_var = call.args[0]
+        func_name = global_var.name_hint
+        func = self.mod[global_var]
+        if func_name not in self.flops:
+            self.flops[func_name] = primfunc_flops(func)
+            self.hashes[func_name] = primfunc_hash(func)
+        node = self._unique(func_name, self.used_names)
+        self.used_names[node] = 1
+        args: list[Ref] = []
+        weights: list[str] = []
+        read_bytes: dict[Ref, float] = {}
+        for arg in call.args[1].fields:
+            refs = self._flatten(self._source_of(arg))
+            args.extend(refs)
+            nbytes = tensor_bytes(arg.ty)
+            for ref in refs:
+                share = nbytes / len(refs)
+                read_bytes[ref] = share
+                if ref.kind == "kernel":
+                    self.edges.setdefault((ref.name, node), {})[ref] = share
+                elif ref.kind == "input":
+                    self.input_consumers[ref.name].append(node)
+                else:
+                    weights.append(ref.name)
+        out_ty = call.ty
+        output_bytes = tensor_bytes(out_ty)
+        self.kernels.append(Kernel(
+            node, flops=self.flops[func_name], bytes_moved=sum(read_bytes.values()) + output_bytes,
+            output_bytes=output_bytes, weights=tuple(dict.fromkeys(weights)),
+            attrs={"primfunc": func_name, "primfunc_hash": self.hashes[func_name], "outputs": _describe(out_ty),
+                   "var": var.name, "binding": list(position)}))
+        self.kernel_args[node] = args
+        self.kernel_func[node] = func_name
+        if isinstance(out_ty, relax.TupleType):
+            self.sources[var] = tuple(Ref("kernel", node, i) for i in range(len(out_ty.fields)))
+        else:
+            self.sources[var] = Ref("kernel", node)
+
+    # -------------------------------------------------------------- sources
+    def _source_of(self, expr):
+        if isinstance(expr, tvm.ir.expr.Constant):
+            if expr not in self.const_ids:
+                cid = f"const{len(self.constants)}"
+                self.const_ids[expr] = cid
+                self.constants[cid] = expr
+                self.weights[cid] = float(expr.value.numpy().nbytes)
+            return Ref("const", self.const_ids[expr])
+        if isinstance(expr, relax.Tuple):
+            return tuple(self._source_of(f) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            return _element(self._source_of(expr.tuple_value), expr.index)
+        if isinstance(expr, relax.Var):
+            if expr not in self.sources:
+                raise DivimlInputError(f"variable '{expr.name}' is used before it is bound", field="MODEL")
+            return self.sources[expr]
+        return None                        # shapes, PrimValues: no tensor data
+
+    def _flatten(self, source) -> list[Ref]:
+        if source is None:
+            return []
+        if isinstance(source, Ref):
+            return [source]
+        return [ref for item in source for ref in self._flatten(item)]
+
+    @staticmethod
+    def _unique(name: str, taken: dict) -> str:
+        if name not in taken:
+            return name
+        suffix = 1
+        while f"{name}.{suffix}" in taken:
+            suffix += 1
+        return f"{name}.{suffix}"
+
+
+def _element(source, index: int):
+    """Element ``index`` of a tuple-valued source (a tuple of sources, or a kernel's tuple output)."""
+    if isinstance(source, tuple):
+        return source[index]
+    if isinstance(source, Ref) and source.kind == "kernel":
+        return Ref("kernel", source.name, index)
+    return source

@@ -1,0 +1,59 @@
+"""Every zoo model extracts; FLOPs match hand-derived figures; running the extracted kernels one by
+one reproduces the whole model (small sizes: CPU kernels are unscheduled, see DESIGN.md)."""
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm_diviml.passes.load import load_model  # noqa: E402
+from tvm_diviml.zoo import zoo_names  # noqa: E402
+
+from .test_extract import assert_faithful  # noqa: E402
+
+SMALL = {
+    "resnet18": {"resolution": 32, "classes": 10},
+    "resnet50": {"resolution": 32, "classes": 10},
+    "mobilenet_v2": {"resolution": 32, "classes": 10},
+    "inception_v3": {"resolution": 75, "classes": 10},
+    "randwire_ws": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
+    "randwire_er": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
+    "randwire_ba": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
+    "bert_base": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "intermediate": 128, "vocab": 1000},
+    "gpt2": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "vocab": 1000},
+    "vit_b16": {"resolution": 32, "patch": 16, "layers": 2, "hidden": 64, "heads": 4, "mlp": 128, "classes": 10},
+}
+FAST = {"resnet18", "randwire_ws", "bert_base"}
+
+
+def gflops(graph):
+    return sum(k.flops for k in graph.kernels.values()) / 1e9
+
+
+def test_every_zoo_model_has_a_small_size_here():
+    assert set(zoo_names()) == set(SMALL)
+
+
+@pytest.mark.parametrize("name, expected", [("resnet50", 8.2), ("bert_base", 22.3), ("resnet18", 3.6)])
+def test_total_flops_match_hand_derived_figures(name, expected):
+    graph = load_model(name, {}).extraction.graph
+    assert gflops(graph) == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_zoo_model_extracts_at_default_size(name):
+    loaded = load_model(name, {})
+    graph = loaded.extraction.graph
+    assert len(graph) > 10 and gflops(graph) > 0.1
+    assert graph.inputs and graph.outputs and graph.weights
+    assert all(k.output_bytes > 0 for k in graph.kernels.values())
+
+
+def test_kernel_counts_are_stable_across_runs():
+    first = load_model("randwire_ws", {"nodes": 16}).extraction.graph
+    second = load_model("randwire_ws", {"nodes": 16}).extraction.graph
+    assert first.to_json() == second.to_json()
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in sorted(SMALL)])
+def test_running_the_extracted_kernels_reproduces_the_model(name):
+    loaded = load_model(name, SMALL[name])
+    assert_faithful(loaded.built, loaded.extraction, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,124 @@
+"""The built-in model zoo, written with ``tvm.relax.frontend.nn``.
+
+A zoo entry is a builder ``f(**options) -> (nn.Module, {input name: (shape, dtype)})`` registered
+with ``@register``; its keyword arguments with defaults *are* the model's options (``batch``,
+``resolution``, ``seq``, ``layers``, ...), so ``resnet18:resolution=64`` calls the builder with
+``resolution=64``. ``build_model`` exports the module to a Relax IRModule (entry function
+``forward``, inputs first, then weights as parameters) and draws deterministic weights from a seed.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DivimlInputError
+
+Builder = Callable[..., tuple[Any, dict[str, tuple[tuple[int, ...], str]]]]
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    description: str
+    builder: Builder
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in inspect.signature(self.builder).parameters.values()
+                if p.default is not inspect.Parameter.empty}
+
+
+ZOO: dict[str, ZooEntry] = {}
+
+
+def register(name: str, description: str) -> Callable[[Builder], Builder]:
+    def wrap(builder: Builder) -> Builder:
+        ZOO[name] = ZooEntry(name, description, builder)
+        return builder
+    return wrap
+
+
+@dataclass
+class BuiltModel:
+    """A Relax module, its weights and its inputs: everything needed to extract, build and run it."""
+
+    name: str                                            # the MODEL string, options included
+    mod: Any                                             # tvm.IRModule
+    entry: str                                           # the Relax function to place ("forward", "main")
+    inputs: list[tuple[str, tuple[int, ...], str]]       # (name, shape, dtype), in parameter order
+    params: list[tuple[str, np.ndarray]] = field(default_factory=list)   # weights, in parameter order
+
+    def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Deterministic random inputs (integers in [0, 100) for integer inputs such as token ids)."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for _, shape, dtype in self.inputs:
+            if np.issubdtype(np.dtype(dtype), np.integer):
+                out.append(rng.integers(0, 100, size=shape).astype(dtype))
+            else:
+                out.append(rng.standard_normal(shape).astype(dtype))
+        return out
+
+
+def init_weights(named_shapes: list[tuple[str, tuple[int, ...], str]], seed: int) -> list[tuple[str, np.ndarray]]:
+    """Deterministic weights that keep activations bounded through deep networks: fan-in scaled
+    normals for matrices and kernels, ones for 1-D scales (names ending in weight/gamma/scale),
+    small normals for biases."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, shape, dtype in named_shapes:
+        draw = rng.standard_normal(shape, dtype=np.float32)      # float32 draws: twice as fast as float64
+        if len(shape) >= 2:
+            fan_in = int(np.prod(shape[1:])) or 1
+            value = draw / np.float32(np.sqrt(fan_in))
+        elif name.rsplit(".", 1)[-1] in ("weight", "gamma", "scale"):
+            value = 1.0 + 0.1 * draw
+        else:
+            value = 0.01 * draw
+        out.append((name, value.astype(dtype)))
+    return out
+
+
+def zoo_names() -> list[str]:
+    _load_all()
+    return sorted(ZOO)
+
+
+def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int = 0) -> BuiltModel:
+    """Export zoo model ``name`` with ``options`` to Relax; weights drawn from ``seed`` (or the
+    ``seed`` option)."""
+    from tvm.relax.frontend import nn
+
+    _load_all()
+    options = dict(options or {})
+    if name not in ZOO:
+        raise DivimlInputError(f"unknown model '{name}'", field="MODEL",
+                               hint=f"zoo models: {', '.join(sorted(ZOO))}; or an .onnx or .json file")
+    entry = ZOO[name]
+    allowed = entry.defaults()
+    seed = int(options.get("seed", seed))          # weights; a generator's own seed option is passed on too
+    if "seed" not in allowed:
+        options.pop("seed", None)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise DivimlInputError(f"model '{name}' has no option '{unknown[0]}'", field="MODEL",
+                               hint=f"options: {', '.join(f'{k}={v}' for k, v in allowed.items())}")
+    try:
+        module, inputs = entry.builder(**options)
+    except (TypeError, ValueError) as error:
+        raise DivimlInputError(f"bad options for '{name}': {error}", field="MODEL") from None
+    spec = {"forward": {k: nn.spec.Tensor(list(shape), dtype) for k, (shape, dtype) in inputs.items()}}
+    mod, named_params = module.export_tvm(spec)
+    shapes = [(n, tuple(int(s) for s in p.shape), str(p.dtype)) for n, p in named_params]
+    label = name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
+    if seed and "seed" not in allowed:
+        label += f"{',' if options else ':'}seed={seed}"
+    return BuiltModel(label, mod, "forward", [(k, tuple(s), d) for k, (s, d) in inputs.items()],
+                      init_weights(shapes, seed))
+
+
+def _load_all() -> None:
+    """Import the modules that register zoo entries (they import TVM, so only on demand)."""
+    from . import cnn, randwire, transformers  # noqa: F401
