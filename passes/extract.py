@@ -34,7 +34,7 @@ class Ref:
     """Where a tensor comes from: a kernel's output (element ``index`` of a tuple output, or
     None for a single tensor), a model input, a weight (a parameter) or a constant."""
 
-    kind: str                  # "kernel" | "input" | "weight" | "const"
+    kind: str                  # "kernel" | "input" | "weight" | "const" | "view"
     name: str
     index: int | None = None
 
@@ -48,7 +48,8 @@ class Extraction:
     kernel_func: dict[str, str] = field(default_factory=dict)         # per node, its PrimFunc's name
     outputs: list[Ref] = field(default_factory=list)                  # the entry function's results, flat
     weight_params: list[str] = field(default_factory=list)            # weight ids in parameter order
-    constants: dict[str, Any] = field(default_factory=dict)           # const id -> tvm.ir.expr.Constant
+    constants: dict[str, Any] = field(default_factory=dict)           # const id -> its Constant
+    views: dict[Ref, tuple[Ref, tuple[int, ...]]] = field(default_factory=dict)   # view -> (tensor, shape)
     transform_params: str | None = None                 # the lifted weight-preparation function
 
 
@@ -60,7 +61,8 @@ def lowering_passes(fused: bool = True) -> list:
                    relax.transform.FuseOps(), relax.transform.FuseTIR()]
     else:
         passes += [relax.transform.FoldConstant()]
-    return passes
+    # A pure reshape becomes a view of its input, as the build makes it: no kernel runs for it.
+    return passes + [relax.transform.RewriteDataflowReshape()]
 
 
 def bind_shapes(mod, entry: str, shapes: dict[str, int] | None):
@@ -169,6 +171,7 @@ class _Walker:
         self.flops: dict[str, float] = {}
         self.hashes: dict[str, str] = {}
         self.used_names: dict[str, int] = {}
+        self.views: dict[Ref, tuple[Ref, tuple[int, ...]]] = {}
 
     def run(self, name: str) -> Extraction:
         params = list(self.func.params)
@@ -194,11 +197,11 @@ class _Walker:
             graph_inputs.append(GraphInput(param.name, tensor_bytes(param.ty),
                                            tuple(dict.fromkeys(self.input_consumers[param.name]))))
         edges = [Edge(src, dst, sum(refs.values())) for (src, dst), refs in self.edges.items()]
-        output_kernels = list(dict.fromkeys(r.name for r in outputs if r.kind == "kernel"))
+        output_kernels = list(dict.fromkeys(r.name for r in map(self._base, outputs) if r.kind == "kernel"))
         graph = OpGraph(self.kernels, edges, inputs=graph_inputs, outputs=output_kernels, weights=self.weights,
                         name=name, attrs={"entry": self.entry})
         return Extraction(graph, self.mod, self.entry, self.kernel_args, self.kernel_func, outputs, weight_ids,
-                          self.constants)
+                          self.constants, self.views)
 
     # -------------------------------------------------------------- bindings
     def _bind(self, binding, position: tuple[int, int]) -> None:
@@ -214,6 +217,10 @@ class _Walker:
         elif isinstance(value, relax.TupleGetItem):
             source = self._source_of(value.tuple_value)
             self.sources[var] = _element(source, value.index)
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.reshape":
+            view = Ref("view", f"{var.name}#{position[0]}.{position[1]}")
+            self.views[view] = (self._source_of(value.args[0]), tuple(int(d) for d in value.ty.shape.values))
+            self.sources[var] = view
         elif isinstance(value, (relax.Var, tvm.ir.expr.Constant)):
             self.sources[var] = self._source_of(value)
         else:
@@ -242,7 +249,7 @@ class _Walker:
             refs = self._flatten(self._source_of(arg))
             args.extend(refs)
             nbytes = tensor_bytes(arg.ty)
-            for ref in refs:
+            for ref in map(self._base, refs):
                 share = nbytes / len(refs)
                 read_bytes[ref] = share
                 if ref.kind == "kernel":
@@ -290,6 +297,12 @@ class _Walker:
         if isinstance(source, Ref):
             return [source]
         return [ref for item in source for ref in self._flatten(item)]
+
+    def _base(self, ref: Ref) -> Ref:
+        """The tensor a view looks at (views of views followed)."""
+        while ref.kind == "view":
+            ref = self.views[ref][0]
+        return ref
 
     @staticmethod
     def _unique(name: str, taken: dict) -> str:

@@ -40,12 +40,19 @@ def run_kernels(extraction: Extraction, inputs: list[np.ndarray], params: list[n
         values[Ref("weight", wid)] = tensor
     for cid, constant in extraction.constants.items():
         values[Ref("const", cid)] = constant.value
+
+    def value_of(ref: Ref):
+        if ref.kind == "view":
+            base, shape = extraction.views[ref]
+            return value_of(base)._create_view(shape)
+        return values[ref]
+
     for name in graph.topo_order:
         outputs = [tvm.runtime.empty(tuple(o["shape"]), o["dtype"], device)
                    for o in graph.kernels[name].attrs["outputs"]]
-        library[extraction.kernel_func[name]](*[values[ref] for ref in extraction.kernel_args[name]], *outputs)
+        library[extraction.kernel_func[name]](*[value_of(ref) for ref in extraction.kernel_args[name]], *outputs)
         if len(outputs) == 1:
             values[Ref("kernel", name)] = outputs[0]
         for index, output in enumerate(outputs):
             values[Ref("kernel", name, index)] = output
-    return [values[ref].numpy() for ref in extraction.outputs]
+    return [value_of(ref).numpy() for ref in extraction.outputs]
