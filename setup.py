@@ -25,6 +25,7 @@ setup(
         "mip>=2.0,<2.1",
         "networkx>=3.0",
         "numpy>=1.24",
+        "tqdm>=4",                      # progress bars for profiling and long solves
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "setuptools>=68", "wheel"],  # build tools: the packaging test builds a wheel offline

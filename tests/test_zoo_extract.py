@@ -5,22 +5,11 @@ import pytest
 pytest.importorskip("tvm")
 
 from tvm_diviml.passes.load import load_model  # noqa: E402
-from tvm_diviml.zoo import zoo_names  # noqa: E402
+from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names  # noqa: E402
 
 from .test_extract import assert_faithful  # noqa: E402
 
-SMALL = {
-    "resnet18": {"resolution": 32, "classes": 10},
-    "resnet50": {"resolution": 32, "classes": 10},
-    "mobilenet_v2": {"resolution": 32, "classes": 10},
-    "inception_v3": {"resolution": 75, "classes": 10},
-    "randwire_ws": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
-    "randwire_er": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
-    "randwire_ba": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
-    "bert_base": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "intermediate": 128, "vocab": 1000},
-    "gpt2": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "vocab": 1000},
-    "vit_b16": {"resolution": 32, "patch": 16, "layers": 2, "hidden": 64, "heads": 4, "mlp": 128, "classes": 10},
-}
+SMALL = SMALL_OPTIONS
 FAST = {"resnet18", "randwire_ws", "bert_base"}
 
 

@@ -67,7 +67,63 @@ def suite_extract(models: list[str] | None = None) -> Iterator[Row]:
                "weights_mb": sum(graph.weights.values()) / 1e6, "time_s": loaded.extract_s}
 
 
-SUITES: dict[str, Callable[[], Iterator[Row]]] = {"simulator": suite_simulator, "extract": suite_extract}
+def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = ("resnet18", "bert_base"),
+                tune_trials: int = 32) -> Iterator[Row]:
+    """Cost-model accuracy on this machine's CPU, per zoo model at a small size: the sum of the
+    measured kernel times against the measured whole-model run (same schedules), the roofline's
+    per-kernel error after fitting it to those measurements, and untuned against tuned times."""
+    import tempfile
+
+    import numpy as np
+
+    from .cost.cache import ProfileCache
+    from .cost.fit import fit_roofline
+    from .cost.measured import MeasureOptions, MeasuredCostModel, time_whole_model
+    from .passes.interpret import transformed_weights
+    from .passes.load import load_model
+    from .platform import get_platform
+    from .zoo import SMALL_OPTIONS
+
+    platform = get_platform("cpu2")
+    device = platform.devices[0]
+    options = MeasureOptions(progress=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in models or sorted(SMALL_OPTIONS):
+            loaded = load_model(name, SMALL_OPTIONS[name])
+            extraction, built = loaded.extraction, loaded.built
+            graph = extraction.graph
+            with ProfileCache(f"{scratch}/{name}.sqlite") as cache:
+                costs = MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=cache,
+                                          options=options)
+            kernel_s = np.array([costs.compute_s(k, device.name) for k in graph.kernels])
+            import tvm
+            weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
+            whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options)
+            row = {"suite": "costs", "model": f"{name}:" + ",".join(f"{k}={v}" for k, v in SMALL_OPTIONS[name].items()),
+                   "kernels": len(graph), "sum_kernels_s": float(kernel_s.sum()), "whole_model_s": whole.median_s,
+                   "sum_over_whole": float(kernel_s.sum()) / whole.median_s}
+            flops = np.array([graph.kernels[k].flops for k in graph.kernels])
+            moved = np.array([graph.kernels[k].bytes_moved for k in graph.kernels])
+            try:
+                fit = fit_roofline(flops, moved, kernel_s)
+                row.update(fit_gflops=fit.peak_flops / 1e9, fit_gbps=fit.bandwidth_Bps / 1e9,
+                           fit_overhead_us=fit.overhead_s * 1e6, roofline_median_err=fit.median_rel_error,
+                           roofline_p90_err=fit.p90_rel_error)
+            except ValueError as error:
+                row["roofline_fit"] = str(error)
+            if name in tune_models:
+                from .cost.measured import tune_for_devices
+                funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
+                tuned = tune_for_devices(funcs, [device], tune_trials, f"{scratch}/{name}-ms", progress=False)[device.name]
+                tuned_whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights,
+                                               device, options, tuned.database)
+                row.update(tune_trials=tune_trials, tuned_whole_model_s=tuned_whole.median_s,
+                           tuning_speedup=whole.median_s / tuned_whole.median_s, tuning_s=tuned.seconds)
+            yield row
+
+
+SUITES: dict[str, Callable[[], Iterator[Row]]] = {"simulator": suite_simulator, "extract": suite_extract,
+                                                  "costs": suite_costs}
 
 
 def markdown_table(rows: list[Row]) -> str:

@@ -94,7 +94,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity)
+    workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity,
+                             tune=args.tune)
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -132,6 +133,50 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
           f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
           "kernels unscheduled.")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    workload = load_workload(args.model, args.platform or "cpu2", "measured", shapes=args.shape,
+                             granularity=args.granularity, tune=args.tune)
+    costs = workload.costs
+    rows = []
+    for kernel in workload.graph.topo_order:
+        for device in workload.platform.device_names:
+            seconds = costs.compute_s(kernel, device)
+            spread = costs.spread_s(kernel, device)
+            rows.append({"kernel": kernel, "device": device, "median_us": seconds * 1e6,
+                         "spread_us": None if spread is None else spread * 1e6, "source": costs.source(kernel, device)})
+    print(f"{'kernel':<44}{'device':<12}{'median us':>14}{'spread us':>12}  source")
+    for row in rows:
+        spread = "-" if row["spread_us"] is None else f"{row['spread_us']:.1f}"
+        print(f"{row['kernel'][:43]:<44}{row['device']:<12}{row['median_us']:>14.1f}{spread:>12}  {row['source']}")
+    for (src, dst), link in costs.links.items():
+        print(f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
+              "(measured)")
+    print(f"\n{costs.measured_now} kernels timed now, the rest from the cache ({costs.cache.path})")
+    if costs.absent:
+        print(f"estimated by the roofline (not present here): {', '.join(costs.absent)}")
+    if args.json:
+        write_json(rows, args.json)
+    if args.export:
+        try:
+            costs.to_table().save(args.export)
+        except OSError as error:
+            raise DivimlInputError(f"cannot write: {error.strerror}", source=args.export) from None
+        print(f"all costs written to {args.export}: plan anywhere with --cost {args.export}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .cost.cache import ProfileCache
+
+    with ProfileCache() as cache:
+        if args.action == "clear":
+            print(f"removed {cache.clear()} entries from {cache.path}")
+        else:
+            for key, value in cache.stats().items():
+                print(f"{key}: {value}")
     return 0
 
 
@@ -187,9 +232,26 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--solver", choices=sorted(SOLVERS), default="fastest_single_device")
     plan.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="solver time limit in seconds")
     plan.add_argument("--seed", type=int, default=0)
-    plan.add_argument("--cost", help="roofline (default) or a cost table .json (msr-fiddle files bring their own)")
+    plan.add_argument("--cost", help="roofline (default), measured (time the kernels with TVM on the devices "
+                      "present, roofline for the rest), or a cost table .json (msr-fiddle files bring their own)")
+    plan.add_argument("--tune", type=_positive_int, default=0, metavar="TRIALS",
+                      help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring")
     plan.add_argument("--json", metavar="PATH", help="write the plan row as JSON to PATH, or - for stdout")
     plan.set_defaults(run=cmd_plan)
+
+    profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
+    _model_arguments(profile)
+    profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
+    profile.add_argument("--tune", type=_positive_int, default=0, metavar="TRIALS",
+                         help="tune each kernel with MetaSchedule (TRIALS per kernel) first")
+    profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
+    profile.add_argument("--export", metavar="PATH", help="write all costs (kernels and links) as a cost table "
+                         "that --cost PATH reads")
+    profile.set_defaults(run=cmd_profile)
+
+    cache = commands.add_parser("cache", help="the persistent profile cache: info, or clear it")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.set_defaults(run=cmd_cache)
 
     from .bench import SUITES
     bench = commands.add_parser("bench", help="run a benchmark suite and print (or write) its rows")

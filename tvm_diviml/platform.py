@@ -31,6 +31,8 @@ class Device:
     efficiency: float = 1.0             # fraction of the datasheet peaks that estimates assume
     launch_overhead_s: float = 0.0      # fixed cost per kernel launch
     num_threads: int | None = None      # CPU devices: threads TVM's runtime may use
+    measure: bool = True                # time kernels here when TVM finds this device; False for a
+                                        # device that describes another machine (a reference testbed)
 
     @property
     def kind(self) -> str:
@@ -56,6 +58,8 @@ class Device:
                "launch_overhead_s": self.launch_overhead_s}
         if self.num_threads is not None:
             out["num_threads"] = self.num_threads
+        if not self.measure:
+            out["measure"] = False
         return out
 
 
@@ -274,11 +278,13 @@ def paper_node() -> Platform:
     GDDR5X, 11 GB); PCIe 3.0 x16: 15.75 GB/s raw, ~12 GB/s achieved, ~10 µs per copy. GPU efficiency
     0.35 (typical of untuned but scheduled kernels); CPU efficiency 0.005 reflects TVM 0.27's
     unscheduled CPU kernels (see DESIGN.md) and is printed with every estimate. GPU to GPU copies
-    go peer to peer over the same PCIe switch.
+    go peer to peer over the same PCIe switch. The CPU describes that testbed's Xeon, not this
+    machine's CPU, so it is never measured here (``measure=False``): always the roofline estimate.
     """
     devices = [
         Device("cpu", {"kind": "llvm"}, "cpu:0", memory_bytes=192 * 2**30, peak_flops=2.69e12,
-               bandwidth_Bps=140e9, efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=20),
+               bandwidth_Bps=140e9, efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=20,
+               measure=False),
         Device("rtx2080ti", {"kind": "cuda", "arch": "sm_75"}, "cuda:0", memory_bytes=11 * 2**30,
                peak_flops=13.4e12, bandwidth_Bps=616e9, efficiency=0.35, launch_overhead_s=5e-6),
         Device("gtx1080ti", {"kind": "cuda", "arch": "sm_61"}, "cuda:1", memory_bytes=11 * 2**30,

@@ -100,8 +100,27 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
     return ModelGraph(loaded.extraction.graph, loaded)
 
 
+def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int = 0, progress: bool = True):
+    """Kernel costs timed with TVM on the present devices (tuned first with ``tune`` MetaSchedule
+    trials per kernel), through the persistent profile cache."""
+    from .cost.cache import ProfileCache, default_cache_dir
+    from .cost.measured import MeasureOptions, MeasuredCostModel, tune_for_devices
+
+    if loaded is None:
+        raise DivimlInputError("measured costs need a model that TVM builds", field="--cost",
+                               hint="give a zoo name or an .onnx file, or use --cost roofline or a cost FILE")
+    extraction = loaded.extraction
+    tuning = {}
+    if tune:
+        funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
+        tuning = tune_for_devices(funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"),
+                                  progress=progress)
+    return MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=ProfileCache(),
+                             options=MeasureOptions(progress=progress), tuning=tuning)
+
+
 def load_workload(model: str, platform: str | None = None, cost: str | None = None, *,
-                  shapes: dict[str, int] | None = None, granularity: str = "fused") -> Workload:
+                  shapes: dict[str, int] | None = None, granularity: str = "fused", tune: int = 0) -> Workload:
     found = load_graph(model, shapes=shapes, granularity=granularity)
     if found.platform is not None:
         if platform is not None or cost is not None:
@@ -110,12 +129,13 @@ def load_workload(model: str, platform: str | None = None, cost: str | None = No
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
     plat = get_platform(platform or DEFAULT_PLATFORM)
-    cost = cost or "roofline"
+    cost = cost or ("measured" if tune else "roofline")
+    if tune and cost != "measured":
+        raise DivimlInputError("--tune applies to measured costs", field="--tune", hint="drop --cost or use --cost measured")
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":
-        raise DivimlInputError("measured costs are not available yet", field="--cost",
-                               hint="use --cost roofline or a cost table FILE")
+        costs = measured_costs(graph, plat, found.loaded, tune=tune)
     else:
         costs = TableCostModel.load(cost, plat, graph)
     return Workload(graph, plat, costs, model, cost, loaded=found.loaded)

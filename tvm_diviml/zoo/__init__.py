@@ -81,6 +81,22 @@ def init_weights(named_shapes: list[tuple[str, tuple[int, ...], str]], seed: int
     return out
 
 
+# Sizes at which each model runs in seconds on this project's CPUs (TVM 0.27 leaves CPU kernels
+# unscheduled, see DESIGN.md): what tests and the cost benchmark execute.
+SMALL_OPTIONS: dict[str, dict[str, int]] = {
+    "resnet18": {"resolution": 32, "classes": 10},
+    "resnet50": {"resolution": 32, "classes": 10},
+    "mobilenet_v2": {"resolution": 32, "classes": 10},
+    "inception_v3": {"resolution": 75, "classes": 10},
+    "randwire_ws": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
+    "randwire_er": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
+    "randwire_ba": {"nodes": 8, "channels": 8, "stages": 2, "resolution": 32, "classes": 10},
+    "bert_base": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "intermediate": 128, "vocab": 1000},
+    "gpt2": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "vocab": 1000},
+    "vit_b16": {"resolution": 32, "patch": 16, "layers": 2, "hidden": 64, "heads": 4, "mlp": 128, "classes": 10},
+}
+
+
 def zoo_names() -> list[str]:
     _load_all()
     return sorted(ZOO)

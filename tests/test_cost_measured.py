@@ -1,0 +1,115 @@
+"""Measured kernel costs: end to end on a tiny model, through the cache, with absent devices
+estimated, links measured, and export / import of the whole profile."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm_diviml.cost.cache import ProfileCache  # noqa: E402
+from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present  # noqa: E402
+from tvm_diviml.cost.table import TableCostModel  # noqa: E402
+from tvm_diviml.passes.load import load_model  # noqa: E402
+from tvm_diviml.platform import Device, get_platform  # noqa: E402
+
+FAST = MeasureOptions(repeats=3, min_repeat_ms=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("resnet18", {"resolution": 16, "classes": 4}).extraction
+
+
+def measure(extraction, platform, cache):
+    return MeasuredCostModel(extraction.graph, platform, extraction.mod, extraction.kernel_func, cache=cache,
+                             options=FAST)
+
+
+def test_measures_every_kernel_once_then_reads_the_cache(tiny, tmp_path):
+    platform = get_platform("cpu2")
+    with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
+        first = measure(tiny, platform, cache)
+        distinct = len(set(tiny.kernel_func.values()))
+        assert first.measured_now == distinct          # cpu0 and cpu1 time alike: measured once
+        for kernel in tiny.graph.kernels:
+            assert first.compute_s(kernel, "cpu0") > 0 and first.source(kernel, "cpu0") == "measured"
+            assert first.compute_s(kernel, "cpu1") == first.compute_s(kernel, "cpu0")
+        second = measure(tiny, platform, cache)
+        assert second.measured_now == 0
+        assert all(second.compute_s(k, "cpu0") == first.compute_s(k, "cpu0") for k in tiny.graph.kernels)
+        assert cache.stats()["kernel_rows"] == distinct and cache.stats()["link_rows"] == 2
+
+
+def test_links_between_present_devices_are_measured(tiny, tmp_path):
+    with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
+        costs = measure(tiny, get_platform("cpu2"), cache)
+    link = costs.links[("cpu0", "cpu1")]
+    assert link.latency_s >= 0 and link.bandwidth_Bps > 1e8
+    assert costs.transfer_s(1 << 20, "cpu0", "cpu1") == pytest.approx(link.latency_s + (1 << 20) / link.bandwidth_Bps)
+
+
+def test_absent_devices_are_estimated_and_said_so(tiny, tmp_path, caplog):
+    platform = get_platform("paper-node")
+    with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
+        costs = measure(tiny, platform, cache)
+    assert costs.absent == ["cpu", "rtx2080ti", "gtx1080ti"]      # paper-node's CPU is another machine's
+    assert "rtx2080ti" in caplog.text and "roofline" in caplog.text
+    kernel = tiny.graph.topo_order[0]
+    assert costs.source(kernel, "rtx2080ti") == "estimated" and costs.measured_now == 0
+    assert costs.compute_s(kernel, "rtx2080ti") == costs.estimate.compute_s(kernel, "rtx2080ti")
+
+
+def test_a_gpu_whose_arch_differs_from_its_target_is_not_measured():
+    device = Device("g", {"kind": "cuda", "arch": "sm_1000"}, "cuda:0")
+    assert not device_present(device)          # no such GPU here; on a lent GPU, the arch differs
+    assert device_present(Device("c", {"kind": "llvm"}, "cpu:0"))
+    assert not device_present(Device("c", {"kind": "llvm"}, "cpu:0", measure=False))
+
+
+def test_export_then_import_gives_the_same_costs(tiny, tmp_path):
+    platform = get_platform("cpu2")
+    with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
+        costs = measure(tiny, platform, cache)
+    path = tmp_path / "profile.json"
+    costs.to_table().save(str(path))
+    table = TableCostModel.load(str(path), platform, tiny.graph)
+    for kernel in tiny.graph.kernels:
+        for device in platform.device_names:
+            assert table.compute_s(kernel, device) == costs.compute_s(kernel, device)
+    assert table.transfer_s(4096, "cpu0", "cpu1") == costs.transfer_s(4096, "cpu0", "cpu1")
+    assert json.loads(path.read_text())["sources"] == {"cpu0": "measured", "cpu1": "measured"}
+
+
+def test_profile_command_and_measured_plan(tmp_path):
+    env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tvm_diviml.cli", *a], capture_output=True, text=True,  # noqa: E731
+                                    env=env, timeout=300)
+    model = "resnet18:resolution=16,classes=4"
+    profile = run("profile", model, "--platform", "cpu2", "--export", str(tmp_path / "costs.json"))
+    assert profile.returncode == 0, profile.stderr
+    assert "link cpu0 -> cpu1" in profile.stdout and "kernels timed now" in profile.stdout
+    plan = run("plan", model, "--platform", "cpu2", "--cost", "measured", "--json", "-")
+    assert plan.returncode == 0, plan.stderr
+    row = json.loads(plan.stdout)
+    assert row["cost_source"] == "measured" and row["value_s"] > 0
+    again = run("plan", model, "--platform", "cpu2", "--cost", str(tmp_path / "costs.json"), "--json", "-")
+    assert json.loads(again.stdout)["value_s"] == pytest.approx(row["value_s"])
+    info = run("cache", "info")
+    assert "kernel_rows" in info.stdout
+    cleared = run("cache", "clear")
+    assert cleared.returncode == 0 and "removed" in cleared.stdout
+    not_tvm = run("plan", "random", "--cost", "measured")
+    assert not_tvm.returncode == 2 and "measured costs need a model that TVM builds" in not_tvm.stderr
+
+
+def test_tuned_profile_applies_its_database(tmp_path):
+    env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "profile", "resnet18:resolution=16,classes=4",
+                             "--tune", "2", "--json", str(tmp_path / "rows.json")], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert {r["source"] for r in rows if r["device"] == "cpu0"} == {"tuned"}
+    assert (tmp_path / "cache" / "metaschedule").is_dir()

@@ -1,0 +1,233 @@
+"""MetaSchedule tuning: records for each distinct kernel, builds that apply them, resuming, the digest.
+
+One small tuning run (a matmul and ResNet-18's stem convolution, 4 trials each) is shared by the
+module; the first tuning in a process also pays ~10 s to import TVM's tensor intrinsics.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+import tvm_ffi  # noqa: E402
+from tvm import relax, te  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+
+from tvm_diviml.cost import tuning  # noqa: E402
+from tvm_diviml.errors import DivimlInputError  # noqa: E402
+
+TRIALS = 4
+
+
+def matmul(n: int):
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    from tvm_diviml.passes.extract import extract
+    from tvm_diviml.zoo import build_model
+
+    extraction = extract(build_model("resnet18", {"resolution": 32, "classes": 10}).mod)
+    stem = extraction.kernel_func[next(iter(extraction.graph.kernels))]
+    assert stem.startswith("fused_conv2d")
+    return extraction.mod, stem
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, resnet):
+    mod, stem = resnet
+    funcs = {"mm": matmul(64), "mm_again": matmul(64), stem: mod[stem]}
+    work_dir = str(tmp_path_factory.mktemp("tuning"))
+    return tuning.tune_primfuncs(funcs, "llvm", TRIALS, work_dir, seed=0), funcs
+
+
+def run_kernel(func, args: list[np.ndarray], out_shape, dtype="float32") -> np.ndarray:
+    """Compile one PrimFunc for llvm and run it on ``args``; returns its (last) output."""
+    executable = tvm.compile(tvm.IRModule({"kernel": func.with_attr("global_symbol", "kernel")}), target="llvm")
+    device = tvm.cpu()
+    out = tvm.runtime.empty(out_shape, dtype, device)
+    executable["kernel"](*[tvm.runtime.tensor(a, device) for a in args], out)
+    return out.numpy()
+
+
+def random_args(func, seed=0) -> tuple[list[np.ndarray], tuple[int, ...]]:
+    """Random inputs for every buffer but the last (the output), and the output's shape."""
+    rng = np.random.default_rng(seed)
+    shapes = [tuple(int(d) for d in info.shape) for info in ms.arg_info.ArgInfo.from_prim_func(func)]
+    return [rng.standard_normal(s).astype("float32") for s in shapes[:-1]], shapes[-1]
+
+
+def records_of(database, func) -> list:
+    """The database's records for ``func`` (filed under the symbol "main")."""
+    workload = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    return [r for r in database.get_all_tuning_records() if tvm_ffi.structural_equal(r.workload.mod, workload)]
+
+
+def test_tuning_records_each_distinct_kernel_once(tuned):
+    result, funcs = tuned
+    assert (result.workloads, result.tuned, result.reused) == (2, 2, 0)      # mm_again is mm
+    assert os.path.isfile(os.path.join(result.work_dir, "database_tuning_record.json"))
+    for func in funcs.values():
+        seconds = tuning.tuned_seconds(result.database, func, "llvm")
+        assert seconds is not None and 0 < seconds < 1
+    assert len(result.database.get_all_tuning_records()) <= 2 * TRIALS
+    assert tuning.tuned_seconds(result.database, matmul(32), "llvm") is None
+
+
+def test_metaschedule_logs_go_to_the_work_dir(tuned):
+    result, _ = tuned
+    with open(os.path.join(result.work_dir, "logs", "tuning.log")) as file:
+        assert "Trial #1" in file.read()
+    assert logging.getLogger("tvm.s_tir.meta_schedule").propagate
+
+
+def test_applied_schedule_changes_the_kernel_not_its_numbers(tuned):
+    result, funcs = tuned
+    mod = tvm.IRModule({"mm": funcs["mm"]})
+    applied = tuning.apply_database(mod, "llvm", result.database)
+    assert (applied.scheduled, applied.unscheduled) == (1, 0)
+    scheduled = applied.mod["mm"]
+    assert not tvm_ffi.structural_equal(scheduled, mod["mm"])
+    assert scheduled.attrs["tirx.is_scheduled"] and scheduled.attrs["global_symbol"] == "main"
+    args, out_shape = random_args(mod["mm"])
+    np.testing.assert_allclose(run_kernel(scheduled, args, out_shape), run_kernel(mod["mm"], args, out_shape),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
+    result, _ = tuned
+    mod, stem = resnet
+    renamed = mod[stem].with_attr("global_symbol", "stem_conv_on_cpu")
+    applied = tuning.apply_database(tvm.IRModule({"stem_conv_on_cpu": renamed}), "llvm", result.database)
+    assert applied.scheduled == 1
+    assert applied.mod["stem_conv_on_cpu"].attrs["global_symbol"] == "stem_conv_on_cpu"
+    assert tuning.tuned_seconds(result.database, renamed, "llvm") == \
+        tuning.tuned_seconds(result.database, mod[stem], "llvm")
+    args, out_shape = random_args(renamed)
+    np.testing.assert_allclose(run_kernel(applied.mod["stem_conv_on_cpu"], args, out_shape),
+                               run_kernel(renamed, args, out_shape), rtol=1e-4, atol=1e-4)
+
+
+def test_on_a_lowered_relax_module_it_does_what_metaschedule_does(tuned, resnet):
+    result, _ = tuned
+    mod, stem = resnet
+    ours = tuning.apply_database(mod, "llvm", result.database)
+    with tvm.target.Target("llvm"), result.database:
+        theirs = relax.transform.MetaScheduleApplyDatabase()(mod)
+    assert ours.scheduled == 1 and ours.unscheduled > 10
+    assert not tvm_ffi.structural_equal(ours.mod[stem], mod[stem])
+    assert tvm_ffi.structural_equal(ours.mod, theirs)
+
+
+def test_kernels_without_a_record_or_for_another_device_are_left_alone(tuned):
+    result, funcs = tuned
+    workloads = os.path.join(result.work_dir, "database_workload.json")
+    size = os.path.getsize(workloads)
+    gpu_mm = funcs["mm"].with_attr("target", tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
+    mod = tvm.IRModule({"small": matmul(32), "gpu_mm": gpu_mm})
+    applied = tuning.apply_database(mod, "llvm", result.database)
+    assert (applied.scheduled, applied.unscheduled) == (0, 2)
+    assert tvm_ffi.structural_equal(applied.mod, mod)
+    assert os.path.getsize(workloads) == size                  # looking up adds no workload
+
+
+def test_a_placed_cpu_kernel_keeps_its_target(tuned):
+    result, funcs = tuned
+    cpu = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = tvm.IRModule({"mm": funcs["mm"].with_attr("target", cpu)})
+    applied = tuning.apply_database(mod, "llvm", result.database)
+    assert applied.scheduled == 1
+    assert applied.mod["mm"].attrs["target"].kind.name == "llvm"
+
+
+def test_resuming_does_not_search_again(tuned):
+    result, funcs = tuned
+    records = len(result.database.get_all_tuning_records())
+    again = tuning.tune_primfuncs(funcs, "llvm", TRIALS, result.work_dir, seed=0)
+    assert (again.tuned, again.reused, again.workloads) == (0, 2, 2)
+    assert len(again.database.get_all_tuning_records()) == records
+    assert again.digest == result.digest
+    assert again.seconds < 5
+
+
+def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
+    result, funcs = tuned
+    work_dir = str(tmp_path / "copy")
+    shutil.copytree(result.work_dir, work_dir)
+    database = tuning.open_database(work_dir)
+    assert tuning.database_digest(database) == result.digest
+    mm_records = records_of(database, funcs["mm"])
+    best = database.get_top_k(mm_records[0].workload, 1)[0]
+    other = next(r for r in mm_records if str(r.trace) != str(best.trace))
+
+    def commit(seconds):
+        database.commit_tuning_record(
+            ms.database.TuningRecord(other.trace, other.workload, [seconds], other.target, other.args_info))
+
+    commit(1.0)                                                   # not the best: a build stays the same
+    assert tuning.database_digest(database) == result.digest
+    commit(1e-9)
+    assert tuning.database_digest(database) != result.digest
+    assert tuning.tuned_seconds(database, funcs["mm"], "llvm") == pytest.approx(1e-9)
+
+
+def test_a_record_that_does_not_replay_leaves_the_kernel_unscheduled(tuned, resnet, tmp_path, caplog):
+    result, funcs = tuned
+    mod, stem = resnet
+    work_dir = str(tmp_path / "copy")
+    shutil.copytree(result.work_dir, work_dir)
+    database = tuning.open_database(work_dir)
+    conv_trace = records_of(database, mod[stem])[0].trace
+    mm = records_of(database, funcs["mm"])[0]
+    database.commit_tuning_record(ms.database.TuningRecord(conv_trace, mm.workload, [1e-9], mm.target, mm.args_info))
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.tuning"):
+        applied = tuning.apply_database(tvm.IRModule({"mm": funcs["mm"]}), "llvm", database)
+    assert (applied.scheduled, applied.unscheduled) == (0, 1)
+    assert "does not apply" in caplog.text
+
+
+def test_same_seed_same_candidates_and_logs_stay_off_the_terminal(tmp_path, capfd):
+    traces = []
+    for run in range(2):
+        result = tuning.tune_primfuncs({"mm": matmul(32)}, "llvm", 3, str(tmp_path / f"run{run}"), seed=7)
+        traces.append(sorted(str(r.trace) for r in result.database.get_all_tuning_records()))
+    assert traces[0] == traces[1] and len(traces[0]) == 3
+    out, err = capfd.readouterr()
+    assert "Trial" not in out + err
+
+
+def test_open_database_needs_an_existing_database(tmp_path):
+    with pytest.raises(DivimlInputError, match="no MetaSchedule database"):
+        tuning.open_database(str(tmp_path))
+
+
+def test_one_work_dir_holds_one_target_kind(tuned):
+    result, funcs = tuned
+    with pytest.raises(DivimlInputError, match="one work_dir per target"):
+        tuning.tune_primfuncs(funcs, {"kind": "cuda", "arch": "sm_80"}, TRIALS, result.work_dir)
+
+
+def test_tuning_target_states_the_core_count():
+    assert int(tuning.tuning_target("llvm").attrs["num-cores"]) == (os.cpu_count() or 1)
+    assert int(tuning.tuning_target({"kind": "llvm", "num-cores": 4}).attrs["num-cores"]) == 4
+    assert "num-cores" not in tuning.tuning_target({"kind": "cuda", "arch": "sm_80"}).attrs
+
+
+def test_gathers_are_tuned_with_in_bounds_indices(tmp_path):
+    """Random integer arguments index out of bounds, and TVM's gathers do not check: tuning an
+    embedding lookup used to crash the process (seen with BERT)."""
+    table = te.placeholder((8, 4), name="table")
+    ids = te.placeholder((64,), name="ids", dtype="int32")
+    out = te.compute((64, 4), lambda i, j: table[ids[i], j], name="rows")
+    result = tuning.tune_primfuncs({"lookup": te.create_prim_func([table, ids, out])}, "llvm", 2, str(tmp_path))
+    assert result.workloads == 1

@@ -1,0 +1,309 @@
+"""Kernel costs measured with TVM on the devices that are present; roofline estimates for the rest.
+
+What is timed is what the build runs: every distinct PrimFunc of the lowered module, built in one
+``tvm.compile`` per target with the schedules the heterogeneous build applies (dlight's default
+rules on GPU targets; nothing on llvm, which is what TVM 0.27 builds for the CPU; a MetaSchedule
+database where one is given), each timed with ``time_evaluator`` on its own random arguments.
+Results are cached per (PrimFunc hash, target, device, TVM version, schedule), so a second run of
+the same model measures nothing. Links between present devices are timed with copies of several
+sizes and fitted to latency + bytes / bandwidth.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import platform as host_platform
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..graph import OpGraph
+from ..platform import Device, Link, Platform
+from .base import CostModel
+from .cache import LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey
+from .fit import fit_link
+from .roofline import RooflineCostModel
+
+log = logging.getLogger(__name__)
+
+LINK_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
+
+
+@dataclass
+class MeasureOptions:
+    repeats: int = 5                 # timed repeats; the median is the cost
+    min_repeat_ms: int = 20          # each repeat runs the kernel enough times to last this long
+    progress: bool = True
+
+
+def device_present(device: Device) -> bool:
+    """Whether this process can time kernels for ``device``: the platform allows it, TVM finds the
+    device, and a GPU's compute capability is the one its target names (an sm_75 target is not
+    measured on an sm_90 GPU)."""
+    import tvm
+
+    if not device.measure:
+        return False
+    found = tvm.device(device.kind, device.index)
+    if not found.exist:
+        return False
+    arch = device.target.get("arch") if isinstance(device.target, dict) else None
+    if device.kind == "cuda" and arch:
+        return arch == "sm_" + str(found.compute_version).replace(".", "")
+    return True
+
+
+def tvm_target(device: Device):
+    import tvm
+
+    return tvm.target.Target(device.target)
+
+
+def tune_for_devices(funcs: dict[str, Any], devices: list[Device], trials: int, work_root: str,
+                     progress: bool = True) -> dict[str, Any]:
+    """Tune ``funcs`` with MetaSchedule for each present device's target (one database per target,
+    persisted under ``work_root`` so that later runs resume); device name -> TuningResult."""
+    import hashlib
+
+    from .tuning import tune_primfuncs
+
+    results: dict[str, Any] = {}
+    by_target: dict[str, Any] = {}
+    for device in devices:
+        if not device_present(device):
+            continue
+        key = json.dumps(tvm_target(device).export(), sort_keys=True, default=str)
+        if key not in by_target:
+            work_dir = f"{work_root}/{device.kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+            if progress:
+                print(f"tuning {len(funcs)} kernels for {device.name} ({trials} trials each) ...", flush=True)
+            by_target[key] = tune_primfuncs(funcs, tvm_target(device), trials, work_dir)
+        results[device.name] = by_target[key]
+    return results
+
+
+def schedule_name(device: Device, tuned_digest: str | None = None) -> str:
+    if tuned_digest:
+        return f"tuned:{tuned_digest}"
+    return "default" if device.kind == "cpu" else "dlight"
+
+
+def profile_device_label(device: Device) -> str:
+    """What, besides the target, makes two devices time a kernel alike: kind and thread count."""
+    return f"{device.kind}/threads={device.num_threads}" if device.kind == "cpu" else device.kind
+
+
+def schedule_for_target(mod, target, database=None):
+    """The module's PrimFuncs scheduled as the heterogeneous build schedules them on ``target``."""
+    if database is not None:
+        from .tuning import apply_database
+        mod = apply_database(mod, target, database).mod
+    if target.kind.name != "llvm":
+        from tvm.s_tir import dlight as dl
+        with target:
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+    return mod
+
+
+def random_arguments(func, device) -> list:
+    """One tensor per buffer parameter: normal floats; integer buffers (indices) all zero, so that
+    gathers stay in bounds."""
+    import tvm
+
+    rng = np.random.default_rng(0)
+    args = []
+    for param in func.params:                # TVM 0.27: a PrimFunc's parameters are its buffers
+        shape = tuple(int(d) for d in param.shape)
+        dtype = str(param.dtype)
+        if np.issubdtype(np.dtype(dtype), np.floating):
+            array = rng.standard_normal(shape).astype(dtype)
+        else:
+            array = np.zeros(shape, dtype=dtype)
+        args.append(tvm.runtime.tensor(array, device))
+    return args
+
+
+def set_cpu_threads(device: Device) -> None:
+    import tvm
+
+    if device.kind == "cpu" and device.num_threads:
+        tvm.get_global_func("runtime.config_threadpool")(0, device.num_threads)
+
+
+def time_primfuncs(funcs: dict[str, Any], device: Device, options: MeasureOptions, database=None,
+                   source: str = "measured") -> dict[str, Measurement]:
+    """Build ``funcs`` (name -> PrimFunc) in one compile for ``device``'s target and time each."""
+    import tvm
+    from tqdm import tqdm
+
+    target = tvm_target(device)
+    named = {name: func.with_attr("global_symbol", name) for name, func in funcs.items()}
+    mod = schedule_for_target(tvm.IRModule(named), target, database)
+    library = tvm.compile(mod, target=target)
+    runtime_module = library.mod
+    dev = tvm.device(device.kind, device.index)
+    set_cpu_threads(device)
+    results: dict[str, Measurement] = {}
+    for name in tqdm(named, desc=f"timing kernels on {device.name}", unit="kernel", disable=not options.progress,
+                     leave=False):
+        args = random_arguments(mod[name], dev)
+        evaluator = runtime_module.time_evaluator(name, dev, number=1, repeat=options.repeats,
+                                                  min_repeat_ms=options.min_repeat_ms)
+        timing = evaluator(*args)
+        samples = np.asarray(timing.results, dtype=float)
+        results[name] = Measurement(float(np.median(samples)), float(samples.std()), len(samples), source)
+    return results
+
+
+def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> LinkMeasurement:
+    """Copy tensors of several sizes from ``src`` to ``dst`` and fit latency + bytes / bandwidth."""
+    import tvm
+
+    source, target = tvm.device(src.kind, src.index), tvm.device(dst.kind, dst.index)
+    seconds = []
+    for nbytes in sizes:
+        array = tvm.runtime.tensor(np.zeros(nbytes // 4, dtype="float32"), source)
+        destination = tvm.runtime.empty(array.shape, "float32", target)
+        samples = []
+        for _ in range(repeats + 1):                       # the first copy warms up
+            began = time.perf_counter()
+            array.copyto(destination)
+            target.sync()
+            samples.append(time.perf_counter() - began)
+        seconds.append(float(np.median(samples[1:])))
+    fit = fit_link(np.asarray(sizes, dtype=float), np.asarray(seconds))
+    return LinkMeasurement(fit.latency_s, fit.bandwidth_Bps, fit.max_rel_error)
+
+
+class MeasuredCostModel(CostModel):
+    """Measured seconds where the device is present, roofline estimates (said loudly) elsewhere.
+
+    ``mod`` and ``kernel_func`` come from an Extraction: the lowered module, and each graph node's
+    PrimFunc name in it. ``tuning`` maps a device name to the TuningResult whose MetaSchedule
+    database the build applies on that device (its digest goes into the cache key)."""
+
+    def __init__(self, graph: OpGraph, platform: Platform, mod: Any, kernel_func: dict[str, str], *,
+                 cache: ProfileCache | None = None, options: MeasureOptions | None = None,
+                 tuning: dict[str, Any] | None = None):
+        super().__init__(platform)
+        self.graph, self.mod, self.kernel_func = graph, mod, kernel_func
+        self.cache, self.options = cache, options or MeasureOptions()
+        self.tuning = tuning or {}
+        self.hash_of = {k.attrs["primfunc"]: k.attrs["primfunc_hash"] for k in graph.kernels.values()
+                        if "primfunc_hash" in k.attrs}
+        self.times: dict[str, dict[str, float]] = {}       # device -> PrimFunc name -> seconds
+        self.spread: dict[str, dict[str, float]] = {}
+        self.origin: dict[str, str] = {}                   # device -> "measured" | "tuned"
+        self.links: dict[tuple[str, str], Link] = {}
+        self.measured_now = 0                              # kernels timed in this run, not from the cache
+        self.estimate = RooflineCostModel(graph, platform)
+        present = [d for d in platform.devices if device_present(d)]
+        self.absent = [d.name for d in platform.devices if d not in present]
+        if self.absent:
+            log.warning("devices not present here, priced by the roofline estimate: %s", ", ".join(self.absent))
+        for device in present:
+            self._measure_device(device)
+        self._measure_links(present)
+
+    # -------------------------------------------------------------- kernels
+    def _measure_device(self, device: Device) -> None:
+        import tvm
+
+        target = tvm_target(device)
+        target_key = json.dumps(target.export(), sort_keys=True, default=str)
+        tuned = self.tuning.get(device.name)
+        schedule = schedule_name(device, tuned.digest if tuned else None)
+        source = "tuned" if tuned else "measured"
+        names = sorted(set(self.kernel_func.values()))
+        keys = {name: ProfileKey(self.hash_of[name], target_key, profile_device_label(device), tvm.__version__, schedule)
+                for name in names}
+        cached = self.cache.get_many(list(keys.values())) if self.cache else {}
+        missing = {name: self.mod[name] for name, key in keys.items() if key not in cached}
+        fresh: dict[str, Measurement] = {}
+        if missing:
+            log.info("timing %d kernels on %s (%d from the cache)", len(missing), device.name, len(names) - len(missing))
+            fresh = time_primfuncs(missing, device, self.options, tuned.database if tuned else None, source)
+            self.measured_now += len(fresh)
+            if self.cache:
+                self.cache.put_many({keys[name]: m for name, m in fresh.items()})
+        by_name = {name: fresh[name] if name in fresh else cached[keys[name]] for name in names}
+        self.times[device.name] = {name: m.median_s for name, m in by_name.items()}
+        self.spread[device.name] = {name: m.spread_s for name, m in by_name.items()}
+        self.origin[device.name] = source
+
+    def compute_s(self, kernel: str, device: str) -> float:
+        allowed = self.graph.kernels[kernel].allowed_devices
+        if allowed is not None and device not in allowed:
+            return math.inf
+        measured = self.times.get(device)
+        if measured is None:
+            return self.estimate.compute_s(kernel, device)
+        return measured[self.kernel_func[kernel]]
+
+    def spread_s(self, kernel: str, device: str) -> float | None:
+        spread = self.spread.get(device)
+        return None if spread is None else spread[self.kernel_func[kernel]]
+
+    def source(self, kernel: str, device: str) -> str:
+        return self.origin.get(device, "estimated")
+
+    # -------------------------------------------------------------- links
+    def _measure_links(self, present: list[Device]) -> None:
+        import tvm
+
+        for src in present:
+            for dst in present:
+                if src.name == dst.name:
+                    continue
+                key = LinkKey(src.device, dst.device, host_platform.node(), tvm.__version__)
+                measured = self.cache.get_link(key) if self.cache else None
+                if measured is None:
+                    try:
+                        measured = time_link(src, dst)
+                    except ValueError as error:        # copy times that do not grow with size: noise
+                        log.warning("link %s -> %s not fitted (%s); using the platform's figures", src.name,
+                                    dst.name, error)
+                        continue
+                    if self.cache:
+                        self.cache.put_link(key, measured)
+                self.links[(src.name, dst.name)] = Link(src.name, dst.name, measured.latency_s, measured.bandwidth_Bps)
+
+    def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
+        if src == dst:
+            return 0.0
+        link = self.links.get((src, dst))
+        return link.transfer_s(nbytes) if link else self.platform.transfer_s(nbytes, src, dst)
+
+    # -------------------------------------------------------------- export
+    def to_table(self):
+        """All costs (kernels and links) as a TableCostModel: measure here, plan anywhere."""
+        from .table import TableCostModel
+
+        compute = {k: {d: self.compute_s(k, d) for d in self.platform.device_names} for k in self.graph.kernels}
+        sources = {d: self.source(next(iter(self.graph.kernels)), d) for d in self.platform.device_names}
+        return TableCostModel(self.platform, compute, dict(self.links), sources)
+
+
+def time_whole_model(mod, entry: str, inputs: list, weights: list, device: Device, options: MeasureOptions,
+                     database=None) -> Measurement:
+    """The lowered module run whole by the Relax VM on ``device``, with the same schedules as the
+    per-kernel builds: the figure the sum of kernel times must match."""
+    import tvm
+    from tvm import relax
+
+    target = tvm_target(device)
+    scheduled = schedule_for_target(mod, target, database)
+    executable = tvm.compile(scheduled, target=target, relax_pipeline=relax.get_default_pipeline(target))
+    dev = tvm.device(device.kind, device.index)
+    set_cpu_threads(device)
+    vm = relax.VirtualMachine(executable, dev)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [w.copyto(dev) if hasattr(w, "copyto")
+                                                           else tvm.runtime.tensor(w, dev) for w in weights]
+    timing = vm.time_evaluator(entry, dev, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms)(*args)
+    samples = np.asarray(timing.results, dtype=float)
+    return Measurement(float(np.median(samples)), float(samples.std()), len(samples),
+                       "tuned" if database is not None else "measured")
