@@ -104,6 +104,7 @@ def test_profile_command_and_measured_plan(tmp_path):
     assert not_tvm.returncode == 2 and "measured costs need a model that TVM builds" in not_tvm.stderr
 
 
+@pytest.mark.slow          # about two minutes: MetaSchedule on every kernel of a small ResNet-18
 def test_tuned_profile_applies_its_database(tmp_path):
     env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "profile", "resnet18:resolution=16,classes=4",
@@ -112,4 +113,13 @@ def test_tuned_profile_applies_its_database(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert {r["source"] for r in rows if r["device"] == "cpu0"} == {"tuned"}
-    assert (tmp_path / "cache" / "metaschedule").is_dir()
+    (database,) = (tmp_path / "cache" / "metaschedule").iterdir()
+    reuse = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "plan", "resnet18:resolution=16,classes=4",
+                            "--platform", "cpu2", "--tuning-db", str(database), "--json", "-"], capture_output=True,
+                           text=True, env=env, timeout=600)
+    assert reuse.returncode == 0, reuse.stderr
+    assert json.loads(reuse.stdout)["cost_sources"] == {"cpu0": "tuned", "cpu1": "tuned"}
+    missing = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "plan", "resnet18:resolution=16,classes=4",
+                              "--platform", "cpu2", "--tuning-db", str(tmp_path)], capture_output=True, text=True,
+                             env=env, timeout=600)
+    assert missing.returncode == 2 and "no MetaSchedule database" in missing.stderr

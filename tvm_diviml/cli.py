@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from typing import Any
 
@@ -95,7 +96,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity,
-                             tune=args.tune)
+                             tune=args.tune, tuning_db=args.tuning_db)
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -138,7 +139,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     workload = load_workload(args.model, args.platform or "cpu2", "measured", shapes=args.shape,
-                             granularity=args.granularity, tune=args.tune)
+                             granularity=args.granularity, tune=args.tune, tuning_db=args.tuning_db)
     costs = workload.costs
     rows = []
     for kernel in workload.graph.topo_order:
@@ -151,6 +152,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for row in rows:
         spread = "-" if row["spread_us"] is None else f"{row['spread_us']:.1f}"
         print(f"{row['kernel'][:43]:<44}{row['device']:<12}{row['median_us']:>14.1f}{spread:>12}  {row['source']}")
+    _print_roofline_fits(workload.graph, costs)
     for (src, dst), link in costs.links.items():
         print(f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
               "(measured)")
@@ -166,6 +168,26 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise DivimlInputError(f"cannot write: {error.strerror}", source=args.export) from None
         print(f"all costs written to {args.export}: plan anywhere with --cost {args.export}")
     return 0
+
+
+def _print_roofline_fits(graph, costs) -> None:
+    """How far to trust the roofline: its figures fitted to each measured device, and the error."""
+    import numpy as np
+
+    from .cost.fit import fit_roofline
+
+    flops = np.array([k.flops for k in graph.kernels.values()])
+    moved = np.array([k.bytes_moved for k in graph.kernels.values()])
+    for device in costs.times:
+        seconds = np.array([costs.compute_s(k, device) for k in graph.kernels])
+        try:
+            fit = fit_roofline(flops, moved, seconds)
+        except ValueError as error:
+            print(f"roofline fit for {device}: not possible ({error})")
+            continue
+        print(f"roofline fit for {device}: {fit.peak_flops / 1e9:.2f} GFLOP/s, {fit.bandwidth_Bps / 1e9:.2f} GB/s, "
+              f"{fit.overhead_s * 1e6:.1f} us per kernel; error per kernel: median {100 * fit.median_rel_error:.0f}%, "
+              f"90th percentile {100 * fit.p90_rel_error:.0f}%")
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -234,16 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument("--cost", help="roofline (default), measured (time the kernels with TVM on the devices "
                       "present, roofline for the rest), or a cost table .json (msr-fiddle files bring their own)")
-    plan.add_argument("--tune", type=_positive_int, default=0, metavar="TRIALS",
-                      help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring")
+    _tuning_arguments(plan)
     plan.add_argument("--json", metavar="PATH", help="write the plan row as JSON to PATH, or - for stdout")
     plan.set_defaults(run=cmd_plan)
 
     profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
     _model_arguments(profile)
     profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
-    profile.add_argument("--tune", type=_positive_int, default=0, metavar="TRIALS",
-                         help="tune each kernel with MetaSchedule (TRIALS per kernel) first")
+    _tuning_arguments(profile)
     profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
     profile.add_argument("--export", metavar="PATH", help="write all costs (kernels and links) as a cost table "
                          "that --cost PATH reads")
@@ -271,6 +291,12 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bind a symbolic dimension of an imported model (repeatable)")
     parser.add_argument("--granularity", choices=["fused", "operator"], default="fused",
                         help="one node per fused kernel (default) or per operator")
+
+
+def _tuning_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tune", type=_positive_int, default=0, metavar="TRIALS",
+                        help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring")
+    parser.add_argument("--tuning-db", metavar="DIR", help="apply an existing MetaSchedule database (its work_dir)")
 
 
 def _shape_binding(text: str) -> tuple[str, int]:
@@ -303,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("diviml: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:               # output piped into head or a closed pager: not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[
         "kernels": len(problem.graph),
         "edges": len(problem.graph.edges),
         "cost_source": cost_source,
+        "cost_sources": {d: problem.costs.source(next(iter(problem.graph.kernels)), d)
+                         for d in problem.platform.device_names} if len(problem.graph) else {},
         "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
         "assignment": plan.assignment,
         "stages": plan.stages,
@@ -83,7 +85,8 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     what = "latency" if row["objective"] == "latency" else "period"
     lines = [
         f"model {row['model']}: {row['kernels']} kernels, {row['edges']} edges; platform {row['platform']}; "
-        f"costs: {row['cost_source']}",
+        f"costs: {row['cost_source']} ("
+        + ", ".join(f"{d} {s}" for d, s in row["cost_sources"].items()) + ")",
         f"objective {row['objective']} (mode {row['mode']}), solver {row['solver']}, solved in "
         f"{row['solve_s']:.3f} s{' (proven optimal)' if row['optimal'] else ''}",
         f"{what}: {format_seconds(row['value_s'])}   lower bound: {format_seconds(row['lower_bound_s'])}   gap: "

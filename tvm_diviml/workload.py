@@ -100,9 +100,11 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
     return ModelGraph(loaded.extraction.graph, loaded)
 
 
-def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int = 0, progress: bool = True):
-    """Kernel costs timed with TVM on the present devices (tuned first with ``tune`` MetaSchedule
-    trials per kernel), through the persistent profile cache."""
+def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int = 0, tuning_db: str | None = None,
+                   progress: bool = True):
+    """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
+    as built, after ``tune`` MetaSchedule trials per kernel, or with a user's MetaSchedule database
+    (``tuning_db``, a work_dir) applied."""
     from .cost.cache import ProfileCache, default_cache_dir
     from .cost.measured import MeasureOptions, MeasuredCostModel, tune_for_devices
 
@@ -111,6 +113,12 @@ def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int
                                hint="give a zoo name or an .onnx file, or use --cost roofline or a cost FILE")
     extraction = loaded.extraction
     tuning = {}
+    if tuning_db and tune:
+        raise DivimlInputError("--tune and --tuning-db both choose the schedules", field="--tuning-db",
+                               hint="give one of them")
+    if tuning_db:
+        from .cost.measured import existing_tuning
+        tuning = existing_tuning(tuning_db, platform.devices)
     if tune:
         funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
         tuning = tune_for_devices(funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"),
@@ -120,7 +128,8 @@ def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int
 
 
 def load_workload(model: str, platform: str | None = None, cost: str | None = None, *,
-                  shapes: dict[str, int] | None = None, granularity: str = "fused", tune: int = 0) -> Workload:
+                  shapes: dict[str, int] | None = None, granularity: str = "fused", tune: int = 0,
+                  tuning_db: str | None = None) -> Workload:
     found = load_graph(model, shapes=shapes, granularity=granularity)
     if found.platform is not None:
         if platform is not None or cost is not None:
@@ -129,13 +138,14 @@ def load_workload(model: str, platform: str | None = None, cost: str | None = No
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
     plat = get_platform(platform or DEFAULT_PLATFORM)
-    cost = cost or ("measured" if tune else "roofline")
-    if tune and cost != "measured":
-        raise DivimlInputError("--tune applies to measured costs", field="--tune", hint="drop --cost or use --cost measured")
+    cost = cost or ("measured" if tune or tuning_db else "roofline")
+    if (tune or tuning_db) and cost != "measured":
+        raise DivimlInputError("--tune and --tuning-db apply to measured costs", field="--cost",
+                               hint="drop --cost or use --cost measured")
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":
-        costs = measured_costs(graph, plat, found.loaded, tune=tune)
+        costs = measured_costs(graph, plat, found.loaded, tune=tune, tuning_db=tuning_db)
     else:
         costs = TableCostModel.load(cost, plat, graph)
     return Workload(graph, plat, costs, model, cost, loaded=found.loaded)

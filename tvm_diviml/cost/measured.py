@@ -62,6 +62,17 @@ def tvm_target(device: Device):
     return tvm.target.Target(device.target)
 
 
+def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
+    """A user's MetaSchedule database applied on every present device of its target kind."""
+    from types import SimpleNamespace
+
+    from .tuning import database_digest, open_database
+
+    database = open_database(work_dir)
+    tuned = SimpleNamespace(database=database, digest=database_digest(database))
+    return {d.name: tuned for d in devices if device_present(d)}
+
+
 def tune_for_devices(funcs: dict[str, Any], devices: list[Device], trials: int, work_root: str,
                      progress: bool = True) -> dict[str, Any]:
     """Tune ``funcs`` with MetaSchedule for each present device's target (one database per target,
