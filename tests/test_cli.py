@@ -19,9 +19,9 @@ CONTRACT_KEYS = {"model", "platform", "objective", "mode", "solver", "value_s", 
                  "optimal", "assignment", "stages", "baselines"}
 
 
-def diviml(*args, cwd=None):
+def diviml(*args, cwd=None, env=None, timeout=120):
     return subprocess.run([sys.executable, "-m", "tvm_diviml.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+                          cwd=cwd, env=env, timeout=timeout)
 
 
 @pytest.fixture

@@ -1,8 +1,6 @@
 """Measured kernel costs: end to end on a tiny model, through the cache, with absent devices
 estimated, links measured, and export / import of the whole profile."""
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,6 +11,8 @@ from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_p
 from tvm_diviml.cost.table import TableCostModel  # noqa: E402
 from tvm_diviml.passes.load import load_model  # noqa: E402
 from tvm_diviml.platform import Device, get_platform  # noqa: E402
+
+from .test_cli import diviml  # noqa: E402
 
 FAST = MeasureOptions(repeats=3, min_repeat_ms=1, progress=False)
 
@@ -84,8 +84,10 @@ def test_export_then_import_gives_the_same_costs(tiny, tmp_path):
 
 def test_profile_command_and_measured_plan(tmp_path):
     env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tvm_diviml.cli", *a], capture_output=True, text=True,  # noqa: E731
-                                    env=env, timeout=300)
+
+    def run(*args):
+        return diviml(*args, env=env, timeout=300)
+
     model = "resnet18:resolution=16,classes=4"
     profile = run("profile", model, "--platform", "cpu2", "--export", str(tmp_path / "costs.json"))
     assert profile.returncode == 0, profile.stderr
@@ -107,19 +109,16 @@ def test_profile_command_and_measured_plan(tmp_path):
 @pytest.mark.slow          # about two minutes: MetaSchedule on every kernel of a small ResNet-18
 def test_tuned_profile_applies_its_database(tmp_path):
     env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "profile", "resnet18:resolution=16,classes=4",
-                             "--tune", "2", "--json", str(tmp_path / "rows.json")], capture_output=True, text=True,
-                            env=env, timeout=600)
+    result = diviml("profile", "resnet18:resolution=16,classes=4", "--tune", "2", "--json", tmp_path / "rows.json",
+                    env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert {r["source"] for r in rows if r["device"] == "cpu0"} == {"tuned"}
     (database,) = (tmp_path / "cache" / "metaschedule").iterdir()
-    reuse = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "plan", "resnet18:resolution=16,classes=4",
-                            "--platform", "cpu2", "--tuning-db", str(database), "--json", "-"], capture_output=True,
-                           text=True, env=env, timeout=600)
+    reuse = diviml("plan", "resnet18:resolution=16,classes=4", "--platform", "cpu2", "--tuning-db", database,
+                   "--json", "-", env=env, timeout=600)
     assert reuse.returncode == 0, reuse.stderr
     assert json.loads(reuse.stdout)["cost_sources"] == {"cpu0": "tuned", "cpu1": "tuned"}
-    missing = subprocess.run([sys.executable, "-m", "tvm_diviml.cli", "plan", "resnet18:resolution=16,classes=4",
-                              "--platform", "cpu2", "--tuning-db", str(tmp_path)], capture_output=True, text=True,
-                             env=env, timeout=600)
+    missing = diviml("plan", "resnet18:resolution=16,classes=4", "--platform", "cpu2", "--tuning-db", tmp_path,
+                     env=env, timeout=600)
     assert missing.returncode == 2 and "no MetaSchedule database" in missing.stderr

@@ -75,10 +75,10 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
     import tempfile
 
     import numpy as np
+    import tvm
 
     from .cost.cache import ProfileCache
-    from .cost.fit import fit_roofline
-    from .cost.measured import MeasureOptions, MeasuredCostModel, time_whole_model
+    from .cost.measured import MeasureOptions, MeasuredCostModel, time_whole_model, tune_for_devices
     from .passes.interpret import transformed_weights
     from .passes.load import load_model
     from .platform import get_platform
@@ -96,23 +96,19 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
                 costs = MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=cache,
                                           options=options)
             kernel_s = np.array([costs.compute_s(k, device.name) for k in graph.kernels])
-            import tvm
             weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
             whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options)
             row = {"suite": "costs", "model": f"{name}:" + ",".join(f"{k}={v}" for k, v in SMALL_OPTIONS[name].items()),
                    "kernels": len(graph), "sum_kernels_s": float(kernel_s.sum()), "whole_model_s": whole.median_s,
                    "sum_over_whole": float(kernel_s.sum()) / whole.median_s}
-            flops = np.array([graph.kernels[k].flops for k in graph.kernels])
-            moved = np.array([graph.kernels[k].bytes_moved for k in graph.kernels])
             try:
-                fit = fit_roofline(flops, moved, kernel_s)
+                fit = costs.roofline_fit(device.name)
                 row.update(fit_gflops=fit.peak_flops / 1e9, fit_gbps=fit.bandwidth_Bps / 1e9,
                            fit_overhead_us=fit.overhead_s * 1e6, roofline_median_err=fit.median_rel_error,
                            roofline_p90_err=fit.p90_rel_error)
             except ValueError as error:
                 row["roofline_fit"] = str(error)
             if name in tune_models:
-                from .cost.measured import tune_for_devices
                 funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
                 tuned = tune_for_devices(funcs, [device], tune_trials, f"{scratch}/{name}-ms", progress=False)[device.name]
                 tuned_whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights,

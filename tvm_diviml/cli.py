@@ -152,7 +152,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for row in rows:
         spread = "-" if row["spread_us"] is None else f"{row['spread_us']:.1f}"
         print(f"{row['kernel'][:43]:<44}{row['device']:<12}{row['median_us']:>14.1f}{spread:>12}  {row['source']}")
-    _print_roofline_fits(workload.graph, costs)
+    _print_roofline_fits(costs)
     for (src, dst), link in costs.links.items():
         print(f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
               "(measured)")
@@ -170,18 +170,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_roofline_fits(graph, costs) -> None:
+def _print_roofline_fits(costs) -> None:
     """How far to trust the roofline: its figures fitted to each measured device, and the error."""
-    import numpy as np
-
-    from .cost.fit import fit_roofline
-
-    flops = np.array([k.flops for k in graph.kernels.values()])
-    moved = np.array([k.bytes_moved for k in graph.kernels.values()])
     for device in costs.times:
-        seconds = np.array([costs.compute_s(k, device) for k in graph.kernels])
         try:
-            fit = fit_roofline(flops, moved, seconds)
+            fit = costs.roofline_fit(device)
         except ValueError as error:
             print(f"roofline fit for {device}: not possible ({error})")
             continue

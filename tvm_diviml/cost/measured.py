@@ -255,6 +255,15 @@ class MeasuredCostModel(CostModel):
             return self.estimate.compute_s(kernel, device)
         return measured[self.kernel_func[kernel]]
 
+    def roofline_fit(self, device: str):
+        """The roofline fitted to ``device``'s measured kernels (how far to trust the estimate);
+        raises ValueError where no fit is possible."""
+        from .fit import fit_roofline
+
+        kernels = list(self.graph.kernels.values())
+        return fit_roofline(np.array([k.flops for k in kernels]), np.array([k.bytes_moved for k in kernels]),
+                            np.array([self.compute_s(k.name, device) for k in kernels]))
+
     def spread_s(self, kernel: str, device: str) -> float | None:
         spread = self.spread.get(device)
         return None if spread is None else spread[self.kernel_func[kernel]]
