@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # Extras for the test environment; add torch to test the torch.export importer too
 # (make test EXTRAS=test,onnx,torch).
-EXTRAS ?= test,onnx
+EXTRAS ?= test,onnx,cpsat
 comma := ,
 TEST_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 

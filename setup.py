@@ -23,14 +23,20 @@ setup(
         # 0.1.15.post2 segfaults in tvm.ir.save_json (and MetaSchedule's JSON database); 0.1.14.post0 works.
         "apache-tvm-ffi==0.1.14.post0",
         "mip>=2.0,<2.1",
+        # HiGHS for python-mip: 1.4-9x faster than CBC on our latency MILPs. highsbox, not highspy: the
+        # highspy wheel's library does not export the C API python-mip loads (it warns on every run).
+        "highsbox>=1.10,<2",
         "networkx>=3.0",
         "numpy>=1.24",
         "tqdm>=4",                      # progress bars for profiling and long solves
+        "matplotlib>=3.7",              # --gantt schedule pictures
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "setuptools>=68", "wheel"],  # build tools: the packaging test builds a wheel offline
         "onnx": ["onnx>=1.14"],
         "torch": ["torch>=2.2"],
+        # CP-SAT proves optima the MILP cannot; it runs in a subprocess (OR-Tools and CBC clash in one).
+        "cpsat": ["ortools>=9.10,<10"],
     },
     entry_points={"console_scripts": ["diviml=tvm_diviml.cli:main"]},
 )

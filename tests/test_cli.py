@@ -84,10 +84,26 @@ def test_plan_on_real_msr_fiddle_inference_files(msr_fiddle_dir):
         assert json.loads(result.stdout)["feasible"]
 
 
-def test_demo_and_platforms_run():
-    demo = diviml("demo")
+@pytest.mark.parametrize("solver", ["greedy", "heft", "milp", "split"])
+def test_latency_solvers_through_the_cli(solver):
+    result = diviml("plan", "random:kernels=10,seed=2", "--platform", "paper-node", "--solver", solver,
+                    "--time-limit", "30", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert CONTRACT_KEYS <= set(row) and row["solver"] == solver and row["kernels"] == 10
+    assert {"fastest_single_device", "heft", "greedy"} <= set(row["baselines"])
+    assert row["lower_bound_s"] <= row["value_s"] * (1 + 1e-9) and row["gap"] >= -1e-9
+    if solver in ("milp", "split"):           # both start from the best of the baselines
+        assert row["value_s"] <= min(row["baselines"].values()) * (1 + 1e-9)
+    if solver == "milp":                      # 10 kernels close well within the limit
+        assert row["optimal"]
+
+
+def test_demo_and_platforms_run(tmp_path):
+    demo = diviml("demo", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
-    assert demo.stdout.count("lower bound") == 3
+    assert demo.stdout.count("lower bound") == 3 and "solver split" in demo.stdout
+    assert (tmp_path / "demo_schedule.png").stat().st_size > 0
     platforms = diviml("platforms")
     assert platforms.returncode == 0 and "paper-node" in platforms.stdout and "gpuK" in platforms.stdout
     preset = diviml("platforms", "--json", "cpu2")
@@ -147,6 +163,11 @@ BAD_INPUTS = {
     "unbound symbolic onnx dimension": lambda t: (["graph", _tiny_onnx(t)], ["tiny.onnx", "symbolic dimension 'N'",
                                                                             "--shape N=VALUE"]),
     "shape for a zoo model": lambda t: (["graph", "resnet18", "--shape", "N=2"], ["--shape applies to imported"]),
+    "latency solver for throughput": lambda t: (["plan", "random:kernels=4", "--objective", "throughput",
+                                                 "--solver", "heft"], ["objective", "throughput"]),
+    "memory nothing can hold": lambda t: (["plan", _write(t, "big.json", _graph_json(weights={"w": 1e15}, kernels=[
+        {"name": "k0", "weights": ["w"]}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}])),
+        "--platform", "paper-node", "--solver", "milp"], ["k0", "needs", "931322.6 GiB", "192.0 GiB"]),
     "unwritable json": lambda t: (["plan", "random", "--json", t / "no" / "such" / "dir.json"], ["cannot write"]),
 }
 

@@ -8,10 +8,18 @@ their fastest feasible device and communication is free, so no bound depends on 
   ``period_overlap``, where a replicated kernel splits the stream).
 - ``average_load``: the devices' loads sum to at least the sum of fastest times, so the largest is
   at least that sum over the number of devices (over the number of stages for pipelines).
+- ``lp_load`` (latency, period_overlap, stage_serial): min T s.t. every kernel is split over its
+  feasible devices (fractions summing to 1) and every device's load is at most T. It knows that
+  devices differ, so it beats ``average_load`` on heterogeneous machines; with replicas it still
+  holds, because a replicated kernel is exactly such a fractional split; for pipelines each stage
+  has a device of its own and costs at least its work there.
 """
 from __future__ import annotations
 
+import mip
+
 from .solvers.base import Problem
+from .solvers.milp import new_model
 
 
 def fastest_times(problem: Problem) -> dict[str, float]:
@@ -34,6 +42,8 @@ def lower_bounds(problem: Problem) -> dict[str, float]:
     parts["average_load"] = sum(fastest.values()) / devices
     if mode != "period_overlap":
         parts["largest_kernel"] = max(fastest.values(), default=0.0)
+    if mode in ("latency", "period_overlap", "stage_serial"):
+        parts["lp_load"] = lp_load_bound(problem)
     if mode == "latency":
         finish: dict[str, float] = {}
         for kernel in graph.topo_order:
@@ -45,3 +55,31 @@ def lower_bounds(problem: Problem) -> dict[str, float]:
 
 def lower_bound(problem: Problem) -> float:
     return max(lower_bounds(problem).values(), default=0.0)
+
+
+def lp_load_bound(problem: Problem) -> float:
+    """The LP load bound (DESIGN.md "Lower bounds for placement", (ii))."""
+    kernels = list(problem.graph.kernels)
+    if not kernels:
+        return 0.0
+    fastest = fastest_times(problem)
+    unit = sum(fastest.values()) / len(kernels) or 1.0       # seconds are tiny against solver tolerances
+    model = new_model("lp_load", "highs")
+    T = model.add_var(lb=0.0)
+    load: dict[str, list] = {d: [] for d in problem.platform.device_names}
+    for kernel in kernels:
+        shares = []
+        for device in problem.feasible_devices(kernel):
+            x = model.add_var(lb=0.0, ub=1.0)
+            shares.append(x)
+            load[device].append(problem.costs.compute_s(kernel, device) / unit * x)
+        model += mip.xsum(shares) == 1
+    for terms in load.values():
+        if terms:
+            model += mip.xsum(terms) <= T
+    model.objective = mip.minimize(T)
+    status = model.optimize(relax=True)
+    if status != mip.OptimizationStatus.OPTIMAL:
+        return 0.0
+    # An LP solved to optimality: its value is the bound, less a relative slack for the solver's tolerances.
+    return max(model.objective_value, 0.0) * unit * (1 - 1e-6)

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from . import __version__
+from .dataparallel import format_batch_splits, plan_with_batch_splits
 from .errors import DivimlInputError
 from .plan import OBJECTIVES
 from .platform import PRESETS, get_platform, preset_names
@@ -95,20 +96,33 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity,
-                             tune=args.tune, tuning_db=args.tuning_db)
-    objective = args.objective or workload.default_objective
-    problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
-    if objective == "pipeline" and args.stages is None:
-        problem.stages = len(workload.platform.devices)
-    _, _, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
-                                 time_limit_s=args.time_limit, seed=args.seed)
+    if args.batch_split > 1:
+        plan, sim, row, problem = plan_with_batch_splits(
+            args.model, args.platform, args.cost, args.batch_split, args.solver, args.objective, args.time_limit,
+            args.seed, stages=args.stages, shapes=args.shape, granularity=args.granularity, tune=args.tune,
+            tuning_db=args.tuning_db)
+    else:
+        workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape,
+                                 granularity=args.granularity, tune=args.tune, tuning_db=args.tuning_db)
+        objective = args.objective or workload.default_objective
+        problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
+        if objective == "pipeline" and args.stages is None:
+            problem.stages = len(workload.platform.devices)
+        plan, sim, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
+                                          time_limit_s=args.time_limit, seed=args.seed)
     if args.json != "-":
-        print(format_row(row, workload.platform.device_names))
+        print(format_row(row, problem.platform.device_names))
+        if "batch_splits_tried" in row:
+            print(format_batch_splits(row))
     if args.json:
         write_json(row, args.json)
         if args.json != "-":
             print(f"\nplan written to {args.json}")
+    if args.gantt:
+        from .gantt import draw_schedule
+
+        draw_schedule(problem.graph, problem.platform, problem.costs, plan, sim, args.gantt)
+        print(f"schedule drawn to {args.gantt}", file=sys.stderr if args.json == "-" else sys.stdout)
     return 0 if row["feasible"] else 1
 
 
@@ -117,7 +131,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     model = "inception_v3"
     print(f"tvm-diviml demo: {model} (the zoo's Inception-v3, many parallel branches) is built with TVM Relax,\n"
           "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
-          "with roofline costs, for each objective.\n")
+          "with roofline costs: for latency by DiviML's splitting heuristic (exact MILPs on small modules),\n"
+          "for throughput and pipelines by the single-device baseline (their solvers come next).\n")
     workload = load_workload(model, "paper-node", "roofline")
     graph = workload.graph
     width, _ = graph.widest_antichain()
@@ -126,9 +141,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for objective in OBJECTIVES:
         problem = Problem(graph, workload.platform, workload.costs, objective=objective,
                           stages=len(workload.platform.devices))
-        _, _, row = solve_and_report(problem, "fastest_single_device", workload.model, workload.cost_source)
+        solver = "split" if objective == "latency" else "fastest_single_device"
+        plan, sim, row = solve_and_report(problem, solver, workload.model, workload.cost_source, time_limit_s=60)
         print(f"== {objective} ==")
         print(format_row(row, workload.platform.device_names))
+        if objective == "latency" and args.gantt:
+            from .gantt import draw_schedule
+
+            draw_schedule(graph, workload.platform, workload.costs, plan, sim, args.gantt)
+            print(f"schedule drawn to {args.gantt}")
         print()
     cpu = workload.platform.device("cpu")
     print(f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
@@ -196,10 +217,18 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import inspect
+
     from .bench import SUITES, markdown_table
 
+    given = {"--time-limit": ("time_limit_s", args.time_limit), "--quick": ("quick", args.quick)}
+    accepted = inspect.signature(SUITES[args.suite]).parameters
+    refused = [flag for flag, (key, value) in given.items() if value and key not in accepted]
+    if refused:
+        raise DivimlInputError(f"suite '{args.suite}' takes no {' or '.join(refused)}", field="--suite",
+                               hint="drop the option, or use --suite latency")
     rows = []
-    for row in SUITES[args.suite]():
+    for row in SUITES[args.suite](**{key: value for key, value in given.values() if value}):
         rows.append(row)
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "suite"),
               flush=True)
@@ -223,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="the main job on built-in defaults")
+    demo.add_argument("--gantt", metavar="PATH", default="demo_schedule.png",
+                      help="where to draw the latency schedule (default demo_schedule.png; '' for none)")
     demo.set_defaults(run=cmd_demo)
 
     platforms = commands.add_parser("platforms", help="list the platform presets")
@@ -247,10 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--solver", choices=sorted(SOLVERS), default="fastest_single_device")
     plan.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="solver time limit in seconds")
     plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("--batch-split", type=_positive_int, default=1, metavar="R",
+                      help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
+                      "of B as sub-batch copies placed together; the best plan wins, the bound is the minimum")
     plan.add_argument("--cost", help="roofline (default), measured (time the kernels with TVM on the devices "
                       "present, roofline for the rest), or a cost table .json (msr-fiddle files bring their own)")
     _tuning_arguments(plan)
     plan.add_argument("--json", metavar="PATH", help="write the plan row as JSON to PATH, or - for stdout")
+    plan.add_argument("--gantt", metavar="PATH", help="draw the plan's schedule (or its loads) as a PNG to PATH")
     plan.set_defaults(run=cmd_plan)
 
     profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
@@ -271,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--suite", choices=sorted(SUITES), default="simulator")
     bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
+    bench.add_argument("--time-limit", type=float, metavar="S", help="solver time limit in seconds (suite latency)")
+    bench.add_argument("--quick", action="store_true", help="only a few small rows (suite latency)")
     bench.set_defaults(run=cmd_bench)
     return parser
 

@@ -26,6 +26,10 @@ def solve_and_report(problem: Problem, solver: str, model: str, cost_source: str
     baselines["fastest_single_device"] = simulate(problem.graph, problem.platform, problem.costs, single).value_s
     for device, entry in single.attrs["per_device"].items():
         baselines[f"single:{device}"] = entry["value_s"]
+    if problem.objective == "latency":
+        for name in ("heft", "greedy"):
+            other = plan if solver == name else get_solver(name).solve(problem)
+            baselines[name] = simulate(problem.graph, problem.platform, problem.costs, other).value_s
     parts = lower_bounds(problem)
     if plan.lower_bound_s is not None:
         parts["solver"] = plan.lower_bound_s
@@ -94,6 +98,9 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     ]
     if row["objective"] != "latency" and row["value_s"] > 0:
         lines[-1] += f"   throughput: {1 / row['value_s']:.2f} /s"
+    others = {name: value for name, value in row["baselines"].items() if not name.startswith("single:")}
+    if others:
+        lines.append("baselines: " + ", ".join(f"{name} {format_seconds(value)}" for name, value in others.items()))
     if row["speedup_over_fastest_single_device"] is not None:
         lines.append(f"speed-up over the fastest single device: {row['speedup_over_fastest_single_device']:.2f}x")
     if not row["feasible"]:

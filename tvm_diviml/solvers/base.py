@@ -52,12 +52,27 @@ class Problem:
 
 
     def validate(self) -> None:
-        """Fail early, naming the kernel or group, when no plan at all can satisfy the constraints."""
+        """Fail early, naming the kernel or group, when no plan at all can satisfy the constraints:
+        no device may run a kernel, a co-location group has no common device, the weights of one
+        kernel or group exceed every device that may hold them, or the model's weights exceed all
+        devices together."""
+        def roomiest(devices: list[str]) -> tuple[str, float]:
+            capacity = {d: self.platform.device(d).memory_bytes for d in devices}
+            device = max(devices, key=lambda d: math.inf if capacity[d] is None else capacity[d])
+            return device, math.inf if capacity[device] is None else capacity[device]
+
         groups: dict[str, list[str]] = {}
         for kernel in self.graph.kernels.values():
-            if not self.feasible_devices(kernel.name):
+            devices = self.feasible_devices(kernel.name)
+            if not devices:
                 raise DivimlInputError(f"kernel '{kernel.name}' can run on no device of '{self.platform.name}'",
                                        field="allowed_devices", hint="allow a device, or give it a finite cost")
+            need = self.graph.weight_bytes([kernel.name])
+            device, capacity = roomiest(devices)
+            if need > capacity:
+                raise DivimlInputError(f"kernel '{kernel.name}' needs {format_bytes(need)} of weights, but the "
+                                       f"largest device it may run on, '{device}', has {format_bytes(capacity)}",
+                                       field="memory_bytes", hint="allow the kernel on a device with more memory")
             if kernel.colocate is not None:
                 groups.setdefault(kernel.colocate, []).append(kernel.name)
         for group, members in groups.items():
@@ -70,15 +85,36 @@ class Problem:
                                        "its kernels", field="colocate",
                                        hint="allow a common device for those kernels, or split the group")
             need = self.graph.weight_bytes(members)
-            fits = [d for d in common if (self.platform.device(d).memory_bytes or float("inf")) >= need]
-            if not fits:
-                raise DivimlInputError(f"co-location group '{group}' needs {format_bytes(need)} of weights, more "
-                                       "than any device that can run it has", field="colocate",
+            device, capacity = roomiest([d for d in self.platform.device_names if d in common])
+            if need > capacity:
+                raise DivimlInputError(f"co-location group '{group}' needs {format_bytes(need)} of weights, but the "
+                                       f"largest device that can run all of it, '{device}', has "
+                                       f"{format_bytes(capacity)}", field="colocate",
                                        hint="split the group or use a device with more memory")
+        total = self.graph.weight_bytes(self.graph.kernels)
+        capacities = [d.memory_bytes for d in self.platform.devices]
+        if None not in capacities and total > sum(capacities):
+            each = ", ".join(f"'{d.name}' {format_bytes(d.memory_bytes)}" for d in self.platform.devices[:8])
+            raise DivimlInputError(f"the model's weights need {format_bytes(total)}, more than all devices hold "
+                                   f"together: {format_bytes(sum(capacities))} ({each}"
+                                   f"{', ...' if len(capacities) > 8 else ''})", field="memory_bytes",
+                                   hint="add devices or use devices with more memory")
 
 
 class Solver(ABC):
     name: str = ""
+    objectives: tuple[str, ...] = OBJECTIVES       # the objectives this solver can place for
+
+    def check_objective(self, problem: Problem) -> None:
+        """Refuse an objective this solver does not do, naming the solvers that do it."""
+        if problem.objective in self.objectives:
+            return
+        from . import SOLVERS                      # the registry imports the solver modules
+
+        others = [name for name, cls in SOLVERS.items() if problem.objective in cls.objectives]
+        raise DivimlInputError(f"solver {self.name} does {' and '.join(self.objectives)}, not '{problem.objective}'",
+                               field="objective", hint=f"for {problem.objective} use --solver "
+                               + " or ".join(others) + (" (with --stages K)" if problem.objective == "pipeline" else ""))
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
         self.time_limit_s = time_limit_s

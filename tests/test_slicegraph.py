@@ -1,0 +1,274 @@
+"""SliceGraph (MTPP): the slicing DP against brute force and the simulator's ``stage_serial`` mode,
+hand-priced heterogeneous stages, the BRKGA around it, the pipeline bounds, and input errors.
+
+Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
+"""
+import dataclasses
+import itertools
+import math
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.bounds import lower_bound
+from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import OpGraph
+from tvm_diviml.platform import Link, Platform
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import get_solver
+from tvm_diviml.solvers.base import Problem
+from tvm_diviml.solvers.slicegraph import SliceGraph, pipeline_plan, slice_order
+from tvm_diviml.workload import load_workload
+
+from .conftest import graph_of, table, unit_platform
+from .strategies import DEVICES, dag_problems
+
+
+def pipeline(graph, platform, costs, stages):
+    return Problem(graph, platform, costs, objective="pipeline", stages=stages)
+
+
+def simulated(problem, plan):
+    return simulate(problem.graph, problem.platform, problem.costs, plan)
+
+
+def period(problem, order, devices, cuts):
+    return simulated(problem, pipeline_plan(problem, order, devices, cuts)).value_s
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def kahn_by_priority(graph, priority):
+    """The topological order that always takes the ready kernel of least priority."""
+    order, placed = [], set()
+    while len(order) < len(graph):
+        ready = [k for k in graph.kernels if k not in placed and all(e.src in placed for e in graph.pred[k])]
+        order.append(min(ready, key=lambda k: priority[k]))
+        placed.add(order[-1])
+    return order
+
+
+def ordered_splits(graph, stages):
+    """Every valid split into ``stages`` ordered, possibly empty stages, as (order, cuts)."""
+    names = graph.topo_order
+    for labels in itertools.product(range(stages), repeat=len(names)):
+        stage = dict(zip(names, labels))
+        if all(stage[e.src] <= stage[e.dst] for e in graph.edges):
+            yield sorted(names, key=stage.get), [sum(1 for x in labels if x < b) for b in range(stages + 1)]
+
+
+def best_split(problem, devices):
+    return min(period(problem, order, devices, cuts) for order, cuts in ordered_splits(problem.graph, len(devices)))
+
+
+@st.composite
+def sliced_problems(draw, max_kernels):
+    """A pipeline problem on the three-device unit platform and a sequence of distinct stage devices."""
+    graph, platform, costs = draw(dag_problems(max_kernels=max_kernels))
+    devices = list(draw(st.permutations(DEVICES)))[:draw(st.integers(1, len(DEVICES)))]
+    return pipeline(graph, platform, costs, len(devices)), devices
+
+
+# ---------------------------------------------------------------------- the DP over one order
+@settings(max_examples=60, deadline=None)
+@given(sliced_problems(max_kernels=7), st.randoms(use_true_random=False))
+def test_dp_is_the_best_slicing_of_one_order(case, rng):
+    problem, devices = case
+    order = kahn_by_priority(problem.graph, {k: rng.random() for k in problem.graph.kernels})
+    value, cuts = slice_order(problem, order, devices)
+    n = len(order)
+    brute = min(period(problem, order, devices, [0, *inner, n])
+                for inner in itertools.combinations_with_replacement(range(n + 1), len(devices) - 1))
+    assert close(value, brute)
+    assert cuts[0] == 0 and cuts[-1] == n and cuts == sorted(cuts)
+    assert close(period(problem, order, devices, cuts), value)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sliced_problems(max_kernels=5))
+def test_dp_over_all_orders_reaches_the_best_ordered_split(case):
+    problem, devices = case
+    orders = nx.all_topological_sorts(problem.graph.to_networkx())
+    best_over_orders = min(slice_order(problem, list(order), devices)[0] for order in orders)
+    assert close(best_over_orders, best_split(problem, devices))
+
+
+def hand_chain(c_on_b=4.0, c_on_c=2.0):
+    """a -> b -> c, 2-byte tensors (3 s on a link), a 1-byte input into a and a 1-byte output from c
+    (2 s each off the host); A, the host, is too slow to use."""
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("b", "c", 2)], inputs=[("x", 1, ["a"])], output_bytes={"c": 1})
+    costs = table(platform, {"a": {"A": 100, "B": 2, "C": 10}, "b": {"A": 100, "B": 5, "C": 1},
+                             "c": {"A": 100, "B": c_on_b, "C": c_on_c}})
+    return pipeline(graph, platform, costs, 2)
+
+
+def test_heterogeneous_stages_are_priced_on_their_own_devices():
+    problem = hand_chain()
+    # B then C: [a] on B = 2 + input 2 + a out 3 = 7; [b, c] on C = 1 + 2 + a in 3 + output 2 = 8.
+    # The other cuts: [] | [a, b, c] = 13 + 2 + 2 = 17; [a, b] | [c] = max(7 + 2 + 3, 2 + 3 + 2) = 12; all on B 15.
+    assert slice_order(problem, ["a", "b", "c"], ["B", "C"]) == (8.0, [0, 1, 3])
+    # C then B: 15, from [] | all on B (11 + 2 + 2) or [a] on C (10 + 2 + 3) | [b, c] on B (9 + 3 + 2 = 14).
+    assert slice_order(problem, ["a", "b", "c"], ["C", "B"])[0] == 15.0
+    # One stage on the host pays no input or output transfer: all on A = 300.
+    assert slice_order(problem, ["a", "b", "c"], ["A"]) == (300.0, [0, 3])
+
+
+def test_a_tensor_leaves_once_at_its_largest_edge_and_enters_each_stage_once():
+    platform = unit_platform(latency=0.0)
+    graph = graph_of([("a", "b", 2), ("a", "c", 4), ("b", "c", 1)])
+    costs = table(platform, {"a": 1, "b": 1, "c": 1})
+    problem = pipeline(graph, platform, costs, 3)
+    # Stages [a] | [b] | [c] on B, C, A: a leaves once (4 s), b gets 2, b sends 1, c gets a (4) and b (1).
+    plan = pipeline_plan(problem, ["a", "b", "c"], ["B", "C", "A"], [0, 1, 2, 3])
+    assert simulated(problem, plan).stage_cost_s == [5.0, 4.0, 6.0]
+    assert slice_order(problem, ["a", "b", "c"], ["B", "C", "A"])[0] == 3.0      # everything in one stage
+
+
+def test_links_that_differ_are_priced_at_the_dearest_so_the_dp_never_understates():
+    platform = unit_platform()
+    links = dict(platform.links)
+    links[("B", "C")] = Link("B", "C", 0.0, 10.0)              # one cheap link among dear ones
+    cheap = Platform("uneven", platform.devices, links)
+    graph = graph_of([("a", "b", 2), ("b", "c", 2)], inputs=[("x", 1, ["a"])])
+    costs = TableCostModel(cheap, {"a": {"A": 1, "B": 5, "C": 5}, "b": {"A": 9, "B": 1, "C": 9},
+                                   "c": {"A": 9, "B": 9, "C": 1}})
+    problem = pipeline(graph, cheap, costs, 3)
+    for devices in itertools.permutations(DEVICES):
+        value, cuts = slice_order(problem, ["a", "b", "c"], list(devices))
+        assert period(problem, ["a", "b", "c"], list(devices), cuts) <= value + 1e-12
+    # Stages on B then C send tensors over the cheap B -> C only, but the DP prices the dear C -> B:
+    # [a, b] | [c] is 6 + input 2 + b out 3 = 11 to the DP, 6 + 2 + 0.2 = 8.2 to the simulator.
+    value, cuts = slice_order(problem, ["a", "b", "c"], ["B", "C"])
+    assert (value, cuts) == (11.0, [0, 2, 3])
+    assert close(period(problem, ["a", "b", "c"], ["B", "C"], cuts), 8.2)
+
+
+@st.composite
+def constrained_problems(draw):
+    """Sliced problems whose kernels may be barred from devices and tied into co-location groups."""
+    problem, devices = draw(sliced_problems(max_kernels=6))
+    graph = problem.graph
+    kernels = [dataclasses.replace(k, allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
+                                   colocate=draw(st.sampled_from([None, None, "g", "h"])))
+               for k in graph.kernels.values()]
+    graph = OpGraph(kernels, graph.edges, inputs=graph.inputs)
+    return pipeline(graph, problem.platform, problem.costs, problem.stages), devices
+
+
+@settings(max_examples=60, deadline=None)
+@given(constrained_problems())
+def test_dp_keeps_kernels_on_allowed_devices_and_groups_together(case):
+    problem, devices = case
+    order = list(problem.graph.topo_order)
+    n = len(order)
+    feasible = []
+    for inner in itertools.combinations_with_replacement(range(n + 1), len(devices) - 1):
+        sim = simulated(problem, pipeline_plan(problem, order, devices, [0, *inner, n]))
+        if sim.feasible:
+            feasible.append(sim.value_s)
+    value, cuts = slice_order(problem, order, devices)
+    if not feasible:
+        assert value == math.inf
+        return
+    assert close(value, min(feasible))
+    assert simulated(problem, pipeline_plan(problem, order, devices, cuts)).feasible
+
+
+def test_a_stage_holds_no_more_weights_than_its_device():
+    platform = unit_platform(latency=0.0, memory=10)
+    graph = graph_of([("a", "b", 0), ("b", "c", 0)], weights={"wa": 4, "wb": 4, "wc": 4},
+                     kernel_weights={"a": ["wa"], "b": ["wb"], "c": ["wc"]})
+    costs = table(platform, {"a": 1, "b": 1, "c": 1})
+    problem = pipeline(graph, platform, costs, 2)
+    # Free transfers: one stage (3 s) would be best, but 12 bytes of weights exceed 10.
+    value, cuts = slice_order(problem, ["a", "b", "c"], ["B", "C"])
+    assert value == 2.0 and cuts in ([0, 1, 3], [0, 2, 3])
+    assert simulated(problem, pipeline_plan(problem, ["a", "b", "c"], ["B", "C"], cuts)).feasible
+    assert slice_order(problem, ["a", "b", "c"], ["B"])[0] == math.inf
+
+
+# ---------------------------------------------------------------------- the solver
+def test_slicegraph_finds_the_device_order_no_seed_has():
+    # C is the fastest device overall, so the seeds put C first; the best pipeline runs a on B, then b, c on C:
+    # [a] on B = 2 + input 2 + out 3 = 7; [b, c] on C = 2 + in 3 + output 2 = 7. C first is at best 15.
+    problem = hand_chain(c_on_b=8.0, c_on_c=1.0)
+    plan = SliceGraph(population=20, generations=10, seed=0).solve(problem)
+    assert (plan.value_s, plan.stages, plan.stage_devices) == (7.0, [["a"], ["b", "c"]], ["B", "C"])
+    assert plan.assignment == {"a": "B", "b": "C", "c": "C"}
+
+
+def test_the_first_population_holds_the_program_order_on_the_fastest_devices():
+    # B (11 s of work) is faster than C (13 s), so one seed slices a, b, c over B then C: 8 (hand-priced above).
+    problem = hand_chain()
+    plan = SliceGraph(population=9, generations=0).solve(problem)
+    assert (plan.value_s, plan.stage_devices, plan.attrs["generations"]) == (8.0, ["B", "C"], 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(sliced_problems(max_kernels=5), st.integers(0, 3))
+def test_slicegraph_claims_the_simulated_value_and_repeats_itself(case, seed):
+    problem, _ = case
+    first = SliceGraph(population=8, generations=4, seed=seed).solve(problem)
+    again = SliceGraph(population=8, generations=4, seed=seed).solve(problem)
+    assert (first.stages, first.stage_devices, first.value_s) == (again.stages, again.stage_devices, again.value_s)
+    sim = simulated(problem, first)
+    assert first.mode == "stage_serial" and first.value_s == sim.value_s and sim.feasible
+    assert len(first.stages) <= problem.stages and len(set(first.stage_devices)) == len(first.stage_devices)
+    assert first.value_s >= lower_bound(problem) * (1 - 1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sliced_problems(max_kernels=5))
+def test_pipeline_bounds_lie_below_the_optimum(case):
+    problem, _ = case
+    optimum = min(best_split(problem, list(devices)) for devices in itertools.permutations(DEVICES, problem.stages))
+    assert lower_bound(problem) <= optimum * (1 + 1e-12)
+
+
+def test_slicegraph_on_a_generated_model_uses_every_gpu_it_may():
+    workload = load_workload("random:kernels=40,seed=3", "gpu4", "roofline")
+    problem = pipeline(workload.graph, workload.platform, workload.costs, 3)
+    plan = get_solver("slicegraph", seed=1, time_limit_s=30).solve(problem)
+    assert plan.value_s == simulated(problem, plan).value_s
+    assert plan.value_s <= period(problem, list(problem.graph.topo_order), ["gpu0"], [0, 40])   # one GPU
+    assert len(plan.stages) == 3 and plan.attrs["dp_exact"]
+    assert math.isclose(plan.attrs["dp_value_s"], plan.value_s, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------- errors
+def test_slicegraph_refuses_other_objectives_and_too_many_stages():
+    problem = hand_chain()
+    with pytest.raises(DivimlInputError, match="pipeline"):
+        SliceGraph().solve(Problem(problem.graph, problem.platform, problem.costs, objective="latency"))
+    with pytest.raises(DivimlInputError, match="4 stages need 4 devices") as error:
+        SliceGraph().solve(pipeline(problem.graph, problem.platform, problem.costs, 4))
+    assert error.value.field == "stages"
+
+
+@pytest.mark.parametrize("order, devices, message", [
+    (["b", "a", "c"], ["B"], "before its input"),
+    (["a", "b"], ["B"], "every kernel"),
+    (["a", "b", "z"], ["B"], "unknown kernel 'z'"),
+    (["a", "b", "c"], ["B", "B"], "repeat"),
+    (["a", "b", "c"], ["Q"], "unknown device 'Q'"),
+    (["a", "b", "c"], [], "at least one"),
+])
+def test_slice_order_rejects_bad_orders_and_devices(order, devices, message):
+    with pytest.raises(DivimlInputError, match=message):
+        slice_order(hand_chain(), order, devices)
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"population": 2}, "population"), ({"elite_fraction": 0.6, "mutant_fraction": 0.4}, "elite_fraction"),
+    ({"inheritance_bias": 0.3}, "inheritance_bias"), ({"generations": -1}, "generations"),
+])
+def test_slicegraph_rejects_bad_options(options, field):
+    with pytest.raises(DivimlInputError) as error:
+        SliceGraph(**options)
+    assert error.value.field == field

@@ -1,0 +1,212 @@
+"""The placement constraints every heuristic shares, kept while kernels are placed one by one.
+
+A heuristic asks ``DeviceBudget.allowed(kernel)`` for the devices where placing the kernel now
+keeps the problem feasible, picks one, and calls ``place``. The budget tracks:
+
+- allowed devices and infinite costs (``Problem.feasible_devices``);
+- co-location: the first member of a ``colocate`` group decides the device of the whole group, so
+  that device must run every member and hold the weights of the whole group (reserved at once,
+  so that later kernels cannot take the room the rest of the group needs);
+- memory: the weight bytes used on each device, a weight shared by several kernels counted once
+  per device (as ``OpGraph.weight_bytes`` does), plus a per-device *activation reserve*.
+
+The simulator charges weights plus the peak of live activations, which depends on the run order a
+heuristic has not fixed yet; the reserve stands in for that peak. ``place_within_memory`` closes
+the loop: it simulates the plan and, where a device's activations outgrew its reserve, places again
+with that device's reserve raised to the peak the simulator measured.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+from ..errors import DivimlInputError
+from ..graph import OpGraph
+from ..plan import Plan
+from ..simulator import Simulation, format_bytes, simulate
+from .base import Problem
+
+log = logging.getLogger(__name__)
+
+
+def model_inputs_of(graph: OpGraph) -> dict[str, list[float]]:
+    """Kernel -> the bytes of each model input it reads (each input once per kernel)."""
+    out: dict[str, list[float]] = {}
+    for graph_input in graph.inputs:
+        for consumer in dict.fromkeys(graph_input.consumers):
+            out.setdefault(consumer, []).append(graph_input.bytes)
+    return out
+
+
+def working_set_bytes(graph: OpGraph, kernel: str, inputs_of: dict[str, list[float]]) -> float:
+    """Activation bytes live while ``kernel`` runs: every tensor it reads and the one it writes.
+
+    A tensor's size is its producer's ``output_bytes``, as in the simulator's memory sweep;
+    ``inputs_of`` is ``model_inputs_of(graph)``.
+    """
+    read = sum(graph.kernels[e.src].output_bytes for e in graph.pred[kernel])
+    return graph.kernels[kernel].output_bytes + read + sum(inputs_of.get(kernel, ()))
+
+
+def default_reserve(problem: Problem) -> dict[str, float]:
+    """Per device: the largest working set (inputs + output) of any kernel that may run there.
+
+    Whatever a plan puts on a device, the simulator charges at least the working set of each
+    kernel it runs, so a device whose free memory is below the largest one it may receive is
+    likely to overflow. It is an estimate, not a bound: tensors that stay live across other
+    kernels (skip connections) can push the peak higher, which ``place_within_memory`` repairs.
+    """
+    graph = problem.graph
+    inputs_of = model_inputs_of(graph)
+    reserve = {d: 0.0 for d in problem.platform.device_names}
+    for kernel in graph.kernels:
+        need = working_set_bytes(graph, kernel, inputs_of)
+        for device in problem.feasible_devices(kernel):
+            reserve[device] = max(reserve[device], need)
+    return reserve
+
+
+class DeviceBudget:
+    """What is already placed, and where the next kernel may go without breaking a constraint.
+
+    ``reserve`` (device -> bytes kept free for activations) overrides ``default_reserve`` for the
+    devices it names.
+    """
+
+    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None):
+        self.problem = problem
+        names = problem.platform.device_names
+        for device in reserve or {}:
+            if device not in names:
+                raise DivimlInputError(f"activation reserve names unknown device '{device}'", field="reserve",
+                                       hint=f"platform '{problem.platform.name}' has: {', '.join(names)}")
+        self.reserve = {**default_reserve(problem), **(reserve or {})}
+        self.capacity = {d.name: math.inf if d.memory_bytes is None else float(d.memory_bytes)
+                         for d in problem.platform.devices}
+        self.device_of: dict[str, str] = {}
+        self._weights_on: dict[str, set[str]] = {d: set() for d in names}
+        self._weight_bytes_on = {d: 0.0 for d in names}
+        self._groups: dict[str, list[str]] = {}
+        for kernel in problem.graph.kernels.values():
+            if kernel.colocate is not None:
+                self._groups.setdefault(kernel.colocate, []).append(kernel.name)
+        self._group_device: dict[str, str] = {}
+        self._feasible: dict[str, list[str]] = {}
+
+    def weight_bytes_on(self, device: str) -> float:
+        """Bytes of the distinct weights placed (or reserved for a co-location group) on ``device``."""
+        return self._weight_bytes_on[device]
+
+    def moving_with(self, kernel: str) -> list[str]:
+        """The kernels whose device placing ``kernel`` now decides: its whole co-location group at
+        the group's first placement, otherwise the kernel alone."""
+        group = self.problem.graph.kernels[kernel].colocate
+        if group is None or group in self._group_device:
+            return [kernel]
+        return self._groups[group]
+
+    def allowed(self, kernel: str) -> list[str]:
+        """Devices (in platform order) where ``kernel`` may be placed now; raises if there is none."""
+        group = self.problem.graph.kernels[kernel].colocate
+        if group in self._group_device:
+            return [self._group_device[group]]
+        members = self.moving_with(kernel)
+        candidates = self._common_feasible(members)
+        what = f"co-location group '{group}' (placing '{kernel}')" if len(members) > 1 else f"kernel '{kernel}'"
+        if not candidates:
+            raise DivimlInputError(f"{what} can run on no device of '{self.problem.platform.name}'",
+                                   field="allowed_devices", hint="allow a device, or give it a finite cost")
+        fits, shortfalls = [], []
+        for device in candidates:
+            extra = self._new_weight_bytes(members, device)
+            need = self._weight_bytes_on[device] + extra + self.reserve[device]
+            if need <= self.capacity[device]:
+                fits.append(device)
+            else:
+                shortfalls.append(
+                    f"'{device}' needs {format_bytes(need)} ({format_bytes(self._weight_bytes_on[device])} of weights "
+                    f"already placed + {format_bytes(extra)} new weights + {format_bytes(self.reserve[device])} "
+                    f"reserved for activations), capacity {format_bytes(self.capacity[device])}")
+        if not fits:
+            raise DivimlInputError(f"{what} fits on no device it may run on: {'; '.join(shortfalls)}",
+                                   field="memory_bytes",
+                                   hint="use devices with more memory, allow the kernel on more devices, "
+                                   "or lower the activation reserve")
+        return fits
+
+    def place(self, kernel: str, device: str) -> None:
+        """Put ``kernel`` on ``device`` (one of ``allowed(kernel)``) and charge its weights there."""
+        if kernel in self.device_of:
+            raise ValueError(f"kernel '{kernel}' is already placed on '{self.device_of[kernel]}'")
+        if device not in self.allowed(kernel):
+            raise ValueError(f"kernel '{kernel}' may not be placed on '{device}' now")
+        for member in self.moving_with(kernel):
+            for weight in self.problem.graph.kernels[member].weights:
+                if weight not in self._weights_on[device]:
+                    self._weights_on[device].add(weight)
+                    self._weight_bytes_on[device] += self.problem.graph.weights[weight]
+        group = self.problem.graph.kernels[kernel].colocate
+        if group is not None:
+            self._group_device[group] = device
+        self.device_of[kernel] = device
+
+    def _common_feasible(self, kernels: list[str]) -> list[str]:
+        common = set(self._feasible_devices(kernels[0]))
+        for kernel in kernels[1:]:
+            common &= set(self._feasible_devices(kernel))
+        return [d for d in self._feasible_devices(kernels[0]) if d in common]
+
+    def _feasible_devices(self, kernel: str) -> list[str]:
+        if kernel not in self._feasible:
+            self._feasible[kernel] = self.problem.feasible_devices(kernel)
+        return self._feasible[kernel]
+
+    def _new_weight_bytes(self, kernels: list[str], device: str) -> float:
+        ids = {w for k in kernels for w in self.problem.graph.kernels[k].weights} - self._weights_on[device]
+        return sum(self.problem.graph.weights[w] for w in ids)
+
+
+def place_within_memory(problem: Problem, place: Callable[[DeviceBudget], Plan],
+                        reserve: dict[str, float] | None = None, attempts: int = 3) -> tuple[Plan, Simulation]:
+    """Run the heuristic ``place`` under a DeviceBudget and simulate its plan; while a device
+    overflows because its activations outgrew the reserve, raise that device's reserve to the
+    activation peak the simulator measured and place again.
+
+    Returns the first plan that fits, or else the last plan made (the simulator lists its
+    problems), so a heuristic always answers once a first placement succeeded.
+    """
+    budget_reserve = {**default_reserve(problem), **(reserve or {})}
+    plan: Plan | None = None
+    sim: Simulation | None = None
+    for attempt in range(attempts):
+        try:
+            candidate = place(DeviceBudget(problem, budget_reserve))
+        except DivimlInputError as error:
+            if plan is None:
+                raise
+            log.warning("a larger activation reserve leaves no placement (%s); keeping the plan that overflows",
+                        error)
+            break
+        plan, sim = candidate, simulate(problem.graph, problem.platform, problem.costs, candidate)
+        overflow = activation_overflow(problem, plan, sim)
+        if not overflow:
+            break
+        for device, peak in overflow.items():
+            log.info("attempt %d: activations on '%s' peak at %s, above the %s reserved; placing again",
+                     attempt + 1, device, format_bytes(peak), format_bytes(budget_reserve[device]))
+            budget_reserve[device] = peak
+    assert plan is not None and sim is not None
+    return plan, sim
+
+
+def activation_overflow(problem: Problem, plan: Plan, sim: Simulation) -> dict[str, float]:
+    """Device -> its activation peak, for each device over capacity. The budget kept weights plus
+    reserve within capacity, so an overflow means the activations outgrew the reserve."""
+    over = {}
+    for device, used in sim.memory_bytes.items():
+        capacity = problem.platform.device(device).memory_bytes
+        if capacity is not None and used > capacity:
+            weights = problem.graph.weight_bytes(k for k, d in plan.assignment.items() if d == device)
+            over[device] = used - weights
+    return over

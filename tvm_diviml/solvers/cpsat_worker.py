@@ -1,0 +1,167 @@
+"""The CP-SAT side of the ``cpsat`` solver and of ``split``'s windows, run in a process of its own
+(see ``cpsat.py``).
+
+OR-Tools and CBC (python-mip) clash when loaded into one process, so the parent never imports
+OR-Tools: it writes JSON objects to this script's stdin, one a line, and reads one answer a line
+back from its stdout, in order, until it closes stdin. OR-Tools is imported once per process, so a
+session of many small solves (the windows of one ``split`` run) pays the import once.
+The script imports nothing from ``tvm_diviml`` (whose solver registry loads python-mip); it is run
+by path (``python -P cpsat_worker.py``). Everything it reads is numbers, indices and 0/1 choices.
+A request places and times the kernels of one window (the whole graph: a window with nothing around
+it); a *condition* is a list of [k, d] pairs that all hold when every window kernel k runs on its d
+(an empty condition always holds):
+
+- ``duration[v][d]``: integer ticks of window kernel v on device d, or null where v may not run on d;
+- ``horizon``: no start, end or makespan exceeds it;
+- ``precedences``: [u, w] means start[w] >= end[u];
+- ``delays``: [u, w, t, condition] means start[w] >= end[u] + t under the condition;
+- ``releases``: [w, t, condition] means start[w] >= t under the condition (tensors from kernels
+  outside the window, model inputs);
+- ``tails``: [u, t, condition] means makespan >= end[u] + t under the condition;
+- ``busy``: [d, start, size]: device d is taken by a fixed kernel during [start, start + size);
+- ``same_device``: [a, b] means a and b run on one device;
+- ``memory``: per device d, items [bytes, [kernels]]: an item is held on d (once) when any of its
+  kernels runs there, and the items held must fit in ``capacity``;
+- ``hint``: a device and a start per kernel (optional); ``time_limit_s``, ``seed``, ``workers``;
+  ``relative_gap``: stop, reporting OPTIMAL, once (objective - bound) / objective is this small.
+
+With several workers, CP-SAT first runs alone for a quarter of the time limit: a single worker is
+deterministic for its seed, so a request it proves has a reproducible answer; one it does not prove
+goes on with every worker (a portfolio, faster on hard instances, but timing-dependent) from the
+best solution found.
+
+Variables, named as in the math: x[v][d] (v runs on d), start[v], end[v], one optional interval
+per (v, d), makespan C. Answer: ``status``, and ``device``, ``start``, ``objective`` (ticks) when
+a solution was found, ``bound`` (ticks, CP-SAT's proven lower bound on the optimum) always.
+"""
+import json
+import math
+import sys
+import time
+
+SINGLE_WORKER_SHARE = 0.25     # measured: as good as all workers throughout, and proofs come reproducibly
+
+
+def build(data: dict):
+    """The CP-SAT model of one request: (model, x, start)."""
+    from ortools.sat.python import cp_model
+
+    duration = data["duration"]
+    horizon = data["horizon"]
+    kernels = range(len(duration))
+    model = cp_model.CpModel()
+    start = [model.new_int_var(0, horizon, f"start{v}") for v in kernels]
+    end = [model.new_int_var(0, horizon, f"end{v}") for v in kernels]
+    x = [{d: model.new_bool_var(f"x{v}_{d}") for d, p in enumerate(duration[v]) if p is not None} for v in kernels]
+    intervals_on: dict[int, list] = {}
+    for v in kernels:
+        model.add_exactly_one(x[v].values())
+        model.add(end[v] == start[v] + sum(duration[v][d] * x[v][d] for d in x[v]))
+        for d, on_d in x[v].items():
+            interval = model.new_optional_fixed_size_interval_var(start[v], duration[v][d], on_d, f"run{v}_{d}")
+            intervals_on.setdefault(d, []).append(interval)
+    for d, begin, size in data.get("busy", []):
+        if d in intervals_on:
+            intervals_on[d].append(model.new_fixed_size_interval_var(begin, size, f"busy{d}_{begin}"))
+    for intervals in intervals_on.values():
+        model.add_no_overlap(intervals)
+
+    def holds(condition):
+        return [x[k][d] for k, d in condition]
+
+    for u, w in data["precedences"]:
+        model.add(start[w] >= end[u])
+    for u, w, ticks, condition in data["delays"]:
+        model.add(start[w] >= end[u] + ticks).only_enforce_if(holds(condition))
+    for w, ticks, condition in data["releases"]:
+        model.add(start[w] >= ticks).only_enforce_if(holds(condition))
+    for a, b in data["same_device"]:
+        for d in set(x[a]) | set(x[b]):    # a device only one of them may use is closed to both
+            model.add(x[a].get(d, 0) == x[b].get(d, 0))
+    for device in data["memory"]:
+        d, terms = device["device"], []
+        for nbytes, users in device["items"]:
+            users_here = [x[k][d] for k in users if d in x[k]]
+            if not users_here:
+                continue
+            held = model.new_bool_var("")
+            for on_d in users_here:
+                model.add_implication(on_d, held)
+            terms.append(nbytes * held)
+        model.add(sum(terms) <= device["capacity"])
+
+    makespan = model.new_int_var(0, horizon, "C")
+    for v in kernels:
+        model.add(makespan >= end[v])
+    for u, ticks, condition in data["tails"]:
+        model.add(makespan >= end[u] + ticks).only_enforce_if(holds(condition))
+    model.minimize(makespan)
+    return model, x, start
+
+
+def solve(data: dict) -> dict:
+    """Solve one request: first with one worker for ``SINGLE_WORKER_SHARE`` of the time limit (a
+    proof there is reproducible), then, unless proven, with all ``workers`` from the best found."""
+    from ortools.sat.python import cp_model
+
+    model, x, start = build(data)
+    kernels = range(len(x))
+    hint = data.get("hint")
+    if hint:
+        _hint(model, x, start, hint["device"], hint["start"])
+    limit, workers = max(float(data["time_limit_s"]), 0.001), int(data["workers"])
+    phases = [(1, SINGLE_WORKER_SHARE * limit), (workers, (1 - SINGLE_WORKER_SHARE) * limit)] if workers > 1 \
+        else [(1, limit)]
+    began = time.perf_counter()
+    answer = {"status": "UNKNOWN", "bound": 0}
+    for phase_workers, seconds in phases:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = seconds
+        solver.parameters.random_seed = int(data["seed"])
+        solver.parameters.num_workers = phase_workers
+        solver.parameters.relative_gap_limit = float(data["relative_gap"])
+        status = solver.solve(model)
+        bound = solver.best_objective_bound
+        if math.isfinite(bound):
+            answer["bound"] = max(answer["bound"], math.ceil(bound - 1e-6))
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and \
+                ("objective" not in answer or round(solver.objective_value) < answer["objective"]):
+            answer["objective"] = round(solver.objective_value)
+            answer["device"] = [next(d for d, on_d in x[v].items() if solver.boolean_value(on_d)) for v in kernels]
+            answer["start"] = [solver.value(start[v]) for v in kernels]
+        answer["status"] = solver.status_name(status)
+        if status not in (cp_model.FEASIBLE, cp_model.UNKNOWN):        # proven optimal or infeasible
+            break
+        if "device" in answer:
+            model.clear_hints()
+            _hint(model, x, start, answer["device"], answer["start"])
+    if answer["status"] == "UNKNOWN" and "device" in answer:
+        answer["status"] = "FEASIBLE"
+    answer["wall_s"] = time.perf_counter() - began
+    return answer
+
+
+def _hint(model, x, start, device: list[int], begin: list[int]) -> None:
+    for v, on in enumerate(x):
+        for d, on_d in on.items():
+            model.add_hint(on_d, d == device[v])
+        model.add_hint(start[v], begin[v])
+
+
+def main() -> None:
+    try:
+        import ortools.sat.python.cp_model  # noqa: F401  (fail with a clear answer, not a traceback)
+    except ImportError as error:
+        missing = {"status": "NO_ORTOOLS", "error": str(error)}
+    else:
+        missing = None
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        answer = missing if missing is not None else solve(json.loads(line))
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,523 @@
+"""SliceGraph: a k-stage pipeline found by slicing topological orders (Archer, Fahrbach, Liu and
+Prabhu, ICML 2024, "Practical Performance Guarantees for Pipelined DNN Inference"; DESIGN.md "MTPP").
+
+Stages S_1..S_K run on distinct devices d_1..d_K and no edge runs back to an earlier stage, so a
+plan is one topological order cut into K contiguous segments; a segment may be empty, which gives
+"at most K stages" (empty stages are dropped from the plan). A stage costs what the simulator's
+``stage_serial`` mode charges: its work on its device, each tensor that enters it once (the largest
+edge it reads), each tensor that leaves it once (the largest edge read outside, at the dearest
+destination link), model inputs from the host and model outputs back to it.
+
+``slice_order`` is the exact DP over one order: dp_b(y) = min_{x <= y} max(dp_{b-1}(x), f_b(order[x:y])),
+with f_b(empty) = 0. f is not monotone along a segment (a later cut can save a transfer), so
+greedy slicing is wrong and every segment is priced. ``StageCosts`` prices all of them at once with
+numpy, as a matrix grid[y, x] = f(order[x:y]):
+
+- work and output returns: prefix sums along the order, grid = P[y] - P[x];
+- transfers: the price of a tensor is a maximum over the edges that count, and a maximum is a sum
+  of indicator layers (with the producer's distinct edge prices v_1 < ... < v_r: max = sum_l
+  (v_l - v_{l-1}) [an edge of price >= v_l counts]); each layer l has a consumer set C_l. For the
+  producer at position a:
+  out of [x, y): [x <= a < y <= max C_l]; into [x, y): [a < x and C_l meets [x, y)], and with the
+  members c_1 < c_2 < ... of C_l (c_0 = a) that is: x in (c_{k-1}, c_k] and y > c_k for one k.
+  Each is a rectangle of (x, y), i.e. four (out) or two (in) +-w entries of a 2-D difference
+  array, so all layers together cost one scatter-add and two cumulative sums: O(n^2 + edges x
+  layers) per order (one layer per tensor when every edge carries its producer's whole output, the
+  usual case);
+- model inputs: "into" rectangles with the producer before the first position, added directly
+  and priced per device (nothing on the host).
+
+Transfers are priced exactly when every link between the stage devices prices each tensor alike
+(true on every preset); otherwise at the dearest such link, an upper bound on the simulated cost
+(``exact`` says which). Prices must not decrease with bytes (latency + bytes / bandwidth), since
+the simulator prices the largest edge. Segments that hold a kernel its device may not run, weights
+beyond the device's memory (each kernel's weights summed: a shared weight may be counted twice, so
+this errs safe) or part of a co-location group are priced as infinite.
+
+``SliceGraph`` searches over orders with a biased random-key genetic algorithm (Goncalves and
+Resende, J. Heuristics 2011): a chromosome is one key per kernel plus one per device; the kernel
+keys decode to an order by Kahn's algorithm taking the ready kernel of smallest key, the device
+keys to the stage devices (the K devices of smallest key, in key order), then the DP slices. So the
+search also chooses which device takes which stage (identical devices decode alike; the host can
+matter, because inputs and outputs are free on it). The population starts from the program order,
+a depth-first and a breadth-first order, each with three device orders (fastest first; the host
+first; the host last), and random keys.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..simulator import simulate
+from .base import Problem, Solver
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------- segment costs
+@dataclass(frozen=True)
+class _Layers:
+    """Tensor prices as indicator layers: layer l weighs ``weight[l]``, belongs to the producer
+    ``producer[l]`` and counts where one of its consumers ``consumer[start[l]:start[l + 1]]`` does."""
+
+    producer: np.ndarray      # (L,) kernel ids
+    weight: np.ndarray        # (L,) seconds
+    start: np.ndarray         # (L,) offsets into consumer
+    consumer: np.ndarray      # (M,) kernel ids, grouped by layer
+    layer: np.ndarray         # (M,) the layer of each consumer entry
+
+
+def _tensor_layers(producers: Sequence[int], consumers: Sequence[int], prices: Sequence[float]) -> _Layers:
+    """Layers for (producer, consumer, price) reads: a producer's tensor costs its dearest read."""
+    reads: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for producer, consumer, price in zip(producers, consumers, prices):
+        reads[producer].append((consumer, price))
+    owner, weight, start, members = [], [], [], []
+    for producer, edges in reads.items():
+        below = 0.0
+        for level in sorted({price for _, price in edges if price > 0}):
+            owner.append(producer)
+            weight.append(level - below)
+            start.append(len(members))
+            members.extend(consumer for consumer, price in edges if price >= level)
+            below = level
+    sizes = np.diff(np.array(start + [len(members)], dtype=np.int64))
+    return _Layers(np.array(owner, dtype=np.int64), np.array(weight, dtype=float), np.array(start, dtype=np.int64),
+                   np.array(members, dtype=np.int64), np.repeat(np.arange(len(start)), sizes))
+
+
+def _out_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: _Layers):
+    """(x, y, w) difference entries for [x <= a < y <= last consumer of the layer]."""
+    last = np.maximum.reduceat(pos[layers.consumer], layers.start)
+    after, w, zero = producer_pos + 1, layers.weight, np.zeros_like(producer_pos)
+    return (np.concatenate([zero, after, zero, after]), np.concatenate([after, after, last + 1, last + 1]),
+            np.concatenate([w, -w, -w, w]))
+
+
+def _in_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: _Layers):
+    """(x, y, w) difference entries for [a < x and a consumer of the layer lies in [x, y)]."""
+    at = pos[layers.consumer]
+    sort = np.lexsort((at, layers.layer))
+    layer, at = layers.layer[sort], at[sort]
+    previous = np.empty_like(at)
+    previous[1:] = at[:-1]
+    first = np.ones(len(at), dtype=bool)
+    first[1:] = layer[1:] != layer[:-1]
+    previous[first] = producer_pos[layer[first]]
+    w = layers.weight[layer]
+    return np.concatenate([previous + 1, at + 1]), np.concatenate([at + 1, at + 1]), np.concatenate([w, -w])
+
+
+def _integrate(grid: np.ndarray, entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """grid[y, x] = sum of the weights of entries at (x' <= x, y' <= y): two cumulative sums."""
+    size = len(grid)
+    x, y, w = (np.concatenate(parts) for parts in zip(*entries))
+    grid.fill(0.0)
+    np.add.at(grid.reshape(-1), y * size + x, w)
+    np.cumsum(grid, axis=1, out=grid)
+    for row in range(1, size):            # numpy's cumsum down axis 0 is several times slower than this
+        np.add(grid[row - 1], grid[row], out=grid[row])
+    return grid
+
+
+@dataclass(frozen=True)
+class _Profile:
+    """What a stage costs on one device, per kernel id; identical devices share one profile."""
+
+    work: np.ndarray          # compute seconds plus the return of model outputs to the host (0 where infeasible)
+    infeasible: np.ndarray    # bool: the device may not run the kernel
+    input_price: np.ndarray   # seconds per model input, from the host
+    memory_bytes: float
+
+    def key(self) -> tuple:
+        return (self.work.tobytes(), self.infeasible.tobytes(), self.input_price.tobytes(), self.memory_bytes)
+
+
+class StageCosts:
+    """Prices every segment of a topological order on each device, in the ``stage_serial`` mode.
+
+    Kernels are numbered by their place in ``graph.topo_order``. Everything that does not depend
+    on the order is computed here once; ``slice`` then takes milliseconds per order.
+    """
+
+    def __init__(self, problem: Problem):
+        graph, platform, costs = problem.graph, problem.platform, problem.costs
+        self.problem = problem
+        self.names = list(graph.topo_order)
+        self.n = n = len(self.names)
+        index = {name: i for i, name in enumerate(self.names)}
+        self.successors = [[index[e.dst] for e in graph.succ[k]] for k in self.names]
+        self.indegree = [len(graph.pred[k]) for k in self.names]
+        self.devices = platform.device_names
+        self._edge_src = [index[e.src] for e in graph.edges]
+        self._edge_dst = [index[e.dst] for e in graph.edges]
+        self._byte_values, self._edge_byte = np.unique(np.array([e.bytes for e in graph.edges], dtype=float),
+                                                       return_inverse=True)
+        self._link_prices: dict[tuple[str, str], np.ndarray] = {}
+        self._edge_layers: dict[frozenset, tuple[_Layers, bool]] = {}
+        self._layers_by_price: dict[bytes, _Layers] = {}
+
+        host = platform.host
+        model_inputs = [i for i in graph.inputs if i.consumers]
+        self._input_consumers = [np.array([index[c] for c in set(i.consumers)], dtype=np.int64) for i in model_inputs]
+        self.weight_bytes = np.array([graph.weight_bytes([k]) for k in self.names], dtype=float)
+        feasible = {k: set(problem.feasible_devices(k)) for k in self.names}
+        self.profile_of: dict[str, int] = {}
+        self.profiles: list[_Profile] = []
+        seen: dict[tuple, int] = {}
+        for device in self.devices:
+            infeasible = np.array([device not in feasible[k] for k in self.names], dtype=bool)
+            work = np.array([0.0 if infeasible[i] else costs.compute_s(k, device) for i, k in enumerate(self.names)])
+            work += [costs.transfer_s(graph.kernels[k].output_bytes, device, host) if k in graph.output_set else 0.0
+                     for k in self.names]
+            capacity = platform.device(device).memory_bytes
+            profile = _Profile(work, infeasible, np.array([costs.transfer_s(i.bytes, host, device)
+                                                           for i in model_inputs], dtype=float),
+                               math.inf if capacity is None else float(capacity))
+            self.profile_of[device] = seen.setdefault(profile.key(), len(self.profiles))
+            if self.profile_of[device] == len(self.profiles):
+                self.profiles.append(profile)
+        groups: dict[str, list[int]] = defaultdict(list)
+        for name in self.names:
+            if graph.kernels[name].colocate is not None:
+                groups[graph.kernels[name].colocate].append(index[name])
+        self._group_members = np.array([i for members in groups.values() for i in members], dtype=np.int64)
+        self._group_start = np.cumsum([0] + [len(m) for m in groups.values()])[:-1]
+        self._before_diagonal = np.triu(np.full((n + 1, n + 1), np.inf), k=1)    # grid[y, x] with x > y
+        self._buffers: dict[object, np.ndarray] = {}
+
+    def _buffer(self, key: object) -> np.ndarray:
+        """A reused (n + 1) x (n + 1) array: fresh 8 MB arrays per order cost as much as the arithmetic."""
+        if key not in self._buffers:
+            self._buffers[key] = np.empty((self.n + 1, self.n + 1))
+        return self._buffers[key]
+
+    # ------------------------------------------------------------------ transfers
+    def _link_price(self, src: str, dst: str) -> np.ndarray:
+        """Seconds to send each distinct edge size over one link."""
+        if (src, dst) not in self._link_prices:
+            self._link_prices[(src, dst)] = np.array([self.problem.costs.transfer_s(b, src, dst)
+                                                      for b in self._byte_values], dtype=float)
+        return self._link_prices[(src, dst)]
+
+    def edge_layers(self, stage_devices: Sequence[str]) -> tuple[_Layers, bool]:
+        """Tensor layers priced at the dearest link between two stage devices, and whether every
+        such link prices alike (then the DP is exact)."""
+        key = frozenset(stage_devices)
+        if key not in self._edge_layers:
+            prices = [self._link_price(a, b) for a in key for b in key if a != b]
+            dearest = np.max(prices, axis=0) if prices else np.zeros(len(self._byte_values))
+            exact = all(np.array_equal(p, dearest) for p in prices)
+            edge_price = dearest[self._edge_byte] if len(self._edge_src) else np.zeros(0)
+            cache = edge_price.tobytes()
+            if cache not in self._layers_by_price:
+                self._layers_by_price[cache] = _tensor_layers(self._edge_src, self._edge_dst, edge_price.tolist())
+            self._edge_layers[key] = (self._layers_by_price[cache], exact)
+        return self._edge_layers[key]
+
+    # ------------------------------------------------------------------ segment grids
+    def transfer_grid(self, pos: np.ndarray, layers: _Layers) -> np.ndarray:
+        """grid[y, x]: the seconds of tensors leaving and entering order[x:y] between stages, and
+        inf where x > y (no segment)."""
+        grid = self._buffer("transfers")
+        if len(layers.producer):
+            producer_pos = pos[layers.producer]
+            _integrate(grid, [_out_entries(pos, producer_pos, layers), _in_entries(pos, producer_pos, layers)])
+            grid += self._before_diagonal
+        else:
+            grid[:] = self._before_diagonal
+        return grid
+
+    def stage_grid(self, order: np.ndarray, pos: np.ndarray, profile_id: int, transfers: np.ndarray,
+                   forbidden_cuts: np.ndarray) -> np.ndarray:
+        """grid[y, x] = f(order[x:y]) on a device of profile ``profile_id`` (inf where x > y or not allowed)."""
+        n, profile = self.n, self.profiles[profile_id]
+        prefix = np.concatenate([[0.0], np.cumsum(profile.work[order])])
+        grid = np.subtract(prefix[:, None], prefix[None, :], out=self._buffer(profile_id))
+        grid += transfers
+        # A model input enters every segment [x, y) that holds one of its consumers: with its
+        # consumers c_1 < c_2 < ... in the order (c_0 = -1), the rectangles x in (c_{k-1}, c_k], y > c_k.
+        for consumers, price in zip(self._input_consumers, profile.input_price):
+            previous = -1
+            for at in np.sort(pos[consumers]).tolist() if price else ():
+                grid[at + 1:, previous + 1:at + 1] += price
+                previous = at
+        # The furthest end y of a segment starting at x: before the next kernel the device may not
+        # run, and within its memory.
+        bad = np.where(profile.infeasible[order], np.arange(n), n)
+        furthest = np.append(np.minimum.accumulate(bad[::-1])[::-1], n)
+        if math.isfinite(profile.memory_bytes):
+            weights = np.concatenate([[0.0], np.cumsum(self.weight_bytes[order])])
+            fits = np.searchsorted(weights, weights + profile.memory_bytes, side="right") - 1
+            furthest = np.minimum(furthest, fits)
+        if (furthest < n).any():
+            grid[np.arange(n + 1)[:, None] > furthest[None, :]] = np.inf
+        if forbidden_cuts.any():
+            grid[forbidden_cuts, :] = np.inf
+            grid[:, forbidden_cuts] = np.inf
+        return grid
+
+    def forbidden_cuts(self, pos: np.ndarray) -> np.ndarray:
+        """Cut positions that would split a co-location group (a cut at x ends a stage before order[x])."""
+        forbidden = np.zeros(self.n + 2, dtype=np.int64)
+        if len(self._group_members):
+            at = pos[self._group_members]
+            np.add.at(forbidden, np.minimum.reduceat(at, self._group_start) + 1, 1)
+            np.add.at(forbidden, np.maximum.reduceat(at, self._group_start) + 1, -1)
+        return np.cumsum(forbidden)[:self.n + 1] > 0
+
+    # ------------------------------------------------------------------ the DP
+    def slice(self, order: np.ndarray, stage_devices: Sequence[str]) -> tuple[float, list[int], bool]:
+        """The exact DP over one order of kernel ids: (value, cuts, exact). Stage b is
+        order[cuts[b]:cuts[b + 1]] on stage_devices[b] (maybe empty); value is inf when no slicing
+        is feasible. ``exact``: the value is the simulator's; otherwise it is an upper bound."""
+        n = self.n
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        layers, exact = self.edge_layers(stage_devices)
+        transfers = self.transfer_grid(pos, layers)
+        forbidden = self.forbidden_cuts(pos)
+        grids = {}
+        for device in stage_devices:
+            profile = self.profile_of[device]
+            if profile not in grids:
+                grids[profile] = self.stage_grid(order, pos, profile, transfers, forbidden)
+        ends = np.arange(n + 1)
+        best = np.full(n + 1, np.inf)
+        best[0] = 0.0
+        choice = np.empty((len(stage_devices), n + 1), dtype=np.int64)
+        scratch = self._buffer("scratch")
+        for b, device in enumerate(stage_devices):
+            np.maximum(grids[self.profile_of[device]], best[None, :], out=scratch)
+            choice[b] = scratch.argmin(axis=1)
+            best = scratch[ends, choice[b]]
+        cuts = [n]
+        for b in reversed(range(len(stage_devices))):
+            cuts.append(int(choice[b][cuts[-1]]))
+        return float(best[n]), cuts[::-1], exact
+
+
+def slice_order(problem: Problem, order: Sequence[str], stage_devices: Sequence[str]) -> tuple[float, list[int]]:
+    """Cut one topological ``order`` (kernel names) into at most len(stage_devices) contiguous stages,
+    stage b on ``stage_devices[b]``, minimising the slowest stage: (value, cuts), stage b being
+    order[cuts[b]:cuts[b + 1]] (empty stages allowed). Exact when the links between the stage
+    devices price alike; otherwise value is an upper bound on the simulated period."""
+    graph = problem.graph
+    unknown = [k for k in order if k not in graph.kernels]
+    if unknown:
+        raise DivimlInputError(f"order names unknown kernel '{unknown[0]}'", field="order")
+    if len(order) != len(graph) or len(set(order)) != len(order):
+        raise DivimlInputError("order must list every kernel of the graph exactly once", field="order")
+    position = {k: i for i, k in enumerate(order)}
+    backward = next((e for e in graph.edges if position[e.src] > position[e.dst]), None)
+    if backward is not None:
+        raise DivimlInputError(f"order puts '{backward.dst}' before its input '{backward.src}'", field="order",
+                               hint="give a topological order")
+    _check_stage_devices(problem, stage_devices)
+    costs = StageCosts(problem)
+    index = {k: i for i, k in enumerate(costs.names)}
+    value, cuts, _ = costs.slice(np.array([index[k] for k in order], dtype=np.int64), stage_devices)
+    return value, cuts
+
+
+def _check_stage_devices(problem: Problem, stage_devices: Sequence[str]) -> None:
+    if not stage_devices:
+        raise DivimlInputError("a pipeline needs at least one stage device", field="stage_devices")
+    for device in stage_devices:
+        problem.platform.device(device)
+    if len(set(stage_devices)) != len(stage_devices):
+        raise DivimlInputError(f"stage devices repeat: {', '.join(stage_devices)}", field="stage_devices",
+                               hint="each stage runs on a device of its own")
+
+
+def pipeline_plan(problem: Problem, order: Sequence[str], stage_devices: Sequence[str], cuts: Sequence[int]) -> Plan:
+    """The ``stage_serial`` Plan of a sliced order; empty stages are dropped."""
+    kept = [b for b in range(len(stage_devices)) if cuts[b] < cuts[b + 1]]
+    stages = [list(order[cuts[b]:cuts[b + 1]]) for b in kept]
+    devices = [stage_devices[b] for b in kept]
+    assignment = {kernel: device for stage, device in zip(stages, devices) for kernel in stage}
+    return Plan({k: assignment[k] for k in problem.graph.kernels}, objective="pipeline", mode="stage_serial",
+                stages=stages, stage_devices=devices)
+
+
+# ---------------------------------------------------------------------- orders
+def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequence[float]) -> list[int]:
+    """Kahn's topological sort that always takes the ready kernel of smallest key."""
+    remaining = list(indegree)
+    ready = [(keys[v], v) for v in range(len(remaining)) if remaining[v] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, v = heapq.heappop(ready)
+        order.append(v)
+        for w in successors[v]:
+            remaining[w] -= 1
+            if remaining[w] == 0:
+                heapq.heappush(ready, (keys[w], w))
+    return order
+
+
+def traversal_order(successors: list[list[int]], indegree: list[int], depth_first: bool) -> list[int]:
+    """Kahn's sort with a stack (depth-first: follow one branch down) or a queue (breadth-first)."""
+    remaining = list(indegree)
+    ready = deque(v for v in range(len(remaining)) if remaining[v] == 0)
+    order = []
+    while ready:
+        v = ready.pop() if depth_first else ready.popleft()
+        order.append(v)
+        for w in (reversed(successors[v]) if depth_first else successors[v]):
+            remaining[w] -= 1
+            if remaining[w] == 0:
+                ready.append(w)
+    return order
+
+
+# ---------------------------------------------------------------------- the solver
+@dataclass
+class _Decoded:
+    value: float
+    order: list[int]
+    stage_devices: list[str]
+    cuts: list[int]
+    exact: bool
+
+
+class SliceGraph(Solver):
+    """BRKGA over topological orders and device orders, each decoded by the exact slicing DP.
+
+    Options: ``population`` chromosomes, the best ``elite_fraction`` kept, ``mutant_fraction`` new
+    random ones per generation, the rest children that take each key from their elite parent with
+    probability ``inheritance_bias``; at most ``generations`` generations and ``time_limit_s``
+    seconds. Deterministic for a seed as long as the time limit does not cut the search short
+    (``plan.attrs["stopped"]`` says what ended it).
+    """
+
+    name = "slicegraph"
+    objectives = ("pipeline",)
+
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, population: int = 48,
+                 elite_fraction: float = 0.2, mutant_fraction: float = 0.15, inheritance_bias: float = 0.7,
+                 generations: int = 60):
+        super().__init__(time_limit_s=time_limit_s, seed=seed)
+        if population < 3:
+            raise DivimlInputError("population must be at least 3", field="population")
+        if not 0 < elite_fraction < 1 or not 0 <= mutant_fraction < 1 or elite_fraction + mutant_fraction >= 1:
+            raise DivimlInputError("need 0 < elite_fraction, 0 <= mutant_fraction and elite_fraction + "
+                                   "mutant_fraction < 1", field="elite_fraction",
+                                   hint="for example 0.2 and 0.15, so that some children are bred")
+        if not 0.5 <= inheritance_bias <= 1:
+            raise DivimlInputError("inheritance_bias must lie in [0.5, 1]", field="inheritance_bias",
+                                   hint="the chance that a child takes a key from its elite parent")
+        if generations < 0:
+            raise DivimlInputError("generations cannot be negative", field="generations")
+        self.population = population
+        self.elites = max(1, round(elite_fraction * population))
+        self.mutants = min(population - self.elites - 1, round(mutant_fraction * population))
+        self.inheritance_bias = inheritance_bias
+        self.generations = generations
+
+    def solve(self, problem: Problem) -> Plan:
+        from ..bounds import lower_bound      # bounds imports this package: import it when solving
+
+        self.check_objective(problem)
+        began = time.perf_counter()
+        platform = problem.platform
+        stages = problem.stages or len(platform.devices)
+        if not 1 <= stages <= len(platform.devices):
+            raise DivimlInputError(f"{stages} stages need {stages} devices, platform '{platform.name}' has "
+                                   f"{len(platform.devices)}", field="stages",
+                                   hint=f"use --stages between 1 and {len(platform.devices)}, or a larger platform")
+        if not problem.graph.kernels:
+            raise DivimlInputError("the graph has no kernels to place", field="MODEL")
+        problem.validate()
+        costs = StageCosts(problem)
+        bound = lower_bound(problem)
+        rng = np.random.default_rng(self.seed)
+        decodes = 0
+        best: _Decoded | None = None
+
+        def decode(keys: np.ndarray) -> float:
+            nonlocal decodes, best
+            decodes += 1
+            order = order_by_keys(costs.successors, costs.indegree, keys[:costs.n].tolist())
+            devices = [costs.devices[d] for d in np.argsort(keys[costs.n:], kind="stable")[:stages]]
+            value, cuts, exact = costs.slice(np.array(order, dtype=np.int64), devices)
+            if best is None or value < best.value:
+                best = _Decoded(value, order, devices, cuts, exact)
+            return value
+
+        def out_of_time() -> bool:
+            return time.perf_counter() - began > self.time_limit_s
+
+        population = self._first_population(costs, problem, stages, rng)
+        fitness = np.array([decode(keys) for keys in population])
+        stopped, generation = "generations", 0
+        while generation < self.generations:
+            if best.value <= bound * (1 + 1e-9):
+                stopped = "lower_bound"
+                break
+            if out_of_time():
+                stopped = "time_limit"
+                break
+            ranked = np.argsort(fitness, kind="stable")
+            population, fitness = population[ranked], fitness[ranked]
+            children = self.population - self.elites - self.mutants
+            elite = population[rng.integers(self.elites, size=children)]
+            other = population[self.elites + rng.integers(self.population - self.elites, size=children)]
+            inherit = rng.random(elite.shape) < self.inheritance_bias
+            newcomers = np.vstack([np.where(inherit, elite, other), rng.random((self.mutants, population.shape[1]))])
+            scores = []
+            for keys in newcomers:
+                if out_of_time():
+                    break
+                scores.append(decode(keys))
+            population = np.vstack([population[:self.elites], newcomers[:len(scores)]])
+            fitness = np.concatenate([fitness[:self.elites], scores])
+            generation += 1
+        if not math.isfinite(best.value):
+            raise DivimlInputError("no slicing into stages lets every kernel run within its device's memory "
+                                   "and keeps co-location groups together", field="stages",
+                                   hint="allow more devices, or use devices with more memory")
+        order = [costs.names[i] for i in best.order]
+        plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
+        sim = simulate(problem.graph, platform, problem.costs, plan)
+        plan.solver, plan.value_s = self.name, sim.value_s
+        plan.optimal = sim.value_s <= bound * (1 + 1e-9)
+        plan.solve_s = time.perf_counter() - began
+        plan.attrs.update({"dp_value_s": best.value, "dp_exact": best.exact, "generations": generation,
+                           "decodes": decodes, "stopped": stopped, "population": self.population})
+        log.info("slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
+                 len(plan.stages), sim.value_s, bound, generation, decodes, plan.solve_s, stopped)
+        return plan
+
+    def _first_population(self, costs: StageCosts, problem: Problem, stages: int,
+                          rng: np.random.Generator) -> np.ndarray:
+        """Seeds (program, depth-first, breadth-first orders x three device orders), then random keys."""
+        n, devices = costs.n, costs.devices
+        orders = [list(range(n)), traversal_order(costs.successors, costs.indegree, True),
+                  traversal_order(costs.successors, costs.indegree, False)]
+        speed = [(int(costs.profiles[costs.profile_of[d]].infeasible.sum()),
+                  float(costs.profiles[costs.profile_of[d]].work.sum()), i) for i, d in enumerate(devices)]
+        fastest = [i for *_, i in sorted(speed)]
+        host = devices.index(problem.platform.host)
+        others = [i for i in fastest if i != host]
+        device_orders = list(dict.fromkeys(tuple(o) for o in (
+            fastest, [host] + others, others[:stages - 1] + [host] + others[stages - 1:])))
+        seeds = []
+        for order in orders:
+            for device_order in device_orders:
+                keys = np.empty(n + len(devices))
+                keys[order] = np.arange(n) / max(n, 1)
+                keys[n + np.array(device_order)] = np.arange(len(devices)) / len(devices)
+                seeds.append(keys)
+        seeds = seeds[:self.population]
+        return np.vstack(seeds + [rng.random((self.population - len(seeds), n + len(devices)))])
