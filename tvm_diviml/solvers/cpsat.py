@@ -80,7 +80,7 @@ from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem, Solver
 from .list_scheduling import Heft
-from .milp import Context, WindowSolution, order_by_start
+from .milp import Context, WindowSolution, order_by_start, trivial_horizon_s
 
 log = logging.getLogger(__name__)
 
@@ -366,35 +366,6 @@ def tick_scale(horizon: float) -> float:
     """Ticks per second: the power of two that puts ``horizon`` seconds at most HORIZON_TICKS."""
     exponent = 40 if horizon <= 0 else math.floor(math.log2(HORIZON_TICKS / horizon))
     return math.ldexp(1.0, max(-60, min(exponent, 60)))
-
-
-def trivial_horizon_s(problem: Problem, window: list[str] | None = None, context: Context | None = None,
-                      tail_s: dict[str, float | dict[str, float]] | None = None) -> float:
-    """After every fixed kernel, each window kernel on its slowest feasible device and every tensor
-    sent at its dearest, one after another, then the longest tail: a schedule that long always
-    exists, so no variable needs a larger domain."""
-    graph, costs, platform = problem.graph, problem.costs, problem.platform
-    pairs = [(a, b) for a in platform.device_names for b in platform.device_names if a != b]
-    context = context or Context()
-    kernels = list(window) if window is not None else list(graph.kernels)
-
-    def dearest(nbytes: float) -> float:
-        return max((costs.transfer_s(nbytes, a, b) for a, b in pairs), default=0.0)
-
-    def largest_tensor(kernel: str) -> float:
-        return max([graph.kernels[kernel].output_bytes, *(e.bytes for e in graph.succ[kernel])])
-
-    inside = set(kernels)
-    total = max([0.0, *context.finish_s.values()])
-    total += sum(dearest(graph_input.bytes) for graph_input in graph.inputs
-                 if any(c in inside for c in graph_input.consumers))
-    total += sum(dearest(largest_tensor(u)) for u in {e.src for k in kernels for e in graph.pred[k]} - inside)
-    for kernel in kernels:
-        total += max(costs.compute_s(kernel, d) for d in problem.feasible_devices(kernel))
-        total += dearest(largest_tensor(kernel))
-    longest = [max(t.values(), default=0.0) if isinstance(t, dict) else t for k, t in (tail_s or {}).items()
-               if k in inside]
-    return total + max([0.0, *longest])
 
 
 class CpsatSession:

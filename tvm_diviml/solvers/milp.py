@@ -77,6 +77,35 @@ class WindowSolution:
     optimal: bool
 
 
+def trivial_horizon_s(problem: Problem, window: list[str] | None = None, context: Context | None = None,
+                      tail_s: dict[str, float | dict[str, float]] | None = None) -> float:
+    """After every fixed kernel, each window kernel on its slowest feasible device and every tensor
+    sent at its dearest, one after another, then the longest tail: a schedule that long always
+    exists, so no variable needs a larger domain."""
+    graph, costs, platform = problem.graph, problem.costs, problem.platform
+    pairs = [(a, b) for a in platform.device_names for b in platform.device_names if a != b]
+    context = context or Context()
+    kernels = list(window) if window is not None else list(graph.kernels)
+
+    def dearest(nbytes: float) -> float:
+        return max((costs.transfer_s(nbytes, a, b) for a, b in pairs), default=0.0)
+
+    def largest_tensor(kernel: str) -> float:
+        return max([graph.kernels[kernel].output_bytes, *(e.bytes for e in graph.succ[kernel])])
+
+    inside = set(kernels)
+    total = max([0.0, *context.finish_s.values(), *context.device_ready_s.values()])
+    total += sum(dearest(graph_input.bytes) for graph_input in graph.inputs
+                 if any(c in inside for c in graph_input.consumers))
+    total += sum(dearest(largest_tensor(u)) for u in {e.src for k in kernels for e in graph.pred[k]} - inside)
+    for kernel in kernels:
+        total += max(costs.compute_s(kernel, d) for d in problem.feasible_devices(kernel))
+        total += dearest(largest_tensor(kernel))
+    longest = [max(t.values(), default=0.0) if isinstance(t, dict) else t for k, t in (tail_s or {}).items()
+               if k in inside]
+    return total + max([0.0, *longest])
+
+
 def reachability(problem: Problem) -> dict[str, int]:
     """Bitset of every kernel's descendants (bit = topological position)."""
     graph = problem.graph
@@ -110,8 +139,7 @@ class LatencyModel:
         self.devices = {v: self._devices_for(v) for v in self.window}
         self.x = {(v, d): m.add_var(var_type=mip.BINARY) for v in self.window for d in self.devices[v]}
         self.o: dict[tuple[str, str], mip.Var] = {}
-        release = max([0.0, *self.context.device_ready_s.values()])
-        horizon_s = upper_bound_s if upper_bound_s is not None else self._trivial_horizon(release)
+        horizon_s = upper_bound_s if upper_bound_s is not None else trivial_horizon_s(problem, self.window, self.context, tail_s)
         # Solver tolerances are absolute (about 1e-7): seconds of kernels (1e-5) would drown in them, so the
         # model counts time in units of a thousandth of the horizon.
         self.unit = horizon_s / 1000.0 if horizon_s > 0 else 1.0
@@ -149,20 +177,6 @@ class LatencyModel:
                                    field="allowed_devices", hint="allow another device or split its co-location group")
         return devices
 
-    def _trivial_horizon(self, release: float) -> float:
-        """Every kernel alone, one after another, on its slowest device, every transfer at the dearest link:
-        some schedule is at least this short, so the big-M constraints stay valid."""
-        graph, costs, platform = self.problem.graph, self.problem.costs, self.problem.platform
-        pairs = [(a, b) for a in platform.device_names for b in platform.device_names if a != b]
-
-        def worst(nbytes: float) -> float:
-            return max((costs.transfer_s(nbytes, a, b) for a, b in pairs), default=0.0)
-
-        total = max([release, *self.context.finish_s.values()])
-        for v in self.window:
-            total += self.p_max(v) + sum(worst(e.bytes) for e in graph.pred[v]) + worst(graph.kernels[v].output_bytes)
-        return total + sum(worst(i.bytes) for i in graph.inputs)
-
     def transfer(self, nbytes: float, src: str, dst: str) -> float:
         return self.problem.costs.transfer_s(nbytes, src, dst) / self.unit
 
@@ -170,9 +184,6 @@ class LatencyModel:
         """The solver's certified lower bound on the window's makespan, in seconds (None before any)."""
         bound = self.m.objective_bound
         return None if bound is None or not math.isfinite(bound) else max(bound, 0.0) * self.unit
-
-    def p_max(self, kernel: str) -> float:
-        return max(self.problem.costs.compute_s(kernel, d) for d in self.devices[kernel])
 
     def _colocation(self) -> None:
         first: dict[str, str] = {}
