@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # Extras for the test environment; add torch to test the torch.export importer too
-# (make test EXTRAS=test,onnx,torch).
+# (make test EXTRAS=test,onnx,cpsat,torch).
 EXTRAS ?= test,onnx,cpsat
 comma := ,
 TEST_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
