@@ -39,7 +39,8 @@ def graph_and_costs(tmp_path):
 
 def test_plan_on_an_opgraph_with_a_cost_table(graph_and_costs):
     graph_path, cost_path, times = graph_and_costs
-    result = diviml("plan", graph_path, "--platform", "paper-node", "--cost", cost_path, "--json", "-")
+    result = diviml("plan", graph_path, "--platform", "paper-node", "--cost", cost_path, "--solver",
+                    "fastest_single_device", "--json", "-")
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)
     assert CONTRACT_KEYS <= set(row)
@@ -58,7 +59,8 @@ def test_plan_on_an_opgraph_with_a_cost_table(graph_and_costs):
 def test_plan_prints_a_table_and_writes_json(graph_and_costs, tmp_path):
     graph_path, cost_path, _ = graph_and_costs
     out = tmp_path / "plan.json"
-    result = diviml("plan", graph_path, "--cost", cost_path, "--objective", "pipeline", "--json", out)
+    result = diviml("plan", graph_path, "--cost", cost_path, "--objective", "pipeline", "--solver",
+                    "fastest_single_device", "--json", out)
     assert result.returncode == 0, result.stderr
     assert "lower bound" in result.stdout and "rtx2080ti" in result.stdout
     row = json.loads(out.read_text())
@@ -68,7 +70,7 @@ def test_plan_prints_a_table_and_writes_json(graph_and_costs, tmp_path):
 def test_plan_on_an_msr_fiddle_file(tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(hand_file()))
-    result = diviml("plan", path, "--json", "-")
+    result = diviml("plan", path, "--solver", "fastest_single_device", "--json", "-")
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)
     assert row["mode"] == "host_staged" and row["objective"] == "throughput"
@@ -79,7 +81,7 @@ def test_plan_on_an_msr_fiddle_file(tmp_path):
 def test_plan_on_real_msr_fiddle_inference_files(msr_fiddle_dir):
     import glob
     for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "*-inputs", "*", "*_inference.json"))):
-        result = diviml("plan", path, "--json", "-")
+        result = diviml("plan", path, "--solver", "fastest_single_device", "--json", "-")
         assert result.returncode == 0, (path, result.stderr)
         assert json.loads(result.stdout)["feasible"]
 

@@ -243,9 +243,13 @@ def test_a_plan_that_still_overflows_is_returned_for_the_simulator_to_flag():
 def test_other_objectives_are_refused_with_a_pointer():
     platform = unit_platform()
     graph = graph_of([("a", "b", 1)])
+    with pytest.raises(DivimlInputError, match="greedy") as error:       # greedy does throughput too
+        get_solver("heft").solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="throughput"))
+    assert error.value.field == "objective"
     for name in BOTH:
-        with pytest.raises(DivimlInputError, match="fastest_single_device") as error:
-            get_solver(name).solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="throughput"))
+        with pytest.raises(DivimlInputError, match="slicegraph") as error:
+            get_solver(name).solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="pipeline",
+                                           stages=2))
         assert error.value.field == "objective"
 
 

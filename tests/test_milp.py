@@ -156,4 +156,4 @@ def test_split_rejects_bad_options():
     graph = graph_of([("a", "b", 1)], inputs=[("x", 1, ["a"])])
     platform = unit_platform()
     with pytest.raises(DivimlInputError, match="objective"):
-        Split().solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="throughput"))
+        Split().solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="pipeline", stages=2))

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from tvm_diviml.errors import DivimlInputError
-from tvm_diviml.msr_fiddle import read_msr_fiddle
+from tvm_diviml.msr_fiddle import read_expert_split, read_msr_fiddle
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
@@ -118,3 +118,82 @@ def test_fastest_single_device_on_inference_files(msr_fiddle_dir):
             assert sim.feasible and plan.value_s == sim.value_s
             feasible = [v["value_s"] for v in plan.attrs["per_device"].values() if v["value_s"] is not None]
             assert plan.value_s == min(feasible)
+
+
+def test_without_cpus_every_accelerator_still_pays_one_hop_per_copy():
+    """maxCPUs = 0: host memory is still there (device 'host', which runs nothing), so the loads are
+    those of the file with a CPU: acc0 3.75 ms, acc1 7.75 ms (see the first test)."""
+    data = hand_file(maxCPUs=0)
+    graph, platform, _ = read_msr_fiddle(data)
+    assert platform.host == "host" and platform.device("host").kind == "cpu"
+    assert all(k.allowed_devices == ("acc0", "acc1") for k in graph.kernels.values())
+    sim = price(data, {"1": "acc0", "2": "acc0", "3": "acc1", "4": "acc1"})
+    assert sim.device_busy_s["acc0"] == pytest.approx(3.75e-3)
+    assert sim.device_busy_s["acc1"] == pytest.approx(7.75e-3)
+    swapped = price(data, {"1": "acc1", "2": "acc1", "3": "acc0", "4": "acc0"})
+    assert swapped.device_busy_s["acc1"] == pytest.approx(3.75e-3)
+    assert swapped.device_busy_s["acc0"] == pytest.approx(7.75e-3)
+
+
+# ---------------------------------------------------------------------- human-expert splits
+def expert(fpgas, cpus=((),)):
+    return {"cpus": [{"load": 0.0, "nodes": list(n)} for n in cpus],
+            "fpgas": [{"load": -1, "nodes": list(n)} for n in fpgas], "maxLoad": -1}
+
+
+def test_expert_split_is_read_and_scored_by_the_simulator():
+    graph, platform, costs = read_msr_fiddle(hand_file())
+    plan = read_expert_split(expert([[1, 2], [3, 4]]), graph, platform)
+    assert plan.assignment == {"1": "acc0", "2": "acc0", "3": "acc1", "4": "acc1"}
+    assert plan.mode == "host_staged" and plan.solver == "human-expert"
+    assert simulate(graph, platform, costs, plan).value_s == pytest.approx(7.75e-3)
+    plan = read_expert_split(expert([[], [1, 2]], cpus=[[3, 4]]), graph, platform)
+    assert plan.assignment == {"1": "acc1", "2": "acc1", "3": "cpu0", "4": "cpu0"}
+
+
+@pytest.mark.parametrize("split, message", [
+    (expert([[1, 2], [3]]), "leaves node '4' unplaced"),
+    (expert([[1, 2], [3, 4, 2]]), "places node 2 again"),
+    (expert([[1, 2], [3, 4, 9]]), "node 9"),
+    (expert([[1], [2], [3, 4]]), "'acc2'"),
+    (expert([[1, 2, 3, 4]], cpus=[[], [5]]), "'cpu1'"),
+    ({"fpgas": [{"load": 1}]}, "'nodes' list"),
+    ([1, 2], "not an expert split"),
+])
+def test_bad_expert_splits_name_the_node(split, message):
+    graph, platform, _ = read_msr_fiddle(hand_file())
+    with pytest.raises(DivimlInputError, match=message):
+        read_expert_split(split, graph, platform)
+
+
+def test_real_expert_splits_place_every_node_of_their_layer_graph(msr_fiddle_dir):
+    import json
+    for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "human-experts", "*_inference_expert.json"))):
+        name = os.path.basename(path).replace("_expert", "")
+        graph, platform, costs = read_msr_fiddle(json.load(open(os.path.join(
+            msr_fiddle_dir, "throughput-inputs", "LayerGraphs", name))))
+        sim = simulate(graph, platform, costs, read_expert_split(json.load(open(path)), graph, platform))
+        assert sim.feasible and sim.value_s > 0
+
+
+def test_bench_suite_on_the_two_smallest_files(msr_fiddle_dir):
+    from tvm_diviml.bench import suite_msr_fiddle
+    rows = list(suite_msr_fiddle(quick=True, msr_fiddle_dir=msr_fiddle_dir))
+    graphs = [r for r in rows if "expert_value_s" not in r]
+    experts = [r for r in rows if "expert_value_s" in r]
+    assert len(graphs) == 2 and {r["graph"] for r in experts} == {r["model"] for r in graphs}
+    for row in graphs:
+        assert row["gap"] >= -1e-9 and row["lower_bound_s"] <= row["best_bound_s"]
+        if row["dp_exact"]:                          # the DP's optimum bounds SliceGraph on the same problem
+            assert row["slicegraph_value_s"] >= row["downsets_value_s"] * (1 - 1e-9)
+    exact = {r["model"] for r in graphs if r["dp_exact"]}
+    assert exact
+    for row in experts:            # an ordered contiguous expert split cannot beat the contiguous optimum
+        assert row["expert_feasible"]
+        if row["graph"] in exact and row["expert_contiguous"]:
+            assert row["ours_value_s"] <= row["expert_value_s"] * (1 + 1e-9)
+
+
+def test_bench_suite_is_skipped_without_the_files(tmp_path):
+    from tvm_diviml.bench import suite_msr_fiddle
+    assert list(suite_msr_fiddle(msr_fiddle_dir=str(tmp_path))) == []

@@ -20,7 +20,7 @@ from tvm_diviml.platform import Link, Platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.solvers.base import Problem
-from tvm_diviml.solvers.slicegraph import SliceGraph, pipeline_plan, slice_order
+from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
 from tvm_diviml.workload import load_workload
 
 from .conftest import graph_of, table, unit_platform
@@ -75,16 +75,23 @@ def sliced_problems(draw, max_kernels):
 
 
 # ---------------------------------------------------------------------- the DP over one order
-@settings(max_examples=60, deadline=None)
-@given(sliced_problems(max_kernels=7), st.randoms(use_true_random=False))
-def test_dp_is_the_best_slicing_of_one_order(case, rng):
-    problem, devices = case
+def dp_against_every_cut(problem, devices, rng):
+    """Slice a random topological order with the DP and check it against every way to cut it."""
     order = kahn_by_priority(problem.graph, {k: rng.random() for k in problem.graph.kernels})
     value, cuts = slice_order(problem, order, devices)
     n = len(order)
     brute = min(period(problem, order, devices, [0, *inner, n])
                 for inner in itertools.combinations_with_replacement(range(n + 1), len(devices) - 1))
     assert close(value, brute)
+    return order, value, cuts
+
+
+@settings(max_examples=60, deadline=None)
+@given(sliced_problems(max_kernels=7), st.randoms(use_true_random=False))
+def test_dp_is_the_best_slicing_of_one_order(case, rng):
+    problem, devices = case
+    order, value, cuts = dp_against_every_cut(problem, devices, rng)
+    n = len(order)
     assert cuts[0] == 0 and cuts[-1] == n and cuts == sorted(cuts)
     assert close(period(problem, order, devices, cuts), value)
 
@@ -272,3 +279,75 @@ def test_slicegraph_rejects_bad_options(options, field):
     with pytest.raises(DivimlInputError) as error:
         SliceGraph(**options)
     assert error.value.field == field
+
+
+# ---------------------------------------------------------------------- host_staged (msr-fiddle max load)
+@st.composite
+def host_staged_problems(draw, max_kernels):
+    """Throughput on a host_staged platform (A the host CPU pays nothing; B and C pay their copies)
+    and a sequence of distinct devices for the sets."""
+    graph, platform, costs = draw(dag_problems(max_kernels=max_kernels, transfer_model="host_staged"))
+    devices = list(draw(st.permutations(DEVICES)))[:draw(st.integers(1, len(DEVICES)))]
+    return Problem(graph, platform, costs, objective="throughput"), devices
+
+
+@settings(max_examples=60, deadline=None)
+@given(host_staged_problems(max_kernels=7), st.randoms(use_true_random=False))
+def test_host_staged_dp_is_the_best_slicing_of_one_order(case, rng):
+    """Each stage priced as host_staged charges it: the DP's value is the simulated one, and the best."""
+    problem, devices = case
+    order, value, cuts = dp_against_every_cut(problem, devices, rng)
+    plan = pipeline_plan(problem, order, devices, cuts)
+    assert plan.mode == "host_staged" and plan.objective == "throughput"
+    assert close(simulated(problem, plan).value_s, value)
+
+
+@settings(max_examples=15, deadline=None)
+@given(host_staged_problems(max_kernels=6), st.integers(0, 3))
+def test_slicegraph_host_staged_claim_is_the_simulated_value(case, seed):
+    problem, _ = case
+    plan = SliceGraph(seed=seed, population=8, generations=3).solve(problem)
+    assert plan.mode == "host_staged" and plan.value_s == simulated(problem, plan).value_s
+    assert plan.attrs["dp_exact"] and close(plan.attrs["dp_value_s"], plan.value_s)
+    assert len(plan.stages) <= len(problem.platform.devices)
+
+
+def test_slicegraph_refuses_period_overlap_throughput_and_points_to_its_solvers():
+    problem = hand_chain()
+    with pytest.raises(DivimlInputError, match="host_staged") as error:
+        SliceGraph().solve(Problem(problem.graph, problem.platform, problem.costs, objective="throughput"))
+    assert all(name in error.value.hint for name in ("milp", "split", "greedy", "replicas"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9).flatmap(lambda n: st.tuples(
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n),
+    st.lists(st.integers(0, 3), min_size=n, max_size=n),
+    st.lists(st.floats(0, 1, exclude_max=True), min_size=n, max_size=n))))
+def test_group_aware_decode_gives_a_topological_order(case):
+    pairs, labels, keys = case
+    n = len(labels)
+    successors = [[] for _ in range(n)]
+    indegree = [0] * n
+    for a, b in pairs:
+        if a < b:
+            successors[a].append(b)
+            indegree[b] += 1
+    groups = [[v for v in range(n) if labels[v] == label] for label in set(labels)]
+    order = order_by_keys(successors, indegree, keys, groups)
+    assert sorted(order) == list(range(n))
+    position = {v: i for i, v in enumerate(order)}
+    assert all(position[a] < position[b] for a in range(n) for b in successors[a])
+
+
+def test_group_aware_decode_keeps_weights_beside_their_operator():
+    """Weights w1, w2 (no inputs) belong to op 3's group; a long chain 0 -> 4 -> 5 -> 3 runs beside them.
+    By keys alone the weights would come first, and no cut could fall between them and 3."""
+    successors = [[4], [3], [3], [], [5], [3]]       # 0 -> 4 -> 5 -> 3, 1 -> 3, 2 -> 3
+    indegree = [0, 0, 0, 3, 1, 1]
+    keys = [0.5, 0.1, 0.2, 0.9, 0.6, 0.7]
+    assert order_by_keys(successors, indegree, keys) == [1, 2, 0, 4, 5, 3]
+    assert order_by_keys(successors, indegree, keys, [[1, 2, 3]]) == [0, 4, 5, 1, 2, 3]
+    # once 1 is placed, its group-mate 3 goes before 2, whose key is smaller
+    assert order_by_keys([[1, 2, 3], [], [], []], [0, 1, 1, 1], [0.0, 0.1, 0.2, 0.9], [[1, 3]]) == [0, 1, 3, 2]
+    assert order_by_keys([[1, 2, 3], [], [], []], [0, 1, 1, 1], [0.0, 0.1, 0.2, 0.9]) == [0, 1, 2, 3]

@@ -5,6 +5,7 @@ Speed targets live here, never in unit tests; ratios are measured side by side i
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import time
@@ -257,8 +258,206 @@ def _latency_row(group: str, model: str, solvers: list[str], time_limit_s: float
     return row
 
 
+PIPELINE_STAGES = (2, 4, 8, 16, 32, 64)
+# Archer et al. (ICML 2024), geometric mean of lower bound / best partition over 369 production models.
+PAPER_PIPELINE_RATIOS = {2: 0.9901, 4: 0.9737, 8: 0.9588, 16: 0.9452, 32: 0.8749, 64: 0.7874}
+MSR_FIDDLE_OPERATORS = os.path.join(os.path.dirname(MSR_FIDDLE_LATENCY), "throughput-inputs", "OperatorGraphs")
+
+
+def pipeline_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str, str]]:
+    """(group, MODEL, granularity) rows of the pipeline suite; msr-fiddle files where their folder exists."""
+    import glob
+
+    fiddle = sorted(glob.glob(os.path.join(msr_fiddle_dir, "*_inference.json")))
+    if not fiddle:
+        log.warning("pipeline suite: no msr-fiddle files under %s; their rows are skipped", msr_fiddle_dir)
+    if quick:
+        return [("random", "random:kernels=16,seed=0", "fused"), ("zoo-operator", "resnet18", "operator")]
+    return ([("zoo-fused", name, "fused") for name in ("resnet50", "inception_v3", "bert_base:layers=4",
+                                                       "gpt2:layers=4")]
+            + [("zoo-operator", name, "operator") for name in ("resnet50", "mobilenet_v2", "bert_base:layers=4")]
+            + [("randwire", f"randwire_ws:nodes={nodes},stages=1,seed=0", "fused") for nodes in (12, 32, 64, 88)]
+            + [("msr-fiddle", path, "fused") for path in fiddle])
+
+
+def fiddle_accelerators(graph, fiddle_costs, count: int):
+    """An msr-fiddle graph on ``count`` identical accelerators priced by its own profile (accelerator
+    latency where supported, CPU latency elsewhere; each tensor's transfer its file's ``cost``): the
+    pipeline problem of Archer et al. on their data. Their memory and CPU-only marks are dropped."""
+    from dataclasses import replace
+
+    from .cost.table import TableCostModel
+    from .graph import OpGraph
+    from .msr_fiddle import HOST_BANDWIDTH_BPS
+    from .platform import Device, Link, Platform
+
+    devices = [Device(f"acc{i}", {"kind": "cuda"}, f"cuda:{i}") for i in range(count)]
+    links = {(a.name, b.name): Link(a.name, b.name, 0.0, float(HOST_BANDWIDTH_BPS))
+             for a in devices for b in devices if a.name != b.name}
+    platform = Platform(f"msr-fiddle acc{count}", devices, links)
+    accelerator = next((d.name for d in fiddle_costs.platform.devices if d.kind != "cpu"), None)
+    rows = {}
+    for kernel in graph.kernels:
+        seconds = fiddle_costs.compute_s(kernel, accelerator) if accelerator else math.inf
+        if math.isinf(seconds):
+            seconds = min(fiddle_costs.compute_s(kernel, d) for d in fiddle_costs.platform.device_names)
+        rows[kernel] = {d.name: seconds for d in devices}
+    free = OpGraph([replace(k, allowed_devices=None) for k in graph.kernels.values()], graph.edges,
+                   inputs=graph.inputs, outputs=graph.outputs, weights={w: 0.0 for w in graph.weights},
+                   name=graph.name, attrs=graph.attrs)
+    return free, platform, TableCostModel(platform, rows)
+
+
+def suite_pipeline(time_limit_s: float = 10.0, bound_time_limit_s: float = 10.0, quick: bool = False,
+                   stages: tuple[int, ...] = PIPELINE_STAGES, mip_up_to: int = 20_000,
+                   msr_fiddle_dir: str = MSR_FIDDLE_OPERATORS) -> Iterator[Row]:
+    """SliceGraph against the best lower bound on ``gpuK`` (K identical GPUs, roofline costs) for every K
+    in ``stages`` with K <= kernels / 4: zoo models at fused and operator granularity, random-wired
+    networks, and the msr-fiddle operator graphs on K accelerators priced by their own profiles.
+
+    Per row: SliceGraph (``time_limit_s``); the exact MIP warm-started from its plan (``time_limit_s``),
+    whose plan, when better, is the best partition found and whose proven bound counts; the three-
+    superblock and guess-the-bottleneck relaxations (``bound_time_limit_s`` in all); LB0 and the LP
+    bound. The MIPs run only where kernels x K <= ``mip_up_to`` (beyond, their models take longer to
+    build than to help). One summary row per K: the geometric mean of bound / best beside the paper's."""
+    from tqdm import tqdm
+
+    from .bounds import lower_bounds
+    from .cost.roofline import RooflineCostModel
+    from .platform import gpu_k
+    from .solvers import Problem, get_solver
+    from .solvers.mtpp import pipeline_bounds, solve_pipeline_mip
+
+    from .workload import load_graph
+
+    rows = []
+    progress = tqdm(pipeline_workloads(quick, msr_fiddle_dir), desc="pipeline suite", unit="graph", leave=False)
+    for group, model, granularity in progress:
+        progress.set_postfix_str(os.path.basename(model))
+        found = load_graph(model, granularity=granularity)
+        for count in (k for k in stages if k <= len(found.graph) / 4):
+            if found.costs is not None:
+                graph, platform, costs = fiddle_accelerators(found.graph, found.costs, count)
+            else:
+                graph, platform = found.graph, gpu_k(count)
+                costs = RooflineCostModel(graph, platform)
+            problem = Problem(graph, platform, costs, objective="pipeline", stages=count)
+            sliced = get_solver("slicegraph", time_limit_s=time_limit_s).solve(problem)
+            bounds = lower_bounds(problem)
+            best, mip_s, notes = sliced.value_s, None, ""
+            if len(graph) * count <= mip_up_to:
+                began = time.perf_counter()
+                exact = solve_pipeline_mip(problem, time_limit_s=time_limit_s, warm_start=sliced)
+                mip_s = time.perf_counter() - began
+                best = min(best, exact.value_s)
+                if exact.lower_bound_s is not None:
+                    bounds["exact_mip"] = exact.lower_bound_s
+                began = time.perf_counter()
+                bounds.update(pipeline_bounds(problem, bound_time_limit_s, exact_mip=False))
+                bound_s = time.perf_counter() - began
+            else:
+                bound_s, notes = 0.0, f"MIPs skipped: {len(graph)} kernels x {count} stages > {mip_up_to}"
+            best_from = max(bounds, key=bounds.__getitem__)
+            row = {"suite": "pipeline", "group": group, "granularity": granularity,
+                   "model": os.path.basename(model) if found.costs is not None else model,
+                   "kernels": len(graph), "stages": count, "slicegraph_value_s": sliced.value_s,
+                   "slicegraph_s": sliced.solve_s, "stopped": sliced.attrs.get("stopped"), "best_value_s": best,
+                   "mip_s": mip_s, "lower_bound_s": bounds[best_from], "bound_from": best_from, "bound_s": bound_s,
+                   "ratio": bounds[best_from] / best if best > 0 else 1.0,
+                   "slicegraph_ratio": bounds[best_from] / sliced.value_s if sliced.value_s > 0 else 1.0,
+                   **{f"bound_{name}_s": seconds for name, seconds in bounds.items()}, "notes": notes}
+            rows.append(row)
+            yield row
+    yield from pipeline_summaries(rows)
+
+
+def pipeline_summaries(rows: list[Row]) -> list[Row]:
+    """Per K: the geometric mean of bound / value over every graph, the paper's figure beside it, and
+    SliceGraph's slowest run on graphs of at most 256 kernels."""
+    from statistics import geometric_mean
+
+    summaries = []
+    for count in sorted({row["stages"] for row in rows}):
+        members = [row for row in rows if row["stages"] == count]
+        small = [row["slicegraph_s"] for row in members if row["kernels"] <= 256]
+        summaries.append({"suite": "pipeline", "group": "summary", "stages": count, "graphs": len(members),
+                          "ratio_geomean": geometric_mean([max(row["ratio"], 1e-12) for row in members]),
+                          "slicegraph_ratio_geomean": geometric_mean([max(row["slicegraph_ratio"], 1e-12)
+                                                                      for row in members]),
+                          "paper_ratio": PAPER_PIPELINE_RATIOS.get(count),
+                          "ratio_min": min(row["ratio"] for row in members),
+                          "slicegraph_max_s_up_to_256_kernels": max(small, default=None)})
+    return summaries
+
+
+MSR_FIDDLE_DIR = os.path.dirname(MSR_FIDDLE_LATENCY)
+
+
+def suite_msr_fiddle(time_limit_s: float = 300.0, slicegraph_time_limit_s: float = 60.0, max_ideals: int = 50_000,
+                     quick: bool = False, msr_fiddle_dir: str = MSR_FIDDLE_DIR) -> Iterator[Row]:
+    """The msr-fiddle max-load problem (Tarnawski et al. 2020, mode host_staged) on every
+    ``throughput-inputs/*/*_inference.json``: the downset DP (exact where the ideals fit under
+    ``max_ideals`` and ``time_limit_s``; SliceGraph otherwise), SliceGraph on its own, our best lower
+    bound (bounds.lower_bound, raised to the DP optimum where exact: that optimum bounds every ordered
+    contiguous split) and the gap; then each ``human-experts/*_inference_expert.json`` split scored by
+    the same simulator beside ours, matched to the graph file that has exactly its node ids. ``quick``:
+    the two smallest graphs, SliceGraph for 2 s."""
+    import glob
+    import json
+
+    from .bounds import lower_bound
+    from .msr_fiddle import read_expert_split, read_msr_fiddle
+    from .simulator import simulate
+    from .solvers import Problem, get_solver
+
+    files = sorted(glob.glob(os.path.join(msr_fiddle_dir, "throughput-inputs", "*", "*_inference.json")))
+    if not files:
+        log.warning("msr-fiddle suite: no files under %s; skipped", msr_fiddle_dir)
+        return
+    if quick:
+        files = sorted(files, key=lambda path: len(json.load(open(path))["nodes"]))[:2]
+        slicegraph_time_limit_s = min(slicegraph_time_limit_s, 2.0)
+    ours: dict[frozenset, tuple[str, float, object]] = {}       # node ids -> (file, our best value, graph data)
+    for path in files:
+        name = os.path.relpath(path, os.path.join(msr_fiddle_dir, "throughput-inputs"))
+        data = json.load(open(path))
+        graph, platform, costs = read_msr_fiddle(data, name)
+        problem = Problem(graph, platform, costs, objective="throughput")
+        downsets = get_solver("downsets", time_limit_s=time_limit_s, max_ideals=max_ideals,
+                              fallback_options={"time_limit_s": slicegraph_time_limit_s}).solve(problem)
+        slicegraph = get_solver("slicegraph", time_limit_s=slicegraph_time_limit_s).solve(problem)
+        exact = downsets.attrs["method"] == "downset DP" and downsets.optimal
+        bound = lower_bound(problem)
+        best_bound = max(bound, downsets.value_s) if exact else bound
+        best = min(downsets.value_s, slicegraph.value_s)
+        ours[frozenset(str(n["id"]) for n in data["nodes"])] = (name, best, (graph, platform, costs))
+        yield {"suite": "msr-fiddle", "model": name, "kernels": len(graph), "accelerators": int(data["maxFPGAs"]),
+               "cpus": int(data["maxCPUs"]), "ideals": downsets.attrs.get("ideals"), "dp_exact": exact,
+               "downsets_value_s": downsets.value_s, "downsets_s": downsets.solve_s,
+               "downsets_method": downsets.attrs["method"], "fallback_reason": downsets.attrs.get("fallback_reason"),
+               "slicegraph_value_s": slicegraph.value_s,
+               "slicegraph_s": slicegraph.solve_s, "lower_bound_s": bound,
+               "contiguous_optimum_s": downsets.value_s if exact else None, "best_bound_s": best_bound,
+               "gap": best / best_bound - 1 if best_bound > 0 else None}
+    for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "human-experts", "*_inference_expert.json"))):
+        split = json.load(open(path))
+        ids = frozenset(str(n) for key in ("cpus", "fpgas") for group in split.get(key, []) for n in group["nodes"])
+        if ids not in ours:
+            log.warning("msr-fiddle suite: no inference graph has exactly the %d nodes of %s; skipped", len(ids),
+                        os.path.basename(path))
+            continue
+        name, best, (graph, platform, costs) = ours[ids]
+        sim = simulate(graph, platform, costs, read_expert_split(split, graph, platform))
+        yield {"suite": "msr-fiddle", "model": os.path.basename(path), "graph": name, "kernels": len(graph),
+               "expert_value_s": sim.value_s, "expert_feasible": sim.feasible,
+               "expert_contiguous": sim.device_graph_acyclic, "ours_value_s": best,
+               "ours_over_expert": best / sim.value_s if sim.value_s > 0 else None}
+
+
 SUITES: dict[str, Callable[..., Iterator[Row]]] = {"simulator": suite_simulator, "extract": suite_extract,
-                                                   "costs": suite_costs, "latency": suite_latency}
+                                                   "costs": suite_costs, "latency": suite_latency,
+                                                   "pipeline": suite_pipeline,
+                                                   "msr-fiddle": suite_msr_fiddle}
 
 
 def markdown_table(rows: list[Row]) -> str:

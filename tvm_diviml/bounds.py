@@ -1,18 +1,23 @@
 """Lower bounds on the best value any plan can reach (TVM-free).
 
 Each part is a valid bound on its own; the reported bound is their maximum. Kernels are priced at
-their fastest feasible device and communication is free, so no bound depends on a plan.
+their fastest feasible device and communication is free (pipelines: the cheapest link), so no
+bound depends on a plan.
 
 - ``critical_path`` (latency): the longest path of fastest-device times.
 - ``largest_kernel``: one kernel alone needs at least its fastest time (not valid for
   ``period_overlap``, where a replicated kernel splits the stream).
 - ``average_load``: the devices' loads sum to at least the sum of fastest times, so the largest is
   at least that sum over the number of devices (over the number of stages for pipelines).
-- ``lp_load`` (latency, period_overlap, stage_serial): min T s.t. every kernel is split over its
-  feasible devices (fractions summing to 1) and every device's load is at most T. It knows that
-  devices differ, so it beats ``average_load`` on heterogeneous machines; with replicas it still
-  holds, because a replicated kernel is exactly such a fractional split; for pipelines each stage
-  has a device of its own and costs at least its work there.
+- ``lp_load`` (every mode): min T s.t. every kernel is split over its feasible devices (fractions
+  summing to 1) and every device's load is at most T. It knows that devices differ, so it beats
+  ``average_load`` on heterogeneous machines; with replicas it still holds, because a replicated
+  kernel is exactly such a fractional split; for pipelines each stage has a device of its own and
+  costs at least its work there; in ``host_staged`` a device's load is its work plus transfers, so
+  compute alone relaxes it.
+- ``stage_serial`` (pipelines): ``solvers.mtpp.pipeline_bounds`` prices ``average_load`` and
+  ``largest_kernel`` with output returns and model inputs, and, given ``mip_time_limit_s``, adds
+  the MIP bounds ``three_superblock``, ``guess_bottleneck`` and ``exact_mip``.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import mip
 
 from .solvers.base import Problem
 from .solvers.milp import new_model
+from .solvers.mtpp import pipeline_bounds
 
 
 def fastest_times(problem: Problem) -> dict[str, float]:
@@ -31,19 +37,19 @@ def fastest_times(problem: Problem) -> dict[str, float]:
     return times
 
 
-def lower_bounds(problem: Problem) -> dict[str, float]:
-    """Named lower bounds valid for ``problem``'s objective and cost mode."""
+def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, float]:
+    """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
+    adds the MIP bounds of pipelines (seconds shared among them); 0 keeps every bound cheap."""
     graph, mode = problem.graph, problem.mode
     fastest = fastest_times(problem)
-    devices = len(problem.platform.devices)
     parts: dict[str, float] = {}
     if mode == "stage_serial":
-        devices = min(devices, problem.stages or devices)
-    parts["average_load"] = sum(fastest.values()) / devices
-    if mode != "period_overlap":
-        parts["largest_kernel"] = max(fastest.values(), default=0.0)
-    if mode in ("latency", "period_overlap", "stage_serial"):
-        parts["lp_load"] = lp_load_bound(problem)
+        parts.update(pipeline_bounds(problem, mip_time_limit_s))
+    else:
+        parts["average_load"] = sum(fastest.values()) / len(problem.platform.devices)
+        if mode != "period_overlap":
+            parts["largest_kernel"] = max(fastest.values(), default=0.0)
+    parts["lp_load"] = lp_load_bound(problem)
     if mode == "latency":
         finish: dict[str, float] = {}
         for kernel in graph.topo_order:
@@ -53,8 +59,8 @@ def lower_bounds(problem: Problem) -> dict[str, float]:
     return parts
 
 
-def lower_bound(problem: Problem) -> float:
-    return max(lower_bounds(problem).values(), default=0.0)
+def lower_bound(problem: Problem, mip_time_limit_s: float = 0.0) -> float:
+    return max(lower_bounds(problem, mip_time_limit_s).values(), default=0.0)
 
 
 def lp_load_bound(problem: Problem) -> float:

@@ -109,7 +109,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if objective == "pipeline" and args.stages is None:
             problem.stages = len(workload.platform.devices)
         plan, sim, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
-                                          time_limit_s=args.time_limit, seed=args.seed)
+                                          time_limit_s=args.time_limit, seed=args.seed,
+                                          bound_time_limit_s=args.bound_time_limit)
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
         if "batch_splits_tried" in row:
@@ -131,8 +132,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     model = "inception_v3"
     print(f"tvm-diviml demo: {model} (the zoo's Inception-v3, many parallel branches) is built with TVM Relax,\n"
           "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
-          "with roofline costs: for latency by DiviML's splitting heuristic (exact MILPs on small modules),\n"
-          "for throughput and pipelines by the single-device baseline (their solvers come next).\n")
+          "with roofline costs: for latency by DiviML's splitting heuristic (exact solves of small modules),\n"
+          "for throughput (a stream of inputs) by the exact MILP, and as a 3-stage pipeline by SliceGraph\n"
+          "(a genetic search over topological orders, each cut into stages by an exact DP).\n")
     workload = load_workload(model, "paper-node", "roofline")
     graph = workload.graph
     width, _ = graph.widest_antichain()
@@ -141,8 +143,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for objective in OBJECTIVES:
         problem = Problem(graph, workload.platform, workload.costs, objective=objective,
                           stages=len(workload.platform.devices))
-        solver = "split" if objective == "latency" else "fastest_single_device"
-        plan, sim, row = solve_and_report(problem, solver, workload.model, workload.cost_source, time_limit_s=60)
+        plan, sim, row = solve_and_report(problem, "auto", workload.model, workload.cost_source, time_limit_s=60,
+                                          bound_time_limit_s=10)
         print(f"== {objective} ==")
         print(format_row(row, workload.platform.device_names))
         if objective == "latency" and args.gantt:
@@ -221,12 +223,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from .bench import SUITES, markdown_table
 
-    given = {"--time-limit": ("time_limit_s", args.time_limit), "--quick": ("quick", args.quick)}
+    given = {"--time-limit": ("time_limit_s", args.time_limit), "--quick": ("quick", args.quick),
+             "--bound-time-limit": ("bound_time_limit_s", args.bound_time_limit)}
     accepted = inspect.signature(SUITES[args.suite]).parameters
     refused = [flag for flag, (key, value) in given.items() if value and key not in accepted]
     if refused:
+        takers = [name for name, suite in SUITES.items()
+                  if given[refused[0]][0] in inspect.signature(suite).parameters]
         raise DivimlInputError(f"suite '{args.suite}' takes no {' or '.join(refused)}", field="--suite",
-                               hint="drop the option, or use --suite latency")
+                               hint=f"drop the option; {refused[0]} applies to suite {' or '.join(takers)}")
     rows = []
     for row in SUITES[args.suite](**{key: value for key, value in given.values() if value}):
         rows.append(row)
@@ -275,8 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--objective", choices=OBJECTIVES,
                       help="default latency; throughput (their max-load problem) for msr-fiddle files")
     plan.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
-    plan.add_argument("--solver", choices=sorted(SOLVERS), default="fastest_single_device")
-    plan.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="solver time limit in seconds")
+    plan.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto",
+                      help="default auto: split for latency, milp for throughput, slicegraph for pipelines, "
+                      "downsets for msr-fiddle files")
+    plan.add_argument("--time-limit", type=_positive_float, default=60.0, metavar="S",
+                      help="solver time limit in seconds")
+    plan.add_argument("--bound-time-limit", type=_non_negative_float, default=10.0, metavar="S",
+                      help="pipelines: seconds for the MIP lower bounds (default 10; 0: combinatorial bounds only)")
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument("--batch-split", type=_positive_int, default=1, metavar="R",
                       help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
@@ -306,8 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--suite", choices=sorted(SUITES), default="simulator")
     bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
-    bench.add_argument("--time-limit", type=float, metavar="S", help="solver time limit in seconds (suite latency)")
-    bench.add_argument("--quick", action="store_true", help="only a few small rows (suite latency)")
+    bench.add_argument("--time-limit", type=_positive_float, metavar="S",
+                       help="solver time limit in seconds (suites latency, pipeline, msr-fiddle)")
+    bench.add_argument("--bound-time-limit", type=_positive_float, metavar="S",
+                       help="seconds for the lower-bound MIPs per row (suite pipeline)")
+    bench.add_argument("--quick", action="store_true", help="only a few small rows")
     bench.set_defaults(run=cmd_bench)
     return parser
 
@@ -334,6 +347,24 @@ def _shape_binding(text: str) -> tuple[str, int]:
     if not sep or not name or not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE with a positive integer VALUE")
     return name, int(value)
+
+
+def _seconds(text: str, allow_zero: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not (value >= 0 if allow_zero else value > 0) or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a {'non-negative' if allow_zero else 'positive'} number of seconds")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    return _seconds(text, allow_zero=False)
+
+
+def _non_negative_float(text: str) -> float:
+    return _seconds(text, allow_zero=True)
 
 
 def _positive_int(text: str) -> int:

@@ -6,7 +6,10 @@ accelerator (only if ``supportedOnFpga``) and needs ``size`` bytes of accelerato
 one ``colorClass`` share a device; an edge's ``cost`` is the time to move the source's output
 between an accelerator and CPU memory. Every copy goes through host memory, so the platform's
 transfer model is ``host_staged``: CPU <-> accelerator costs ``cost``, accelerator <-> accelerator
-two hops (``2 cost``), CPU <-> CPU nothing.
+two hops (``2 cost``), CPU <-> CPU nothing. With ``maxCPUs = 0`` the host memory is still there: the
+platform gets a CPU device ``host`` that runs no node, so that an accelerator's copy to or from the
+host still costs ``cost`` (were an accelerator the host, its own copies would be free and the others'
+would cost two hops).
 
 Translation: times are taken as milliseconds (their profiles' unit) and stored in seconds. A
 tensor's bytes on an edge are its cost times the host bandwidth (2 GiB per ms-scaled second,
@@ -22,6 +25,7 @@ from typing import Any
 from .cost.table import TableCostModel
 from .errors import DivimlInputError
 from .graph import Edge, Kernel, OpGraph
+from .plan import Plan
 from .platform import Device, Link, Platform
 
 MILLISECOND = 1e-3
@@ -45,7 +49,7 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
         raise DivimlInputError("the file allows no device (maxFPGAs = maxCPUs = 0)", field="maxFPGAs",
                                hint="at least one CPU or accelerator is needed")
     platform = _platform(name, accelerators, cpus, float(data["maxSizePerFPGA"]))
-    cpu_names = [d.name for d in platform.devices if d.kind == "cpu"]
+    cpu_names = [f"cpu{i}" for i in range(cpus)]
     acc_names = [d.name for d in platform.devices if d.kind != "cpu"]
 
     nodes = data["nodes"]
@@ -65,7 +69,7 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
         size = _time(raw.get("size", 0.0), f"{where}.size")
         supported = bool(raw["supportedOnFpga"])
         weights[kid] = size
-        allowed = None if supported else tuple(cpu_names)
+        allowed = tuple(cpu_names) if not supported else None if cpus else tuple(acc_names)
         color = raw.get("colorClass")
         kernels.append(Kernel(kid, weights=(kid,), allowed_devices=allowed,
                               colocate=None if color is None else str(color),
@@ -91,6 +95,8 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
 
 def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platform:
     devices = [Device(f"cpu{i}", {"kind": "llvm"}, f"cpu:{i}", num_threads=1) for i in range(cpus)]
+    if not cpus:                                      # host memory only: it runs no node
+        devices.append(Device("host", {"kind": "llvm"}, "cpu:0", num_threads=1))
     devices += [Device(f"acc{i}", {"kind": "cuda"}, f"cuda:{i}", memory_bytes=memory or None)
                 for i in range(accelerators)]
     links = {}
@@ -105,10 +111,51 @@ def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platfor
             else:                                     # through host memory: two hops
                 links[(a.name, b.name)] = Link(a.name, b.name, 0.0, HOST_BANDWIDTH_BPS / 2)
     return Platform(f"msr-fiddle:{name}", devices, links, host=devices[0].name, transfer_model="host_staged",
-                    description=f"{accelerators} identical accelerators and {cpus} CPU cores, copies through host memory")
+                    description=f"{accelerators} identical accelerators and {cpus} CPU cores, copies through host memory"
+                    + ("" if cpus else " (device 'host' stands for that memory and runs no node)"))
 
 
 def _time(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise DivimlInputError(f"must be a non-negative number, got {value!r}", field=where)
     return float(value)
+
+
+def read_expert_split(data: Any, graph: OpGraph, platform: Platform) -> Plan:
+    """The hand-made split of an msr-fiddle ``human-experts`` file as a ``host_staged`` throughput Plan.
+
+    Format: ``{"cpus": [{"load", "nodes"}], "fpgas": [{"load", "nodes"}]}``; ``cpus[i]`` runs on
+    ``cpu{i}`` and ``fpgas[i]`` on ``acc{i}``; their ``load`` fields (-1 where unknown) are ignored:
+    the simulator scores the plan. Every node of ``graph`` must be placed exactly once.
+    """
+    if not isinstance(data, dict):
+        raise DivimlInputError("not an expert split: expected an object with 'cpus' and 'fpgas'", field="fpgas")
+    assignment: dict[str, str] = {}
+    for key, prefix in (("cpus", "cpu"), ("fpgas", "acc")):
+        groups = data.get(key, [])
+        if not isinstance(groups, list):
+            raise DivimlInputError("must be a list of {\"load\", \"nodes\"}", field=key)
+        for index, group in enumerate(groups):
+            where = f"{key}[{index}]"
+            nodes = group.get("nodes") if isinstance(group, dict) else None
+            if not isinstance(nodes, list):
+                raise DivimlInputError("needs a 'nodes' list", field=where)
+            device = f"{prefix}{index}"
+            if nodes and device not in platform.by_name:
+                raise DivimlInputError(f"places nodes on '{device}', which platform '{platform.name}' lacks",
+                                       field=where, hint=f"the graph's file allows: {', '.join(platform.device_names)}")
+            for node in nodes:
+                kernel = str(node)
+                if kernel not in graph.kernels:
+                    raise DivimlInputError(f"names node {node!r}, which graph '{graph.name}' does not have",
+                                           field=where, hint="the split belongs to another graph file")
+                if kernel in assignment:
+                    raise DivimlInputError(f"places node {node!r} again (already on '{assignment[kernel]}')",
+                                           field=where, hint="every node goes to exactly one device")
+                assignment[kernel] = device
+    missing = [k for k in graph.topo_order if k not in assignment]
+    if missing:
+        raise DivimlInputError(f"leaves node {missing[0]!r} unplaced ({len(missing)} nodes in all)", field="fpgas",
+                               hint="every node of the graph goes to exactly one device")
+    return Plan({k: assignment[k] for k in graph.kernels}, objective="throughput", mode="host_staged",
+                solver="human-expert")

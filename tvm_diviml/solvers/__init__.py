@@ -4,14 +4,16 @@ from __future__ import annotations
 from ..errors import DivimlInputError
 from .base import Problem, Solver, mode_for
 from .cpsat import Cpsat
+from .downsets import Downsets
 from .list_scheduling import Greedy, Heft
 from .milp import Milp
 from .single_device import FastestSingleDevice
 from .slicegraph import SliceGraph
 from .split import Split
+from .throughput import Replicas
 
 SOLVERS: dict[str, type[Solver]] = {cls.name: cls for cls in (FastestSingleDevice, Milp, Greedy, Heft, Split,
-                                                                    Cpsat, SliceGraph)}
+                                                                    Cpsat, SliceGraph, Replicas, Downsets)}
 
 
 def get_solver(name: str, **options) -> Solver:
@@ -22,4 +24,14 @@ def get_solver(name: str, **options) -> Solver:
                                hint=f"available: {', '.join(SOLVERS)}") from None
 
 
-__all__ = ["Problem", "Solver", "SOLVERS", "get_solver", "mode_for"]
+def default_solver(problem: Problem) -> str:
+    """What ``--solver auto`` runs: the strongest general method for the objective and cost mode."""
+    if problem.objective == "pipeline":
+        return "slicegraph"
+    if problem.mode == "host_staged":
+        return "downsets"
+    # Throughput's MILP has no ordering variables: it proved 120 kernels optimal in seconds, faster than split.
+    return "milp" if problem.objective == "throughput" else "split"
+
+
+__all__ = ["default_solver", "Problem", "Solver", "SOLVERS", "get_solver", "mode_for"]

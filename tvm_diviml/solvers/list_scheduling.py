@@ -64,7 +64,17 @@ class _ListScheduler(Solver):
 
 
 class Greedy(_ListScheduler):
+    """Latency: the fastest device per kernel. Throughput: ``throughput.balance_greedy``."""
+
     name = "greedy"
+    objectives = ("latency", "throughput")
+
+    def solve(self, problem: Problem) -> Plan:
+        if problem.objective == "throughput":
+            from .throughput import greedy_throughput          # it imports the split heuristic
+
+            return greedy_throughput(problem, self.reserve, self.name)
+        return super().solve(problem)
 
     def place(self, budget: DeviceBudget) -> Plan:
         """Fastest allowed device per kernel; at a co-location group's first member, the device

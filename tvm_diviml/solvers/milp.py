@@ -118,6 +118,18 @@ def reachability(problem: Problem) -> dict[str, int]:
     return below
 
 
+def colocation_leaders(graph, window) -> list[tuple[str, str]]:
+    """(kernel, the first member of its co-location group in ``window``) for every later member: the
+    pairs a model ties together, device by device."""
+    first: dict[str, str] = {}
+    pairs = []
+    for v in window:
+        group = graph.kernels[v].colocate
+        if group is not None and first.setdefault(group, v) != v:
+            pairs.append((v, first[group]))
+    return pairs
+
+
 class LatencyModel:
     """The latency MILP over ``window`` (default: every kernel), the rest fixed by ``context``."""
 
@@ -186,15 +198,7 @@ class LatencyModel:
         return None if bound is None or not math.isfinite(bound) else max(bound, 0.0) * self.unit
 
     def _colocation(self) -> None:
-        first: dict[str, str] = {}
-        for v in self.window:
-            group = self.problem.graph.kernels[v].colocate
-            if group is None:
-                continue
-            if group not in first:
-                first[group] = v
-                continue
-            leader = first[group]
+        for v, leader in colocation_leaders(self.problem.graph, self.window):
             for d in set(self.devices[v]) | set(self.devices[leader]):
                 self.m += self._x(v, d) == self._x(leader, d)
 
@@ -383,10 +387,11 @@ def list_schedule(problem: Problem, window: list[str], context: Context, assignm
 
 
 class Milp(Solver):
-    """The exact MILP over the whole graph, warm-started from the best heuristic."""
+    """The exact MILP over the whole graph, warm-started from the best heuristic: latency here;
+    throughput (``throughput.ThroughputModel``) and pipelines (``mtpp``) in their own modules."""
 
     name = "milp"
-    objectives = ("latency",)
+    objectives = ("latency", "throughput", "pipeline")
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, backend: str = "highs", threads: int = 1,
                  warm_start: bool = True):
@@ -395,6 +400,22 @@ class Milp(Solver):
 
     def solve(self, problem: Problem) -> Plan:
         self.check_objective(problem)
+        if problem.objective == "throughput":
+            from .throughput import solve_throughput_milp     # it builds on this module
+
+            return solve_throughput_milp(problem, time_limit_s=self.time_limit_s, backend=self.backend,
+                                         seed=self.seed, threads=self.threads, warm_start=self.use_warm_start)
+        if problem.objective == "pipeline":
+            from .mtpp import solve_pipeline_mip
+            from .slicegraph import SliceGraph
+
+            began = time.perf_counter()
+            incumbent = SliceGraph(time_limit_s=self.time_limit_s / 4, seed=self.seed).solve(problem) \
+                if self.use_warm_start else None
+            plan = solve_pipeline_mip(problem, time_limit_s=self.time_limit_s - (time.perf_counter() - began),
+                                      backend=self.backend, seed=self.seed, warm_start=incumbent)
+            plan.solve_s = time.perf_counter() - began
+            return plan
         began = time.perf_counter()
         problem.validate()
         incumbent = best_heuristic(problem) if self.use_warm_start else None

@@ -29,14 +29,24 @@ numpy, as a matrix grid[y, x] = f(order[x:y]):
 
 Transfers are priced exactly when every link between the stage devices prices each tensor alike
 (true on every preset); otherwise at the dearest such link, an upper bound on the simulated cost
-(``exact`` says which). Prices must not decrease with bytes (latency + bytes / bandwidth), since
-the simulator prices the largest edge. Segments that hold a kernel its device may not run, weights
+(``exact`` says which).
+
+For ``throughput`` on a ``host_staged`` platform (the msr-fiddle max-load problem: each device takes
+a contiguous set, the sets ordered) the same DP slices an order over all devices, with each stage
+priced as that mode charges it: the sender pays one copy to the host of each tensor that leaves
+(its largest remote edge, or its size as a model output if larger), the receiver one copy from the
+host of each tensor that enters, CPUs pay none. Prices then depend on the stage's device but not on
+the others, so each device profile gets transfer layers of its own and the DP is exact.
+
+Prices must not decrease with bytes (latency + bytes / bandwidth), since the simulator prices the
+largest edge. Segments that hold a kernel its device may not run, weights
 beyond the device's memory (each kernel's weights summed: a shared weight may be counted twice, so
 this errs safe) or part of a co-location group are priced as infinite.
 
 ``SliceGraph`` searches over orders with a biased random-key genetic algorithm (Goncalves and
 Resende, J. Heuristics 2011): a chromosome is one key per kernel plus one per device; the kernel
-keys decode to an order by Kahn's algorithm taking the ready kernel of smallest key, the device
+keys decode to an order by Kahn's algorithm taking the ready kernel of smallest key (keeping
+co-location groups together where it can, since no cut may fall inside a group's span), the device
 keys to the stage devices (the K devices of smallest key, in key order), then the DP slices. So the
 search also chooses which device takes which stage (identical devices decode alike; the host can
 matter, because inputs and outputs are free on it). The population starts from the program order,
@@ -121,6 +131,9 @@ def _integrate(grid: np.ndarray, entries: list[tuple[np.ndarray, np.ndarray, np.
     """grid[y, x] = sum of the weights of entries at (x' <= x, y' <= y): two cumulative sums."""
     size = len(grid)
     x, y, w = (np.concatenate(parts) for parts in zip(*entries))
+    if y.max(initial=0) >= size:          # ends past the last segment (a virtual consumer at the end)
+        keep = y < size
+        x, y, w = x[keep], y[keep], w[keep]
     grid.fill(0.0)
     np.add.at(grid.reshape(-1), y * size + x, w)
     np.cumsum(grid, axis=1, out=grid)
@@ -137,13 +150,17 @@ class _Profile:
     infeasible: np.ndarray    # bool: the device may not run the kernel
     input_price: np.ndarray   # seconds per model input, from the host
     memory_bytes: float
+    send: np.ndarray          # host_staged: seconds to copy each distinct tensor size to the host (else empty)
+    receive: np.ndarray       # host_staged: and from the host
 
     def key(self) -> tuple:
-        return (self.work.tobytes(), self.infeasible.tobytes(), self.input_price.tobytes(), self.memory_bytes)
+        return (self.work.tobytes(), self.infeasible.tobytes(), self.input_price.tobytes(), self.memory_bytes,
+                self.send.tobytes(), self.receive.tobytes())
 
 
 class StageCosts:
-    """Prices every segment of a topological order on each device, in the ``stage_serial`` mode.
+    """Prices every segment of a topological order on each device, in the ``stage_serial`` mode or,
+    for throughput on a host_staged platform, the ``host_staged`` mode.
 
     Kernels are numbered by their place in ``graph.topo_order``. Everything that does not depend
     on the order is computed here once; ``slice`` then takes milliseconds per order.
@@ -160,10 +177,16 @@ class StageCosts:
         self.devices = platform.device_names
         self._edge_src = [index[e.src] for e in graph.edges]
         self._edge_dst = [index[e.dst] for e in graph.edges]
+        self.host_staged = problem.mode == "host_staged"
         self._byte_values, self._edge_byte = np.unique(np.array([e.bytes for e in graph.edges], dtype=float),
                                                        return_inverse=True)
+        # host_staged: a model output is a read by a virtual consumer past the end (id n), never in a stage
+        returned = [index[k] for k in self.names if k in graph.output_set and graph.kernels[k].output_bytes > 0]
+        self._returned = (np.array(returned, dtype=np.int64),
+                          np.array([graph.kernels[self.names[i]].output_bytes for i in returned], dtype=float))
         self._link_prices: dict[tuple[str, str], np.ndarray] = {}
         self._edge_layers: dict[frozenset, tuple[_Layers, bool]] = {}
+        self._profile_layers: dict[int, tuple[_Layers, _Layers]] = {}
         self._layers_by_price: dict[bytes, _Layers] = {}
 
         host = platform.host
@@ -177,12 +200,17 @@ class StageCosts:
         for device in self.devices:
             infeasible = np.array([device not in feasible[k] for k in self.names], dtype=bool)
             work = np.array([0.0 if infeasible[i] else costs.compute_s(k, device) for i, k in enumerate(self.names)])
-            work += [costs.transfer_s(graph.kernels[k].output_bytes, device, host) if k in graph.output_set else 0.0
-                     for k in self.names]
+            pays = not self.host_staged or platform.device(device).kind != "cpu"
+            if not self.host_staged:
+                work += [costs.transfer_s(graph.kernels[k].output_bytes, device, host) if k in graph.output_set
+                         else 0.0 for k in self.names]
+            sizes = np.concatenate([self._byte_values, self._returned[1]]) if self.host_staged else []
             capacity = platform.device(device).memory_bytes
-            profile = _Profile(work, infeasible, np.array([costs.transfer_s(i.bytes, host, device)
+            profile = _Profile(work, infeasible, np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0
                                                            for i in model_inputs], dtype=float),
-                               math.inf if capacity is None else float(capacity))
+                               math.inf if capacity is None else float(capacity),
+                               np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
+                               np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]))
             self.profile_of[device] = seen.setdefault(profile.key(), len(self.profiles))
             if self.profile_of[device] == len(self.profiles):
                 self.profiles.append(profile)
@@ -190,6 +218,7 @@ class StageCosts:
         for name in self.names:
             if graph.kernels[name].colocate is not None:
                 groups[graph.kernels[name].colocate].append(index[name])
+        self.groups = list(groups.values())
         self._group_members = np.array([i for members in groups.values() for i in members], dtype=np.int64)
         self._group_start = np.cumsum([0] + [len(m) for m in groups.values()])[:-1]
         self._before_diagonal = np.triu(np.full((n + 1, n + 1), np.inf), k=1)    # grid[y, x] with x > y
@@ -225,13 +254,30 @@ class StageCosts:
         return self._edge_layers[key]
 
     # ------------------------------------------------------------------ segment grids
-    def transfer_grid(self, pos: np.ndarray, layers: _Layers) -> np.ndarray:
-        """grid[y, x]: the seconds of tensors leaving and entering order[x:y] between stages, and
-        inf where x > y (no segment)."""
-        grid = self._buffer("transfers")
-        if len(layers.producer):
-            producer_pos = pos[layers.producer]
-            _integrate(grid, [_out_entries(pos, producer_pos, layers), _in_entries(pos, producer_pos, layers)])
+    def host_staged_layers(self, profile_id: int) -> tuple[_Layers, _Layers]:
+        """(leaving, entering) tensor layers priced as host_staged charges a device of this profile."""
+        if profile_id not in self._profile_layers:
+            profile, (returned, _) = self.profiles[profile_id], self._returned
+            size_id = np.concatenate([self._edge_byte, len(self._byte_values) + np.arange(len(returned))])
+            leaving = _tensor_layers(self._edge_src + returned.tolist(), self._edge_dst + [self.n] * len(returned),
+                                     profile.send[size_id.astype(np.int64)].tolist())
+            entering = _tensor_layers(self._edge_src, self._edge_dst, profile.receive[self._edge_byte].tolist())
+            self._profile_layers[profile_id] = (leaving, entering)
+        return self._profile_layers[profile_id]
+
+    def transfer_grid(self, pos: np.ndarray, leaving: _Layers, entering: _Layers, key: object = "transfers"
+                      ) -> np.ndarray:
+        """grid[y, x]: the seconds of tensors (``leaving`` layers) leaving and (``entering`` layers)
+        entering order[x:y] between stages, and inf where x > y (no segment). ``pos`` has one extra
+        entry, n, for the virtual consumer past the end."""
+        grid = self._buffer(key)
+        entries = []
+        if len(leaving.producer):
+            entries.append(_out_entries(pos, pos[leaving.producer], leaving))
+        if len(entering.producer):
+            entries.append(_in_entries(pos, pos[entering.producer], entering))
+        if entries:
+            _integrate(grid, entries)
             grid += self._before_diagonal
         else:
             grid[:] = self._before_diagonal
@@ -281,16 +327,22 @@ class StageCosts:
         order[cuts[b]:cuts[b + 1]] on stage_devices[b] (maybe empty); value is inf when no slicing
         is feasible. ``exact``: the value is the simulator's; otherwise it is an upper bound."""
         n = self.n
-        pos = np.empty(n, dtype=np.int64)
+        pos = np.empty(n + 1, dtype=np.int64)
         pos[order] = np.arange(n)
-        layers, exact = self.edge_layers(stage_devices)
-        transfers = self.transfer_grid(pos, layers)
-        forbidden = self.forbidden_cuts(pos)
+        pos[n] = n
+        if self.host_staged:
+            exact = True
+        else:
+            layers, exact = self.edge_layers(stage_devices)
+            transfers = self.transfer_grid(pos, layers, layers)
+        forbidden = self.forbidden_cuts(pos[:n])
         grids = {}
         for device in stage_devices:
             profile = self.profile_of[device]
             if profile not in grids:
-                grids[profile] = self.stage_grid(order, pos, profile, transfers, forbidden)
+                if self.host_staged:
+                    transfers = self.transfer_grid(pos, *self.host_staged_layers(profile), key=("transfers", profile))
+                grids[profile] = self.stage_grid(order, pos[:n], profile, transfers, forbidden)
         ends = np.arange(n + 1)
         best = np.full(n + 1, np.inf)
         best[0] = 0.0
@@ -340,29 +392,67 @@ def _check_stage_devices(problem: Problem, stage_devices: Sequence[str]) -> None
 
 
 def pipeline_plan(problem: Problem, order: Sequence[str], stage_devices: Sequence[str], cuts: Sequence[int]) -> Plan:
-    """The ``stage_serial`` Plan of a sliced order; empty stages are dropped."""
+    """The Plan of a sliced order in the problem's mode (``stage_serial`` for pipelines, ``host_staged``
+    for throughput on a host_staged platform); empty stages are dropped."""
     kept = [b for b in range(len(stage_devices)) if cuts[b] < cuts[b + 1]]
     stages = [list(order[cuts[b]:cuts[b + 1]]) for b in kept]
     devices = [stage_devices[b] for b in kept]
     assignment = {kernel: device for stage, device in zip(stages, devices) for kernel in stage}
-    return Plan({k: assignment[k] for k in problem.graph.kernels}, objective="pipeline", mode="stage_serial",
+    return Plan({k: assignment[k] for k in problem.graph.kernels}, objective=problem.objective, mode=problem.mode,
                 stages=stages, stage_devices=devices)
 
 
 # ---------------------------------------------------------------------- orders
-def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequence[float]) -> list[int]:
-    """Kahn's topological sort that always takes the ready kernel of smallest key."""
+def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequence[float],
+                  groups: Sequence[Sequence[int]] = ()) -> list[int]:
+    """Kahn's topological sort that always takes the ready kernel of smallest key.
+
+    Co-location ``groups`` are kept together where the graph allows, since no cut may fall inside a
+    group's span: a grouped kernel without inputs (a weight, in the msr-fiddle operator graphs) is
+    placed right before its first consumer instead of whenever its key says, and once one kernel
+    of a group is placed, its group-mates go next as soon as they are ready."""
+    n = len(indegree)
     remaining = list(indegree)
-    ready = [(keys[v], v) for v in range(len(remaining)) if remaining[v] == 0]
+    group_of = [-1] * n
+    for index, members in enumerate(groups):
+        if len(members) > 1:
+            for v in members:
+                group_of[v] = index
+    deferred_before: dict[int, list[int]] = defaultdict(list)     # consumer -> its deferred inputs
+    deferred = [group_of[v] >= 0 and indegree[v] == 0 and bool(successors[v]) for v in range(n)]
+    for v in range(n):
+        if deferred[v]:
+            for w in successors[v]:
+                remaining[w] -= 1
+                deferred_before[w].append(v)
+    started = [False] * len(groups)
+    placed = [False] * n
+    ready = [(keys[v], v) for v in range(n) if remaining[v] == 0 and not deferred[v]]
     heapq.heapify(ready)
     order = []
-    while ready:
-        _, v = heapq.heappop(ready)
+
+    def place(v: int) -> None:
+        placed[v] = True
         order.append(v)
-        for w in successors[v]:
+        for w in () if deferred[v] else successors[v]:       # a deferred input was counted at the start
             remaining[w] -= 1
             if remaining[w] == 0:
-                heapq.heappush(ready, (keys[w], w))
+                heapq.heappush(ready, (-1.0 if group_of[w] >= 0 and started[group_of[w]] else keys[w], w))
+        group = group_of[v]
+        if group >= 0 and not started[group]:
+            started[group] = True
+            for mate in groups[group]:
+                if not placed[mate] and not deferred[mate] and remaining[mate] == 0:
+                    heapq.heappush(ready, (-1.0, mate))
+
+    while ready:
+        _, v = heapq.heappop(ready)
+        if placed[v]:
+            continue                    # pushed again when its group started
+        for u in sorted(deferred_before.get(v, ()), key=lambda u: keys[u]):
+            if not placed[u]:
+                place(u)
+        place(v)
     return order
 
 
@@ -396,17 +486,18 @@ class SliceGraph(Solver):
 
     Options: ``population`` chromosomes, the best ``elite_fraction`` kept, ``mutant_fraction`` new
     random ones per generation, the rest children that take each key from their elite parent with
-    probability ``inheritance_bias``; at most ``generations`` generations and ``time_limit_s``
-    seconds. Deterministic for a seed as long as the time limit does not cut the search short
+    probability ``inheritance_bias``; it stops after ``stall_generations`` generations without a
+    better plan, at most ``generations`` generations, within ``time_limit_s`` seconds, or at the
+    lower bound. Deterministic for a seed as long as the time limit does not cut the search short
     (``plan.attrs["stopped"]`` says what ended it).
     """
 
     name = "slicegraph"
-    objectives = ("pipeline",)
+    objectives = ("pipeline", "throughput")       # throughput only on host_staged platforms
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, population: int = 48,
                  elite_fraction: float = 0.2, mutant_fraction: float = 0.15, inheritance_bias: float = 0.7,
-                 generations: int = 60):
+                 generations: int = 300, stall_generations: int = 40):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         if population < 3:
             raise DivimlInputError("population must be at least 3", field="population")
@@ -417,21 +508,27 @@ class SliceGraph(Solver):
         if not 0.5 <= inheritance_bias <= 1:
             raise DivimlInputError("inheritance_bias must lie in [0.5, 1]", field="inheritance_bias",
                                    hint="the chance that a child takes a key from its elite parent")
-        if generations < 0:
-            raise DivimlInputError("generations cannot be negative", field="generations")
+        if generations < 0 or stall_generations < 1:
+            raise DivimlInputError("generations cannot be negative and stall_generations must be at least 1",
+                                   field="generations")
         self.population = population
         self.elites = max(1, round(elite_fraction * population))
         self.mutants = min(population - self.elites - 1, round(mutant_fraction * population))
         self.inheritance_bias = inheritance_bias
-        self.generations = generations
+        self.generations, self.stall_generations = generations, stall_generations
 
     def solve(self, problem: Problem) -> Plan:
         from ..bounds import lower_bound      # bounds imports this package: import it when solving
 
         self.check_objective(problem)
+        if problem.objective == "throughput" and problem.mode != "host_staged":
+            raise DivimlInputError(f"solver slicegraph does throughput only on host_staged platforms (msr-fiddle "
+                                   f"files), where each device takes a contiguous set; platform "
+                                   f"'{problem.platform.name}' prices it as '{problem.mode}'", field="solver",
+                                   hint="for period_overlap throughput use --solver milp, split, greedy or replicas")
         began = time.perf_counter()
         platform = problem.platform
-        stages = problem.stages or len(platform.devices)
+        stages = (problem.stages if problem.objective == "pipeline" else None) or len(platform.devices)
         if not 1 <= stages <= len(platform.devices):
             raise DivimlInputError(f"{stages} stages need {stages} devices, platform '{platform.name}' has "
                                    f"{len(platform.devices)}", field="stages",
@@ -448,7 +545,7 @@ class SliceGraph(Solver):
         def decode(keys: np.ndarray) -> float:
             nonlocal decodes, best
             decodes += 1
-            order = order_by_keys(costs.successors, costs.indegree, keys[:costs.n].tolist())
+            order = order_by_keys(costs.successors, costs.indegree, keys[:costs.n].tolist(), costs.groups)
             devices = [costs.devices[d] for d in np.argsort(keys[costs.n:], kind="stable")[:stages]]
             value, cuts, exact = costs.slice(np.array(order, dtype=np.int64), devices)
             if best is None or value < best.value:
@@ -461,9 +558,15 @@ class SliceGraph(Solver):
         population = self._first_population(costs, problem, stages, rng)
         fitness = np.array([decode(keys) for keys in population])
         stopped, generation = "generations", 0
+        improved_at, best_so_far = 0, best.value
         while generation < self.generations:
+            if best.value < best_so_far:
+                improved_at, best_so_far = generation, best.value
             if best.value <= bound * (1 + 1e-9):
                 stopped = "lower_bound"
+                break
+            if generation - improved_at >= self.stall_generations:
+                stopped = "stalled"
                 break
             if out_of_time():
                 stopped = "time_limit"

@@ -218,7 +218,7 @@ class Split(Solver):
     cpsat, highs or cbc; ``workers``: CP-SAT's threads."""
 
     name = "split"
-    objectives = ("latency",)
+    objectives = ("latency", "throughput")
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, module_size: int = 32,
                  module_time_limit_s: float = 2.0, improve: bool = True, backend: str = "cpsat",
@@ -236,6 +236,12 @@ class Split(Solver):
 
     def solve(self, problem: Problem) -> Plan:
         self.check_objective(problem)
+        if problem.objective == "throughput":             # windows of the throughput MILP (HiGHS unless cbc)
+            from .throughput import split_throughput
+
+            return split_throughput(problem, time_limit_s=self.time_limit_s, seed=self.seed,
+                                    module_size=self.module_size, module_time_limit_s=self.module_time_limit_s,
+                                    backend="cbc" if self.backend == "cbc" else "highs")
         began = time.perf_counter()
         problem.validate()
         backend = self.backend

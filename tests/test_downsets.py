@@ -1,0 +1,162 @@
+"""The downset DP (msr-fiddle max-load, mode host_staged) against brute force over every ordered split
+into contiguous sets, a hand-priced optimum, the fallback past the ideal cap, and refusals.
+
+Brute force: every assignment of kernels to devices they may run on, kept when the device graph is
+acyclic (exactly the splits whose sets can be ordered with every edge running forward, i.e. ordered
+contiguous sets) and the simulator finds it feasible (memory, co-location); the least simulated value.
+"""
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import Edge, OpGraph
+from tvm_diviml.msr_fiddle import read_msr_fiddle
+from tvm_diviml.plan import Plan
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.solvers.downsets import MaxLoadInstance, enumerate_ideals
+
+from .strategies import dag_problems
+from .test_msr_fiddle import hand_file
+
+
+def throughput(graph, platform, costs):
+    return Problem(graph, platform, costs, objective="throughput")
+
+
+def brute_force(problem):
+    """The least simulated max load over ordered contiguous splits (inf when none is feasible)."""
+    graph = problem.graph
+    names = list(graph.kernels)
+    best = math.inf
+    for devices in itertools.product(*(problem.feasible_devices(k) for k in names)):
+        plan = Plan(dict(zip(names, devices)), objective="throughput", mode="host_staged")
+        sim = simulate(graph, problem.platform, problem.costs, plan)
+        if sim.feasible and sim.device_graph_acyclic:
+            best = min(best, sim.value_s)
+    return best
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+
+
+@st.composite
+def msr_files(draw, max_nodes=6):
+    """Small msr-fiddle files: random DAG, one cost per producer, sizes against a memory cap,
+    colour classes, nodes the accelerators cannot run, 1-2 accelerators and 0-1 CPUs."""
+    n = draw(st.integers(1, max_nodes))
+    ids = list(range(1, n + 1))
+    cost = {i: draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0])) for i in ids}
+    edges = [{"sourceId": i, "destId": j, "cost": cost[i]} for j in ids for i in range(1, j) if draw(st.booleans())]
+    cpus = draw(st.integers(0, 1))
+    colours = draw(st.lists(st.integers(0, n + 2), min_size=n, max_size=n))
+    nodes = [{"id": i, "cpuLatency": float(draw(st.integers(1, 12))), "fpgaLatency": float(draw(st.integers(1, 6))),
+              "supportedOnFpga": 1 if not cpus else int(draw(st.integers(0, 4)) > 0),
+              "size": float(draw(st.integers(0, 4))),
+              "colorClass": colours[i - 1]} for i in ids]
+    return {"maxFPGAs": draw(st.integers(1, 2)), "maxCPUs": cpus, "maxSizePerFPGA": float(draw(st.integers(2, 12))),
+            "nodes": nodes, "edges": edges}
+
+
+@settings(max_examples=60, deadline=None)
+@given(msr_files())
+def test_dp_equals_brute_force_on_msr_files(data):
+    problem = throughput(*read_msr_fiddle(data))
+    best = brute_force(problem)
+    solver = get_solver("downsets")
+    try:
+        problem.validate()
+    except DivimlInputError:
+        return                         # a kernel or group fits nowhere: validate says which
+    if math.isinf(best):
+        with pytest.raises(DivimlInputError, match="no ordered split"):
+            solver.solve(problem)
+        return
+    plan = solver.solve(problem)
+    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    assert sim.feasible and sim.device_graph_acyclic
+    assert plan.value_s == sim.value_s and close(plan.attrs["dp_value_s"], sim.value_s)
+    assert close(plan.value_s, best) and plan.optimal
+    assert plan.attrs["method"] == "downset DP"
+    assert [k for stage in plan.stages for k in stage] and len(plan.stages) == len(plan.stage_devices)
+    assert all(plan.assignment[k] == d for stage, d in zip(plan.stages, plan.stage_devices) for k in stage)
+    # A bound at the optimum itself skips only sets that cannot be in an optimal split.
+    assert close(MaxLoadInstance.of(problem, 10_000).dp(bound_s=best).value_s, best)
+
+
+@st.composite
+def staged_problems(draw):
+    """A host-staged platform (A the host CPU; B and C priced differently) with model inputs and
+    outputs; each producer's edges carry one size, as in the msr-fiddle files."""
+    graph, platform, costs = draw(dag_problems(max_kernels=5, transfer_model="host_staged"))
+    size = {k: draw(st.integers(0, 4)) for k in graph.kernels}
+    graph = OpGraph(graph.kernels.values(), [Edge(e.src, e.dst, size[e.src]) for e in graph.edges],
+                    inputs=graph.inputs, outputs=graph.outputs)
+    return throughput(graph, platform, costs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(staged_problems())
+def test_dp_equals_brute_force_with_model_inputs_outputs_and_unlike_devices(problem):
+    plan = get_solver("downsets").solve(problem)
+    assert plan.value_s == simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+    assert close(plan.value_s, brute_force(problem)) and plan.optimal
+
+
+def test_hand_made_file_optimum():
+    """hand_file: 1 -> 2 -> 3 -> 4, 1 -> 3; accelerator 1..4 ms, CPU 10 ms; 3 and 4 share a colour; 30 bytes
+    each, 100 per accelerator. Colour-closed ideals: {}, {1}, {1,2}, all; {3,4} must be one set:
+    - on an accelerator it costs 3 + 4 + 0.5 (1 enters) + 0.25 (2 enters) = 7.75 ms at best ({2,3,4}: 9.5,
+      all four: 120 bytes > 100), on the CPU 20 ms;
+    - then {1,2} on the other accelerator: 1 + 2 + 0.5 + 0.25 (both leave) = 3.75 ms.
+    So the optimum is 7.75 ms."""
+    problem = throughput(*read_msr_fiddle(hand_file()))
+    plan = get_solver("downsets").solve(problem)
+    assert plan.value_s == pytest.approx(7.75e-3) and plan.optimal
+    assert [sorted(stage) for stage in plan.stages] == [["1", "2"], ["3", "4"]]
+    assert plan.attrs["ideals"] == 4
+
+
+def test_ideals_are_closed_under_colour_groups():
+    # a -> c, b -> c, a and b grouped: ideals {}, {a, b}, {a, b, c}
+    assert sorted(enumerate_ideals([[], [], [0, 1]], [[2], [2], []], [[0, 1]], 10)) == [0, 0b011, 0b111]
+    # a diamond 0 -> 1, 0 -> 2, 1 -> 3, 2 -> 3 has 6 ideals
+    assert len(enumerate_ideals([[], [0], [0], [1, 2]], [[1, 2], [3], [3], []], [], 10)) == 6
+
+
+def test_past_the_cap_it_falls_back_to_slicegraph():
+    problem = throughput(*read_msr_fiddle(hand_file()))
+    plan = get_solver("downsets", max_ideals=2, fallback_options={"generations": 3}).solve(problem)
+    assert plan.attrs["method"] == "slicegraph (fallback)" and "more than 2 ideals" in plan.attrs["fallback_reason"]
+    assert plan.value_s == simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+    assert plan.value_s >= 7.75e-3 * (1 - 1e-12)
+
+
+def test_refuses_platforms_that_are_not_host_staged():
+    from .conftest import graph_of, table, unit_platform
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 1)])
+    with pytest.raises(DivimlInputError, match="host_staged") as error:
+        get_solver("downsets").solve(throughput(graph, platform, table(platform, {"a": 1, "b": 1})))
+    assert "milp" in error.value.hint
+    with pytest.raises(DivimlInputError, match="throughput"):
+        get_solver("downsets").solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="latency"))
+
+
+def test_real_files_solve_exactly(msr_fiddle_dir):
+    import json
+    import os
+    for name in ("LayerGraphs/bert24_inference.json", "LayerGraphs/resnet50_inference.json"):
+        path = os.path.join(msr_fiddle_dir, "throughput-inputs", name)
+        graph, platform, costs = read_msr_fiddle(json.load(open(path)))
+        problem = throughput(graph, platform, costs)
+        plan = get_solver("downsets").solve(problem)
+        sim = simulate(graph, platform, costs, plan)
+        assert plan.optimal and sim.feasible and plan.value_s == sim.value_s
+        single = get_solver("fastest_single_device").solve(problem)
+        assert plan.value_s <= single.value_s

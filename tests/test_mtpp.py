@@ -1,0 +1,252 @@
+"""The exact pipeline MIP and the MTPP lower bounds (solvers/mtpp.py) against brute force over every
+ordered split and every choice of stage devices, SliceGraph's exact DP over every topological order,
+hand-priced cases and the simulator's ``stage_serial`` mode.
+
+Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
+"""
+import dataclasses
+import itertools
+import math
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.bounds import lower_bounds
+from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import OpGraph
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Link
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import get_solver
+from tvm_diviml.solvers.base import Problem
+from tvm_diviml.solvers.mtpp import (PipelineData, cheapest_pricing, pipeline_bounds, solve_pipeline_mip,
+                                     superblock_bound)
+from tvm_diviml.solvers.slicegraph import slice_order
+from tvm_diviml.workload import load_workload
+
+from .conftest import graph_of, table, unit_platform
+from .strategies import DEVICES, dag_problems
+from .test_slicegraph import hand_chain as slicegraph_chain
+from .test_slicegraph import pipeline, simulated
+
+TOLERANCE = 1e-6       # MIP bounds carry a relative slack of 1e-6
+
+
+def best_pipeline(problem):
+    """The least simulated period of any feasible plan: every labelling of the kernels with stages
+    0..K-1 that no edge runs backwards in, on every sequence of K distinct devices."""
+    graph, stages = problem.graph, problem.stages
+    names = graph.topo_order
+    best, seen = math.inf, set()
+    for labels in itertools.product(range(stages), repeat=len(names)):
+        stage = dict(zip(names, labels))
+        if any(stage[e.src] > stage[e.dst] for e in graph.edges):
+            continue
+        members = [[k for k in names if stage[k] == b] for b in range(stages)]
+        for devices in itertools.permutations(problem.platform.device_names, stages):
+            kept = tuple((tuple(s), d) for s, d in zip(members, devices) if s)
+            if kept in seen:
+                continue
+            seen.add(kept)
+            plan = Plan({k: d for s, d in kept for k in s}, objective="pipeline", mode="stage_serial",
+                        stages=[list(s) for s, _ in kept], stage_devices=[d for _, d in kept])
+            sim = simulated(problem, plan)
+            if sim.feasible:
+                best = min(best, sim.value_s)
+    return best
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=10 * TOLERANCE, abs_tol=1e-9)
+
+
+@st.composite
+def pipeline_problems(draw, max_kernels=5, uneven_links=False):
+    """A pipeline problem of 1..3 stages on the three-device unit platform; ``uneven_links``: one link
+    (B -> C or C -> A) made cheaper than the rest, so that links no longer price alike."""
+    graph, platform, costs = draw(dag_problems(max_kernels=max_kernels))
+    if uneven_links:
+        pair = draw(st.sampled_from([("B", "C"), ("C", "A")]))
+        costs = TableCostModel(platform, costs.compute, links={pair: Link(*pair, 0.0, 10.0)})
+    return pipeline(graph, platform, costs, draw(st.integers(1, 3)))
+
+
+# ---------------------------------------------------------------------- the exact MIP
+@settings(max_examples=30, deadline=None)
+@given(pipeline_problems())
+def test_mip_optimum_is_brute_force_and_the_dp_over_every_order(problem):
+    optimum = best_pipeline(problem)
+    plan = solve_pipeline_mip(problem, time_limit_s=20)
+    assert plan.optimal and close(plan.value_s, optimum)
+    assert plan.value_s == simulated(problem, plan).value_s and simulated(problem, plan).feasible
+    assert plan.lower_bound_s <= plan.value_s and close(plan.lower_bound_s, optimum)
+    assert len(plan.stages) <= problem.stages and len(set(plan.stage_devices)) == len(plan.stage_devices)
+    orders = list(nx.all_topological_sorts(problem.graph.to_networkx()))
+    dp = min(slice_order(problem, list(order), list(devices))[0] for order in orders
+             for devices in itertools.permutations(DEVICES, problem.stages))
+    assert close(dp, optimum)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pipeline_problems(max_kernels=4, uneven_links=True))
+def test_uneven_links_leave_a_valid_bound_and_claim_only_what_the_simulator_agrees_to(problem):
+    optimum = best_pipeline(problem)
+    plan = solve_pipeline_mip(problem, time_limit_s=20)
+    sim = simulated(problem, plan)
+    assert plan.value_s == sim.value_s and plan.value_s >= optimum * (1 - 1e-12)
+    assert plan.lower_bound_s <= optimum * (1 + TOLERANCE)
+    if plan.optimal:
+        assert close(plan.value_s, optimum)
+
+
+@st.composite
+def constrained_problems(draw):
+    """Pipeline problems whose kernels may be barred from devices, tied into co-location groups and
+    hold weights against small device memories. Activations peak below 20 bytes, so with 44 bytes a
+    device holds either weight with them, never both weights (the MIP models weights only)."""
+    problem = draw(pipeline_problems(max_kernels=5))
+    graph = problem.graph
+    kernels = [dataclasses.replace(k, allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
+                                   colocate=draw(st.sampled_from([None, None, "g"])),
+                                   weights=draw(st.sampled_from([(), ("w1",), ("w2",), ("w1", "w2")])))
+               for k in graph.kernels.values()]
+    graph = OpGraph(kernels, graph.edges, inputs=graph.inputs, weights={"w1": 20, "w2": 25})
+    platform = unit_platform(DEVICES, memory=draw(st.sampled_from([None, 44, 100])))
+    costs = TableCostModel(platform, problem.costs.compute)
+    return pipeline(graph, platform, costs, problem.stages)
+
+
+@settings(max_examples=40, deadline=None)
+@given(constrained_problems())
+def test_mip_and_bounds_keep_allowed_devices_groups_and_memory(problem):
+    optimum = best_pipeline(problem)
+    try:
+        plan = solve_pipeline_mip(problem, time_limit_s=20)
+    except DivimlInputError:
+        assert optimum == math.inf
+        return
+    sim = simulated(problem, plan)
+    assert sim.feasible and plan.optimal and close(plan.value_s, optimum)
+    for name, bound in lower_bounds(problem, mip_time_limit_s=5).items():
+        assert bound <= optimum * (1 + TOLERANCE), name
+
+
+def hand_chain():
+    """test_slicegraph's chain a -> b -> c where c is fast on C (1 s) and slow on B (8 s)."""
+    return slicegraph_chain(c_on_b=8.0, c_on_c=1.0)
+
+
+def test_mip_chooses_which_device_takes_which_stage():
+    # [a] on B = 2 + input 2 + a out 3 = 7; [b, c] on C = 2 + a in 3 + output 2 = 7. With C first it is 15 at best.
+    plan = solve_pipeline_mip(hand_chain(), time_limit_s=10)
+    assert (plan.value_s, plan.stages, plan.stage_devices, plan.optimal) == (7.0, [["a"], ["b", "c"]], ["B", "C"], True)
+    assert (plan.objective, plan.mode) == ("pipeline", "stage_serial")
+
+
+def test_a_warm_start_is_improved_on_and_must_be_a_pipeline_plan():
+    problem = hand_chain()
+    slow = Plan({"a": "C", "b": "C", "c": "C"}, objective="pipeline", mode="stage_serial",
+                stages=[["a", "b", "c"]], stage_devices=["C"])
+    assert simulated(problem, slow).value_s == 16.0           # 12 of work + input 2 + output 2
+    plan = solve_pipeline_mip(problem, time_limit_s=10, warm_start=slow)
+    assert plan.value_s == 7.0 and plan.optimal
+    with pytest.raises(DivimlInputError, match="stage_serial"):
+        solve_pipeline_mip(problem, time_limit_s=1, warm_start=Plan(slow.assignment))
+
+
+def test_identical_gpus_are_one_choice_and_the_mip_matches_slicegraph():
+    workload = load_workload("random:kernels=12,seed=2", "gpu4", "roofline")
+    problem = pipeline(workload.graph, workload.platform, workload.costs, 3)
+    heuristic = get_solver("slicegraph", seed=0, time_limit_s=5).solve(problem)
+    plan = solve_pipeline_mip(problem, time_limit_s=20, warm_start=heuristic)
+    assert plan.optimal and plan.attrs["links_exact"]
+    assert plan.value_s == simulated(problem, plan).value_s <= heuristic.value_s
+    assert plan.lower_bound_s <= plan.value_s
+
+
+def test_mip_refuses_other_objectives_and_too_many_stages():
+    problem = hand_chain()
+    with pytest.raises(DivimlInputError, match="pipeline"):
+        solve_pipeline_mip(Problem(problem.graph, problem.platform, problem.costs), time_limit_s=1)
+    with pytest.raises(DivimlInputError, match="4 stages need 4 devices"):
+        solve_pipeline_mip(pipeline(problem.graph, problem.platform, problem.costs, 4), time_limit_s=1)
+
+
+# ---------------------------------------------------------------------- lower bounds
+@settings(max_examples=30, deadline=None)
+@given(st.one_of(pipeline_problems(), pipeline_problems(max_kernels=4, uneven_links=True)))
+def test_every_bound_lies_below_the_optimum(problem):
+    optimum = best_pipeline(problem)
+    parts = lower_bounds(problem, mip_time_limit_s=5)
+    assert {"average_load", "largest_kernel", "lp_load", "three_superblock", "guess_bottleneck",
+            "exact_mip"} <= set(parts)
+    for name, bound in parts.items():
+        assert bound <= optimum * (1 + TOLERANCE), name
+
+
+def chain_1_1_10(stages=2):
+    """a -> b -> c taking 1, 1 and 10 s on every device; a sends 7 bytes to b (8 s on a link), b sends
+    nothing: the best is [a, b] | [c] = 10 ([a] | [b, c] costs 9 | 19, one stage 12)."""
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 7), ("b", "c", 0)])
+    return pipeline(graph, platform, table(platform, {"a": 1, "b": 1, "c": 10}), stages)
+
+
+def test_guessing_the_bottleneck_is_valid_only_as_the_minimum_over_positions():
+    problem = chain_1_1_10()
+    data = PipelineData.of(problem)
+    cheap = [cheapest_pricing(problem, data)] * 3
+    # Block 1 the bottleneck: [a, b] | [c] breaks the guess (2 < 10), so all in block 1: 12 > the optimum 10.
+    # (Were f(B) not priced exactly, the MIP would book a's tensor as leaving B and reach 10.)
+    first = superblock_bound(data, cheap, (0, 1), guess=True, time_limit_s=10)
+    second = superblock_bound(data, cheap, (1, 0), guess=True, time_limit_s=10)
+    assert close(first, 12.0) and close(second, 10.0)
+    parts = pipeline_bounds(problem, time_limit_s=10)
+    assert close(parts["guess_bottleneck"], 10.0) and close(parts["three_superblock"], 10.0)
+    assert best_pipeline(problem) == 10.0
+    assert parts["average_load"] == 6.0 and parts["largest_kernel"] == 10.0
+
+
+def test_three_superblocks_price_the_transfers_lb0_ignores():
+    # a -> b -> c -> d, 1 s each, 4-byte tensors (5 s on a link), two stages: LB0 is 2, any cut costs 5 + 5 = 10
+    # on one side, so the best is all four in one stage: 4. Every superblock split pays a cut too.
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 4), ("b", "c", 4), ("c", "d", 4)])
+    problem = pipeline(graph, platform, table(platform, {k: 1 for k in "abcd"}), 2)
+    parts = pipeline_bounds(problem, time_limit_s=10)
+    assert parts["average_load"] == 2.0 and best_pipeline(problem) == 4.0
+    assert close(parts["three_superblock"], 4.0) and close(parts["guess_bottleneck"], 4.0)
+
+
+def test_bounds_stay_cheap_without_a_mip_budget():
+    parts = lower_bounds(hand_chain())
+    assert set(parts) == {"average_load", "largest_kernel", "lp_load"}
+    # Cheapest devices: a 2 (B), b 1 (C), c 1 + output 2 (C) or 100 + 0 on the host A: 6 over two stages;
+    # the dearest kernel with what it reads: a on B with its input, 2 + 2.
+    assert parts["average_load"] == 3.0 and parts["largest_kernel"] == 4.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(dag_problems(max_kernels=5, transfer_model="host_staged"))
+def test_lp_load_bounds_host_staged_plans(case):
+    graph, platform, costs = case
+    problem = Problem(graph, platform, costs, objective="throughput")
+    assert problem.mode == "host_staged"
+    parts = lower_bounds(problem)
+    best = min(simulate(graph, platform, costs, Plan(dict(zip(graph.kernels, devices)), objective="throughput",
+                                                     mode="host_staged")).value_s
+               for devices in itertools.product(DEVICES, repeat=len(graph)))
+    assert parts["lp_load"] <= best * (1 + TOLERANCE)
+
+
+def test_bounds_in_a_short_budget_still_lie_below_a_found_plan():
+    # 40 kernels and 0.5 s: the MIPs stop early, with bounds but without plans of their own.
+    workload = load_workload("random:kernels=40,seed=3", "gpu4", "roofline")
+    problem = pipeline(workload.graph, workload.platform, workload.costs, 4)
+    value = get_solver("slicegraph", seed=0, time_limit_s=5).solve(problem).value_s
+    parts = pipeline_bounds(problem, time_limit_s=0.5)
+    assert {"three_superblock", "guess_bottleneck"} <= set(parts)
+    assert all(bound <= value for bound in parts.values())

@@ -1,0 +1,460 @@
+"""The exact max-load split over downsets (Tarnawski et al., NeurIPS 2020, "Efficient Algorithms for
+Device Placement of DNN Graph Operators"), for ``host_staged`` platforms (the msr-fiddle model).
+
+Each device takes a contiguous set of kernels and the sets are ordered: S_1 = I_1, S_2 = I_2 \\ I_1, ...
+for a chain of ideals (downsets) I_1 ⊂ I_2 ⊂ ... of the DAG. A set's load on its device is what the
+simulator's ``host_staged`` mode charges: its work, plus on a paying device (not a CPU) one copy to the
+host of every tensor that leaves it and one copy from the host of every tensor that enters it. So
+
+    dp[I, n] = min over ideals I' ⊊ I and device classes c with n_c >= 1 of max(dp[I', n - e_c], load_c(I \\ I'))
+
+where n counts the devices used per class of identical devices (identical devices are counted, not
+named), and the answer is min_n dp[V, n]. With S = I \\ I' both downsets, a tensor of u ∈ S leaves S iff
+a consumer of u lies outside I, and a tensor enters S only from I': with D[J, u] the number of consumers
+of u inside J, u enters S iff u ∈ I' and D[I, u] > D[I', u]. Only u on the frontier of I' (a consumer
+outside I') can do either, so a pair costs O(frontier width), and for one I all its sub-ideals are
+priced at once with numpy (sub-ideals found by a bitwise test on packed members).
+
+Co-location groups must share a device, so only ideals that hold every group whole or not at all can
+start or end a set: those are enumerated directly (each step adds one kernel and closes the result
+under predecessors and groups). Memory (each kernel's weights summed) and kernels a device may not run
+make a set infeasible. The ideals can be exponentially many on wide graphs: past ``max_ideals``, or
+past the time limit, the solver falls back to SliceGraph and says so in ``plan.attrs`` and the log.
+
+Pruning keeps the pair loop small: a set costs at least its work at each kernel's cheapest device, so
+with a bound B on the answer only sub-ideals within B of work below I matter. B is guessed (1.25 x the
+average load) and raised until the DP's value lies within it, which proves that nothing skipped helps.
+
+The optimum is among ordered splits into contiguous sets, the problem Tarnawski et al. define, which
+are exactly the assignments whose device graph is acyclic; a split whose device graph has a cycle is
+not considered.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..simulator import simulate
+from .base import Problem, Solver
+
+log = logging.getLogger(__name__)
+_PROGRESS_EVERY_S = 10.0
+
+
+class TooManyIdeals(Exception):
+    """The DAG has more (group-closed) ideals than the cap."""
+
+
+# ---------------------------------------------------------------------- the ideals
+@dataclass
+class Ideals:
+    """The group-closed ideals of a DAG, each after all of its sub-ideals (the empty ideal first, all
+    kernels last).
+
+    Kernels are numbered 0..n-1 in ``graph.topo_order``; model inputs are virtual nodes n..n+g-1 that
+    every ideal holds (they come from the host); index n+g is a padding node that nothing reads.
+    """
+
+    members: np.ndarray         # (N, n) bool
+    packed: np.ndarray          # (N, words) the members as bits: J ⊆ I iff no bit of J lies outside I
+    consumers_inside: np.ndarray  # (N, n+g+1) D[J, u]
+    frontier: np.ndarray        # (N, width) nodes of J (or inputs) with a consumer outside J, padded
+    frontier_inside: np.ndarray  # (N, width) D[J, u] of those nodes
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def take(self, order: np.ndarray) -> "Ideals":
+        return Ideals(self.members[order], self.packed[order], self.consumers_inside[order], self.frontier[order],
+                      self.frontier_inside[order])
+
+
+def enumerate_ideals(predecessors: list[list[int]], successors: list[list[int]], groups: list[list[int]],
+                     max_ideals: int) -> list[int]:
+    """Every ideal (as a bitmask over kernel ids) that holds each group whole or not at all.
+
+    Breadth-first from the empty ideal: add one kernel whose predecessors are all in, then close
+    under predecessors and groups. Every such closed ideal K ⊋ I is reached: its smallest new kernel's
+    closure lies inside K. Raises TooManyIdeals past ``max_ideals``.
+    """
+    n = len(predecessors)
+    ancestors = [0] * n
+    for v in range(n):                          # ids follow a topological order
+        mask = 1 << v
+        for p in predecessors[v]:
+            mask |= ancestors[p]
+        ancestors[v] = mask
+    closure_of = list(ancestors)                # the smallest group-closed ideal holding v
+    group_mask = [1 << v for v in range(n)]
+    for members in groups:
+        mask = sum(1 << m for m in members)
+        for m in members:
+            group_mask[m] = mask
+    for v in range(n):
+        grown, done = ancestors[v], 0
+        while grown != done:
+            fresh, done = grown & ~done, grown
+            for u in _bits(fresh):
+                for m in _bits(group_mask[u]):
+                    grown |= ancestors[m]
+        closure_of[v] = grown
+    pred_mask = [sum(1 << p for p in set(predecessors[v])) for v in range(n)]
+
+    seen = {0: 0}
+    found = [0]
+    queue = [(0, frozenset(v for v in range(n) if not predecessors[v]))]
+    head = 0
+    while head < len(queue):
+        ideal, ready = queue[head]
+        head += 1
+        for v in ready:
+            bigger = ideal | closure_of[v]      # a union of group-closed ideals is one
+            if bigger in seen:
+                continue
+            if len(found) >= max_ideals:
+                raise TooManyIdeals(f"more than {max_ideals} ideals")
+            seen[bigger] = len(found)
+            found.append(bigger)
+            added = bigger & ~ideal
+            nxt = set(ready)
+            for u in _bits(added):
+                nxt.discard(u)
+                for w in successors[u]:
+                    if not (bigger >> w) & 1 and not pred_mask[w] & ~bigger:
+                        nxt.add(w)
+            queue.append((bigger, frozenset(nxt)))
+    return found
+
+
+def _bits(mask: int):
+    """The set bits of ``mask``, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def build_ideals(predecessors: list[list[int]], successors: list[list[int]], groups: list[list[int]],
+                 input_consumers: list[list[int]], max_ideals: int) -> Ideals:
+    """Enumerate the group-closed ideals and the arrays the DP reads."""
+    n, g = len(predecessors), len(input_consumers)
+    masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
+    width_bytes = (n + 7) // 8
+    packed = np.frombuffer(b"".join(m.to_bytes(width_bytes, "little") for m in masks), dtype=np.uint8)
+    members = np.unpackbits(packed.reshape(len(masks), width_bytes), axis=1, count=n, bitorder="little").astype(bool)
+    order = np.argsort(members.sum(axis=1), kind="stable")           # sub-ideals first
+    members = members[order]
+    words = np.zeros((len(members), -(-n // 64) * 8), dtype=np.uint8)
+    words[:, :width_bytes] = packed.reshape(len(masks), width_bytes)[order]
+    packed_words = words.view(np.uint64)
+    # D[J, u] for kernels and inputs (padding column last, always 0)
+    reads = [(u, w) for u in range(n) for w in set(successors[u])]
+    reads += [(n + i, w) for i, consumers in enumerate(input_consumers) for w in set(consumers)]
+    source = np.array([u for u, _ in reads], dtype=np.int64)
+    reader = np.array([w for _, w in reads], dtype=np.int64)
+    consumers_inside = np.zeros((len(members), n + g + 1), dtype=np.int32)
+    for column in np.unique(source):
+        consumers_inside[:, column] = members[:, reader[source == column]].sum(axis=1)
+    degree = np.bincount(source, minlength=n + g + 1)
+    holds = np.concatenate([members, np.ones((len(members), g), dtype=bool),
+                            np.zeros((len(members), 1), dtype=bool)], axis=1)
+    on_frontier = holds & (consumers_inside < degree[None, :])
+    width = max(int(on_frontier.sum(axis=1).max(initial=0)), 1)
+    frontier = np.full((len(members), width), n + g, dtype=np.int64)
+    rows, cols = np.nonzero(on_frontier)
+    slot = np.arange(len(rows)) - np.searchsorted(rows, rows)
+    frontier[rows, slot] = cols
+    frontier_inside = np.take_along_axis(consumers_inside, frontier, axis=1)
+    return Ideals(members, packed_words, consumers_inside, frontier, frontier_inside)
+
+
+# ---------------------------------------------------------------------- device classes
+@dataclass
+class DeviceClass:
+    """Identical devices: one price list per kernel (and per model input) for all of them."""
+
+    devices: list[str]
+    work: np.ndarray          # (n,) compute plus the always-paid return of a model output; 0 where infeasible
+    infeasible: np.ndarray    # (n,) bool
+    leave: np.ndarray         # (n+g+1,) extra seconds when the tensor leaves the set
+    enter: np.ndarray         # (n+g+1,) seconds when the tensor enters the set
+    memory_bytes: float
+
+
+def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool]:
+    """Group the platform's devices that price everything alike; and whether the prices are exact
+    (each kernel sends one size of tensor on all its edges; otherwise its largest, an upper bound)."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    host = platform.host
+    inputs = [i for i in graph.inputs if i.consumers]
+    sent = [max((e.bytes for e in graph.succ[k]), default=0.0) for k in names]
+    exact = all(len({e.bytes for e in graph.succ[k]}) <= 1 for k in names)
+    returned = [graph.kernels[k].output_bytes if k in graph.output_set else 0.0 for k in names]
+    classes: dict[tuple, DeviceClass] = {}
+    for device in platform.device_names:
+        feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
+        if not feasible.any():
+            continue                            # takes only the empty set
+        pays = platform.device(device).kind != "cpu"
+        base = np.array([costs.transfer_s(r, device, host) if pays and r > 0 else 0.0 for r in returned])
+        full = np.array([costs.transfer_s(max(s, r), device, host) if pays else 0.0 for s, r in zip(sent, returned)])
+        enter = [costs.transfer_s(s, host, device) if pays else 0.0 for s in sent]
+        enter += [costs.transfer_s(i.bytes, host, device) if pays else 0.0 for i in inputs]
+        work = np.array([costs.compute_s(k, device) if feasible[i] else 0.0 for i, k in enumerate(names)]) + base
+        capacity = platform.device(device).memory_bytes
+        leave = np.concatenate([full - base, np.zeros(len(inputs) + 1)])
+        entry = DeviceClass([device], work, ~feasible, leave, np.array(enter + [0.0]),
+                            math.inf if capacity is None else float(capacity))
+        key = (work.tobytes(), entry.infeasible.tobytes(), leave.tobytes(), entry.enter.tobytes(), entry.memory_bytes)
+        if key in classes:
+            classes[key].devices.append(device)
+        else:
+            classes[key] = entry
+    return list(classes.values()), exact
+
+
+# ---------------------------------------------------------------------- the DP
+@dataclass
+class Split:
+    value_s: float
+    sets: list[tuple[np.ndarray, int]]      # (kernel ids, class index), first set first
+
+
+def by_cheapest_work(ideals: Ideals, classes: list[DeviceClass]) -> tuple[Ideals, np.ndarray, float]:
+    """The ideals sorted by their work at each kernel's cheapest class, in integer quanta (exact sums,
+    so a sub-ideal never sorts after its superset; ties go by size), with those sums and the quantum.
+
+    A set S = I \\ J costs at least quantum * (key[I] - key[J]) on any device, so the DP may skip every
+    J whose key lies further below I's than a known bound on the answer."""
+    work = np.stack([np.where(c.infeasible, np.inf, c.work) for c in classes]).min(axis=0)
+    work = np.where(np.isfinite(work), work, 0.0)
+    quantum = work.sum() / 2**40 or 1.0
+    key = ideals.members @ np.floor(work / quantum).astype(np.int64)
+    order = np.lexsort((ideals.members.sum(axis=1), key))
+    return ideals.take(order), key[order], quantum
+
+
+def max_load_dp(ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.ndarray, *, key: np.ndarray,
+                quantum: float, bound_s: float = math.inf, deadline: float = math.inf) -> Split:
+    """The DP over ``ideals`` (ordered by ``by_cheapest_work``). Sets whose cheapest work exceeds
+    ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. ``deadline``
+    (perf_counter seconds) raises TimeoutError when passed."""
+    counts = [len(c.devices) for c in classes]
+    shape = tuple(k + 1 for k in counts)
+    states = int(np.prod(shape))
+    grid = np.indices(shape).reshape(len(shape), -1)         # (classes, states)
+    strides = [int(np.prod(shape[c + 1:])) for c in range(len(shape))]
+    target = [np.flatnonzero(grid[c] >= 1) for c in range(len(shape))]
+    source = [t - strides[c] for c, t in enumerate(target)]
+
+    members = ideals.members
+    N = len(ideals)
+    work = np.stack([members @ c.work for c in classes])                              # (k, N)
+    bad = np.stack([members @ c.infeasible.astype(np.int64) for c in classes])
+    memory = members @ weight_bytes
+    leave = np.stack([c.leave for c in classes])                                       # (k, P)
+    enter = np.stack([c.enter for c in classes])
+    leaving = np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))])   # (k, N)
+    pays = [bool(leave[c].any() or enter[c].any()) for c in range(len(classes))]
+    capacity = np.array([c.memory_bytes for c in classes])
+    degree = ideals.consumers_inside.max(axis=0)      # a node's consumers all lie in the full ideal
+    reach = int(bound_s / quantum) if bound_s / quantum < key[-1] else None
+
+    dp = np.full((N, states), np.inf)
+    dp[0, 0] = 0.0
+    came_from = np.full((N, states), -1, dtype=np.int64)
+    via = np.full((N, states), -1, dtype=np.int8)
+    began = last_report = time.perf_counter()
+    for i in range(1, N):
+        now = time.perf_counter()
+        if now > deadline:
+            raise TimeoutError(f"downset DP stopped at ideal {i} of {N}")
+        if now - last_report > _PROGRESS_EVERY_S:
+            log.info("downsets: %d of %d ideals after %.0f s", i, N, now - began)
+            last_report = now
+        lowest = int(np.searchsorted(key, key[i] - reach)) if reach is not None else 0
+        sub = lowest + np.flatnonzero(~(ideals.packed[lowest:i] & ~ideals.packed[i]).any(axis=1))
+        if not len(sub):
+            continue
+        nodes = ideals.frontier[sub]                                  # (m, width)
+        inside_now = ideals.consumers_inside[i][nodes]
+        gains = inside_now > ideals.frontier_inside[sub]
+        stays = inside_now < degree[nodes]
+        for c, klass in enumerate(classes):
+            load = work[c, i] - work[c, sub] + leaving[c, i]
+            if pays[c]:
+                load = load + (enter[c][nodes] * gains).sum(axis=1) - (leave[c][nodes] * stays).sum(axis=1)
+            infeasible = bad[c, i] > bad[c, sub]
+            if math.isfinite(capacity[c]):
+                infeasible |= memory[i] - memory[sub] > klass.memory_bytes
+            load = np.where(infeasible, np.inf, load)
+            candidates = np.maximum(dp[np.ix_(sub, source[c])], load[:, None])        # (m, targets)
+            pick = candidates.argmin(axis=0)
+            value = candidates[pick, np.arange(len(pick))]
+            better = value < dp[i, target[c]]
+            where = target[c][better]
+            dp[i, where] = value[better]
+            came_from[i, where] = sub[pick[better]]
+            via[i, where] = c
+    final = N - 1
+    state = int(dp[final].argmin())
+    value = float(dp[final, state])
+    sets = []
+    i = final
+    while i != 0 and math.isfinite(value):
+        j, c = int(came_from[i, state]), int(via[i, state])
+        sets.append((np.flatnonzero(members[i] & ~members[j]), c))
+        i, state = j, state - strides[c]
+    return Split(value, sets[::-1])
+
+
+# ---------------------------------------------------------------------- one problem, ready for the DP
+@dataclass
+class MaxLoadInstance:
+    """A host_staged problem turned into what the DP reads: kernels in topological order, the ideals
+    (sorted by ``by_cheapest_work``), the device classes and each kernel's weight bytes."""
+
+    names: list[str]
+    ideals: Ideals
+    key: np.ndarray
+    quantum: float
+    classes: list[DeviceClass]
+    prices_exact: bool
+    weight_bytes: np.ndarray
+
+    @classmethod
+    def of(cls, problem: Problem, max_ideals: int) -> "MaxLoadInstance":
+        graph = problem.graph
+        names = list(graph.topo_order)
+        index = {k: i for i, k in enumerate(names)}
+        predecessors = [[index[e.src] for e in graph.pred[k]] for k in names]
+        successors = [[index[e.dst] for e in graph.succ[k]] for k in names]
+        grouped: dict[str, list[int]] = defaultdict(list)
+        for k in names:
+            if graph.kernels[k].colocate is not None:
+                grouped[graph.kernels[k].colocate].append(index[k])
+        inputs = [[index[c] for c in i.consumers] for i in graph.inputs if i.consumers]
+        ideals = build_ideals(predecessors, successors, [m for m in grouped.values() if len(m) > 1], inputs,
+                              max_ideals)
+        classes, prices_exact = device_classes(problem, names)
+        ideals, key, quantum = by_cheapest_work(ideals, classes)
+        weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
+        return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes)
+
+    def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Split:
+        return max_load_dp(self.ideals, self.classes, self.weight_bytes, key=self.key, quantum=self.quantum,
+                           bound_s=bound_s, deadline=deadline)
+
+    def search(self, deadline: float = math.inf) -> tuple[Split, int]:
+        """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
+        raised until the DP's value lies within it (then no skipped set could have helped): start at
+        1.25 x the average-load bound and grow by 1.5 (or to the value found, if less) each time."""
+        total = self.quantum * self.key[-1]
+        bound = 1.25 * total / sum(len(c.devices) for c in self.classes)
+        passes = 0
+        while True:
+            split = self.dp(bound, deadline)
+            passes += 1
+            if split.value_s <= bound or bound >= total:
+                return split, passes
+            log.info("downsets: pass %d with bound %.6g s found %.6g s; again", passes, bound, split.value_s)
+            bound = min(split.value_s, 1.5 * bound)
+
+
+# ---------------------------------------------------------------------- the solver
+class Downsets(Solver):
+    """Exact max-load placement for ``host_staged`` platforms by the DP over ideals.
+
+    Options: ``max_ideals`` (the most group-closed ideals to enumerate before falling back to
+    SliceGraph, whose options go in ``fallback_options``) and ``time_limit_s`` (for the whole solve:
+    the DP falls back when it has used ``DP_SHARE`` of it, so that SliceGraph still gets the rest).
+    """
+
+    name = "downsets"
+    objectives = ("throughput",)
+    DP_SHARE = 0.8
+
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, max_ideals: int = 20_000,
+                 fallback_options: dict | None = None):
+        super().__init__(time_limit_s=time_limit_s, seed=seed)
+        if max_ideals < 1:
+            raise DivimlInputError("max_ideals must be at least 1", field="max_ideals")
+        self.max_ideals = max_ideals
+        self.fallback_options = dict(fallback_options or {})
+
+    def solve(self, problem: Problem) -> Plan:
+        self.check_objective(problem)
+        if problem.mode != "host_staged":
+            raise DivimlInputError(f"solver downsets solves the msr-fiddle max-load problem (mode host_staged); "
+                                   f"platform '{problem.platform.name}' prices throughput as '{problem.mode}'",
+                                   field="solver", hint="for period_overlap throughput use --solver milp, split, "
+                                   "greedy or replicas; downsets needs a platform with transfer_model host_staged "
+                                   "(an msr-fiddle file)")
+        if not problem.graph.kernels:
+            raise DivimlInputError("the graph has no kernels to place", field="MODEL")
+        problem.validate()
+        began = time.perf_counter()
+        graph = problem.graph
+        try:
+            instance = MaxLoadInstance.of(problem, self.max_ideals)
+            classes = instance.classes
+            log.info("downsets: %d kernels, %d group-closed ideals, device classes %s", len(graph),
+                     len(instance.ideals), ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes))
+            split, passes = instance.search(began + self.DP_SHARE * self.time_limit_s)
+        except (TooManyIdeals, TimeoutError) as stop:
+            return self._fall_back(problem, began, str(stop))
+        if not math.isfinite(split.value_s):
+            raise DivimlInputError("no ordered split into contiguous sets keeps every kernel on a device it may run "
+                                   "on, within memory, with co-location groups whole", field="platform",
+                                   hint="allow more devices, or devices with more memory")
+        used = {c: 0 for c in range(len(classes))}
+        stages, stage_devices = [], []
+        for kernel_ids, c in split.sets:
+            stage_devices.append(classes[c].devices[used[c]])
+            used[c] += 1
+            stages.append([instance.names[i] for i in kernel_ids])
+        assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
+        plan = Plan({k: assignment[k] for k in graph.kernels}, objective="throughput", mode="host_staged",
+                    stages=stages, stage_devices=stage_devices, solver=self.name)
+        sim = simulate(graph, problem.platform, problem.costs, plan)
+        memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
+        plan.value_s = sim.value_s
+        plan.optimal = instance.prices_exact and memory_exact and sim.feasible
+        plan.solve_s = time.perf_counter() - began
+        plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes,
+                           "dp_value_s": split.value_s,
+                           "optimal_among": "ordered splits into contiguous sets (Tarnawski et al.)",
+                           "prices_exact": instance.prices_exact, "memory_exact": memory_exact})
+        log.info("downsets: max load %.6g s over %d sets, %d ideals, %.2f s (exact DP)", sim.value_s,
+                 len(stages), len(instance.ideals), plan.solve_s)
+        return plan
+
+    def _fall_back(self, problem: Problem, began: float, reason: str) -> Plan:
+        from .slicegraph import SliceGraph
+
+        left = max(self.time_limit_s - (time.perf_counter() - began), 1.0)
+        log.warning("downsets: %s; falling back to SliceGraph for %.0f s (not proven optimal)", reason, left)
+        options = {"time_limit_s": left, "seed": self.seed, **self.fallback_options}
+        plan = SliceGraph(**options).solve(problem)
+        plan.solver = self.name
+        plan.solve_s = time.perf_counter() - began
+        plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
+        return plan
+
+
+def _memory_is_additive(graph) -> bool:
+    """The simulator's memory equals the sum of each kernel's weights: no weight is shared and no
+    activation takes room (the msr-fiddle case)."""
+    users: dict[str, int] = defaultdict(int)
+    for kernel in graph.kernels.values():
+        for w in kernel.weights:
+            users[w] += 1
+    return (all(n == 1 for n in users.values()) and all(k.output_bytes == 0 for k in graph.kernels.values())
+            and all(i.bytes == 0 for i in graph.inputs))
