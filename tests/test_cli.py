@@ -222,3 +222,33 @@ def test_graph_and_plan_for_an_onnx_file_with_a_bound_shape(tmp_path):
 def test_bad_shape_syntax_is_an_argument_error():
     result = diviml("graph", "resnet18", "--shape", "N")
     assert result.returncode == 2 and "NAME=VALUE" in result.stderr
+
+
+@pytest.mark.parametrize("objective, extra, solver", [
+    ("throughput", [], "milp"),
+    ("pipeline", ["--stages", "2", "--bound-time-limit", "2"], "slicegraph"),
+])
+def test_auto_solves_throughput_and_pipelines(objective, extra, solver):
+    result = diviml("plan", "random:kernels=12,seed=3", "--platform", "paper-node", "--objective", objective,
+                    *extra, "--time-limit", "20", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert CONTRACT_KEYS <= set(row) and row["solver"] == solver and row["objective"] == objective
+    assert row["lower_bound_s"] <= row["value_s"] * (1 + 1e-9)
+    assert row["value_s"] <= row["baselines"]["fastest_single_device"]
+    if objective == "pipeline":
+        assert 1 <= len(row["stages"]) <= 2 and len(set(row["stage_devices"])) == len(row["stages"])
+        assert {"three_superblock", "guess_bottleneck", "lp_load"} <= set(row["lower_bound_parts"])
+    else:
+        assert row["optimal"]                        # 12 kernels: the throughput MILP proves it at once
+
+
+def test_auto_solves_an_msr_fiddle_file_exactly(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(hand_file(maxSizePerFPGA=1000.0)))
+    result = diviml("plan", path, "--json", "-")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert row["solver"] == "downsets" and row["optimal"]
+    # {1, 2} on one accelerator, {3, 4} (a colour class) on another: 7.75 ms (see test_msr_fiddle)
+    assert row["value_s"] == pytest.approx(7.75e-3)

@@ -181,7 +181,7 @@ def test_mip_refuses_other_objectives_and_too_many_stages():
 def test_every_bound_lies_below_the_optimum(problem):
     optimum = best_pipeline(problem)
     parts = lower_bounds(problem, mip_time_limit_s=5)
-    assert {"average_load", "largest_kernel", "lp_load", "three_superblock", "guess_bottleneck",
+    assert {"average_load", "largest_kernel", "neighbourhood", "lp_load", "three_superblock", "guess_bottleneck",
             "exact_mip"} <= set(parts)
     for name, bound in parts.items():
         assert bound <= optimum * (1 + TOLERANCE), name
@@ -223,7 +223,7 @@ def test_three_superblocks_price_the_transfers_lb0_ignores():
 
 def test_bounds_stay_cheap_without_a_mip_budget():
     parts = lower_bounds(hand_chain())
-    assert set(parts) == {"average_load", "largest_kernel", "lp_load"}
+    assert set(parts) == {"average_load", "largest_kernel", "neighbourhood", "lp_load"}
     # Cheapest devices: a 2 (B), b 1 (C), c 1 + output 2 (C) or 100 + 0 on the host A: 6 over two stages;
     # the dearest kernel with what it reads: a on B with its input, 2 + 2.
     assert parts["average_load"] == 3.0 and parts["largest_kernel"] == 4.0
@@ -250,3 +250,30 @@ def test_bounds_in_a_short_budget_still_lie_below_a_found_plan():
     parts = pipeline_bounds(problem, time_limit_s=0.5)
     assert {"three_superblock", "guess_bottleneck"} <= set(parts)
     assert all(bound <= value for bound in parts.values())
+
+
+def test_a_colocation_group_bounds_every_mode_by_its_work_on_its_cheapest_common_device():
+    from tvm_diviml.bounds import lower_bounds
+    from tvm_diviml.graph import Kernel, OpGraph
+    from tvm_diviml.solvers import Problem
+
+    from .conftest import table, unit_platform
+
+    platform = unit_platform()
+    graph = OpGraph([Kernel("a", colocate="g"), Kernel("b", colocate="g", allowed_devices=("A", "B")),
+                     Kernel("c")], [])
+    costs = table(platform, {"a": {"A": 5.0, "B": 3.0, "C": 1.0}, "b": {"A": 5.0, "B": 4.0, "C": 1.0}, "c": 1.0})
+    for objective, stages in (("latency", None), ("throughput", None), ("pipeline", 3)):
+        parts = lower_bounds(Problem(graph, platform, costs, objective=objective, stages=stages))
+        assert parts["largest_group"] == 7.0          # a and b together on B (C may not run b)
+
+
+def test_the_neighbourhood_bound_holds_for_any_number_of_stages():
+    """b (5 s) reads a's 3-byte tensor (4 s on a unit link; a takes 6 s) and sends 4 bytes (5 s) to c
+    (1 s): its stage pays 5 + min(6, 4) + min(5, 1) = 10 however many stages there are."""
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 3), ("b", "c", 4)])
+    for stages in (1, 2, 3):
+        problem = pipeline(graph, platform, table(platform, {"a": 6, "b": 5, "c": 1}), stages)
+        assert close(lower_bounds(problem)["neighbourhood"], 10.0)
+        assert best_pipeline(problem) >= 10.0 * (1 - TOLERANCE)

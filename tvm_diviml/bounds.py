@@ -15,6 +15,8 @@ bound depends on a plan.
   kernel is exactly such a fractional split; for pipelines each stage has a device of its own and
   costs at least its work there; in ``host_staged`` a device's load is its work plus transfers, so
   compute alone relaxes it.
+- ``largest_group`` (every mode): a co-location group's work on the cheapest device that can run it
+  all, since the group shares one device (msr-fiddle's colour classes).
 - ``stage_serial`` (pipelines): ``solvers.mtpp.pipeline_bounds`` prices ``average_load`` and
   ``largest_kernel`` with output returns and model inputs, and, given ``mip_time_limit_s``, adds
   the MIP bounds ``three_superblock``, ``guess_bottleneck`` and ``exact_mip``.
@@ -50,6 +52,9 @@ def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, f
         if mode != "period_overlap":
             parts["largest_kernel"] = max(fastest.values(), default=0.0)
     parts["lp_load"] = lp_load_bound(problem)
+    group = largest_group(problem)
+    if group > 0:
+        parts["largest_group"] = group
     if mode == "latency":
         finish: dict[str, float] = {}
         for kernel in graph.topo_order:
@@ -57,6 +62,22 @@ def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, f
             finish[kernel] = ready + fastest[kernel]
         parts["critical_path"] = max(finish.values(), default=0.0)
     return parts
+
+
+def largest_group(problem: Problem) -> float:
+    """The largest co-location group's work on the cheapest device that may run all of it: the group
+    shares one device (never replicated, never split over stages), so that device's load, and the
+    period or the makespan, is at least this. 0 without groups; inf when no device runs a whole group."""
+    members: dict[str, list[str]] = {}
+    for kernel in problem.graph.kernels.values():
+        if kernel.colocate is not None:
+            members.setdefault(kernel.colocate, []).append(kernel.name)
+    largest = 0.0
+    for kernels in members.values():
+        common = set.intersection(*(set(problem.feasible_devices(k)) for k in kernels))
+        work = [sum(problem.costs.compute_s(k, d) for k in kernels) for d in common]
+        largest = max(largest, min(work, default=float("inf")))
+    return largest
 
 
 def lower_bound(problem: Problem, mip_time_limit_s: float = 0.0) -> float:

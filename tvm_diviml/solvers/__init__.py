@@ -34,4 +34,4 @@ def default_solver(problem: Problem) -> str:
     return "milp" if problem.objective == "throughput" else "split"
 
 
-__all__ = ["default_solver", "Problem", "Solver", "SOLVERS", "get_solver", "mode_for"]
+__all__ = ["SOLVERS", "Problem", "Solver", "default_solver", "get_solver", "mode_for"]

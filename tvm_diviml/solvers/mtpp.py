@@ -310,7 +310,7 @@ def pipeline_bounds(problem: Problem, time_limit_s: float = 0.0, *, backend: str
     runs = [("three_superblock", i, 4.0) for i in positions] + [("guess_bottleneck", i, 1.0)
                                                                 for i in range(1, stages + 1)]
     runs += [("exact_mip", 0, float(len(positions)))] * exact_mip
-    relaxed = max(parts["average_load"], float(cheap.work.max()))
+    relaxed = max(parts["average_load"], float(cheap.work.max()), parts["neighbourhood"])
     found: dict[str, list[float]] = defaultdict(list)
     spent: dict[str, float] = defaultdict(float)
     for done, (name, i, weight) in enumerate(runs):
@@ -349,7 +349,34 @@ def _combinatorial_bounds(problem: Problem, data: PipelineData, cheap: BlockPric
     reads = [[b for b, members in zip(data.input_bytes, data.input_consumers) if v in members] for v in range(data.n)]
     alone = [min((costs.compute_s(k, d) + _return_s(problem, k, d) + sum(costs.transfer_s(b, host, d) for b in reads[v])
                   for d in problem.feasible_devices(k)), default=math.inf) for v, k in enumerate(data.names)]
-    return {"average_load": float(cheap.work.sum()) / stages, "largest_kernel": max(alone)}
+    return {"average_load": float(cheap.work.sum()) / stages, "largest_kernel": max(alone),
+            "neighbourhood": neighbourhood_bound(data, cheap)}
+
+
+def neighbourhood_bound(data: PipelineData, pricing: BlockPricing) -> float:
+    """The stage that holds kernel v pays v's work; for each producer u of v, u's work (u inside) or
+    u's tensor entering (u outside, at least the layers v reads); and v's tensor leaving (at least
+    the layers one consumer reads) or every consumer's work (all inside). The largest over v bounds
+    the period for any number of stages: a bottleneck no extra stage removes (a heavy kernel with
+    heavy tensors around it)."""
+    entering: dict[tuple[int, int], float] = defaultdict(float)
+    leaving: dict[tuple[int, int], float] = defaultdict(float)
+    for layer, (u, members) in enumerate(zip(data.producers, data.consumers)):
+        for v in members:
+            entering[u, v] += pricing.in_price[layer]
+            leaving[u, v] += pricing.out_price[layer]
+    producers: dict[int, set[int]] = defaultdict(set)
+    consumers: dict[int, set[int]] = defaultdict(set)
+    for u, v in data.edges:
+        producers[v].add(u)
+        consumers[u].add(v)
+    work, best = pricing.work, 0.0
+    for v in range(data.n):
+        bound = work[v] + sum(min(work[u], entering[u, v]) for u in producers[v])
+        if consumers[v]:
+            bound += min(min(leaving[v, w] for w in consumers[v]), sum(work[w] for w in consumers[v]))
+        best = max(best, float(bound))
+    return best
 
 
 def _stage_count(problem: Problem) -> int:

@@ -587,7 +587,7 @@ class Replicas(Solver):
     objectives = ("throughput",)
     BASES = ("greedy", "split", "milp")
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, base: str = "split"):
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, base: str = "milp"):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         if base not in self.BASES:
             raise DivimlInputError(f"unknown base solver '{base}' for replicas", field="base",
