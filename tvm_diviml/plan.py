@@ -60,6 +60,16 @@ class Plan(JsonFile):
                 raise DivimlInputError("a replica group needs kernels and non-negative shares that sum to 1",
                                        field="replicas")
 
+    def copy(self, solver: str = "") -> "Plan":
+        """The placement alone (assignment, order, stages, replicas; the claim kept), sharing nothing
+        mutable: how a solver adopts another's plan as its own answer."""
+        return Plan(dict(self.assignment), objective=self.objective, mode=self.mode,
+                    order={d: list(v) for d, v in self.order.items()} if self.order else None,
+                    stages=[list(s) for s in self.stages] if self.stages else None,
+                    stage_devices=list(self.stage_devices) if self.stage_devices else None,
+                    replicas=[ReplicaGroup(list(g.kernels), dict(g.shares)) for g in self.replicas],
+                    batch_split=self.batch_split, solver=solver, value_s=self.value_s)
+
     def devices_used(self) -> list[str]:
         return sorted(set(self.assignment.values()))
 

@@ -443,7 +443,7 @@ class Milp(Solver):
             if incumbent is None:
                 raise DivimlInputError("the MILP found no plan within its time limit", field="time_limit",
                                        hint="raise --time-limit or use --solver heft")
-            plan = _copy_plan(incumbent, self.name)
+            plan = incumbent.copy(self.name)
             plan.lower_bound_s = model.bound_s()
             plan.attrs["milp_status"] = "no better incumbent"
             return plan
@@ -451,7 +451,7 @@ class Milp(Solver):
                     order=order_by_start(graph, found.assignment, found.start_s), solver=self.name)
         sim = simulate(graph, problem.platform, problem.costs, plan)
         if incumbent is not None and incumbent.value_s < sim.value_s:
-            plan = _copy_plan(incumbent, self.name)
+            plan = incumbent.copy(self.name)
             sim = simulate(graph, problem.platform, problem.costs, plan)
         plan.value_s = sim.value_s
         # No bound can exceed a value reached; the solver's may, by its tolerance.
@@ -463,12 +463,6 @@ class Milp(Solver):
             plan.lower_bound_s, plan.optimal = None, False
             plan.attrs["memory_restricts_bound"] = True
         return plan
-
-
-def _copy_plan(plan: Plan, solver: str) -> Plan:
-    return Plan(dict(plan.assignment), objective=plan.objective, mode=plan.mode,
-                order={d: list(v) for d, v in (plan.order or {}).items()} or None, solver=solver,
-                value_s=plan.value_s)
 
 
 def best_heuristic(problem: Problem) -> Plan | None:

@@ -557,7 +557,7 @@ def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = 
     sim = simulate(graph, platform, costs, plan) if plan is not None else None
     # The warm start wins ties, and whenever the MIP's plan overflows a memory with its activations.
     if warm_start is not None and (sim is None or not sim.feasible or incumbent_s <= sim.value_s):
-        plan = _copy(warm_start)
+        plan = warm_start.copy()
         sim = simulate(graph, platform, costs, plan)
     if plan is None:
         raise DivimlInputError("the pipeline MIP found no plan within its time limit", field="time_limit",
@@ -574,8 +574,3 @@ def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = 
     log.info("pipeline MIP: %d stages, period %.6g s, bound %s, %s in %.2f s", len(plan.stages), sim.value_s,
              plan.lower_bound_s, status.name, plan.solve_s)
     return plan
-
-
-def _copy(plan: Plan) -> Plan:
-    return Plan(dict(plan.assignment), objective="pipeline", mode="stage_serial",
-                stages=[list(s) for s in plan.stages], stage_devices=list(plan.stage_devices))
