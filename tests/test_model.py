@@ -148,3 +148,17 @@ def test_plan_json_roundtrip():
         Plan({"a": "A"}, mode="fast")
     with pytest.raises(DivimlInputError, match="sum to 1"):
         Plan({"a": "A"}, replicas=[ReplicaGroup(["a"], {"A": 0.5})])
+
+
+def test_a_plan_copy_keeps_the_placement_and_shares_nothing_mutable():
+    from tvm_diviml.plan import Plan, ReplicaGroup
+
+    plan = Plan({"a": "A", "b": "B"}, objective="throughput", mode="period_overlap", solver="heft", value_s=2.0,
+                lower_bound_s=1.0, optimal=True, replicas=[ReplicaGroup(["b"], {"B": 0.5, "C": 0.5})],
+                attrs={"heft_estimate_s": 2.0})
+    copy = plan.copy("milp")
+    assert (copy.assignment, copy.replicas, copy.value_s, copy.solver) == (plan.assignment, plan.replicas, 2.0, "milp")
+    assert copy.lower_bound_s is None and not copy.optimal and not copy.attrs     # a claim of the other solver's
+    copy.assignment["a"] = "C"
+    copy.replicas[0].shares["B"] = 1.0
+    assert plan.assignment["a"] == "A" and plan.replicas[0].shares["B"] == 0.5
