@@ -151,8 +151,6 @@ def test_plan_json_roundtrip():
 
 
 def test_a_plan_copy_keeps_the_placement_and_shares_nothing_mutable():
-    from tvm_diviml.plan import Plan, ReplicaGroup
-
     plan = Plan({"a": "A", "b": "B"}, objective="throughput", mode="period_overlap", solver="heft", value_s=2.0,
                 lower_bound_s=1.0, optimal=True, replicas=[ReplicaGroup(["b"], {"B": 0.5, "C": 0.5})],
                 attrs={"heft_estimate_s": 2.0})
