@@ -466,7 +466,8 @@ class Milp(Solver):
 
 
 def best_heuristic(problem: Problem) -> Plan | None:
-    """The best of the list-scheduling heuristics and the single-device baseline, as a warm start."""
+    """The best of the list-scheduling heuristics and the single-device baseline that do the
+    problem's objective (latency or throughput), as a warm start."""
     from . import SOLVERS                     # the registry imports this module
 
     best = None
@@ -480,7 +481,7 @@ def best_heuristic(problem: Problem) -> Plan | None:
         sim = simulate(problem.graph, problem.platform, problem.costs, plan)
         if sim.feasible and (best is None or sim.value_s < best.value_s):
             plan.value_s = sim.value_s
-            if plan.order is None:
+            if plan.order is None and problem.objective == "latency":
                 plan.order = order_by_start(problem.graph, plan.assignment, sim.start_s)
             best = plan
     return best

@@ -51,8 +51,8 @@ from .constraints import (
     default_reserve,
     place_within_memory,
 )
-from .milp import check_backend, colocation_leaders, new_model
-from .single_device import FastestSingleDevice, single_device_plan
+from .milp import best_heuristic, check_backend, colocation_leaders, new_model
+from .single_device import single_device_plan
 from .split import communities, improvement_windows, modules
 
 log = logging.getLogger(__name__)
@@ -355,20 +355,6 @@ def greedy_throughput(problem: Problem, reserve: dict[str, float] | None = None,
     return plan
 
 
-def best_throughput_heuristic(problem: Problem) -> Plan | None:
-    """The better feasible plan of the balancing greedy and the fastest single device (a warm start)."""
-    best = None
-    for make in (greedy_throughput, FastestSingleDevice().solve):
-        try:
-            plan = make(problem)
-        except DivimlInputError:
-            continue
-        sim = score(problem, plan)
-        if sim.feasible and (best is None or sim.value_s < best.value_s):
-            best = plan
-    return best
-
-
 # ---------------------------------------------------------------------- exact solver
 def solve_throughput_milp(problem: Problem, *, time_limit_s: float, backend: str = "highs", seed: int = 0,
                           threads: int = 1, warm_start: bool = True, solver: str = "milp") -> Plan:
@@ -377,7 +363,7 @@ def solve_throughput_milp(problem: Problem, *, time_limit_s: float, backend: str
     require_period_overlap(problem, solver)
     began = time.perf_counter()
     problem.validate()
-    incumbent = best_throughput_heuristic(problem) if warm_start else None
+    incumbent = best_heuristic(problem) if warm_start else None
     reserve = default_reserve(problem)
     for _ in range(3):
         remaining = time_limit_s - (time.perf_counter() - began)
