@@ -1,9 +1,13 @@
 """The TVM Relax side of tvm-diviml, installed as ``tvm_diviml.passes``.
 
-Only this package (and the measured cost model, the zoo and the runtime) imports TVM. It will hold
-graph extraction from an IRModule and the pass that applies a Plan; for now it offers the check
-that the installed TVM can serialise IR, which a broken apache-tvm-ffi release cannot.
+Only this package (and the measured cost model, the zoo and the runtime) imports TVM's compiler. It
+extracts the OpGraph from an IRModule (``extract``), applies a Plan (``ApplyPlan``/``apply_plan``:
+vdevices, device copies, per-device targets and weights) and builds it (``build``).
 """
+from .apply_plan import ApplyPlan, AppliedPlan, apply_plan, check_plan
+from .build import build, placed_build_pipeline
+from .extract import Extraction, extract
+from .partition import PartitionForDevices, partition_options
 
 
 def ir_json_roundtrip_ok() -> bool:
@@ -16,3 +20,7 @@ def ir_json_roundtrip_ok() -> bool:
     restored = tvm.ir.load_json(tvm.ir.save_json(value))
     tvm.ir.assert_structural_equal(value, restored)
     return True
+
+
+__all__ = ["AppliedPlan", "ApplyPlan", "Extraction", "PartitionForDevices", "apply_plan", "build", "check_plan",
+           "extract", "ir_json_roundtrip_ok", "partition_options", "placed_build_pipeline"]

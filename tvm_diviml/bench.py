@@ -454,10 +454,58 @@ def suite_msr_fiddle(time_limit_s: float = 300.0, slicegraph_time_limit_s: float
                "ours_over_expert": best / sim.value_s if sim.value_s > 0 else None}
 
 
+RUN_TARGETS = {"measured_over_predicted": (0.85, 1.15), "concurrent_speedup": 1.6, "pipeline_speedup": 1.7}
+
+
+def run_workloads(quick: bool) -> list[tuple[str, str, str, int | None]]:
+    """(case, MODEL, objective, stages) rows of the run suite: every zoo model at its small size for
+    latency, the balanced two-branch model for concurrency, balanced chains as 2-stage pipelines."""
+    from .zoo import SMALL_OPTIONS
+
+    def spec(name: str, options: dict) -> str:
+        return name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
+
+    names = ["resnet18", "bert_base"] if quick else sorted(n for n in SMALL_OPTIONS if n != "twin_branch")
+    rows = [("predicted", spec(n, SMALL_OPTIONS[n]), "latency", None) for n in names]
+    rows.append(("concurrent", "twin_branch", "latency", None))
+    rows.append(("pipeline", "twin_branch:branches=1,depth=8", "pipeline", 2))
+    if not quick:
+        rows.append(("pipeline", spec("resnet18", SMALL_OPTIONS["resnet18"]), "pipeline", 2))
+    return rows
+
+
+def suite_run(quick: bool = False, time_limit_s: float = 30.0, repeats: int = 10, platform: str = "cpu2"
+              ) -> Iterator[Row]:
+    """Plans built and run for real on ``platform`` (measured costs): measured over predicted latency
+    per zoo model, the concurrent executor's speed-up on balanced parallel branches, and 2-stage
+    pipelines' measured throughput, each against the best single-device configuration measured in
+    the same run (targets: RUN_TARGETS)."""
+    from .passes.run import run_plan
+    from .report import solve_and_report
+    from .solvers import Problem
+    from .workload import load_workload
+
+    for case, model, objective, stages in run_workloads(quick):
+        workload = load_workload(model, platform, "measured")
+        problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=stages)
+        plan, sim, row = solve_and_report(problem, "auto", model, "measured", time_limit_s=time_limit_s)
+        loaded = workload.loaded
+        run, _ = run_plan(loaded.built, loaded.extraction, workload.platform, plan, sim.value_s, repeats=repeats,
+                          progress=log.info)
+        best_name, best_s = run.best_single_device
+        yield {"suite": "run", "case": case, "model": model, "objective": objective, "kernels": len(workload.graph),
+               "solver": plan.solver, "devices_used": len(plan.devices_used()), "predicted_s": run.predicted_s,
+               "measured_s": run.measured_s, "measured_over_predicted": run.measured_over_predicted,
+               "best_single_device": best_name, "best_single_device_s": best_s,
+               "speedup_over_best_single_device": run.speedup_over_best_single,
+               "speedup_over_one_worker": run.speedup_over_one_worker, "max_rel_diff": run.max_rel_diff,
+               "build_s": run.build_s}
+
+
 SUITES: dict[str, Callable[..., Iterator[Row]]] = {"simulator": suite_simulator, "extract": suite_extract,
                                                    "costs": suite_costs, "latency": suite_latency,
                                                    "pipeline": suite_pipeline,
-                                                   "msr-fiddle": suite_msr_fiddle}
+                                                   "msr-fiddle": suite_msr_fiddle, "run": suite_run}
 
 
 def markdown_table(rows: list[Row]) -> str:

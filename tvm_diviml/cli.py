@@ -104,13 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape,
                                  granularity=args.granularity, tune=args.tune, tuning_db=args.tuning_db)
-        objective = args.objective or workload.default_objective
-        problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
-        if objective == "pipeline" and args.stages is None:
-            problem.stages = len(workload.platform.devices)
-        plan, sim, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
-                                          time_limit_s=args.time_limit, seed=args.seed,
-                                          bound_time_limit_s=args.bound_time_limit)
+        plan, sim, row, problem = _solve(args, workload)
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
         if "batch_splits_tried" in row:
@@ -127,6 +121,48 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if row["feasible"] else 1
 
 
+def _solve(args: argparse.Namespace, workload) -> tuple:
+    """Place ``workload`` as the plan/run options say: (plan, simulation, report row, problem)."""
+    objective = args.objective or workload.default_objective
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
+    if objective == "pipeline" and args.stages is None:
+        problem.stages = len(workload.platform.devices)
+    plan, sim, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
+                                      time_limit_s=args.time_limit, seed=args.seed,
+                                      bound_time_limit_s=args.bound_time_limit)
+    return plan, sim, row, problem
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Plan, build and execute on this machine's devices; measured against predicted."""
+    workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape,
+                             granularity=args.granularity, tuning_db=args.tuning_db)
+    if workload.loaded is None:
+        raise DivimlInputError("run needs a model that TVM builds", field="MODEL",
+                               hint="give a zoo name or an .onnx file (an OpGraph or msr-fiddle file has no kernels)")
+    plan, sim, row, problem = _solve(args, workload)
+    print(format_row(row, problem.platform.device_names))
+    print()
+    from .passes.run import format_run, run_plan
+
+    database = None
+    if args.tuning_db:
+        from .cost.tuning import open_database
+        database = open_database(args.tuning_db)
+    loaded = workload.loaded
+    measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s,
+                               repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight,
+                               database=database)
+    print(format_run(measured, args.rtol))
+    row["run"] = measured.to_json()
+    if args.export:
+        built.export(args.export)
+        print(f"build exported to {args.export} (+ .placement.json)")
+    if args.json:
+        write_json(row, args.json)
+    return 0 if measured.max_rel_diff <= args.rtol else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on built-in inputs; it grows as the project does (never canned output)."""
     model = "inception_v3"
@@ -134,7 +170,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
           "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
           "with roofline costs: for latency by DiviML's splitting heuristic (exact solves of small modules),\n"
           "for throughput (a stream of inputs) by the exact MILP, and as a 3-stage pipeline by SliceGraph\n"
-          "(a genetic search over topological orders, each cut into stages by an exact DP).\n")
+          "(a genetic search over topological orders, each cut into stages by an exact DP). Then a model is\n"
+          "planned, built and run for real on this machine (cpu2).\n")
     workload = load_workload(model, "paper-node", "roofline")
     graph = workload.graph
     width, _ = graph.widest_antichain()
@@ -156,8 +193,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     cpu = workload.platform.device("cpu")
     print(f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
           f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
-          "kernels unscheduled.")
+          "kernels unscheduled.\n")
+    _demo_run(DEMO_RUN_MODEL)
     return 0
+
+
+DEMO_RUN_MODEL = "twin_branch"
+
+
+def _demo_run(model: str) -> None:
+    """The demo's second half: plan with measured costs, build and run for real on cpu2."""
+    from .passes.run import format_run, run_plan
+
+    print(f"== built and run on cpu2 ==\n{model} (two parallel branches of dense layers) is planned on cpu2, "
+          "this machine's CPU as two single-thread devices, with kernel costs measured here; the plan is built "
+          "into one heterogeneous executable and run by the concurrent executor (one worker thread per device), "
+          "checked against the single-device build, and timed against each single-device configuration.\n")
+    workload = load_workload(model, "cpu2", "measured")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="latency")
+    plan, sim, row = solve_and_report(problem, "auto", model, "measured", time_limit_s=30)
+    print(format_row(row, workload.platform.device_names))
+    print()
+    loaded = workload.loaded
+    measured, _ = run_plan(loaded.built, loaded.extraction, workload.platform, plan, sim.value_s)
+    print(format_run(measured, rtol=1e-4))
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -298,6 +357,32 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gantt", metavar="PATH", help="draw the plan's schedule (or its loads) as a PNG to PATH")
     plan.set_defaults(run=cmd_plan)
 
+    run = commands.add_parser("run", help="plan, build and execute on this machine's devices; measured vs predicted")
+    _model_arguments(run)
+    run.add_argument("--platform", default="cpu2", help="a preset or platform .json whose devices this machine has "
+                     "(default cpu2: this CPU as two single-thread devices)")
+    run.add_argument("--objective", choices=OBJECTIVES, default="latency")
+    run.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
+    run.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto", help="as for plan")
+    run.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="S", help="solver time limit")
+    run.add_argument("--bound-time-limit", type=_non_negative_float, default=0.0, metavar="S",
+                     help="pipelines: seconds for the MIP lower bounds (default 0: combinatorial bounds only)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--cost", default="measured", help="measured (default: time the kernels here), roofline, "
+                     "or a cost table .json")
+    run.add_argument("--tuning-db", metavar="DIR", help="build and price with an existing MetaSchedule database")
+    run.add_argument("--repeats", type=_positive_int, default=10, help="timed inferences (latency; default 10)")
+    run.add_argument("--inputs", type=_positive_int, default=16,
+                     help="inputs streamed (throughput and pipeline; default 16)")
+    run.add_argument("--in-flight", type=_positive_int, metavar="N",
+                     help="inputs in flight when streaming (default: one per device, at least 2)")
+    run.add_argument("--rtol", type=_tolerance, default=1e-4,
+                     help="largest difference from the single-device build, relative to its largest output "
+                     "magnitude, that counts as equal (default 1e-4); exit status 1 beyond it")
+    run.add_argument("--export", metavar="PATH", help="also export the build (a .so, with PATH.placement.json)")
+    run.add_argument("--json", metavar="PATH", help="write the plan row with its 'run' measurements as JSON")
+    run.set_defaults(run=cmd_run)
+
     profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
     _model_arguments(profile)
     profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
@@ -349,14 +434,18 @@ def _shape_binding(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
-def _seconds(text: str, allow_zero: bool) -> float:
+def _seconds(text: str, allow_zero: bool, unit: str = " of seconds") -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
     if not (value >= 0 if allow_zero else value > 0) or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a {'non-negative' if allow_zero else 'positive'} number of seconds")
+        raise argparse.ArgumentTypeError(f"must be a {'non-negative' if allow_zero else 'positive'} number{unit}")
     return value
+
+
+def _tolerance(text: str) -> float:
+    return _seconds(text, allow_zero=True, unit="")
 
 
 def _positive_float(text: str) -> float:

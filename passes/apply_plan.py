@@ -1,0 +1,259 @@
+"""ApplyPlan: turn a Plan into a heterogeneous Relax module that ``tvm.compile(mod, target=None)`` builds.
+
+The module is lowered as extraction lowers it (so the plan's kernel names match), then the entry
+function is re-emitted from the Extraction (``emit.FunctionEmitter``): the platform's devices become
+the module's ``vdevice`` global infos; every kernel's outputs live on its device's vdevice; a tensor
+read on another device crosses once per destination device (``to_vdevice``); model inputs start on the
+host and outputs return to it; weights and constants become parameters, one per device that reads
+them, so they are uploaded once (``HeterogeneousExecutable.load``) and never copied per inference.
+Each PrimFunc carries its device's target (FuseTIR drops it; a CPU kernel would otherwise compile
+for CUDA) and is scheduled as the cost model measured it: dlight's default rules on GPU targets, a
+MetaSchedule database where one is given, nothing else on llvm (see DESIGN.md).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import tvm
+from tvm import relax
+
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Platform
+from tvm_diviml.simulator import PlanError, device_orders
+
+from tvm_diviml.runtime.placement import Placement
+from tvm_diviml.runtime.segments import split_segments
+
+from .emit import FunctionEmitter, Param
+from .extract import Extraction, Ref, extract
+from .segments import emit_segments, tensor_key
+
+log = logging.getLogger(__name__)
+
+PLACEMENT_ATTR = "diviml_placement"
+
+
+@dataclass
+class AppliedPlan:
+    mod: Any                                     # the placed tvm.IRModule
+    placement: Placement
+    extraction: Extraction
+
+
+def vdevices_of(platform: Platform, device_names: list[str]) -> dict[str, Any]:
+    """One VDevice per platform device; two devices on one TVM device would be indistinguishable."""
+    seen: dict[str, str] = {}
+    out = {}
+    for name in device_names:
+        device = platform.device(name)
+        if device.device in seen:
+            raise DivimlInputError(f"devices '{seen[device.device]}' and '{name}' are both TVM device "
+                                   f"{device.device}; a build needs one TVM device each", field="devices",
+                                   hint="give every platform device its own kind:index")
+        seen[device.device] = name
+        out[name] = relax.VDevice(tvm.target.Target(device.target), device.index, "global")
+    return out
+
+
+def check_plan(plan: Plan, extraction: Extraction, platform: Platform) -> None:
+    """Errors for a plan that does not match this module or platform, or that the build cannot run."""
+    graph = extraction.graph
+    missing = [k for k in graph.kernels if k not in plan.assignment]
+    extra = [k for k in plan.assignment if k not in graph.kernels]
+    if missing or extra:
+        what = f"leaves kernel '{missing[0]}' unassigned" if missing else f"names kernel '{extra[0]}'"
+        raise PlanError(f"the plan {what}, which does not match the module's {len(graph)} kernels "
+                        f"({len(missing)} missing, {len(extra)} unknown)", field="assignment",
+                        hint="make the plan from this very model (same options and granularity)")
+    for kernel, device in plan.assignment.items():
+        if device not in platform.by_name:
+            raise PlanError(f"kernel '{kernel}' is assigned to device '{device}', which platform "
+                            f"'{platform.name}' lacks", field="assignment",
+                            hint=f"devices: {', '.join(platform.device_names)}")
+    if plan.replicas or plan.batch_split > 1:
+        raise PlanError("the build runs each kernel on one device; this plan replicates kernels "
+                        "(replicas or batch_split)", field="replicas",
+                        hint="plan without replicas, or run the replicas' plan per replica")
+
+
+def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None, fused: bool = True,
+               database=None, extraction: Extraction | None = None) -> AppliedPlan:
+    """The placed module for ``plan`` (see the module docstring); ``extraction`` skips re-extracting."""
+    extraction = extraction or extract(mod, entry, fused=fused)
+    check_plan(plan, extraction, platform)
+    graph = extraction.graph
+    host = platform.host
+    used = [d.name for d in platform.devices if d.name in set(plan.assignment.values()) | {host}]
+    devices = [host] + [d for d in used if d != host]
+    vdevices = vdevices_of(platform, devices)
+    lowered = extraction.mod
+    builder = relax.BlockBuilder()
+    target_funcs = _add_targeted_primfuncs(builder, extraction, plan.assignment, platform, database)
+    emitter = FunctionEmitter(extraction, plan.assignment, vdevices)
+    reads = [Param(Ref("input", i.name), host) for i in graph.inputs]
+    returns = [Param(ref, host) for ref in extraction.outputs]
+    order = run_order(graph, plan)
+    weight_params = emitter.emit(builder, extraction.entry, order, reads, returns, target_funcs)
+    segments = emit_segments(builder, emitter, extraction, split_segments(graph, plan.assignment, order),
+                             target_funcs)
+    placed = builder.get()
+    entry_gvar = placed.get_global_var(extraction.entry)
+    placed[entry_gvar] = placed[entry_gvar].with_attr("num_input", len(reads))
+    for gvar, other in _weight_preparation(lowered, extraction).items():
+        placed[gvar] = other
+    constant_ids = sorted({p.ref.name for p in weight_params if p.ref.kind == "const"})
+    constants_func = f"{extraction.entry}_constants" if constant_ids else None
+    if constants_func:
+        placed[tvm.ir.GlobalVar(constants_func)] = _constants_function(extraction, constant_ids)
+    placed.update_global_info("vdevice", [vdevices[d] for d in devices])
+    host_target = tvm.target.Target(platform.device(host).target)
+    placed = relax.transform.RealizeVDevice()(placed)
+    placed = _attach_host_target(placed, host_target)
+    placement = Placement(
+        entry=extraction.entry, devices=devices,
+        tvm_devices=[platform.device(d).device for d in devices],
+        num_threads=[platform.device(d).num_threads for d in devices],
+        inputs=[i.name for i in graph.inputs],
+        weight_params=[[p.ref.kind, p.ref.name, p.device] for p in weight_params],
+        num_params=_num_params(lowered, extraction), weight_ids=list(extraction.weight_params),
+        transform_params=extraction.transform_params,
+        constant_ids=constant_ids, constants_func=constants_func,
+        num_outputs=len(returns), copies_per_run=_count_copies(placed[extraction.entry]),
+        assignment=dict(plan.assignment), outputs=[tensor_key(r) for r in extraction.outputs], segments=segments)
+    return AppliedPlan(placed, placement, extraction)
+
+
+def run_order(graph, plan: Plan) -> list[str]:
+    """One order of all kernels that respects the data and the plan's per-device order (when it
+    has one): the order the single VM runs them in, and the one segments are cut from."""
+    if plan.order is None:
+        return list(graph.topo_order)
+    device_orders(graph, plan)                      # validates the order against the assignment
+    dag = graph.to_networkx()
+    for kernels in plan.order.values():
+        dag.add_edges_from(zip(kernels, kernels[1:]))
+    position = {k: i for i, k in enumerate(graph.topo_order)}
+    try:
+        return list(nx.lexicographical_topological_sort(dag, key=position.__getitem__))
+    except nx.NetworkXUnfeasible:
+        raise PlanError("the plan's per-device order contradicts the data dependencies", field="order",
+                        hint="order each device's kernels topologically") from None
+
+
+def _weight_preparation(lowered, extraction: Extraction) -> dict:
+    """The lifted weight preparation (run once, on the host) and the PrimFuncs it calls."""
+    if extraction.transform_params is None:
+        return {}
+    gvar = lowered.get_global_var(extraction.transform_params)
+    functions = {gvar: lowered[gvar]}
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.GlobalVar) and isinstance(lowered[expr], tvm.tirx.PrimFunc):
+            functions[expr] = lowered[expr]
+
+    relax.analysis.post_order_visit(lowered[gvar].body, visit)
+    return functions
+
+
+def _num_params(lowered, extraction: Extraction) -> int:
+    """How many weights the model takes: the weight preparation's inputs, or the entry's weights."""
+    if extraction.transform_params is None:
+        return len(extraction.weight_params)
+    (bundle,) = lowered[extraction.transform_params].params
+    return len(bundle.ty.fields)
+
+
+def _constants_function(extraction: Extraction, constant_ids: list[str]):
+    """A function that returns the module's constants: run once on the host, then uploaded to each
+    device that reads them (the VM would otherwise keep every constant on its first device)."""
+    return relax.Function([], relax.Tuple([extraction.constants[c] for c in constant_ids]), is_pure=True)
+
+
+def _target_key(target: tvm.target.Target) -> str:
+    return json.dumps(target.export(), sort_keys=True, default=str)
+
+
+def _add_targeted_primfuncs(builder: relax.BlockBuilder, extraction: Extraction, assignment: dict[str, str],
+                            platform: Platform, database) -> dict[tuple[str, str], Any]:
+    """Add each kernel's PrimFunc to ``builder`` with its device's target attached and scheduled for it;
+    a PrimFunc used on several targets gets one copy per target (suffixed with the target's kind and
+    index). Returns (PrimFunc name, device) -> GlobalVar."""
+    from tvm_diviml.cost.measured import schedule_for_target
+
+    targets: dict[str, tvm.target.Target] = {}
+    device_target: dict[str, str] = {}
+    for name in dict.fromkeys(assignment.values()):
+        target = tvm.target.Target(platform.device(name).target)
+        key = _target_key(target)
+        targets.setdefault(key, target)
+        device_target[name] = key
+    uses: dict[str, list[str]] = {}
+    for kernel, func_name in extraction.kernel_func.items():
+        keys_used = uses.setdefault(func_name, [])
+        if device_target[assignment[kernel]] not in keys_used:
+            keys_used.append(device_target[assignment[kernel]])
+    keys = list(targets)
+    by_target: dict[str, dict[str, Any]] = {key: {} for key in keys}
+    names: dict[tuple[str, str], str] = {}
+    for func_name, func_keys in uses.items():
+        for key in func_keys:
+            new_name = func_name if len(func_keys) == 1 else f"{func_name}_{_slug(targets[key])}{keys.index(key)}"
+            by_target[key][new_name] = extraction.mod[func_name].with_attr("target", targets[key]) \
+                .with_attr("global_symbol", new_name)
+            names[(func_name, key)] = new_name
+    gvars: dict[str, Any] = {}
+    for key, funcs in by_target.items():
+        if funcs:
+            scheduled = schedule_for_target(tvm.IRModule(funcs), targets[key], database)
+            for gvar, func in scheduled.functions_items():
+                gvars[gvar.name_hint] = builder.add_func(func, gvar.name_hint)
+    return {(func_name, device): gvars[names[(func_name, key)]]
+            for func_name in uses for device, key in device_target.items() if (func_name, key) in names}
+
+
+def _slug(target: tvm.target.Target) -> str:
+    return re.sub(r"\W", "", target.kind.name)
+
+
+def _attach_host_target(mod, host_target):
+    """PrimFuncs without a target (the weight preparation's) compile for the host."""
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and (func.attrs is None or "target" not in func.attrs):
+            updates[gvar] = func.with_attr("target", host_target)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _count_copies(func) -> int:
+    count = 0
+
+    def visit(expr):
+        nonlocal count
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.to_vdevice":
+            count += 1
+
+    relax.analysis.post_order_visit(func, visit)
+    return count
+
+
+@tvm.transform.module_pass(opt_level=0, name="diviml.ApplyPlan")
+class ApplyPlan:
+    """Module pass: ``ApplyPlan(plan, platform)(mod)`` is the placed module; how to call it (devices,
+    weight parameters) is in the module attribute ``diviml_placement`` (JSON, see ``Placement``)."""
+
+    def __init__(self, plan: Plan, platform: Platform, *, entry: str | None = None, fused: bool = True,
+                 database=None):
+        self.plan, self.platform, self.entry, self.fused, self.database = plan, platform, entry, fused, database
+
+    def transform_module(self, mod, ctx):
+        applied = apply_plan(mod, self.plan, self.platform, entry=self.entry, fused=self.fused,
+                             database=self.database)
+        return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json())

@@ -1,0 +1,40 @@
+"""Compile a placed module: ``tvm.compile(mod, target=None)``, every PrimFunc carrying its own target.
+
+The Relax pipeline is TVM's default build pipeline without ``StaticPlanBlockMemory``: in TVM 0.27
+that planner shares one storage between tensors of *different* vdevices (a cpu:1 buffer reused for a
+cpu:0 tensor; the kernel then refuses its arguments' device ids), so each tensor is allocated on its
+own device instead, through the VM's pooled allocator.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import tvm
+from tvm.relax import backend, transform
+
+from tvm_diviml.runtime.vm import PlacedExecutable
+
+from .apply_plan import AppliedPlan
+
+log = logging.getLogger(__name__)
+
+
+def placed_build_pipeline() -> tvm.transform.Pass:
+    """TVM 0.27's ``default_build_pipeline`` less the cross-device storage sharing (module docstring)."""
+    return tvm.transform.Sequential([
+        backend.DispatchSampling(), backend.DispatchSortScan(), transform.LegalizeOps(),
+        transform.RewriteDataflowReshape(), transform.ToNonDataflow(), transform.RemovePurityChecking(),
+        transform.CallTIRRewrite(), transform.RewriteCUDAGraph(), transform.LowerAllocTensor(),
+        transform.KillAfterLastUse(), transform.LowerRuntimeBuiltin(), transform.ComputePrimValue(),
+        transform.VMShapeLower(), transform.AttachGlobalSymbol(),
+    ], name="diviml.placed_build_pipeline")
+
+
+def build(applied: AppliedPlan) -> PlacedExecutable:
+    """The executable of a placed module (one artifact for every device; ``export`` writes it)."""
+    began = time.perf_counter()
+    executable = tvm.compile(applied.mod, target=None, relax_pipeline=placed_build_pipeline())
+    log.info("built %s for %s in %.1f s", applied.placement.entry, ", ".join(applied.placement.devices),
+             time.perf_counter() - began)
+    return PlacedExecutable(executable, applied.placement)

@@ -1,0 +1,189 @@
+"""PartitionForDevices: the whole job as one module pass — extract, price, solve, apply.
+
+``PartitionForDevices(platform, objective=..., solver=..., cost=...)(mod)`` returns the placed module
+(as ``ApplyPlan`` does) with two attributes to inspect: ``diviml_placement`` (how to call it, see
+``Placement``) and ``diviml_plan`` (the Plan JSON; ``attrs.simulated_value_s`` is the simulator's
+value of it). The pass object keeps its last result too: ``.plan``, ``.placement``, ``.applied``,
+``.simulation``.
+
+A placed module must be built without ``StaticPlanBlockMemory`` (see ``build``), so the pass comes
+with its build pipeline::
+
+    partition = PartitionForDevices("cpu2", objective="latency")
+    ex = tvm.compile(mod, target=None, relax_pipeline=partition.pipeline())
+    runner = SingleVMRunner(PlacedExecutable(ex, partition.placement), params)
+
+TVM users also name pipelines: ``tvm.compile(mod, target=None, relax_pipeline="diviml")``. TVM passes
+such a pipeline no arguments, and ``PassContext(config=...)`` rejects keys it does not know, so the
+options come from our context manager, which also hands back the result::
+
+    with partition_options("cpu2", objective="latency") as partition:
+        ex = tvm.compile(mod, target=None, relax_pipeline="diviml")
+    runner = SingleVMRunner(PlacedExecutable(ex, partition.placement), params)
+
+Outside ``partition_options`` the "diviml" pipeline refuses to guess the machine and raises.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from tvm_diviml.cost.base import CostModel
+from tvm_diviml.cost.roofline import RooflineCostModel
+from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.plan import OBJECTIVES, Plan
+from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.simulator import PlanError, Simulation, simulate
+from tvm_diviml.solvers import SOLVERS, Problem, default_solver, get_solver
+
+from .apply_plan import PLACEMENT_ATTR, AppliedPlan, apply_plan
+from .build import placed_build_pipeline
+from .extract import Extraction, extract
+
+log = logging.getLogger(__name__)
+
+PLAN_ATTR = "diviml_plan"
+PIPELINE_NAME = "diviml"
+COSTS = ("roofline", "measured")
+
+# A pass runs behind TVM's FFI, which turns unknown exception types into RuntimeError; registered,
+# a bad-input error raised inside the pass reaches the caller of tvm.compile as itself.
+for _error in (DivimlInputError, PlanError):
+    tvm_ffi.register_error(_error.__name__, _error)
+
+
+def _platform_of(platform: Platform | str) -> Platform:
+    if isinstance(platform, Platform):
+        return platform
+    if isinstance(platform, str):
+        return get_platform(platform)
+    raise DivimlInputError(f"platform must be a Platform, a preset name or a .json file, not "
+                           f"{type(platform).__name__}", field="platform", hint="e.g. platform='cpu2'")
+
+
+def _check_cost(cost) -> None:
+    if isinstance(cost, CostModel) or cost in COSTS:
+        return
+    if isinstance(cost, str) and os.path.isfile(cost):
+        return
+    raise DivimlInputError(f"unknown cost '{cost}'", field="cost",
+                           hint="use 'roofline', 'measured', a cost table .json file, or a CostModel object")
+
+
+@tvm.transform.module_pass(opt_level=0, name="diviml.PartitionForDevices")
+class PartitionForDevices:
+    """Module pass: place ``mod``'s kernels on ``platform``'s devices for ``objective`` and return the
+    placed module (module docstring). Options are checked here, before any compile starts."""
+
+    def __init__(self, platform: Platform | str, *, objective: str = "latency", solver: str = "auto",
+                 cost: str | CostModel = "roofline", stages: int | None = None, time_limit_s: float = 10.0,
+                 entry: str | None = None, seed: int = 0):
+        if objective not in OBJECTIVES:
+            raise DivimlInputError(f"unknown objective '{objective}'", field="objective",
+                                   hint=f"use one of {', '.join(OBJECTIVES)}")
+        if solver != "auto" and solver not in SOLVERS:
+            raise DivimlInputError(f"unknown solver '{solver}'", field="solver",
+                                   hint=f"use 'auto' or one of {', '.join(SOLVERS)}")
+        _check_cost(cost)
+        if not time_limit_s > 0:
+            raise DivimlInputError(f"time_limit_s must be positive, not {time_limit_s}", field="time_limit_s")
+        self.platform = _platform_of(platform)
+        self.objective, self.solver, self.cost, self.stages = objective, solver, cost, stages
+        self.time_limit_s, self.entry, self.seed = time_limit_s, entry, seed
+        self.plan: Plan | None = None
+        self.simulation: Simulation | None = None
+        self.applied: AppliedPlan | None = None
+
+    @property
+    def placement(self):
+        return self.applied.placement if self.applied else None
+
+    def cost_model(self, extraction: Extraction) -> CostModel:
+        """The prices the solver sees for this module's kernels."""
+        if isinstance(self.cost, CostModel):
+            return self.cost
+        if self.cost == "roofline":
+            return RooflineCostModel(extraction.graph, self.platform)
+        if self.cost == "measured":
+            from tvm_diviml.cost.cache import ProfileCache
+            from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions
+
+            return MeasuredCostModel(extraction.graph, self.platform, extraction.mod, extraction.kernel_func,
+                                     cache=ProfileCache(), options=MeasureOptions(progress=False))
+        return TableCostModel.load(self.cost, self.platform, extraction.graph)
+
+    def solve(self, extraction: Extraction) -> tuple[Plan, Simulation]:
+        """The solver's plan for ``extraction``'s graph, scored by the simulator."""
+        problem = Problem(extraction.graph, self.platform, self.cost_model(extraction), objective=self.objective,
+                          stages=self.stages)
+        problem.validate()
+        name = default_solver(problem) if self.solver == "auto" else self.solver
+        began = time.perf_counter()
+        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
+        solve_s = time.perf_counter() - began
+        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        if not sim.feasible or math.isinf(sim.value_s):
+            raise DivimlInputError(f"solver {name} found no feasible placement of {len(problem.graph)} kernels on "
+                                   f"'{self.platform.name}': {'; '.join(sim.problems) or 'infinite cost'}",
+                                   field="platform", hint="use devices with more memory, or another solver")
+        plan.attrs["simulated_value_s"] = sim.value_s
+        log.info("%s placed %d kernels on %s for %s: %.4g s (simulated), solved in %.2f s", name,
+                 len(problem.graph), ", ".join(plan.devices_used()), self.objective, sim.value_s, solve_s)
+        return plan, sim
+
+    def transform_module(self, mod, ctx):
+        extraction = extract(mod, self.entry)
+        plan, sim = self.solve(extraction)
+        applied = apply_plan(mod, plan, self.platform, entry=extraction.entry, extraction=extraction)
+        self.plan, self.simulation, self.applied = plan, sim, applied
+        return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json()) \
+            .with_attr(PLAN_ATTR, json.dumps(plan.to_json(), sort_keys=True))
+
+    def pipeline(self) -> tvm.transform.Pass:
+        """This pass then the placed build pipeline: ``tvm.compile(mod, target=None, relax_pipeline=...)``.
+        The result lands on this object (``self`` here is the instance TVM's wrapper delegates to)."""
+        partition = tvm.transform.module_pass(self.transform_module, opt_level=0, name="diviml.PartitionForDevices")
+        return tvm.transform.Sequential([partition, placed_build_pipeline()], name="diviml.partition_and_build")
+
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("diviml_partition_options", default=None)
+
+
+@contextlib.contextmanager
+def partition_options(platform: Platform | str, **options) -> Iterator[PartitionForDevices]:
+    """Options for the registered "diviml" pipeline inside this block (per thread; nests); yields the
+    pass, whose ``.plan`` and ``.placement`` hold the result once ``tvm.compile`` returns."""
+    partition = PartitionForDevices(platform, **options)
+    token = _ACTIVE.set(partition)
+    try:
+        yield partition
+    finally:
+        _ACTIVE.reset(token)
+
+
+def diviml_pipeline() -> tvm.transform.Pass:
+    """The pipeline ``relax_pipeline="diviml"`` names: the active ``partition_options``' pass and build."""
+    partition = _ACTIVE.get()
+    if partition is None:
+        raise DivimlInputError("the 'diviml' pipeline needs to know the devices and the objective",
+                               field="relax_pipeline",
+                               hint="wrap tvm.compile in `with partition_options(platform, ...)`, or pass "
+                               "relax_pipeline=PartitionForDevices(platform, ...).pipeline()")
+    return partition.pipeline()
+
+
+# Re-importing (importlib.reload re-runs this file in the same namespace) must not register twice:
+# TVM raises on a taken name, and the registered function reads this module's globals anyway.
+if PIPELINE_NAME not in relax.pipeline.PIPELINE_MAP:
+    relax.register_pipeline(PIPELINE_NAME)(diviml_pipeline)

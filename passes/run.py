@@ -1,0 +1,185 @@
+"""Plan, build and really run a model on this machine's devices; measured against predicted.
+
+What ``diviml run`` and the ``run`` benchmark suite do: solve the placement, build it (``apply_plan``
++ ``build``), check its outputs against the single-device reference build, time it — one inference
+at a time on the concurrent executor for latency, a stream with several inputs in flight for
+throughput and pipelines — and time the same model on each single-device configuration, so that
+the speed-up is measured side by side in one run.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Device, Platform
+from tvm_diviml.runtime.concurrent import ConcurrentRunner
+from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
+from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
+from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.zoo.reference import run_reference
+
+from .apply_plan import apply_plan
+from .build import build
+from .extract import Extraction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunMeasurement:
+    """What one real run of a plan measured."""
+
+    objective: str
+    predicted_s: float                 # the simulator's latency or period
+    measured_s: float                  # median latency, or seconds per inference of the stream
+    max_abs_diff: float                # against the single-device reference build
+    max_rel_diff: float
+    device_busy_s: dict[str, float]    # per inference
+    single_device_s: dict[str, float]  # configuration -> measured seconds per inference, one at a time
+    one_worker: str                    # the configuration that is "one worker" (the fastest device alone)
+    build_s: float
+    in_flight: int = 1
+    samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def best_single_device(self) -> tuple[str, float]:
+        name = min(self.single_device_s, key=self.single_device_s.__getitem__)
+        return name, self.single_device_s[name]
+
+    @property
+    def speedup_over_best_single(self) -> float:
+        return self.best_single_device[1] / self.measured_s
+
+    @property
+    def speedup_over_one_worker(self) -> float:
+        return self.single_device_s[self.one_worker] / self.measured_s
+
+    @property
+    def measured_over_predicted(self) -> float:
+        return self.measured_s / self.predicted_s
+
+    def to_json(self) -> dict[str, Any]:
+        best_name, best_s = self.best_single_device
+        return {"objective": self.objective, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
+                "measured_over_predicted": self.measured_over_predicted, "max_abs_diff": self.max_abs_diff,
+                "max_rel_diff": self.max_rel_diff, "device_busy_s": self.device_busy_s,
+                "single_device_s": self.single_device_s, "best_single_device": best_name,
+                "speedup_over_best_single_device": self.speedup_over_best_single,
+                "one_worker": self.one_worker, "speedup_over_one_worker": self.speedup_over_one_worker,
+                "build_s": self.build_s, "in_flight": self.in_flight, "samples_s": self.samples_s}
+
+
+def single_device_configurations(platform: Platform) -> dict[str, tuple[Device, int | None]]:
+    """The single-device configurations to time: each present device as the platform has it (distinct
+    target and thread count only: cpu0 and cpu1 of cpu2 are the same CPU), and the host CPU with
+    every core of this machine when the platform gives its CPUs fewer."""
+    from tvm_diviml.cost.measured import device_present
+
+    out: dict[str, tuple[Device, int | None]] = {}
+    seen = set()
+    for device in platform.devices:
+        key = (str(device.target), device.kind, device.num_threads)
+        if device_present(device) and key not in seen:
+            seen.add(key)
+            threads = f" ({device.num_threads} thread{'s' * (device.num_threads != 1)})" if device.num_threads else ""
+            out[f"{device.name}{threads}"] = (device, device.num_threads)
+    host = platform.device(platform.host)
+    cores = os.cpu_count() or 1
+    if host.kind == "cpu" and device_present(host) and (host.num_threads or cores) < cores:
+        out[f"{host.name} ({cores} threads, the whole CPU)"] = (host, cores)
+    if not out:
+        raise DivimlInputError(f"no device of platform '{platform.name}' is present on this machine",
+                               field="platform", hint="run on cpu2 here, or where the platform's devices exist")
+    return out
+
+
+def time_single_devices(model: BuiltModel, extraction: Extraction, platform: Platform, inputs: list[np.ndarray],
+                        repeats: int, database=None) -> dict[str, float]:
+    """Median seconds per inference of the whole model on each single-device configuration (one
+    build per device, run with each thread count)."""
+    params = [w for _, w in model.params]
+    builds: dict[str, PlacedExecutable] = {}
+    out = {}
+    for name, (device, threads) in single_device_configurations(platform).items():
+        if device.name not in builds:
+            plan = Plan({k: device.name for k in extraction.graph.kernels})
+            builds[device.name] = build(apply_plan(model.mod, plan, platform, extraction=extraction,
+                                                   database=database))
+        runner = SingleVMRunner(builds[device.name], params, num_threads=threads)
+        out[name] = statistics.median(time_calls(runner, inputs, repeats))
+        log.info("single device %s: %.4f s", name, out[name])
+    return out
+
+
+def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, predicted_s: float, *,
+             repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
+             progress=print) -> tuple[RunMeasurement, PlacedExecutable]:
+    """Build ``plan``, check it against the reference, and time it and the single-device configurations."""
+    from tvm_diviml.cost.measured import device_present
+
+    absent = [d for d in dict.fromkeys([platform.host, *plan.devices_used()])
+              if not device_present(platform.device(d))]
+    if absent:
+        device = platform.device(absent[0])
+        raise DivimlInputError(f"the plan uses device '{device.name}' ({device.device}), which this machine lacks "
+                               "(or the platform marks as another machine's)",
+                               field="platform", hint="run where the platform's devices exist, or plan for a "
+                               "platform of this machine (e.g. cpu2)")
+    began = time.perf_counter()
+    built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
+    build_s = time.perf_counter() - began
+    progress(f"built for {', '.join(built.placement.devices)} in {build_s:.1f} s "
+             f"({len(built.placement.segments)} segments, {built.placement.copies_per_run} device copies per run)")
+    params = [w for _, w in model.params]
+    inputs = model.sample_inputs()
+    reference = run_reference(model, inputs)
+    configurations = time_single_devices(model, extraction, platform, inputs, repeats, database)
+    as_platform_has_them = [n for n, (device, threads) in single_device_configurations(platform).items()
+                            if threads == device.num_threads]
+    one_worker = min(as_platform_has_them, key=configurations.__getitem__)
+    with ConcurrentRunner(built, params) as runner:
+        abs_diff, rel_diff = compare_outputs(runner(inputs), reference)
+        if plan.objective == "latency":
+            samples = time_calls(runner, inputs, repeats)
+            measured, flight, last_batch = statistics.median(samples), 1, 1
+        else:
+            flight = in_flight or max(2, len(built.placement.devices))
+            stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
+            measured, samples, last_batch = time_stream(runner, stream, flight), [], stream_inputs
+        busy = {d: s / last_batch for d, s in runner.busy_s.items()}      # busy_s covers the last run/stream
+    return RunMeasurement(plan.objective, predicted_s, measured, abs_diff, rel_diff, busy, configurations,
+                          one_worker, build_s, flight, samples), built
+
+
+def format_run(run: RunMeasurement, rtol: float) -> str:
+    """The measured-against-predicted report of one run."""
+    from tvm_diviml.report import format_seconds
+
+    verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
+    lines = [f"outputs against the single-device build: max abs diff {run.max_abs_diff:.3g}, "
+             f"max rel diff {run.max_rel_diff:.3g}: {verdict}"]
+    ratio = f"measured/predicted {run.measured_over_predicted:.2f}"
+    if run.objective == "latency":
+        lines.append(f"latency: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}, "
+                     f"concurrent executor), predicted {format_seconds(run.predicted_s)}: {ratio}")
+    else:
+        lines.append(f"throughput: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
+                     f"inference, {run.in_flight} in flight), predicted {1 / run.predicted_s:.2f} /s "
+                     f"(period {format_seconds(run.predicted_s)}): {ratio}")
+    lines.append("busy per inference: " + ", ".join(f"{d} {format_seconds(s)}" for d, s in run.device_busy_s.items()))
+    lines.append("single-device configurations, measured now (one inference at a time):")
+    for name, seconds in run.single_device_s.items():
+        lines.append(f"  {name:<40}{format_seconds(seconds):>14}" + ("   (one worker)" if name == run.one_worker else ""))
+    best_name, _ = run.best_single_device
+    lines.append(f"speed-up over the best single-device configuration ({best_name}): "
+                 f"{run.speedup_over_best_single:.2f}x")
+    lines.append(f"speed-up over one worker ({run.one_worker}): {run.speedup_over_one_worker:.2f}x")
+    return "\n".join(lines)

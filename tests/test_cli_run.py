@@ -1,0 +1,124 @@
+"""``diviml run`` end to end on a tiny zoo model (roofline costs: no kernel timing): it reports
+outputs, measured against predicted time and the single-device configurations, writes its JSON row
+and the build, and refuses models and platforms it cannot run with one line and exit status 2.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm_diviml.cli import main  # noqa: E402
+from tvm_diviml.runtime.vm import PlacedExecutable  # noqa: E402
+
+from .conftest import graph_of  # noqa: E402
+
+MODEL = "twin_branch:depth=2,hidden=32,batch=2"
+FAST = ["--platform", "cpu2", "--cost", "roofline", "--repeats", "2", "--inputs", "4", "--time-limit", "5"]
+
+
+def diviml_run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["run", MODEL, *FAST, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def printed_speedup(out: str, what: str) -> tuple[str, float]:
+    match = re.search(rf"^speed-up over {what} \((.+)\): ([0-9.]+)x$", out, re.MULTILINE)
+    assert match, out
+    return match.group(1), float(match.group(2))
+
+
+def test_latency_run_reports_outputs_times_and_speedups(tmp_path, capsys):
+    code, out, err = diviml_run(capsys, "--objective", "latency", "--json", str(tmp_path / "row.json"),
+                                "--export", str(tmp_path / "placed.so"))
+    assert code == 0, err
+    assert re.search(r"^outputs against the single-device build: .*: equal$", out, re.MULTILINE), out
+    assert re.search(r"^latency: measured .* \(median of 2, concurrent executor\), predicted .*: "
+                     r"measured/predicted [0-9.]+$", out, re.MULTILINE), out
+    run = json.loads((tmp_path / "row.json").read_text())["run"]
+    assert "single-device configurations, measured now" in out
+    for name in run["single_device_s"]:
+        assert re.search(rf"^  {re.escape(name)} +\S+ \S+", out, re.MULTILINE), (name, out)
+    best, best_speedup = printed_speedup(out, "the best single-device configuration")
+    one_worker, worker_speedup = printed_speedup(out, "one worker")
+    assert best == min(run["single_device_s"], key=run["single_device_s"].get) == run["best_single_device"]
+    assert one_worker == run["one_worker"]
+    assert best_speedup == pytest.approx(run["speedup_over_best_single_device"], abs=0.006)
+    assert worker_speedup == pytest.approx(run["speedup_over_one_worker"], abs=0.006)
+
+    # the JSON row's run: the median of the timed samples, consistent ratios, outputs within --rtol
+    assert len(run["samples_s"]) == 2 and run["measured_s"] == pytest.approx(statistics.median(run["samples_s"]))
+    assert run["predicted_s"] > 0 and run["measured_s"] > 0
+    assert 0 <= run["max_rel_diff"] <= 1e-4
+    assert run["speedup_over_best_single_device"] == pytest.approx(min(run["single_device_s"].values())
+                                                                   / run["measured_s"])
+    assert run["measured_over_predicted"] == pytest.approx(run["measured_s"] / run["predicted_s"])
+
+    # the exported build loads with its placement, which is the plan that was run
+    row = json.loads((tmp_path / "row.json").read_text())
+    assert run["predicted_s"] == pytest.approx(row["value_s"])
+    loaded = PlacedExecutable.load(str(tmp_path / "placed.so"))
+    assert (tmp_path / "placed.so.placement.json").is_file()
+    assert loaded.placement.assignment == row["assignment"]
+
+
+@pytest.mark.parametrize("objective, extra, in_flight", [
+    ("throughput", [], 2),                                   # default: one per device, at least 2
+    ("pipeline", ["--stages", "2", "--in-flight", "3"], 3),
+])
+def test_stream_objectives_report_throughput(capsys, tmp_path, objective, extra, in_flight):
+    code, out, err = diviml_run(capsys, "--objective", objective, *extra, "--json", str(tmp_path / "row.json"))
+    assert code == 0, err
+    assert re.search(rf"^throughput: measured [0-9.]+ /s \(.* per inference, {in_flight} in flight\), "
+                     r"predicted [0-9.]+ /s \(period .*\): measured/predicted [0-9.]+$", out, re.MULTILINE), out
+    run = json.loads((tmp_path / "row.json").read_text())["run"]
+    assert run["objective"] == objective and run["in_flight"] == in_flight and run["measured_s"] > 0
+
+
+def assert_one_line_error(capsys, argv: list[str], *fragments: str) -> None:
+    assert main(argv) == 2
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("diviml: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+
+
+def test_an_opgraph_file_has_no_kernels_to_run(tmp_path, capsys):
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(graph_of([("a", "b", 4.0), ("b", "c", 4.0)]).to_json()))
+    assert_one_line_error(capsys, ["run", str(path), *FAST], "run needs a model that TVM builds")
+
+
+def test_a_synthetic_graph_has_no_kernels_to_run(capsys):
+    assert_one_line_error(capsys, ["run", "random:kernels=5", *FAST], "run needs a model that TVM builds")
+
+
+def test_a_platform_whose_gpu_is_absent_is_refused_naming_it(tmp_path, capsys):
+    import tvm
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    platform = tmp_path / "cpu-gpu.json"
+    platform.write_text(json.dumps({
+        "name": "cpu-and-gpu", "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
+        "devices": [{"name": "host", "target": {"kind": "llvm"}, "device": "cpu:0",
+                     "peak_flops": 1e6, "bandwidth_Bps": 1e6},           # so slow that the plan takes the GPU
+                    {"name": "gpu", "target": {"kind": "cuda", "arch": "sm_75"}, "device": "cuda:0",
+                     "peak_flops": 1e14, "bandwidth_Bps": 1e12}]}))
+    argv = ["run", MODEL, *FAST, "--platform", str(platform)]
+    assert_one_line_error(capsys, argv, "cuda:0")
+
+
+@pytest.mark.parametrize("rtol", ["-1", "abc"])
+def test_bad_rtol_is_an_argument_error(capsys, rtol):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", MODEL, *FAST, "--rtol", rtol])
+    assert exit_.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "--rtol" in errors[0], errors

@@ -1,0 +1,175 @@
+"""PartitionForDevices: the plan it attaches is the solver's plan, the build it feeds runs like the
+single-device reference, and the registered "diviml" pipeline takes its options from partition_options."""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from tvm_diviml.cost import RooflineCostModel, TableCostModel  # noqa: E402
+from tvm_diviml.errors import DivimlInputError  # noqa: E402
+from tvm_diviml.passes import extract  # noqa: E402
+from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR  # noqa: E402
+from tvm_diviml.passes.partition import PLAN_ATTR, PartitionForDevices, partition_options  # noqa: E402
+from tvm_diviml.plan import Plan  # noqa: E402
+from tvm_diviml.platform import Platform, get_platform  # noqa: E402
+from tvm_diviml.runtime.placement import Placement  # noqa: E402
+from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner  # noqa: E402
+from tvm_diviml.simulator import simulate  # noqa: E402
+from tvm_diviml.solvers import Problem, get_solver  # noqa: E402
+from tvm_diviml.zoo import SMALL_OPTIONS, build_model  # noqa: E402
+from tvm_diviml.zoo.reference import run_reference  # noqa: E402
+
+# vit_b16 (small): 34 kernels that HEFT spreads over both CPUs of cpu2 under roofline costs, so the
+# build has real cross-device copies.
+MODEL = "vit_b16"
+OPTIONS = {"solver": "heft", "time_limit_s": 2.0}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(MODEL, SMALL_OPTIONS[MODEL])
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    inputs = model.sample_inputs()
+    return inputs, run_reference(model, inputs)
+
+
+def run_placed(executable, placement, model, inputs):
+    return SingleVMRunner(PlacedExecutable(executable, placement), [w for _, w in model.params])(inputs)
+
+
+def assert_matches(outputs, expected):
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def solved(model):
+    """What the solver gives on the problem the pass builds: (plan, its simulated value)."""
+    platform = get_platform("cpu2")
+    graph = extract(model.mod, model.entry).graph
+    problem = Problem(graph, platform, RooflineCostModel(graph, platform))
+    plan = get_solver("heft", time_limit_s=2.0, seed=0).solve(problem)
+    return plan, simulate(graph, platform, problem.costs, plan).value_s
+
+
+def test_pipeline_places_as_the_solver_does_and_runs_like_the_reference(model, reference, solved):
+    partition = PartitionForDevices("cpu2", **OPTIONS)
+    assert partition.plan is None and partition.placement is None
+    executable = tvm.compile(model.mod, target=None, relax_pipeline=partition.pipeline())
+    expected, _ = solved
+    assert partition.plan.assignment == expected.assignment and partition.plan.order == expected.order
+    assert set(expected.assignment.values()) == {"cpu0", "cpu1"}
+    assert partition.placement.copies_per_run > 0
+    inputs, outputs = reference
+    assert_matches(run_placed(executable, partition.placement, model, inputs), outputs)
+
+
+def test_called_directly_the_pass_attaches_the_solvers_plan_and_placement(model, solved):
+    partition = PartitionForDevices("cpu2", **OPTIONS)
+    placed = partition(model.mod)
+    attached = Plan.from_json(json.loads(str(placed.attrs[PLAN_ATTR])))
+    expected, simulated_s = solved
+    assert attached.assignment == expected.assignment and attached.order == expected.order
+    assert math.isclose(attached.attrs["simulated_value_s"], simulated_s)
+    assert Placement.from_json(str(placed.attrs[PLACEMENT_ATTR])) == partition.placement
+
+
+def test_registered_pipeline_takes_options_from_the_context(model, reference):
+    with partition_options("cpu2", **OPTIONS) as partition:
+        executable = tvm.compile(model.mod, target=None, relax_pipeline="diviml")
+    assert set(partition.plan.assignment.values()) == {"cpu0", "cpu1"}
+    inputs, outputs = reference
+    assert_matches(run_placed(executable, partition.placement, model, inputs), outputs)
+
+
+def test_registered_pipeline_outside_the_context_says_what_to_do(model):
+    with pytest.raises(DivimlInputError, match="partition_options") as error:
+        tvm.compile(model.mod, target=None, relax_pipeline="diviml")
+    assert "PartitionForDevices" in str(error.value)
+
+
+def test_contexts_nest_and_unwind():
+    from tvm_diviml.passes.partition import _ACTIVE
+
+    with partition_options("cpu2", objective="latency") as outer:
+        with partition_options("cpu2", objective="throughput") as inner:
+            assert _ACTIVE.get() is inner
+        assert _ACTIVE.get() is outer
+    assert _ACTIVE.get() is None
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"objective": "fastest"}, "objective"),
+    ({"solver": "gurobi"}, "solver"),
+    ({"cost": "guess"}, "cost"),
+    ({"cost": "/no/such/costs.json"}, "cost"),
+    ({"time_limit_s": 0}, "time_limit_s"),
+])
+def test_unknown_options_are_refused_at_construction(options, field):
+    with pytest.raises(DivimlInputError) as error:
+        PartitionForDevices("cpu2", **options)
+    assert error.value.field == field
+
+
+def test_unknown_platform_is_refused():
+    with pytest.raises(DivimlInputError, match="unknown platform"), partition_options("cpu9"):
+        pass
+
+
+def test_a_solver_that_cannot_do_the_objective_fails_through_tvm_as_an_input_error(model):
+    with pytest.raises(DivimlInputError, match="slicegraph"):
+        PartitionForDevices("cpu2", solver="slicegraph", objective="latency")(model.mod)
+
+
+def test_a_machine_too_small_for_the_weights_fails_as_an_input_error(model):
+    data = get_platform("cpu2").to_json()
+    for device in data["devices"]:
+        device["memory_bytes"] = 1024
+    with pytest.raises(DivimlInputError, match="weights"):
+        PartitionForDevices(Platform.from_json(data), solver="greedy")(model.mod)
+
+
+def test_costs_from_a_table_decide_the_placement(model, tmp_path):
+    """A table where cpu0 cannot run anything forces every kernel onto cpu1, given as an object or a file."""
+    platform = get_platform("cpu2")
+    graph = extract(model.mod, model.entry).graph
+    table = TableCostModel(platform, {k: {"cpu0": None, "cpu1": 1e-3} for k in graph.kernels})
+    path = str(tmp_path / "costs.json")
+    table.save(path)
+    for cost in (table, path):
+        partition = PartitionForDevices(platform, solver="greedy", cost=cost)
+        partition(model.mod)
+        assert set(partition.plan.assignment.values()) == {"cpu1"}
+        assert math.isclose(partition.plan.attrs["simulated_value_s"], partition.simulation.value_s)
+
+
+def test_same_options_same_plan(model):
+    plans = []
+    for _ in range(2):
+        partition = PartitionForDevices("cpu2", solver="split", time_limit_s=2.0, seed=3)
+        partition(model.mod)
+        plans.append(partition.plan)
+    assert plans[0].assignment == plans[1].assignment and plans[0].order == plans[1].order
+
+
+def test_reimport_keeps_one_working_registration():
+    """TVM refuses a second register_pipeline under one name; reloading the module must not, and the
+    registered pipeline must still see the reloaded module's partition_options."""
+    import tvm_diviml.passes.partition as partition_module
+    from tvm import relax
+
+    reloaded = importlib.reload(partition_module)
+    with reloaded.partition_options("cpu2") as active:
+        assert relax.get_pipeline("diviml") is not None and active.platform.name == "cpu2"
+    with pytest.raises(DivimlInputError, match="partition_options"):
+        relax.get_pipeline("diviml")

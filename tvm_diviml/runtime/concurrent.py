@@ -1,0 +1,82 @@
+"""The placed build's segment functions run concurrently: one worker thread and one VM per device.
+
+``ConcurrentExecutor`` does the scheduling; this module adapts it to TVM: each worker creates its own
+``VirtualMachine`` over the shared executable, sizes its thread's CPU pool from the platform, and
+calls segment functions with the device's copies of the weights appended; tensors read on another
+device are copied by TVM (``Tensor.copyto``).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from ..errors import DivimlInputError
+from .executor import ConcurrentExecutor, SegmentCall
+from .vm import PlacedExecutable, flatten, set_threads, tvm_device
+
+
+class ConcurrentRunner:
+    """``runner(inputs)`` for one inference, ``runner.stream(many, in_flight)`` for a stream; numpy in and out."""
+
+    def __init__(self, built: PlacedExecutable, params: list[np.ndarray], *, timeout_s: float = 600.0):
+        placement = built.placement
+        if not placement.segments:
+            raise DivimlInputError("this build has no segment functions", hint="rebuild it with this version")
+        self.built = built
+        loader = built.new_vm()
+        uploaded = built.upload_weights(loader, params)
+        self._weights = {seg["name"]: [uploaded[tuple(key)] for key in seg["weights"]] for seg in placement.segments}
+        self._threads = dict(zip(placement.devices, placement.num_threads, strict=True))
+        self._devices = dict(zip(placement.devices, placement.tvm_devices, strict=True))
+        self.host = built.devices()[0]
+        calls = [SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"]))
+                 for seg in placement.segments]
+        self.executor = ConcurrentExecutor(calls, placement.outputs, make_caller=self._make_caller,
+                                           move=self._move, timeout_s=timeout_s)
+
+    def _make_caller(self, device: str):
+        set_threads(self._threads[device])
+        vm = self.built.new_vm()
+        weights = self._weights
+
+        def call(segment: str, args: list) -> list:
+            return flatten(vm[segment](*args, *weights[segment]))
+
+        return call
+
+    def _move(self, value, device: str):
+        target = tvm_device(self._devices[device])
+        if value.device == target:
+            return value
+        return value.copyto(target)
+
+    def _inputs(self, arrays: list[np.ndarray]) -> dict:
+        import tvm
+
+        names = self.built.placement.inputs
+        if len(arrays) != len(names):
+            raise DivimlInputError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
+                                   f"{len(arrays)} were given", field="inputs")
+        return {f"input:{name}": tvm.runtime.tensor(np.asarray(a), self.host) for name, a in zip(names, arrays)}
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [t.numpy() for t in self.executor.run(self._inputs(inputs))]
+
+    def stream(self, inputs: Iterable[list[np.ndarray]], in_flight: int = 2) -> Iterator[list[np.ndarray]]:
+        """Outputs per input, in input order, with up to ``in_flight`` inputs in the devices at once."""
+        for outputs in self.executor.stream((self._inputs(x) for x in inputs), in_flight=in_flight):
+            yield [t.numpy() for t in outputs]
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        return self.executor.busy_s
+
+    def close(self) -> None:
+        self.executor.close()
+
+    def __enter__(self) -> "ConcurrentRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

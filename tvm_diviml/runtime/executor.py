@@ -1,0 +1,402 @@
+"""Run a model's per-device segments concurrently: one long-lived worker thread per device.
+
+Written against two injected callables, so it runs (and is tested) without TVM:
+``make_caller(device)`` is called once inside the device's worker thread and returns
+``call(segment_name, args) -> list`` (one TVM VirtualMachine per thread, say), and
+``move(value, device)`` copies a tensor to a device. Calls into compiled code release the GIL,
+so the devices' segments really overlap.
+
+Scheduling is dataflow: a worker never waits for one particular tensor. Among its device's tasks
+(one per segment per input) whose tensors have all been made, it runs the one of the earliest input,
+then the earliest segment (the segments' order is topological). So a device graph with a cycle
+(cpu0 -> cpu1 -> cpu0) still pipelines: cpu0 starts the next input's first segment while cpu1 works
+on this one. Nothing deadlocks: order the tasks by (input, segment); the smallest unfinished one has
+everything it reads, so it is ready, and its worker, as soon as its current call returns, runs a
+ready task — this one, or another whose inputs are done. Every call ends, so by induction every task does.
+
+Nothing waits forever: ``run``/``stream`` give up once nothing in the executor (no call, no move, no
+submission) has progressed for ``timeout_s``, naming the segment and device whose call hangs; the
+first failure of a batch (one ``run`` or ``stream``) stops its remaining work and is re-raised in
+the caller of ``run``/``stream``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DivimlInputError
+
+log = logging.getLogger(__name__)
+
+Caller = Callable[[str, list], list]
+
+
+@dataclass
+class SegmentCall:
+    """One segment as the executor calls it: the tensor keys it takes and the keys of what it returns."""
+
+    name: str
+    device: str
+    reads: list[str]
+    writes: list[str]
+
+
+class SegmentError(RuntimeError):
+    """A segment's call, or a move of one of its inputs, failed; ``__cause__`` holds the original error."""
+
+    def __init__(self, message: str, *, segment: str, device: str, input_index: int):
+        super().__init__(message)
+        self.segment, self.device, self.input_index = segment, device, input_index
+
+
+class SegmentTimeoutError(SegmentError, TimeoutError):
+    """Nothing progressed for ``timeout_s``: a call hangs, or a segment waited on one that does."""
+
+
+class _Batch:
+    """One ``run`` or ``stream``: its first failure, whether its caller is gone, and where time went."""
+
+    def __init__(self, devices: list[str], segments: list[SegmentCall]):
+        self.error: SegmentError | None = None
+        self.abandoned = False
+        self.busy_s = dict.fromkeys(devices, 0.0)
+        self.move_s = dict.fromkeys(devices, 0.0)
+        self.segment_s = dict.fromkeys((seg.name for seg in segments), 0.0)
+
+
+class _InputRun:
+    """The tensors of one input: ``values[(key, device)]``, device None for a model input as given."""
+
+    def __init__(self, batch: _Batch, index: int, values: dict, readers: Counter):
+        self.batch, self.index, self.values = batch, index, values
+        self.unserved = Counter(readers)     # key -> reads (plus one if an output) still to come
+        self.segments_done = 0
+
+
+_STOPPED = object()
+
+
+class ConcurrentExecutor:
+    """Runs ``segments`` (in a topological order) concurrently, one worker thread per device.
+
+    ``run(inputs)`` returns the values of ``outputs``, as their segments returned them (on their
+    devices); ``stream(inputs)`` does the same for many inputs with several in flight. Keys that
+    no segment writes are model inputs: every input dict must give exactly those. ``busy_s``,
+    ``move_s`` (per device) and ``segment_s`` (per segment, summed over inputs) describe the last
+    run or stream.
+    """
+
+    def __init__(self, segments: list[SegmentCall], outputs: list[str], *,
+                 make_caller: Callable[[str], Caller], move: Callable[[Any, str], Any], timeout_s: float = 600.0):
+        self.segments = list(segments)
+        self.outputs = list(outputs)
+        self.timeout_s = timeout_s
+        self._producer = _check_segments(self.segments)
+        self.devices = list(dict.fromkeys(seg.device for seg in self.segments))
+        self.input_keys = list(dict.fromkeys(key for seg in self.segments for key in seg.reads
+                                             if key not in self._producer))
+        self.input_keys += [key for key in dict.fromkeys(self.outputs)
+                            if key not in self._producer and key not in self.input_keys]
+        self._readers = Counter(key for seg in self.segments for key in seg.reads) + Counter(self.outputs)
+        self._move = move
+        self._cond = threading.Condition()
+        self._last_progress = time.monotonic()
+        self._running: dict[str, tuple[SegmentCall, _InputRun, float]] = {}
+        self._closed = False
+        self._batch = _Batch(self.devices, self.segments)
+        self._pending: dict[str, list[tuple[_InputRun, int]]] = {device: [] for device in self.devices}
+        self._threads = [threading.Thread(target=self._work, args=(device, make_caller),
+                                          name=f"diviml-{device}", daemon=True) for device in self.devices]
+        for thread in self._threads:
+            thread.start()
+        log.debug("executor: %d segments on %d devices", len(self.segments), len(self.devices))
+
+    # ------------------------------------------------------------------ public
+    def run(self, inputs: Mapping[str, Any]) -> list:
+        """The outputs for one input."""
+        results = self.stream([inputs], in_flight=1)
+        try:
+            return next(results)
+        finally:
+            results.close()
+
+    def stream(self, inputs: Iterable[Mapping[str, Any]], in_flight: int = 2) -> Iterator[list]:
+        """The outputs for each input, in input order, with up to ``in_flight`` inputs started and not yet yielded.
+
+        ``inputs`` is consumed lazily: an input is taken only when a slot is free.
+        """
+        if not isinstance(in_flight, int) or in_flight < 1:
+            raise DivimlInputError(f"must be a positive integer, got {in_flight!r}", field="in_flight")
+        self._check_open()
+        return self._stream(iter(inputs), in_flight)
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        """Seconds each device spent inside segment calls during the last run or stream."""
+        with self._cond:
+            return dict(self._batch.busy_s)
+
+    @property
+    def move_s(self) -> dict[str, float]:
+        """Seconds each device's worker spent moving tensors to its device during the last run or stream."""
+        with self._cond:
+            return dict(self._batch.move_s)
+
+    @property
+    def segment_s(self) -> dict[str, float]:
+        """Seconds inside each segment's calls during the last run or stream, summed over inputs."""
+        with self._cond:
+            return dict(self._batch.segment_s)
+
+    def close(self) -> None:
+        """Stop the workers and join them (up to ``timeout_s``): they abandon queued work and end.
+
+        A worker inside a call that already ran past ``timeout_s`` is hung: it is not waited for,
+        and stays behind as a daemon thread.
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            now = time.monotonic()
+            hung = {f"diviml-{device}" for device, (_, _, started) in self._running.items()
+                    if now - started >= self.timeout_s}
+        deadline = time.monotonic() + self.timeout_s
+        for thread in self._threads:
+            if thread.name not in hung:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [thread.name for thread in self._threads if thread.is_alive()]
+        if stuck:
+            log.warning("executor closed, but %s did not stop (inside a call)", ", ".join(stuck))
+
+    def __enter__(self) -> ConcurrentExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ caller side
+    def _stream(self, inputs: Iterator[Mapping[str, Any]], in_flight: int) -> Iterator[list]:
+        batch = _Batch(self.devices, self.segments)
+        with self._cond:
+            self._batch = batch
+        pending: list[_InputRun] = []
+        index = 0
+        try:
+            while True:
+                while len(pending) < in_flight:
+                    values = next(inputs, _STOPPED)
+                    if values is _STOPPED:
+                        break
+                    pending.append(self._submit(batch, index, values))
+                    index += 1
+                if not pending:
+                    return
+                yield self._collect(pending.pop(0))
+        finally:
+            with self._cond:
+                batch.abandoned = True      # a consumer that stopped early leaves nothing running
+                self._cond.notify_all()
+
+    def _submit(self, batch: _Batch, index: int, inputs: Mapping[str, Any]) -> _InputRun:
+        if not isinstance(inputs, Mapping):
+            raise DivimlInputError(f"input {index} must be a dict {{key: value}}, got {type(inputs).__name__}",
+                                   field="inputs")
+        missing = [key for key in self.input_keys if key not in inputs]
+        unknown = [key for key in inputs if key not in self.input_keys]
+        if missing or unknown:
+            raise DivimlInputError(f"input {index} lacks {missing} / has unknown {unknown}", field="inputs",
+                                   hint=f"give exactly the model inputs {self.input_keys}")
+        run = _InputRun(batch, index, {(key, None): inputs[key] for key in self.input_keys}, self._readers)
+        with self._cond:
+            self._check_open()
+            for position, seg in enumerate(self.segments):
+                self._pending[seg.device].append((run, position))
+            self._progressed()
+            self._cond.notify_all()
+        return run
+
+    def _collect(self, run: _InputRun) -> list:
+        with self._cond:
+            finished = self._wait(lambda: run.segments_done == len(self.segments) or self._stopped(run))
+            if not finished:
+                self._fail(run.batch, self._stall_error(run))
+            if run.batch.error is not None:
+                raise run.batch.error
+            self._check_open()
+            return [run.values[(key, self._origin(key))] for key in self.outputs]
+
+    def _stall_error(self, run: _InputRun) -> SegmentTimeoutError:
+        now = time.monotonic()
+        running = [(seg, started) for seg, other, started in self._running.values() if other.batch is run.batch]
+        if not running:
+            return SegmentTimeoutError(f"input {run.index}: nothing progressed for {self.timeout_s} s and no "
+                                       f"segment is running", segment="", device="", input_index=run.index)
+        seg, started = min(running, key=lambda item: item[1])
+        return SegmentTimeoutError(f"segment '{seg.name}' on device '{seg.device}' has been running for "
+                                   f"{now - started:.1f} s (timeout_s={self.timeout_s}) with nothing else "
+                                   f"progressing", segment=seg.name, device=seg.device, input_index=run.index)
+
+    # ------------------------------------------------------------------ worker side
+    def _work(self, device: str, make_caller: Callable[[str], Caller]) -> None:
+        try:
+            caller, startup_error = make_caller(device), None
+        except Exception as error:  # noqa: BLE001 (reported to every run that needs this device)
+            caller, startup_error = None, error
+        while (task := self._next_task(device)) is not None:
+            run, position = task
+            seg = self.segments[position]
+            if startup_error is not None:
+                self._fail_segment(run, seg, f"could not create the caller for device '{device}'", startup_error)
+                continue
+            self._run_segment(caller, seg, run)
+
+    def _next_task(self, device: str) -> tuple[_InputRun, int] | None:
+        """The device's ready task of the earliest input and segment; waits for one; None once closed."""
+        with self._cond:
+            while not self._closed:
+                pending = self._pending[device]
+                pending[:] = [task for task in pending if not self._stopped(task[0])]
+                ready = [task for task in pending
+                         if all((key, self._origin(key)) in task[0].values for key in self.segments[task[1]].reads)]
+                if ready:
+                    task = min(ready, key=lambda t: (t[0].index, t[1]))
+                    pending.remove(task)
+                    return task
+                self._cond.wait()
+            return None
+
+    def _run_segment(self, caller: Caller, seg: SegmentCall, run: _InputRun) -> None:
+        """Run one ready task (nothing happens when its batch stopped: failed, abandoned or closed)."""
+        args = []
+        for key in seg.reads:
+            value = self._fetch(seg, key, run)
+            if value is _STOPPED:
+                return
+            args.append(value)
+        with self._cond:
+            if self._stopped(run):
+                return
+            started = self._progressed()
+            self._running[seg.device] = (seg, run, started)
+        try:
+            results = list(caller(seg.name, args))
+            if len(results) != len(seg.writes):
+                raise ValueError(f"returned {len(results)} values, expected {len(seg.writes)} {seg.writes}")
+        except Exception as error:  # noqa: BLE001 (re-raised in the caller of run/stream)
+            self._fail_segment(run, seg, "failed", error)
+            return
+        finally:
+            with self._cond:
+                self._running.pop(seg.device, None)
+        del args
+        with self._cond:
+            elapsed = self._progressed() - started
+            run.batch.busy_s[seg.device] += elapsed
+            run.batch.segment_s[seg.name] += elapsed
+            for key, value in zip(seg.writes, results):
+                if self._readers[key]:
+                    run.values[(key, seg.device)] = value
+            for key in seg.reads:
+                self._release(run, key)
+            run.segments_done += 1
+            self._cond.notify_all()
+
+    def _fetch(self, seg: SegmentCall, key: str, run: _InputRun) -> Any:
+        """The tensor ``key`` (already made: the task is ready) on the segment's device, moved there once per input."""
+        origin = self._origin(key)
+        with self._cond:
+            if self._stopped(run):
+                return _STOPPED
+            if (key, seg.device) in run.values:
+                return run.values[(key, seg.device)]
+            source = run.values[(key, origin)]
+            started = self._progressed()
+        # the copy runs outside the lock, so that the other workers go on meanwhile
+        try:
+            moved = self._move(source, seg.device)
+        except Exception as error:  # noqa: BLE001 (re-raised in the caller of run/stream)
+            self._fail_segment(run, seg, f"could not move tensor '{key}' to the device", error)
+            return _STOPPED
+        with self._cond:
+            run.batch.move_s[seg.device] += self._progressed() - started
+            run.values[(key, seg.device)] = moved
+        return moved
+
+    # ------------------------------------------------------------------ shared state (under self._cond)
+    def _wait(self, predicate: Callable[[], bool]) -> bool:
+        """Wait until ``predicate`` holds; False once nothing has progressed for ``timeout_s``."""
+        while not predicate():
+            remaining = self._last_progress + self.timeout_s - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._cond.wait(remaining)
+        return True
+
+    def _progressed(self) -> float:
+        self._last_progress = time.monotonic()
+        return self._last_progress
+
+    def _release(self, run: _InputRun, key: str) -> None:
+        """One read of ``key`` is done; after the last, every copy of it is dropped."""
+        run.unserved[key] -= 1
+        if run.unserved[key] == 0:
+            for device in (None, *self.devices):
+                run.values.pop((key, device), None)
+
+    def _stopped(self, run: _InputRun) -> bool:
+        return run.batch.error is not None or run.batch.abandoned or self._closed
+
+    def _fail_segment(self, run: _InputRun, seg: SegmentCall, what: str, error: BaseException) -> None:
+        failure = SegmentError(f"segment '{seg.name}' on device '{seg.device}' {what} (input {run.index}): "
+                               f"{type(error).__name__}: {error}", segment=seg.name, device=seg.device,
+                               input_index=run.index)
+        failure.__cause__ = error
+        with self._cond:
+            self._fail(run.batch, failure)
+
+    def _fail(self, batch: _Batch, error: SegmentError) -> None:
+        if batch.error is None:
+            batch.error = error
+            log.debug("executor: %s", error)
+        self._cond.notify_all()
+
+    def _origin(self, key: str) -> str | None:
+        producer = self._producer.get(key)
+        return producer.device if producer else None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the executor is closed; make a new ConcurrentExecutor")
+
+
+def _check_segments(segments: list[SegmentCall]) -> dict[str, SegmentCall]:
+    """Which segment writes each key; every read must come from an earlier segment or be a model input."""
+    if not segments:
+        raise DivimlInputError("no segments to run", field="segments", hint="give at least one SegmentCall")
+    names = Counter(seg.name for seg in segments)
+    twice = [name for name, count in names.items() if count > 1]
+    if twice:
+        raise DivimlInputError(f"segment '{twice[0]}' appears twice", field="segments",
+                               hint="segment names must be unique")
+    producer: dict[str, SegmentCall] = {}
+    for seg in segments:
+        for key in seg.writes:
+            if key in producer:
+                raise DivimlInputError(f"segments '{producer[key].name}' and '{seg.name}' both write '{key}'",
+                                       field="segments", hint="every tensor key has one writer")
+            producer[key] = seg
+    position = {seg.name: i for i, seg in enumerate(segments)}
+    for seg in segments:
+        for key in seg.reads:
+            if key in producer and position[producer[key].name] >= position[seg.name]:
+                raise DivimlInputError(f"segment '{seg.name}' reads '{key}', written by '{producer[key].name}', "
+                                       f"which does not come before it", field="segments",
+                                       hint="list segments in a topological order (split_segments returns one)")
+    return producer

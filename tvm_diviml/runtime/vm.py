@@ -1,0 +1,149 @@
+"""Run a placed build in one Relax VM: weights uploaded once per device, then one call per inference."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import DivimlInputError
+from .placement import Placement
+
+log = logging.getLogger(__name__)
+
+
+def tvm_device(spec: str):
+    """``"cuda:1"`` as a TVM device."""
+    import tvm
+
+    kind, index = spec.split(":")
+    return tvm.device(kind, int(index))
+
+
+def set_threads(num_threads: int | None) -> None:
+    """The calling thread's TVM CPU thread pool size (TVM's pool is per calling thread; 0: TVM's default)."""
+    import tvm
+
+    if num_threads is not None:
+        tvm.get_global_func("runtime.config_threadpool")(0, num_threads)
+
+
+@contextlib.contextmanager
+def threads(num_threads: int | None):
+    """The calling thread's pool sized for a block, then back to TVM's default (about 17 us each way)."""
+    set_threads(num_threads)
+    try:
+        yield
+    finally:
+        if num_threads is not None:
+            set_threads(0)
+
+
+def flatten(result) -> list:
+    """A VM result (a tensor or nested tuples of tensors) as a flat list of tensors."""
+    if hasattr(result, "numpy"):
+        return [result]
+    return [t for item in result for t in flatten(item)]
+
+
+class PlacedExecutable:
+    """A compiled placed module and its Placement; ``export``/``load`` keep them together."""
+
+    def __init__(self, executable, placement: Placement):
+        self.executable, self.placement = executable, placement
+
+    def export(self, path: str) -> str:
+        """Write the library to ``path`` and the placement beside it (``path + '.placement.json'``)."""
+        self.executable.export_library(path)
+        with open(path + ".placement.json", "w", encoding="utf-8") as out:
+            out.write(self.placement.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: str) -> "PlacedExecutable":
+        import tvm
+
+        sidecar = path + ".placement.json"
+        if not os.path.isfile(path) or not os.path.isfile(sidecar):
+            raise DivimlInputError(f"no placed build at {path} (it needs {os.path.basename(sidecar)} beside it)",
+                                   source=path, hint="write it with PlacedExecutable.export")
+        try:
+            with open(sidecar, encoding="utf-8") as raw:
+                placement = Placement.from_json(raw.read())
+        except (ValueError, TypeError) as error:      # not JSON, or written by another version
+            raise DivimlInputError(f"{os.path.basename(sidecar)} is not a placement this version reads ({error})",
+                                   source=sidecar, hint="export the build again") from None
+        try:
+            executable = tvm.runtime.load_module(path)
+        except RuntimeError as error:          # e.g. CUDA code on a machine whose TVM has no CUDA runtime
+            kinds = sorted({spec.split(":")[0] for spec in placement.tvm_devices})
+            raise DivimlInputError(f"this machine's TVM cannot load the build for {', '.join(kinds)} ({error})",
+                                   source=path, hint="load it where TVM has those devices' runtimes") from None
+        return cls(executable, placement)
+
+    def devices(self) -> list:
+        return [tvm_device(d) for d in self.placement.tvm_devices]
+
+    def missing_devices(self) -> list[str]:
+        """The TVM devices this build needs that this machine lacks."""
+        return [spec for spec, dev in zip(self.placement.tvm_devices, self.devices(), strict=True) if not dev.exist]
+
+    def new_vm(self):
+        from tvm.runtime.vm import VirtualMachine      # not tvm.relax: a runtime-only TVM has no compiler
+
+        missing = self.missing_devices()
+        if missing:
+            raise DivimlInputError(f"this build needs device {missing[0]}, which this machine lacks",
+                                   field="platform", hint="run it where the platform's devices exist, or "
+                                   "plan for a platform of this machine (e.g. cpu2)")
+        return VirtualMachine(self.executable, self.devices())
+
+    def upload_weights(self, vm, params: list[np.ndarray]) -> dict[tuple[str, str, str], Any]:
+        """Every weight parameter on its device, once: (kind, id, device) -> tensor. The lifted weight
+        preparation and the constants function run on the host first."""
+        import tvm
+
+        placement = self.placement
+        if len(params) != placement.num_params:
+            raise DivimlInputError(f"the model has {placement.num_params} weights, {len(params)} were given",
+                                   field="params")
+        host = self.devices()[0]
+        host_params = [tvm.runtime.tensor(p, host) for p in params]
+        if placement.transform_params:
+            prepared = flatten(vm[placement.transform_params](host_params))
+        else:
+            prepared = host_params
+        on_host = {("weight", wid): t for wid, t in zip(placement.weight_ids, prepared, strict=True)}
+        if placement.constants_func:
+            constants = flatten(vm[placement.constants_func]())
+            on_host.update({("const", cid): t for cid, t in zip(placement.constant_ids, constants, strict=True)})
+        device_of = dict(zip(placement.devices, self.devices(), strict=True))
+        return {(kind, wid, device): on_host[(kind, wid)].copyto(device_of[device])
+                for kind, wid, device in placement.weight_params}
+
+
+class SingleVMRunner:
+    """One Relax VM runs the whole placed function: kernels in order, copies between devices by TVM."""
+
+    def __init__(self, built: PlacedExecutable, params: list[np.ndarray], *, num_threads: int | None = None):
+        """``num_threads``: the calling thread's CPU pool during each call (default: the most the platform
+        gives a device; TVM's default when it gives none)."""
+        self.built = built
+        self.vm = built.new_vm()
+        uploaded = built.upload_weights(self.vm, params)
+        self.weights = [uploaded[tuple(key)] for key in built.placement.weight_params]
+        self.host = built.devices()[0]
+        self.num_threads = num_threads or max((n for n in built.placement.num_threads if n), default=None)
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        import tvm
+
+        placement = self.built.placement
+        if len(inputs) != len(placement.inputs):
+            raise DivimlInputError(f"the model takes {len(placement.inputs)} inputs "
+                                   f"({', '.join(placement.inputs)}), {len(inputs)} were given", field="inputs")
+        args = [tvm.runtime.tensor(np.asarray(x), self.host) for x in inputs] + self.weights
+        with threads(self.num_threads):
+            return [t.numpy() for t in flatten(self.vm[placement.entry](*args))]
