@@ -5,7 +5,7 @@ function is re-emitted from the Extraction (``emit.FunctionEmitter``): the platf
 the module's ``vdevice`` global infos; every kernel's outputs live on its device's vdevice; a tensor
 read on another device crosses once per destination device (``to_vdevice``); model inputs start on the
 host and outputs return to it; weights and constants become parameters, one per device that reads
-them, so they are uploaded once (``HeterogeneousExecutable.load``) and never copied per inference.
+them, so they are uploaded once (``PlacedExecutable.upload_weights``) and never copied per inference.
 Each PrimFunc carries its device's target (FuseTIR drops it; a CPU kernel would otherwise compile
 for CUDA) and is scheduled as the cost model measured it: dlight's default rules on GPU targets, a
 MetaSchedule database where one is given, nothing else on llvm (see DESIGN.md).
@@ -25,10 +25,9 @@ from tvm import relax
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
-from tvm_diviml.simulator import PlanError, device_orders
-
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.segments import split_segments
+from tvm_diviml.simulator import PlanError, device_orders
 
 from .emit import FunctionEmitter, Param
 from .extract import Extraction, Ref, extract

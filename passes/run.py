@@ -48,6 +48,7 @@ class RunMeasurement:
     build_s: float
     in_flight: int = 1
     samples_s: list[float] = field(default_factory=list)
+    executor: str = "concurrent"       # "concurrent" (a worker per device) or "single VM" (a one-device plan)
 
     @property
     def best_single_device(self) -> tuple[str, float]:
@@ -74,7 +75,8 @@ class RunMeasurement:
                 "single_device_s": self.single_device_s, "best_single_device": best_name,
                 "speedup_over_best_single_device": self.speedup_over_best_single,
                 "one_worker": self.one_worker, "speedup_over_one_worker": self.speedup_over_one_worker,
-                "build_s": self.build_s, "in_flight": self.in_flight, "samples_s": self.samples_s}
+                "build_s": self.build_s, "in_flight": self.in_flight, "samples_s": self.samples_s,
+                "executor": self.executor}
 
 
 def single_device_configurations(platform: Platform) -> dict[str, tuple[Device, int | None]]:
@@ -145,18 +147,24 @@ def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan
     as_platform_has_them = [n for n, (device, threads) in single_device_configurations(platform).items()
                             if threads == device.num_threads]
     one_worker = min(as_platform_has_them, key=configurations.__getitem__)
+    concurrent = len(built.placement.devices) > 1 or plan.objective != "latency"
     with ConcurrentRunner(built, params) as runner:
         abs_diff, rel_diff = compare_outputs(runner(inputs), reference)
-        if plan.objective == "latency":
-            samples = time_calls(runner, inputs, repeats)
-            measured, flight, last_batch = statistics.median(samples), 1, 1
-        else:
-            flight = in_flight or max(2, len(built.placement.devices))
+        if plan.objective != "latency":
+            flight = in_flight or 2 * len(built.placement.devices)
             stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
             measured, samples, last_batch = time_stream(runner, stream, flight), [], stream_inputs
-        busy = {d: s / last_batch for d, s in runner.busy_s.items()}      # busy_s covers the last run/stream
+        elif concurrent:
+            samples = time_calls(runner, inputs, repeats)
+            measured, flight, last_batch = statistics.median(samples), 1, 1
+        busy = {d: s / last_batch for d, s in runner.busy_s.items()} if concurrent else {}
+    if not concurrent:               # one device: one VM, without the threads' hand-offs
+        single = SingleVMRunner(built, params)
+        samples = time_calls(single, inputs, repeats)
+        measured, flight = statistics.median(samples), 1
+        busy = {built.placement.devices[0]: measured}
     return RunMeasurement(plan.objective, predicted_s, measured, abs_diff, rel_diff, busy, configurations,
-                          one_worker, build_s, flight, samples), built
+                          one_worker, build_s, flight, samples, "concurrent" if concurrent else "single VM"), built
 
 
 def format_run(run: RunMeasurement, rtol: float) -> str:
@@ -169,7 +177,7 @@ def format_run(run: RunMeasurement, rtol: float) -> str:
     ratio = f"measured/predicted {run.measured_over_predicted:.2f}"
     if run.objective == "latency":
         lines.append(f"latency: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}, "
-                     f"concurrent executor), predicted {format_seconds(run.predicted_s)}: {ratio}")
+                     f"{run.executor} executor), predicted {format_seconds(run.predicted_s)}: {ratio}")
     else:
         lines.append(f"throughput: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
                      f"inference, {run.in_flight} in flight), predicted {1 / run.predicted_s:.2f} /s "

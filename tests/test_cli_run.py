@@ -68,7 +68,7 @@ def test_latency_run_reports_outputs_times_and_speedups(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("objective, extra, in_flight", [
-    ("throughput", [], 2),                                   # default: one per device, at least 2
+    ("throughput", [], 4),                                   # default: two per device
     ("pipeline", ["--stages", "2", "--in-flight", "3"], 3),
 ])
 def test_stream_objectives_report_throughput(capsys, tmp_path, objective, extra, in_flight):

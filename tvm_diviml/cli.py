@@ -375,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", type=_positive_int, default=16,
                      help="inputs streamed (throughput and pipeline; default 16)")
     run.add_argument("--in-flight", type=_positive_int, metavar="N",
-                     help="inputs in flight when streaming (default: one per device, at least 2)")
+                     help="inputs in flight when streaming (default: two per device)")
     run.add_argument("--rtol", type=_tolerance, default=1e-4,
                      help="largest difference from the single-device build, relative to its largest output "
                      "magnitude, that counts as equal (default 1e-4); exit status 1 beyond it")

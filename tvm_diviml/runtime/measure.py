@@ -36,3 +36,20 @@ def time_stream(runner, inputs: list[list], in_flight: int) -> float:
     began = time.perf_counter()
     count = sum(1 for _ in runner.stream(inputs, in_flight=in_flight))
     return (time.perf_counter() - began) / count
+
+
+def executor_handoff_s(repeats: int = 200, rounds: int = 5) -> float:
+    """Seconds the concurrent executor adds when a segment's tensor is read on another device: the
+    median of two no-op segments on two devices, less the same on one device (wake-up of the other
+    worker thread; no copy); the median of ``rounds`` such differences, as one round varies 2x here."""
+    import statistics
+
+    from .executor import ConcurrentExecutor, SegmentCall
+
+    def per_run(second_device: str) -> float:
+        calls = [SegmentCall("a", "d0", ["input:x"], ["t"]), SegmentCall("b", second_device, ["t"], ["u"])]
+        with ConcurrentExecutor(calls, ["u"], make_caller=lambda device: lambda name, args: [0],
+                                move=lambda value, device: value) as executor:
+            return statistics.median(time_calls(lambda _: executor.run({"input:x": 0}), [], repeats))
+
+    return max(0.0, statistics.median(per_run("d1") - per_run("d0") for _ in range(rounds)))

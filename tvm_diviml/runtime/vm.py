@@ -23,11 +23,18 @@ def tvm_device(spec: str):
 
 
 def set_threads(num_threads: int | None) -> None:
-    """The calling thread's TVM CPU thread pool size (TVM's pool is per calling thread; 0: TVM's default)."""
+    """The calling thread's TVM CPU thread pool size (TVM's pool is per calling thread; 0: TVM's default).
+
+    TVM also pins the calling thread to core 0 when it sizes the pool. Threads inherit their creator's
+    pinning, so two device workers would then share one core; the calling thread is unpinned again
+    (the kernel keeps it within the CPUs the process may use)."""
     import tvm
 
-    if num_threads is not None:
-        tvm.get_global_func("runtime.config_threadpool")(0, num_threads)
+    if num_threads is None:
+        return
+    tvm.get_global_func("runtime.config_threadpool")(0, num_threads)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
 @contextlib.contextmanager
