@@ -55,6 +55,7 @@ def cmd_platforms(args: argparse.Namespace) -> int:
         devices = ", ".join(f"{d.name} ({d.device})" for d in platform.devices)
         print(f"{name:<12} {platform.description}\n{'':<12} devices: {devices}")
     print(f"{'gpuK':<12} K identical H100-class GPUs on NVLink-class links (e.g. gpu4, gpu16)")
+    print(f"{'servers:...':<12} servers of preset kinds on a network (e.g. servers:2xpaper-node+2xh200-node)")
     print("\nOr a platform .json file; `diviml platforms --json NAME` prints a preset in that format.")
     return 0
 

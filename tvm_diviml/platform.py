@@ -158,10 +158,15 @@ class Platform(JsonFile):
             "devices": [d.to_json() for d in self.devices],
             "links": [{"src": l.src, "dst": l.dst, "latency_s": l.latency_s, "bandwidth_Bps": l.bandwidth_Bps}
                       for l in self.links.values()],
+            **({"attrs": self.attrs} if self.attrs else {}),   # e.g. which server each device is on
         }
 
     @classmethod
     def from_json(cls, data: Any) -> "Platform":
+        if isinstance(data, dict) and "servers" in data:
+            from .servers import servers_from_json  # several servers, each with its own devices
+
+            return servers_from_json(data)
         if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
             raise DivimlInputError("not a platform: expected an object with a 'devices' list", field="devices",
                                    hint="see `diviml platforms --json NAME` for an example")
@@ -181,7 +186,13 @@ class Platform(JsonFile):
                 links[(link.dst, link.src)] = Link(link.dst, link.src, link.latency_s, link.bandwidth_Bps)
         return cls(name=str(data.get("name", "platform")), devices=devices, links=links, host=data.get("host"),
                    transfer_model=str(data.get("transfer_model", "direct")),
-                   description=str(data.get("description", "")))
+                   description=str(data.get("description", "")), attrs=_attrs_from_json(data.get("attrs", {})))
+
+
+def _attrs_from_json(raw: Any) -> dict:
+    if not isinstance(raw, dict):
+        raise DivimlInputError("must be an object", field="attrs")
+    return dict(raw)
 
 
 def _check_device(dev: Device) -> None:
@@ -328,11 +339,16 @@ PRESETS: dict[str, Callable[[], Platform]] = {"cpu2": cpu2, "paper-node": paper_
 
 
 def preset_names() -> list[str]:
-    return list(PRESETS) + ["gpuK (K = 1..1024, e.g. gpu4)"]
+    return list(PRESETS) + ["gpuK (K = 1..1024, e.g. gpu4)", "servers:NxKIND[+MxKIND] (e.g. servers:4xpaper-node)"]
 
 
 def get_platform(spec: str) -> Platform:
-    """A preset name (``cpu2``, ``paper-node``, ``h200-node``, ``gpu8``) or a platform JSON file."""
+    """A preset name (``cpu2``, ``paper-node``, ``h200-node``, ``gpu8``), several servers
+    (``servers:4xpaper-node``, see ``servers.py``) or a platform JSON file."""
+    if spec.startswith("servers:"):
+        from .servers import servers_platform  # the multi-server builder lives there
+
+        return servers_platform(spec)
     if spec in PRESETS:
         return PRESETS[spec]()
     match = re.fullmatch(r"gpu(\d+)", spec)

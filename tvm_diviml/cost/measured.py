@@ -282,12 +282,14 @@ class MeasuredCostModel(CostModel):
         import tvm
 
         from ..runtime.measure import executor_handoff_s
+        from ..servers import server_of
 
         self.handoff_s = executor_handoff_s() if len(present) > 1 else 0.0
+        server = server_of(self.platform)       # devices of two servers share TVM device strings
         for src in present:
             for dst in present:
-                if src.name == dst.name:
-                    continue
+                if src.name == dst.name or server[src.name] != server[dst.name]:
+                    continue                    # across servers: the platform's network figures
                 key = LinkKey(src.device, dst.device, host_platform.node(), tvm.__version__)
                 measured = self.cache.get_link(key) if self.cache else None
                 if measured is None:

@@ -95,6 +95,7 @@ SMALL_OPTIONS: dict[str, dict[str, int]] = {
     "gpt2": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "vocab": 1000},
     "vit_b16": {"resolution": 32, "patch": 16, "layers": 2, "hidden": 64, "heads": 4, "mlp": 128, "classes": 10},
     "twin_branch": {"depth": 2, "hidden": 64, "batch": 4},
+    "llama": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 128, "vocab": 1000, "seq": 16},
 }
 
 
@@ -138,4 +139,4 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
 
 def _load_all() -> None:
     """Import the modules that register zoo entries (they import TVM, so only on demand)."""
-    from . import branches, cnn, randwire, transformers  # noqa: F401
+    from . import branches, cnn, llama, randwire, transformers  # noqa: F401

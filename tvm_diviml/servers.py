@@ -1,0 +1,309 @@
+"""Several servers joined by a network, as one Platform: ``servers:4xpaper-node`` or a JSON file.
+
+Each server is a copy of a *kind* (a preset such as ``paper-node``, or an inline platform object);
+its devices are renamed ``s{i}.{device}`` and keep the kind's TVM device strings (``cpu:0``,
+``cuda:1`` repeat across servers: a TVM device string names a device *on its own server*, and a
+multi-server plan is built and run per server). Inside a server the kind's own links apply. A device
+of one server reaches a device of another over one Link whose figures are those of the path it
+takes: its server's link to that server's host (where the network card is), the network, the other
+host's link to the device. Latencies add and the slowest bandwidth binds (a pipelined copy), so a
+copy between servers never looks cheaper than the PCIe hops it includes (a GPU of a PCIe 3.0
+server reaches another server's GPU at 12 GB/s even on a 12.5 GB/s network); host to host it is
+the network's figures alone.
+
+That is the cost of a direct path. TVM RPC has no server-to-server copy, so a runtime that passes
+activations through the driver pays two network hops: that cost is modelled by the runtime across
+servers, not here.
+
+``Platform.attrs["servers"]`` records which device lives on which server: ``{"s0": {"kind":
+"paper-node", "devices": ["s0.cpu", ...], "host": "s0.cpu"}, ...}``, devices in the kind's order,
+so the i-th devices of two servers of one kind correspond (what the symmetric solver relies on).
+The platform's host is server 0's host. Servers are numbered across groups in the order given.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .errors import DivimlInputError
+from .platform import Link, Platform, get_platform
+
+PREFIX = "servers:"
+SPEC_HELP = "servers:NxKIND[+MxKIND...][,network_gbps=G][,network_latency_us=U]"
+
+# A 100 Gb/s data-centre Ethernet/InfiniBand port (100GbE, EDR InfiniBand): 12.5 GB/s.
+DEFAULT_NETWORK_BANDWIDTH_BPS = 100e9 / 8
+# One message through a data-centre fabric with an RDMA-class stack: a few µs of NIC and switch
+# latency (Barroso et al., "Attack of the Killer Microseconds", CACM 60(4), 2017: fabric latencies
+# of 1-3 µs, the kernel TCP stack adding tens of µs), with margin for a few switch hops. TVM RPC
+# over plain TCP sockets is slower: give ``network_latency_us=50`` for that.
+DEFAULT_NETWORK_LATENCY_S = 10e-6
+# The full mesh of links is quadratic in the devices: 64 paper-nodes (192 devices) build in ~0.5 s.
+MAX_SERVERS = 64
+
+
+@dataclass(frozen=True)
+class Network:
+    """The network between two servers' hosts (the device links add each server's own hops)."""
+
+    bandwidth_Bps: float = DEFAULT_NETWORK_BANDWIDTH_BPS
+    latency_s: float = DEFAULT_NETWORK_LATENCY_S
+
+
+@dataclass(frozen=True)
+class ServerGroup:
+    """``count`` identical servers of one kind (``kind`` is its name, ``server`` its platform)."""
+
+    kind: str
+    server: Platform
+    count: int
+
+
+def build_servers(groups: list[ServerGroup], network: Network = Network(),
+                  pair_networks: dict[frozenset[str], Network] | None = None, *, name: str = "",
+                  description: str = "", field: str = "servers") -> Platform:
+    """One Platform of all servers of ``groups``; ``pair_networks`` overrides ``network`` between the
+    two servers of a pair (both directions). ``field`` names the input that gave the groups, for errors."""
+    _check_groups(groups, field)
+    pair_networks = pair_networks or {}
+    devices, links, servers = [], {}, {}
+    for group in groups:
+        for _ in range(group.count):
+            sid = f"s{len(servers)}"
+            renamed = {d.name: f"{sid}.{d.name}" for d in group.server.devices}
+            devices += [replace(d, name=renamed[d.name]) for d in group.server.devices]
+            for (src, dst), link in group.server.links.items():
+                links[(renamed[src], renamed[dst])] = Link(renamed[src], renamed[dst], link.latency_s,
+                                                           link.bandwidth_Bps)
+            servers[sid] = {"kind": group.kind, "devices": list(renamed.values()),
+                            "host": renamed[group.server.host]}
+    for pair in pair_networks:
+        unknown = sorted(pair - set(servers))
+        if unknown:
+            raise DivimlInputError(f"network link names unknown server '{unknown[0]}'", field="network_links",
+                                   hint=f"servers are {', '.join(servers)} (s0 first, numbered across groups)")
+    for sa, a in servers.items():
+        for sb, b in servers.items():
+            if sa != sb:
+                net = pair_networks.get(frozenset((sa, sb)), network)
+                for src in a["devices"]:
+                    for dst in b["devices"]:
+                        hops = [links[(src, a["host"])]] if src != a["host"] else []
+                        hops += [links[(b["host"], dst)]] if dst != b["host"] else []
+                        bandwidths = [h.bandwidth_Bps for h in hops if h.bandwidth_Bps is not None]
+                        links[(src, dst)] = Link(src, dst, net.latency_s + sum(h.latency_s for h in hops),
+                                                 min([net.bandwidth_Bps, *bandwidths]))
+    return Platform(name or _spec_name(groups), devices, links, host=servers["s0"]["host"],
+                    transfer_model=groups[0].server.transfer_model,
+                    description=description or _describe(groups, network),
+                    attrs={"servers": servers,
+                           "network": {"bandwidth_Bps": network.bandwidth_Bps, "latency_s": network.latency_s}})
+
+
+def _spec_name(groups: list[ServerGroup]) -> str:
+    return PREFIX + "+".join(f"{g.count}x{g.kind}" for g in groups)
+
+
+def _describe(groups: list[ServerGroup], network: Network) -> str:
+    kinds = " + ".join(f"{g.count} x {g.kind}" for g in groups)
+    return (f"{kinds} servers on a {network.bandwidth_Bps * 8 / 1e9:g} Gb/s, "
+            f"{network.latency_s * 1e6:g} µs network")
+
+
+def _check_groups(groups: list[ServerGroup], where: str) -> None:
+    total = sum(g.count for g in groups)
+    if not 1 <= total <= MAX_SERVERS:
+        raise DivimlInputError(f"{total} servers; between 1 and {MAX_SERVERS} are supported", field=where)
+    seen: dict[str, dict] = {}
+    for group in groups:
+        if "servers" in group.server.attrs:
+            raise DivimlInputError(f"server kind '{group.kind}' is itself several servers", field=where,
+                                   hint="a server kind must be one machine: a preset or a plain platform")
+        shape = {k: v for k, v in group.server.to_json().items() if k not in ("name", "description")}
+        if seen.setdefault(group.kind, shape) != shape:
+            raise DivimlInputError(f"two different server kinds are both named '{group.kind}'", field=where,
+                                   hint="give each inline server platform its own 'name'")
+    transfer_models = {g.server.transfer_model for g in groups}
+    if len(transfer_models) > 1:
+        raise DivimlInputError(f"server kinds mix transfer models {sorted(transfer_models)}", field=where,
+                               hint="give every server kind the same transfer_model")
+
+
+# ---------------------------------------------------------------------- the spec string
+def servers_platform(spec: str) -> Platform:
+    """``servers:4xpaper-node``, ``servers:2xpaper-node+2xh200-node,network_gbps=25,network_latency_us=50``.
+    A kind is anything ``get_platform`` takes except another ``servers:`` spec; ``1x`` may be left out."""
+    body = spec.removeprefix(PREFIX)
+    kinds, *options = [part.strip() for part in body.split(",")]
+    network = _network_options(options, spec)
+    groups = []
+    for part in kinds.split("+"):
+        match = re.fullmatch(r"(?:(\d+)\s*x\s*)?(\S+)", part.strip())
+        if not match:
+            raise DivimlInputError(f"'{part}' in '{spec}' is not COUNTxKIND", field="platform",
+                                   hint=f"write {SPEC_HELP}, e.g. servers:2xpaper-node+2xh200-node")
+        count, kind = int(match.group(1) or 1), match.group(2)
+        if count < 1:
+            raise DivimlInputError(f"'{part}' in '{spec}' asks for {count} servers", field="platform",
+                                   hint="each group needs at least one server, e.g. 1xpaper-node")
+        groups.append(ServerGroup(kind, _kind_platform(kind, "platform"), count))
+    return build_servers(groups, network, name=spec, field="platform")
+
+
+def _network_options(options: list[str], spec: str) -> Network:
+    scale = {"network_gbps": ("bandwidth_Bps", 1e9 / 8), "network_latency_us": ("latency_s", 1e-6)}
+    values: dict[str, float] = {}
+    for option in options:
+        key, sep, text = option.partition("=")
+        if key.strip() not in scale or not sep:
+            raise DivimlInputError(f"unknown option '{option}' in '{spec}'", field="platform",
+                                   hint="options are network_gbps=G (Gb/s) and network_latency_us=U (µs)")
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        attribute, unit = scale[key.strip()]
+        values[attribute] = _checked(value, attribute, f"platform option {key.strip()}")
+        values[attribute] *= unit
+    return Network(**values)
+
+
+def _checked(value: Any, attribute: str, where: str) -> float:
+    """A network figure: a finite number, positive for bandwidth, non-negative for latency."""
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    positive = attribute == "bandwidth_Bps"
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise DivimlInputError(f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}",
+                               field=where, hint="bandwidth in bytes/s (Gb/s in specs), latency in seconds "
+                               "(µs in specs)")
+    return float(number)
+
+
+def _kind_platform(kind: Any, where: str) -> Platform:
+    if isinstance(kind, dict):
+        if "servers" in kind:
+            raise DivimlInputError("an inline server kind is itself several servers", field=where,
+                                   hint="a server kind must be one machine: give its 'devices'")
+        try:
+            return Platform.from_json(kind)
+        except DivimlInputError as error:
+            raise DivimlInputError(error.detail, field=f"{where}.{error.field or ''}".rstrip("."),
+                                   hint=error.hint) from None
+    if not isinstance(kind, str) or not kind:
+        raise DivimlInputError(f"a server kind is a preset name or a platform object, got {kind!r}", field=where)
+    if kind.startswith(PREFIX):
+        raise DivimlInputError(f"server kind '{kind}' is itself several servers", field=where,
+                               hint="a server kind must be one machine, e.g. paper-node")
+    try:
+        return get_platform(kind)
+    except DivimlInputError as error:
+        raise DivimlInputError(f"unknown server kind '{kind}'", field=where, hint=error.hint) from None
+
+
+# ---------------------------------------------------------------------- JSON
+_JSON_KEYS = {"format", "name", "description", "servers", "network", "network_links"}
+
+
+def servers_from_json(data: dict) -> Platform:
+    """A platform file that describes servers:
+    ``{"servers": [{"kind": "paper-node", "count": 2}, {"kind": {...platform...}}], "network":
+    {"bandwidth_Bps": ..., "latency_s": ...}, "network_links": [{"src_server": "s0", "dst_server":
+    "s1", "bandwidth_Bps": ..., "latency_s": ...}]}``; a pair's missing figure is the network's."""
+    unknown = sorted(set(data) - _JSON_KEYS)
+    if unknown:
+        raise DivimlInputError(f"unknown keys {unknown} in a servers platform", field=unknown[0],
+                               hint=f"known keys: {sorted(_JSON_KEYS)}; a servers file has no 'devices' "
+                               "or 'links': its servers bring them")
+    if not isinstance(data["servers"], list) or not data["servers"]:
+        raise DivimlInputError("must be a non-empty list of {\"kind\": ..., \"count\": N}", field="servers")
+    groups = [_group_from_json(raw, f"servers[{i}]") for i, raw in enumerate(data["servers"])]
+    network = _network_from_json(data.get("network", {}), Network(), "network")
+    pairs: dict[frozenset[str], Network] = {}
+    raw_pairs = data.get("network_links", [])
+    if not isinstance(raw_pairs, list):
+        raise DivimlInputError("must be a list of server pairs", field="network_links")
+    for i, raw in enumerate(raw_pairs):
+        where = f"network_links[{i}]"
+        if not isinstance(raw, dict) or not {"src_server", "dst_server"} <= set(raw):
+            raise DivimlInputError("a network link needs 'src_server' and 'dst_server'", field=where,
+                                   hint='e.g. {"src_server": "s0", "dst_server": "s1", "bandwidth_Bps": 3.125e9}')
+        pair = frozenset((str(raw["src_server"]), str(raw["dst_server"])))
+        if len(pair) != 2:
+            raise DivimlInputError(f"links server '{raw['src_server']}' to itself", field=where,
+                                   hint="inside a server its kind's own links apply")
+        if pair in pairs:
+            raise DivimlInputError(f"servers {' and '.join(sorted(pair))} are given twice", field=where,
+                                   hint="a pair's figures apply both ways; give each pair once")
+        pairs[pair] = _network_from_json({k: v for k, v in raw.items() if k not in ("src_server", "dst_server")},
+                                         network, where)
+    return build_servers(groups, network, pairs, name=str(data.get("name", "")),
+                         description=str(data.get("description", "")))
+
+
+def _group_from_json(raw: Any, where: str) -> ServerGroup:
+    if not isinstance(raw, dict) or "kind" not in raw or set(raw) - {"kind", "count"}:
+        raise DivimlInputError("a server group is {\"kind\": PRESET or {platform}, \"count\": N}", field=where)
+    count = raw.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise DivimlInputError(f"count must be an integer >= 1, got {count!r}", field=f"{where}.count")
+    kind = raw["kind"]
+    platform = _kind_platform(kind, f"{where}.kind")
+    return ServerGroup(kind if isinstance(kind, str) else platform.name, platform, count)
+
+
+def _network_from_json(raw: Any, default: Network, where: str) -> Network:
+    if not isinstance(raw, dict) or set(raw) - {"bandwidth_Bps", "latency_s"}:
+        raise DivimlInputError("a network is {\"bandwidth_Bps\": B, \"latency_s\": S}", field=where)
+    return Network(**{key: _checked(value, key, f"{where}.{key}") for key, value in
+                      {**vars(default), **raw}.items()})
+
+
+# ---------------------------------------------------------------------- queries
+def server_devices(platform: Platform) -> dict[str, list[str]]:
+    """Server -> its devices (in its kind's order). A platform without servers is one server, ``s0``."""
+    servers = platform.attrs.get("servers")
+    if servers is None:
+        return {"s0": list(platform.device_names)}
+    if not isinstance(servers, dict) or not all(isinstance(s, dict) and isinstance(s.get("devices"), list)
+                                                for s in servers.values()):
+        raise DivimlInputError("must map each server to {\"kind\", \"devices\", \"host\"}", field="attrs.servers")
+    listed = [d for s in servers.values() for d in s["devices"]]
+    if sorted(listed) != sorted(platform.device_names):
+        stray = sorted(set(listed) ^ set(platform.device_names)) or [d for d in listed if listed.count(d) > 1]
+        raise DivimlInputError(f"servers and devices disagree (e.g. '{stray[0]}')", field="attrs.servers",
+                               hint="every device must belong to exactly one server")
+    return {sid: list(s["devices"]) for sid, s in servers.items()}
+
+
+def server_of(platform: Platform) -> dict[str, str]:
+    """Device -> the server it lives on."""
+    return {device: sid for sid, devices in server_devices(platform).items() for device in devices}
+
+
+def identical_servers(platform: Platform) -> list[list[str]]:
+    """Servers grouped by kind, in server order: the servers of a group are interchangeable inside.
+    (The network between them may still differ where ``network_links`` overrides a pair.)"""
+    devices = server_devices(platform)
+    servers = platform.attrs.get("servers")
+    if servers is None:
+        return [list(devices)]
+    groups: dict[str, list[str]] = {}
+    for sid, entry in servers.items():
+        groups.setdefault(str(entry.get("kind")), []).append(sid)
+    return list(groups.values())
+
+
+def server_platform(platform: Platform, server: str) -> Platform:
+    """One server of ``platform`` alone: its devices and the links among them, its own host."""
+    devices = server_devices(platform)
+    if server not in devices:
+        raise DivimlInputError(f"unknown server '{server}' on platform '{platform.name}'",
+                               hint=f"servers: {', '.join(devices)}")
+    names = set(devices[server])
+    entry = platform.attrs.get("servers", {}).get(server, {})
+    return Platform(f"{platform.name}/{server}", [d for d in platform.devices if d.name in names],
+                    {pair: link for pair, link in platform.links.items() if set(pair) <= names},
+                    host=entry.get("host", platform.host), transfer_model=platform.transfer_model,
+                    description=f"server {server} of {platform.name}")
