@@ -12,6 +12,7 @@ import logging
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,11 +154,10 @@ def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan
         if plan.objective != "latency":
             flight = in_flight or 2 * len(built.placement.devices)
             stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
-            measured, samples, last_batch = time_stream(runner, stream, flight), [], stream_inputs
+            measured, samples = time_stream(runner, stream, flight), []
+            busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}     # busy_s covers the last stream
         elif concurrent:
-            samples = time_calls(runner, inputs, repeats)
-            measured, flight, last_batch = statistics.median(samples), 1, 1
-        busy = {d: s / last_batch for d, s in runner.busy_s.items()} if concurrent else {}
+            (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
     if not concurrent:               # one device: one VM, without the threads' hand-offs
         single = SingleVMRunner(built, params)
         samples = time_calls(single, inputs, repeats)
@@ -165,6 +165,20 @@ def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan
         busy = {built.placement.devices[0]: measured}
     return RunMeasurement(plan.objective, predicted_s, measured, abs_diff, rel_diff, busy, configurations,
                           one_worker, build_s, flight, samples, "concurrent" if concurrent else "single VM"), built
+
+
+def _concurrent_latency(runner: ConcurrentRunner, inputs: list[np.ndarray], repeats: int
+                        ) -> tuple[float, list[float], dict[str, float]]:
+    """Median latency, the samples, and each device's busy time averaged over the runs (warm-up included)."""
+    busy_total: Counter = Counter()
+
+    def run_once(arrays):
+        outputs = runner(arrays)
+        busy_total.update(runner.busy_s)                 # busy_s covers the last run only
+        return outputs
+
+    samples = time_calls(run_once, inputs, repeats)
+    return statistics.median(samples), samples, {d: s / (repeats + 1) for d, s in busy_total.items()}
 
 
 def format_run(run: RunMeasurement, rtol: float) -> str:
