@@ -32,9 +32,9 @@ import time
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
-from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.plan import Plan
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
+from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
