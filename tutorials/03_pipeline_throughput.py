@@ -38,7 +38,7 @@ from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.workload import load_workload
+from tvm_diviml.workload import format_model_spec, load_workload
 from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
 
@@ -76,7 +76,7 @@ def model_spec(model: str) -> str:
     """A bare zoo name at its SMALL_OPTIONS size; a name with options as given."""
     if ":" in model or model not in SMALL_OPTIONS:
         return model
-    return model + ":" + ",".join(f"{k}={v}" for k, v in SMALL_OPTIONS[model].items())
+    return format_model_spec(model, SMALL_OPTIONS[model])
 
 
 def describe(built, acyclic: bool) -> str:

@@ -87,6 +87,7 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
     from .passes.interpret import transformed_weights
     from .passes.load import load_model
     from .platform import get_platform
+    from .workload import format_model_spec
     from .zoo import SMALL_OPTIONS
 
     platform = get_platform("cpu2")
@@ -103,7 +104,7 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
             kernel_s = np.array([costs.compute_s(k, device.name) for k in graph.kernels])
             weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
             whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options)
-            row = {"suite": "costs", "model": f"{name}:" + ",".join(f"{k}={v}" for k, v in SMALL_OPTIONS[name].items()),
+            row = {"suite": "costs", "model": format_model_spec(name, SMALL_OPTIONS[name]),
                    "kernels": len(graph), "sum_kernels_s": float(kernel_s.sum()), "whole_model_s": whole.median_s,
                    "sum_over_whole": float(kernel_s.sum()) / whole.median_s}
             try:
@@ -460,10 +461,8 @@ RUN_TARGETS = {"measured_over_predicted": (0.85, 1.15), "concurrent_speedup": 1.
 def run_workloads(quick: bool) -> list[tuple[str, str, str, int | None]]:
     """(case, MODEL, objective, stages) rows of the run suite: every zoo model at its small size for
     latency, the balanced two-branch model for concurrency, balanced chains as 2-stage pipelines."""
+    from .workload import format_model_spec as spec
     from .zoo import SMALL_OPTIONS
-
-    def spec(name: str, options: dict) -> str:
-        return name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
 
     names = ["resnet18", "bert_base"] if quick else sorted(n for n in SMALL_OPTIONS if n != "twin_branch")
     rows = [("predicted", spec(n, SMALL_OPTIONS[n]), "latency", None) for n in names]

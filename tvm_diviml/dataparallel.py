@@ -29,7 +29,7 @@ from .plan import Plan
 from .report import format_seconds, solve_and_report
 from .simulator import Simulation
 from .solvers import Problem
-from .workload import GENERATORS, Workload, load_workload, parse_model_spec
+from .workload import GENERATORS, Workload, format_model_spec, load_workload, parse_model_spec
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def sub_batch_spec(model_spec: str, copies: int, cost: str | None = None) -> tup
                                hint=f"for batch {batch} use one of {', '.join(map(str, divisors(batch)))}; "
                                f"or give a larger batch with {name}:batch=B")
     options["batch"] = batch // copies
-    return name + ":" + ",".join(f"{k}={v}" for k, v in options.items()), batch
+    return format_model_spec(name, options), batch
 
 
 def split_workload(model_spec: str, platform: str | None, cost: str | None, copies: int,

@@ -54,6 +54,11 @@ def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+def format_model_spec(name: str, options: dict[str, Any]) -> str:
+    """The inverse of ``parse_model_spec``: ``name:key=value,...`` (the bare name without options)."""
+    return name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
+
+
 def _parse_value(text: str) -> Any:
     for kind in (int, float):
         try:

@@ -109,6 +109,8 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     ``seed`` option)."""
     from tvm.relax.frontend import nn
 
+    from ..workload import format_model_spec
+
     _load_all()
     options = dict(options or {})
     if name not in ZOO:
@@ -130,7 +132,7 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     spec = {"forward": {k: nn.spec.Tensor(list(shape), dtype) for k, (shape, dtype) in inputs.items()}}
     mod, named_params = module.export_tvm(spec)
     shapes = [(n, tuple(int(s) for s in p.shape), str(p.dtype)) for n, p in named_params]
-    label = name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
+    label = format_model_spec(name, options)
     if seed and "seed" not in allowed:
         label += f"{',' if options else ':'}seed={seed}"
     return BuiltModel(label, mod, "forward", [(k, tuple(s), d) for k, (s, d) in inputs.items()],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.vm import flatten
 from . import BuiltModel
 
 
@@ -20,11 +21,4 @@ def run_reference(model: BuiltModel, inputs: list[np.ndarray] | None = None) -> 
     vm = relax.VirtualMachine(executable, device)
     arrays = inputs if inputs is not None else model.sample_inputs()
     args = [tvm.runtime.tensor(a, device) for a in arrays] + [tvm.runtime.tensor(w, device) for _, w in model.params]
-    return flatten_outputs(vm[model.entry](*args))
-
-
-def flatten_outputs(result) -> list[np.ndarray]:
-    """A VM result (a tensor or nested tuples of tensors) as a flat list of numpy arrays."""
-    if hasattr(result, "numpy"):
-        return [result.numpy()]
-    return [array for item in result for array in flatten_outputs(item)]
+    return [tensor.numpy() for tensor in flatten(vm[model.entry](*args))]
