@@ -5,6 +5,10 @@ their fastest feasible device and communication is free (pipelines: the cheapest
 bound depends on a plan.
 
 - ``critical_path`` (latency): the longest path of fastest-device times.
+- ``transfer_path`` (latency): the same path with transfers priced: each kernel's earliest finish on
+  each device, its inputs arriving from wherever their producers finish earliest (the model's inputs
+  from the host), and each model output back on the host. Where the fastest device is far from the
+  host (another server), this is the bound that sees the network.
 - ``largest_kernel``: one kernel alone needs at least its fastest time (not valid for
   ``period_overlap``, where a replicated kernel splits the stream).
 - ``average_load``: the devices' loads sum to at least the sum of fastest times, so the largest is
@@ -14,7 +18,8 @@ bound depends on a plan.
   ``average_load`` on heterogeneous machines; with replicas it still holds, because a replicated
   kernel is exactly such a fractional split; for pipelines each stage has a device of its own and
   costs at least its work there; in ``host_staged`` a device's load is its work plus transfers, so
-  compute alone relaxes it.
+  compute alone relaxes it. In ``period_overlap`` the host's links are loads too: model outputs return
+  to the host and model inputs leave it, from and to every device that takes a share.
 - ``largest_group`` (every mode): a co-location group's work on the cheapest device that can run it
   all, since the group shares one device (msr-fiddle's colour classes).
 - ``stage_serial`` (pipelines): ``solvers.mtpp.pipeline_bounds`` prices ``average_load`` and
@@ -24,6 +29,7 @@ bound depends on a plan.
 from __future__ import annotations
 
 import mip
+import numpy as np
 
 from .solvers.base import Problem
 from .solvers.milp import new_model
@@ -61,7 +67,62 @@ def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, f
             ready = max((finish[e.src] for e in graph.pred[kernel]), default=0.0)
             finish[kernel] = ready + fastest[kernel]
         parts["critical_path"] = max(finish.values(), default=0.0)
+        parts["transfer_path"] = transfer_path_bound(problem)
     return parts
+
+
+def transfer_path_bound(problem: Problem) -> float:
+    """``transfer_path`` (module docstring): earliest finishes per (kernel, device), transfers priced
+    and contention ignored, so every plan's makespan is at least the largest of them."""
+    graph, costs, platform = problem.graph, problem.costs, problem.platform
+    devices = platform.device_names
+    host = devices.index(platform.host)
+    moves: dict[float, np.ndarray] = {}
+
+    def move_s(nbytes: float) -> np.ndarray:
+        """[src, dst] seconds to move ``nbytes`` (zero on the diagonal)."""
+        if nbytes not in moves:
+            moves[nbytes] = np.array([[0.0 if a == b else costs.transfer_s(nbytes, a, b) for b in devices]
+                                      for a in devices])
+        return moves[nbytes]
+
+    arrival = {k: np.zeros(len(devices)) for k in graph.kernels}
+    for graph_input in graph.inputs:
+        for consumer in graph_input.consumers:
+            arrival[consumer] = np.maximum(arrival[consumer], move_s(graph_input.bytes)[host])
+    feasible = {k: set(problem.feasible_devices(k)) for k in graph.kernels}
+    finish: dict[str, np.ndarray] = {}
+    latest = 0.0
+    for kernel in graph.topo_order:
+        ready = arrival[kernel]
+        for edge in graph.pred[kernel]:
+            ready = np.maximum(ready, (finish[edge.src][:, None] + move_s(edge.bytes)).min(axis=0))
+        compute = np.array([costs.compute_s(kernel, d) if d in feasible[kernel] else np.inf for d in devices])
+        finish[kernel] = ready + compute
+        done = finish[kernel]
+        if kernel in graph.output_set and graph.kernels[kernel].output_bytes > 0:
+            done = done + move_s(graph.kernels[kernel].output_bytes)[:, host]
+        latest = max(latest, float(done.min()))
+    return latest
+
+
+def _host_link_loads(problem: Problem, share: dict, load: dict, unit: float, model: mip.Model) -> None:
+    """Add to ``load`` the host's links in a period: each model output returns from every device that
+    makes a share of it, and each model input goes once to every device that reads a share of it."""
+    graph, costs, host = problem.graph, problem.costs, problem.platform.host
+    for (kernel, device), x in share.items():
+        nbytes = graph.kernels[kernel].output_bytes
+        if kernel in graph.output_set and nbytes > 0 and device != host:
+            load.setdefault((device, host), []).append(costs.transfer_s(nbytes, device, host) / unit * x)
+    for graph_input in graph.inputs:
+        for device in problem.platform.device_names:
+            readers = [share[k, device] for k in graph_input.consumers if (k, device) in share]
+            if device == host or not readers:
+                continue
+            needed = model.add_var(lb=0.0, ub=1.0)
+            for x in readers:
+                model += needed >= x
+            load.setdefault((host, device), []).append(costs.transfer_s(graph_input.bytes, host, device) / unit * needed)
 
 
 def largest_group(problem: Problem) -> float:
@@ -93,14 +154,15 @@ def lp_load_bound(problem: Problem) -> float:
     unit = sum(fastest.values()) / len(kernels) or 1.0       # seconds are tiny against solver tolerances
     model = new_model("lp_load", "highs")
     T = model.add_var(lb=0.0)
-    load: dict[str, list] = {d: [] for d in problem.platform.device_names}
+    load: dict = {d: [] for d in problem.platform.device_names}
+    share: dict[tuple[str, str], mip.Var] = {}
     for kernel in kernels:
-        shares = []
         for device in problem.feasible_devices(kernel):
-            x = model.add_var(lb=0.0, ub=1.0)
-            shares.append(x)
+            share[kernel, device] = x = model.add_var(lb=0.0, ub=1.0)
             load[device].append(problem.costs.compute_s(kernel, device) / unit * x)
-        model += mip.xsum(shares) == 1
+        model += mip.xsum(x for (k, _), x in share.items() if k == kernel) == 1
+    if problem.mode == "period_overlap":
+        _host_link_loads(problem, share, load, unit, model)
     for terms in load.values():
         if terms:
             model += mip.xsum(terms) <= T

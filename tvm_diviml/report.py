@@ -102,6 +102,7 @@ def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[
         "device_busy_s": sim.device_busy_s,
         "memory_bytes": sim.memory_bytes,
         "device_graph_acyclic": sim.device_graph_acyclic,
+        "symmetric": plan.attrs.get("symmetric"),
     }
 
 
@@ -122,6 +123,16 @@ def _proof(row: dict[str, Any]) -> str:
     among = row.get("optimal_among")
     return f" (proven optimal among {among}; the bound below holds for any placement)" if among else \
         " (proven optimal)"
+
+
+def _symmetric_line(found: dict[str, Any]) -> str:
+    """What the symmetric solver reused: blocks, and how many each server took (or why it fell back)."""
+    if "fallback" in found:
+        return f"symmetric: fell back: {found['fallback']}"
+    servers = "; ".join(f"{server} " + " + ".join(f"{run['blocks']} (anchor {run['anchor']}, groups of {run['group']})"
+                                                    for run in runs) for server, runs in found["servers"].items())
+    return (f"symmetric: {found['blocks']} blocks of {found['block_kernels']} kernels (head {found['head']}, "
+            f"tail {found['tail']}), {found['groups_solved']} group problems solved; blocks per server: {servers}")
 
 
 def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
@@ -146,6 +157,8 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     if row["objective"] == "throughput" and not row["device_graph_acyclic"]:
         lines.append("the device graph has a cycle (tensors return to a device they came from): not a linear "
                      "pipeline; it runs with several inputs in flight")
+    if row.get("symmetric"):
+        lines.append(_symmetric_line(row["symmetric"]))
     if not row["feasible"]:
         lines.append("INFEASIBLE: " + "; ".join(row["problems"][:5]))
     counts = Counter(row["assignment"].values())

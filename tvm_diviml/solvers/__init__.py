@@ -10,10 +10,11 @@ from .milp import Milp
 from .single_device import FastestSingleDevice
 from .slicegraph import SliceGraph
 from .split import Split
+from .symmetric import Symmetric
 from .throughput import Replicas
 
 SOLVERS: dict[str, type[Solver]] = {cls.name: cls for cls in (FastestSingleDevice, Milp, Greedy, Heft, Split,
-                                                                    Cpsat, SliceGraph, Replicas, Downsets)}
+                                                                    Cpsat, SliceGraph, Replicas, Downsets, Symmetric)}
 
 
 def get_solver(name: str, **options) -> Solver:
@@ -25,7 +26,16 @@ def get_solver(name: str, **options) -> Solver:
 
 
 def default_solver(problem: Problem) -> str:
-    """What ``--solver auto`` runs: the strongest general method for the objective and cost mode."""
+    """What ``--solver auto`` runs: on several servers the symmetric solver (it falls back to the
+    whole graph by itself when the model has no repeated blocks), else ``full_graph_solver``."""
+    servers = problem.platform.attrs.get("servers") or {}
+    if len(servers) > 1 and problem.objective in Symmetric.objectives and problem.mode != "host_staged":
+        return "symmetric"
+    return full_graph_solver(problem)
+
+
+def full_graph_solver(problem: Problem) -> str:
+    """The strongest general method for the objective and cost mode, over the whole graph."""
     if problem.objective == "pipeline":
         return "slicegraph"
     if problem.mode == "host_staged":
@@ -34,4 +44,4 @@ def default_solver(problem: Problem) -> str:
     return "milp" if problem.objective == "throughput" else "split"
 
 
-__all__ = ["SOLVERS", "Problem", "Solver", "default_solver", "get_solver", "mode_for"]
+__all__ = ["SOLVERS", "Problem", "Solver", "default_solver", "full_graph_solver", "get_solver", "mode_for"]

@@ -215,15 +215,17 @@ class Split(Solver):
     """The splitting heuristic (module docstring). ``module_size``: kernels per module and window;
     ``module_time_limit_s``: solver seconds per module (half that per improvement window), never
     more than an even share of the time left; ``improve``: run the improvement sweeps; ``backend``:
-    cpsat, highs or cbc; ``workers``: CP-SAT's threads."""
+    cpsat, highs or cbc; ``workers``: CP-SAT's threads; ``session``: an open CP-SAT session to solve
+    in (a caller that solves many small problems saves OR-Tools' start-up for each)."""
 
     name = "split"
     objectives = ("latency", "throughput")
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, module_size: int = 32,
                  module_time_limit_s: float = 2.0, improve: bool = True, backend: str = "cpsat",
-                 workers: int = 2):
+                 workers: int = 2, session: CpsatSession | None = None):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
+        self.session = session
         if module_size < 2:
             raise DivimlInputError("module_size must be at least 2", field="module_size")
         if backend not in BACKENDS:
@@ -249,8 +251,13 @@ class Split(Solver):
             log.info("split: OR-Tools is not installed; solving windows with HiGHS instead "
                      "(pip install tvm-diviml[cpsat] for the faster CP-SAT windows)")
             backend = "highs"
-        with CpsatSession(workers=self.workers, seed=self.seed) if backend == "cpsat" else \
-                contextlib.nullcontext() as session:
+        if backend != "cpsat":
+            opened = contextlib.nullcontext()
+        elif self.session is not None:
+            opened = contextlib.nullcontext(self.session)
+        else:
+            opened = CpsatSession(workers=self.workers, seed=self.seed)
+        with opened as session:
             windows = WindowSolver(problem, backend, session, deadline=began + self.time_limit_s,
                                    window_time_limit_s=self.module_time_limit_s, seed=self.seed)
             plan = self._solve(problem, windows)

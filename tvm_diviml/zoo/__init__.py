@@ -9,6 +9,7 @@ with ``@register``; its keyword arguments with defaults *are* the model's option
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -48,7 +49,7 @@ class BuiltModel:
     mod: Any                                             # tvm.IRModule
     entry: str                                           # the Relax function to place ("forward", "main")
     inputs: list[tuple[str, tuple[int, ...], str]]       # (name, shape, dtype), in parameter order
-    params: list[tuple[str, np.ndarray]] = field(default_factory=list)   # weights, in parameter order
+    params: Sequence[tuple[str, np.ndarray]] = field(default_factory=list)   # weights, in parameter order
 
     def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Deterministic random inputs (integers in [0, 100) for integer inputs such as token ids)."""
@@ -60,6 +61,23 @@ class BuiltModel:
             else:
                 out.append(rng.standard_normal(shape).astype(dtype))
         return out
+
+
+class LazyWeights(Sequence):
+    """The zoo's weights, drawn when first read: planning needs only the module, and a large model's
+    weights take gigabytes (``llama:layers=32,hidden=4096,intermediate=11008`` draws 26 GB)."""
+
+    def __init__(self, named_shapes: list[tuple[str, tuple[int, ...], str]], seed: int):
+        self._shapes, self._seed = named_shapes, seed
+        self._drawn: list[tuple[str, np.ndarray]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def __getitem__(self, index):
+        if self._drawn is None:
+            self._drawn = init_weights(self._shapes, self._seed)
+        return self._drawn[index]
 
 
 def init_weights(named_shapes: list[tuple[str, tuple[int, ...], str]], seed: int) -> list[tuple[str, np.ndarray]]:
@@ -136,7 +154,7 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     if seed and "seed" not in allowed:
         label += f"{',' if options else ':'}seed={seed}"
     return BuiltModel(label, mod, "forward", [(k, tuple(s), d) for k, (s, d) in inputs.items()],
-                      init_weights(shapes, seed))
+                      LazyWeights(shapes, seed))
 
 
 def _load_all() -> None:

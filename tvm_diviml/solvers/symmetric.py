@@ -1,0 +1,509 @@
+"""The symmetric solver: a model of repeated blocks on servers of a few kinds (DiviML's LLM case study).
+
+Transformer layers are identical and so are the servers of one kind, so the placement of one block
+inside one server is solved once and reused (DESIGN.md "LLM across servers"):
+
+1. ``blocks.find_blocks`` finds the repeated blocks, the *head* before them and the *tail* after.
+2. Candidates: for each server kind, each *anchor* device (one per distinct device model and link
+   set) and each group size g, g consecutive blocks on one server of that kind are a problem of their
+   own, solved by the objective's full-graph solver (split for latency, the MILP for throughput). Their
+   input arrives on the anchor and their output leaves from it (zero-time ``entry``/``exit`` kernels
+   pinned there), so groups chain on one server and the network is met only at server boundaries.
+   Latency takes g = 1 (a chain of blocks runs one after the other anyway); throughput also tries g up
+   to the server's devices, which lets one server pipeline its blocks over its devices.
+3. A small integer program picks, for each server, how many blocks each candidate runs there
+   (blocks run through the servers in server order, and through a server's candidates in turn):
+   latency = the blocks' times, plus a hop from the server's host to each candidate's anchor and a
+   network hop into each server used; throughput = the busiest device or link (per-block loads times
+   blocks), or a network hop. Every device's memory holds its blocks' weights (a server whose first
+   GPU is full goes on on its second). Of identical servers an earlier one takes
+   at least as many blocks (symmetry breaking); across kinds the program follows their speed.
+4. The head starts on the first server's anchor, the tail on the last one's; then each of their
+   kernels moves to the device where the simulator says the whole plan is best. The program runs
+   again knowing where they went (their time and weights on those devices), and the better plan stays.
+
+The plan's value is the simulator's on the whole graph. Its lower bound is the full problem's
+(``bounds.lower_bound``), never the restricted problem's, so the gap says how far the restriction
+can be from any plan. Models without repeated blocks and platforms that stage transfers through host
+memory fall back to the full-graph solver, and the plan says so in ``attrs["symmetric"]["fallback"]``;
+pipelines are refused (SliceGraph places them).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+
+import mip
+
+from ..cost.base import CostModel
+from ..errors import DivimlInputError
+from ..graph import Edge, Kernel, OpGraph
+from ..plan import Plan
+from ..platform import Platform
+from ..servers import identical_servers, server_devices, server_platform
+from ..simulator import memory_per_device, simulate
+from .base import Problem, Solver
+from .blocks import Blocks, find_blocks
+from .cpsat import CpsatSession
+from .milp import new_model
+from .split import Split
+
+log = logging.getLogger(__name__)
+
+ENTRY, EXIT = "__block_entry__", "__block_exit__"
+MAX_GROUP = 4                       # throughput groups: at most this many blocks solved together
+# A group one block larger must cut the period per block by this much, or groups stop growing. On
+# llama (24 layers, paper-node) 2 blocks gained 1.1% over 1, and 3 blocks 0.3% more for 3x the time.
+MIN_GROUP_GAIN = 0.02
+FEWER_RUNS = 1e-4                   # throughput program: a run costs this much of a block's time
+ROUNDS = 2                          # server programs: the first guesses where head and tail go, the second knows
+
+
+class _RememberedCosts(CostModel):
+    """The model's costs, each asked once (the solver scores many plans of one graph), with the
+    zero-time entry and exit kernels of group problems."""
+
+    def __init__(self, base: CostModel, platform: Platform):
+        super().__init__(platform)
+        self.base = base
+        self._compute: dict[tuple[str, str], float] = {}
+        self._transfer: dict[tuple[float, str, str], float] = {}
+
+    def compute_s(self, kernel: str, device: str) -> float:
+        if kernel in (ENTRY, EXIT):
+            return 0.0
+        key = (kernel, device)
+        if key not in self._compute:
+            self._compute[key] = self.base.compute_s(kernel, device)
+        return self._compute[key]
+
+    def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
+        key = (nbytes, src, dst)
+        if key not in self._transfer:
+            self._transfer[key] = self.base.transfer_s(nbytes, src, dst)
+        return self._transfer[key]
+
+
+@dataclass
+class Candidate:
+    """g blocks placed on one server of a kind: per block, its time (latency), the load of each device
+    and link by position in the server (throughput), the weights on each device; plus activations."""
+
+    kind: str
+    anchor: int                                  # the anchor's position among the server's devices
+    group: int
+    plan: Plan                                   # over the first server of the kind's device names
+    block_s: float
+    device_load_s: list[float]
+    link_load_s: dict[tuple[int, int], float]
+    weight_bytes: list[float]
+    activation_bytes: list[float]
+    start_s: dict[str, float]                    # simulated start of each kernel: the run order
+    positions: tuple[int, ...]                   # the plan's device positions -> the server's (mirrors)
+
+    def mirrored(self, a: int, b: int) -> "Candidate":
+        """This candidate with identical devices ``a`` and ``b`` swapped."""
+        swap = {a: b, b: a}
+
+        def moved(values: list) -> list:
+            return [values[swap.get(p, p)] for p in range(len(values))]
+
+        return replace(self, anchor=swap.get(self.anchor, self.anchor), device_load_s=moved(self.device_load_s),
+                       link_load_s={(swap.get(x, x), swap.get(y, y)): v for (x, y), v in self.link_load_s.items()},
+                       weight_bytes=moved(self.weight_bytes), activation_bytes=moved(self.activation_bytes),
+                       positions=tuple(swap.get(p, p) for p in self.positions))
+
+    @property
+    def period_s(self) -> float:
+        """Per block, the busiest device or link (throughput)."""
+        return max([*self.device_load_s, *self.link_load_s.values()])
+
+
+Allocation = dict[str, list[tuple[Candidate, int]]]     # server -> its runs: (candidate, blocks), in order
+
+
+class Symmetric(Solver):
+    """Symmetric placement (module docstring). ``max_group``: the largest group of blocks solved
+    together for throughput; ``group_time_limit_s``: seconds for each group problem."""
+
+    name = "symmetric"
+    objectives = ("latency", "throughput")
+
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, max_group: int = MAX_GROUP,
+                 group_time_limit_s: float = 1.0):
+        super().__init__(time_limit_s=time_limit_s, seed=seed)
+        self.max_group, self.group_time_limit_s = max_group, group_time_limit_s
+
+    def solve(self, problem: Problem) -> Plan:
+        from .. import bounds  # bounds imports this package
+
+        self.check_objective(problem)
+        problem.validate()
+        began = time.perf_counter()
+        blocks, found = find_blocks(problem.graph, problem.costs, problem.platform)
+        if blocks is None or problem.mode == "host_staged":
+            reason = found if blocks is None else "platforms that stage transfers through host memory"
+            return self._fall_back(problem, reason, began)
+        log.info("symmetric: %s", found)
+        given = problem
+        problem = Problem(given.graph, given.platform, _RememberedCosts(given.costs, given.platform),
+                          objective=given.objective)
+        candidates = self._candidates(problem, blocks)
+        best, ends = None, None
+        for _ in range(ROUNDS):
+            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends)
+            plan = self._assemble(problem, blocks, allocation)
+            self._place_ends(problem, blocks, plan, allocation)
+            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+            if best is None or sim.value_s < best[0].value_s:
+                best = (sim, plan, allocation)
+            if problem.objective == "latency" and not memory_binds:
+                break                   # the ends' time does not enter the latency program: no news
+            ends = _end_loads(problem, blocks, plan)
+        sim, plan, allocation = best
+        plan.value_s = sim.value_s
+        plan.lower_bound_s = min(bounds.lower_bound(given), sim.value_s)
+        plan.optimal = sim.value_s <= plan.lower_bound_s * (1 + 1e-9)
+        plan.solve_s = time.perf_counter() - began
+        plan.attrs["symmetric"] = {
+            "blocks": len(blocks.blocks), "block_kernels": blocks.block_size, "head": len(blocks.head),
+            "tail": len(blocks.tail), "groups_solved": sum(len(c) for c in candidates.values()),
+            "servers": {server: [{"blocks": n, "anchor": server_devices(problem.platform)[server][cand.anchor],
+                                  "group": cand.group} for cand, n in runs] for server, runs in allocation.items()}}
+        return plan
+
+    # ------------------------------------------------------------------ fallback
+    def _fall_back(self, problem: Problem, reason: str, began: float) -> Plan:
+        from . import full_graph_solver, get_solver      # the registry imports this module
+
+        name = full_graph_solver(problem)
+        log.warning("%s; solving the whole graph with %s instead", reason, name)
+        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
+        plan.solver, plan.solve_s = self.name, time.perf_counter() - began
+        plan.attrs["symmetric"] = {"fallback": f"{reason}; solved by {name}"}
+        return plan
+
+    # ------------------------------------------------------------------ 2. candidates
+    def _candidates(self, problem: Problem, blocks: Blocks) -> dict[str, list[Candidate]]:
+        """Kind -> its candidates (every anchor and group size that gave a plan)."""
+        out: dict[str, list[Candidate]] = {}
+        with contextlib.ExitStack() as stack:        # one OR-Tools process for all latency groups
+            session = stack.enter_context(CpsatSession(seed=self.seed, workers=2)) \
+                if problem.objective == "latency" and importlib.util.find_spec("ortools") else None
+            for servers in identical_servers(problem.platform):
+                kind, found = self._kind_candidates(problem, blocks, servers[0], session)
+                out[kind] = found
+        return out
+
+    def _kind_candidates(self, problem: Problem, blocks: Blocks, first: str, session
+                         ) -> tuple[str, list[Candidate]]:
+        """The candidates of the kind of server ``first``."""
+        from . import full_graph_solver, get_solver
+
+        devices = server_devices(problem.platform)
+        groups = [1] if problem.objective == "latency" else \
+            list(range(1, min(self.max_group, len(blocks.blocks)) + 1))
+        kind = str(problem.platform.attrs.get("servers", {}).get(first, {}).get("kind", first))
+        platform = server_platform(problem.platform, first)
+        found = []
+        position = {d: p for p, d in enumerate(devices[first])}
+        for twins in _anchors(platform, problem.costs, blocks.blocks[0]):
+            anchor = twins[0]
+            per_block = math.inf                # the period per block of this anchor's last group
+            for group in groups:
+                if group > 1 and group > len(platform.devices):
+                    break
+                sub = _group_problem(problem, blocks, group, platform, anchor)
+                try:
+                    sub.validate()
+                except DivimlInputError as error:          # this server cannot hold the group: no candidate
+                    log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
+                    continue
+                name = full_graph_solver(sub)
+                solver = Split(time_limit_s=self.group_time_limit_s, seed=self.seed, session=session) \
+                    if name == "split" else get_solver(name, time_limit_s=self.group_time_limit_s, seed=self.seed)
+                plans = [solver.solve(sub)]
+                if group == 1:       # the block whole on the anchor: it spares the other devices' memory
+                    plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
+                solved = None
+                for plan in plans:
+                    sim = simulate(sub.graph, sub.platform, sub.costs, plan)
+                    if not sim.feasible or any(plan.assignment == c.plan.assignment for c in found):
+                        continue
+                    cand = _candidate(kind, devices[first], group, plan, sub, sim)
+                    # the same plan anchored on each identical device: memory may need them all
+                    found += [cand] + [cand.mirrored(position[anchor], position[twin]) for twin in twins[1:]]
+                    solved = solved or cand
+                    log.info("symmetric: %s, anchor %s, %d block(s): %.4g s per block", kind, anchor, group,
+                             cand.block_s if problem.objective == "latency" else cand.period_s)
+                if solved is None or solved.period_s > per_block * (1 - MIN_GROUP_GAIN):
+                    break
+                per_block = solved.period_s
+        return kind, found
+
+    # ------------------------------------------------------------------ 3. blocks per server
+    def _allocate(self, problem: Problem, blocks: Blocks, candidates: dict[str, list[Candidate]],
+                  ends: dict[str, tuple[float, float]] | None) -> tuple[Allocation, bool]:
+        """Server -> its (candidate, number of blocks) runs, servers taking none left out; and whether
+        memory kept a server from taking one block more. ``ends``: device -> (seconds, weight bytes) of
+        the head and tail where a previous round put them; without it every device keeps room for all
+        their weights."""
+        platform, total = problem.platform, len(blocks.blocks)
+        devices = server_devices(platform)
+        hosts = {s: entry["host"] for s, entry in platform.attrs.get("servers", {}).items()}
+        kinds = {s: str(platform.attrs.get("servers", {}).get(s, {}).get("kind", s))
+                 for group in identical_servers(platform) for s in group}
+        every = [c for found in candidates.values() for c in found]
+        if not every:
+            raise DivimlInputError("no server can hold even one block of the model", field="memory_bytes",
+                                   hint="use servers with more memory, or another solver")
+        unit = min(c.block_s for c in every) or 1.0
+        every_end = problem.graph.weight_bytes(blocks.head + blocks.tail)
+        boundary = _boundary_bytes(problem.graph, blocks)
+
+        def fixed(device: str) -> tuple[float, float]:
+            return ends.get(device, (0.0, 0.0)) if ends is not None else (0.0, every_end)
+
+        def move(src: str, dst: str) -> float:
+            return problem.costs.transfer_s(boundary, src, dst) / unit
+
+        def network_hop(server: str) -> float:
+            """The boundary tensor reaching this server's host from another server's."""
+            other = next((s for s in devices if s != server), None)
+            return move(hosts[other], hosts[server]) if other is not None else 0.0
+
+        def runs(server: str):
+            return list(enumerate(candidates.get(kinds[server], [])))
+
+        model = new_model("symmetric_servers", "highs")
+        n, y, used = {}, {}, {}
+        for server in kinds:
+            used[server] = model.add_var(var_type=mip.BINARY)
+            for i, _ in runs(server):
+                n[server, i] = model.add_var(var_type=mip.INTEGER, lb=0, ub=total)
+                y[server, i] = model.add_var(var_type=mip.BINARY)
+                model += n[server, i] <= total * y[server, i]
+                model += used[server] >= y[server, i]
+        model += mip.xsum(n.values()) == total
+        for server in kinds:
+            for p, device in enumerate(devices[server]):
+                capacity = platform.device(device).memory_bytes
+                if capacity is not None:         # weights of every block, activations of the largest run
+                    live = model.add_var(lb=0.0)
+                    for i, c in runs(server):
+                        model += live >= y[server, i] * (c.activation_bytes[p] / 2**20)
+                    model += mip.xsum(n[server, i] * (c.weight_bytes[p] / 2**20) for i, c in runs(server)) + live \
+                        <= (capacity - fixed(device)[1]) / 2**20
+        for servers in identical_servers(platform):
+            for a, b in zip(servers, servers[1:]):
+                model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
+        # Each run enters its anchor from the server's host; each server used is one network hop.
+        if problem.objective == "latency":
+            model.objective = mip.minimize(
+                mip.xsum(n[s, i] * c.block_s / unit + y[s, i] * move(hosts.get(s, devices[s][c.anchor]),
+                                                                      devices[s][c.anchor])
+                         for s in kinds for i, c in runs(s))
+                + mip.xsum(used[s] * network_hop(s) for s in kinds))
+        else:
+            period = model.add_var(lb=0.0)
+            for s in kinds:
+                for p, device in enumerate(devices[s]):
+                    model += period >= mip.xsum(n[s, i] * (c.device_load_s[p] / unit) for i, c in runs(s)) \
+                        + fixed(device)[0] / unit
+                for link in {link for _, c in runs(s) for link in c.link_load_s}:
+                    model += period >= mip.xsum(n[s, i] * (c.link_load_s.get(link, 0.0) / unit) for i, c in runs(s))
+                model += period >= used[s] * network_hop(s)
+            # among equal periods, the fewest runs: a server that could mix candidates freely otherwise
+            # mixes them at random wherever another device sets the period
+            model.objective = mip.minimize(period + FEWER_RUNS * mip.xsum(y.values()))
+        status = model.optimize(max_seconds=max(1.0, self.time_limit_s / 4))
+        if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+            raise DivimlInputError(f"the {total} blocks do not fit in the servers' memory "
+                                   f"(each block's weights: {problem.graph.weight_bytes(blocks.blocks[0]):.3g} B)",
+                                   field="memory_bytes", hint="add servers, or use servers with more memory")
+        allocation: Allocation = {}
+        for s in devices:
+            for i, c in runs(s) if s in kinds else []:
+                if round(n[s, i].x) > 0:
+                    allocation.setdefault(s, []).append((c, round(n[s, i].x)))
+
+        def full(server: str) -> bool:
+            taken = allocation[server]
+            for p, device in enumerate(devices[server]):
+                capacity = platform.device(device).memory_bytes
+                if capacity is None:
+                    continue
+                need = sum(k * c.weight_bytes[p] for c, k in taken) + max(c.activation_bytes[p] for c, _ in taken)
+                if any(c.weight_bytes[p] > 0 and need + c.weight_bytes[p] > capacity - fixed(device)[1]
+                       for c, _ in taken):
+                    return True
+            return False
+
+        return allocation, any(full(s) for s in allocation)
+
+    # ------------------------------------------------------------------ assembly
+    def _assemble(self, problem: Problem, blocks: Blocks, allocation: Allocation) -> Plan:
+        """The blocks through the servers in order, each run of blocks repeating its candidate's pattern."""
+        devices = server_devices(problem.platform)
+        assignment: dict[str, str] = {}
+        rank: dict[str, tuple] = {}
+        topo = {k: i for i, k in enumerate(problem.graph.topo_order)}
+        index = 0
+        for server, cand, count in ((s, c, k) for s, runs in allocation.items() for c, k in runs):
+            first = _server_of_names(devices, cand.plan)
+            pattern_of = pattern_blocks(blocks, cand.group)
+            for local in range(count):
+                pattern = blocks.blocks[pattern_of[local % cand.group]]
+                for position, kernel in enumerate(blocks.blocks[index]):
+                    source = pattern[position]
+                    placed = devices[first].index(cand.plan.assignment[source])
+                    assignment[kernel] = devices[server][cand.positions[placed]]
+                    rank[kernel] = (1, index, cand.start_s.get(source, 0.0), topo[kernel])
+                index += 1
+        first_server, last_server = list(allocation)[0], list(allocation)[-1]
+        for kernels, server, cand, tier in ((blocks.head, first_server, allocation[first_server][0][0], 0),
+                                            (blocks.tail, last_server, allocation[last_server][-1][0], 2)):
+            for kernel in kernels:
+                assignment[kernel] = devices[server][cand.anchor]
+                rank[kernel] = (tier, 0, 0.0, topo[kernel])
+        plan = Plan(assignment, objective=problem.objective, mode=problem.mode, solver=self.name)
+        plan.attrs["rank"] = rank
+        _set_order(plan)
+        return plan
+
+    # ------------------------------------------------------------------ 4. head and tail
+    def _place_ends(self, problem: Problem, blocks: Blocks, plan: Plan, allocation: Allocation) -> None:
+        """Move each head and tail kernel to its best device, judged by the simulator on the whole plan.
+        Only the servers that hold the model's inputs and outputs (the host's), its first block or its
+        last block are tried: elsewhere a head or tail kernel only adds network hops."""
+        devices = server_devices(problem.platform)
+        host = next(s for s, names in devices.items() if problem.platform.host in names)
+        near = {d for s in {host, next(iter(allocation)), list(allocation)[-1]} for d in devices[s]}
+        best = _score(problem, plan)
+        for _ in range(2):
+            improved = False
+            for kernel in blocks.head + blocks.tail:
+                current = plan.assignment[kernel]
+                for device in (d for d in problem.feasible_devices(kernel) if d in near):
+                    if device == current:
+                        continue
+                    plan.assignment[kernel] = device
+                    _set_order(plan)
+                    score = _score(problem, plan)
+                    if score < best:
+                        best, current, improved = score, device, True
+                plan.assignment[kernel] = current
+                _set_order(plan)
+            if not improved:
+                break
+        del plan.attrs["rank"]
+
+
+def _end_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[str, tuple[float, float]]:
+    """Device -> (compute seconds, weight bytes) of the head and tail kernels placed there."""
+    on: dict[str, list[str]] = {}
+    for kernel in blocks.head + blocks.tail:
+        on.setdefault(plan.assignment[kernel], []).append(kernel)
+    return {d: (sum(problem.costs.compute_s(k, d) for k in kernels), problem.graph.weight_bytes(kernels))
+            for d, kernels in on.items()}
+
+
+def _score(problem: Problem, plan: Plan) -> float:
+    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    return sim.value_s if sim.feasible else math.inf
+
+
+def _set_order(plan: Plan) -> None:
+    """Latency plans run each device's kernels by rank (head, blocks in order as their pattern ran, tail)."""
+    if plan.objective != "latency":
+        return
+    rank = plan.attrs["rank"]
+    order: dict[str, list[str]] = {}
+    for kernel in sorted(plan.assignment, key=rank.__getitem__):
+        order.setdefault(plan.assignment[kernel], []).append(kernel)
+    plan.order = order
+
+
+def _anchors(platform: Platform, costs: CostModel, block: list[str]) -> list[list[str]]:
+    """Devices grouped by what they are (every figure but the name), their links and the block's
+    times on them, in device order: one group problem per group, anchored on its first device,
+    stands for all (mirrored onto the others)."""
+    groups: dict[tuple, list[str]] = {}
+    for device in platform.devices:
+        what = {k: str(v) for k, v in asdict(device).items() if k not in ("name", "device")}
+        links = tuple(sorted((platform.link(device.name, other.name).latency_s,
+                              platform.link(device.name, other.name).bandwidth_Bps or math.inf)
+                             for other in platform.devices if other.name != device.name))
+        times = tuple(costs.compute_s(k, device.name) for k in block)
+        groups.setdefault((tuple(sorted(what.items())), links, times), []).append(device.name)
+    return list(groups.values())
+
+
+def _boundary_bytes(graph: OpGraph, blocks: Blocks) -> float:
+    """The bytes one block passes to the next (a tensor crosses once: the largest edge)."""
+    second = set(blocks.blocks[1])
+    return max((e.bytes for k in blocks.blocks[0] for e in graph.succ[k] if e.dst in second), default=0.0)
+
+
+def pattern_blocks(blocks: Blocks, group: int) -> list[int]:
+    """The blocks a group problem stands for: from the second block on where a block follows and one
+    comes after, so that the group enters and leaves as the middle of the model does."""
+    return list(range(1, 1 + group)) if len(blocks.blocks) >= group + 2 else list(range(group))
+
+
+def _group_problem(problem: Problem, blocks: Blocks, group: int, platform: Platform, anchor: str) -> Problem:
+    """``group`` blocks alone on one server, entered and left through ``anchor``."""
+    graph = problem.graph
+    members = [k for b in pattern_blocks(blocks, group) for k in blocks.blocks[b]]
+    inside = set(members)
+    arriving: dict[str, float] = {}
+    leaving: dict[str, float] = {}
+    entry_bytes = 0.0                  # the largest tensor the entry stands for, live on the anchor
+    edges = []
+    for kernel in members:
+        for edge in graph.pred[kernel]:
+            if edge.src in inside:
+                edges.append(edge)
+            else:
+                arriving[kernel] = max(arriving.get(kernel, 0.0), edge.bytes)
+                entry_bytes = max(entry_bytes, graph.kernels[edge.src].output_bytes)
+        for edge in graph.succ[kernel]:
+            if edge.dst not in inside:
+                leaving[kernel] = max(leaving.get(kernel, 0.0), edge.bytes)
+    for graph_input in graph.inputs:
+        for consumer in graph_input.consumers:
+            if consumer in inside:
+                arriving[consumer] = max(arriving.get(consumer, 0.0), graph_input.bytes)
+                entry_bytes = max(entry_bytes, graph_input.bytes)
+    edges += [Edge(ENTRY, k, b) for k, b in arriving.items()] + [Edge(k, EXIT, b) for k, b in leaving.items()]
+    kernels = [Kernel(ENTRY, output_bytes=entry_bytes, allowed_devices=(anchor,))]
+    kernels += [graph.kernels[k] for k in members] + [Kernel(EXIT, allowed_devices=(anchor,))]
+    used = {w for k in members for w in graph.kernels[k].weights}
+    sub = OpGraph(kernels, edges, outputs=[EXIT], weights={w: graph.weights[w] for w in used},
+                  name=f"{graph.name}/{group} block(s)")
+    return Problem(sub, platform, _RememberedCosts(problem.costs, platform), objective=problem.objective)
+
+
+def _candidate(kind: str, devices: list[str], group: int, plan: Plan, sub: Problem, sim) -> Candidate:
+    """What the server program needs of a solved group problem, per block and by device position."""
+    position = {d: p for p, d in enumerate(devices)}
+    graph = sub.graph
+    memory = memory_per_device(graph, plan)
+    weights = [0.0] * len(devices)
+    for device in devices:
+        weights[position[device]] = graph.weight_bytes([k for k, d in plan.assignment.items() if d == device])
+    activations = [max(memory.get(d, 0.0) - weights[position[d]], 0.0) for d in devices]
+    return Candidate(kind, position[plan.assignment[ENTRY]], group, plan, sim.value_s / group,
+                     [sim.device_busy_s.get(d, 0.0) / group for d in devices],
+                     {(position[a], position[b]): load / group for (a, b), load in sim.link_busy_s.items()},
+                     [w / group for w in weights], activations, dict(sim.start_s), tuple(range(len(devices))))
+
+
+def _server_of_names(devices: dict[str, list[str]], plan: Plan) -> str:
+    """The server whose device names a candidate's plan uses."""
+    anchor = plan.assignment[ENTRY]
+    return next(s for s, names in devices.items() if anchor in names)
