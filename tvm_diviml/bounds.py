@@ -78,9 +78,14 @@ def transfer_path_bound(problem: Problem) -> float:
     devices = platform.device_names
     host = devices.index(platform.host)
     moves: dict[float, np.ndarray] = {}
+    affine = _affine_links(costs, devices)
 
     def move_s(nbytes: float) -> np.ndarray:
         """[src, dst] seconds to move ``nbytes`` (zero on the diagonal)."""
+        if nbytes <= 0:
+            return np.zeros((len(devices), len(devices)))
+        if affine is not None:
+            return affine[0] + nbytes * affine[1]
         if nbytes not in moves:
             moves[nbytes] = np.array([[0.0 if a == b else costs.transfer_s(nbytes, a, b) for b in devices]
                                       for a in devices])
@@ -104,6 +109,22 @@ def transfer_path_bound(problem: Problem) -> float:
             done = done + move_s(graph.kernels[kernel].output_bytes)[:, host]
         latest = max(latest, float(done.min()))
     return latest
+
+
+def _affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(latency, seconds per byte) of every link, when each transfer costs latency + bytes x rate
+    (checked at a third size); None otherwise. A graph with thousands of distinct tensor sizes on
+    64 devices would otherwise ask the cost model for millions of transfers."""
+    small, large, middle = 1.0, float(2**30), float(2**20)
+    size = len(devices)
+    at = {n: np.array([[0.0 if a == b else costs.transfer_s(n, a, b) for b in devices] for a in devices])
+          for n in (small, large, middle)}
+    rate = (at[large] - at[small]) / (large - small)
+    latency = at[small] - small * rate
+    predicted = latency + middle * rate
+    if not np.allclose(predicted, at[middle], rtol=1e-9, atol=1e-15):
+        return None
+    return latency * (1 - np.eye(size)), rate * (1 - np.eye(size))
 
 
 def _host_link_loads(problem: Problem, share: dict, load: dict, unit: float, model: mip.Model) -> None:
@@ -157,10 +178,11 @@ def lp_load_bound(problem: Problem) -> float:
     load: dict = {d: [] for d in problem.platform.device_names}
     share: dict[tuple[str, str], mip.Var] = {}
     for kernel in kernels:
-        for device in problem.feasible_devices(kernel):
+        devices = problem.feasible_devices(kernel)
+        for device in devices:
             share[kernel, device] = x = model.add_var(lb=0.0, ub=1.0)
             load[device].append(problem.costs.compute_s(kernel, device) / unit * x)
-        model += mip.xsum(x for (k, _), x in share.items() if k == kernel) == 1
+        model += mip.xsum(share[kernel, d] for d in devices) == 1
     if problem.mode == "period_overlap":
         _host_link_loads(problem, share, load, unit, model)
     for terms in load.values():
