@@ -129,15 +129,16 @@ def _affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | 
 
 def _host_link_loads(problem: Problem, share: dict, load: dict, unit: float, model: mip.Model) -> None:
     """Add to ``load`` the host's links in a period: each model output returns from every device that
-    makes a share of it, and each model input goes once to every device that reads a share of it."""
+    makes a share of it, and each model input goes once to every device that reads a share of it.
+    ``share``: (a class's first kernel, device) -> (the class's split variable, its kernels)."""
     graph, costs, host = problem.graph, problem.costs, problem.platform.host
-    for (kernel, device), x in share.items():
+    for (kernel, device), (x, count) in share.items():
         nbytes = graph.kernels[kernel].output_bytes
         if kernel in graph.output_set and nbytes > 0 and device != host:
-            load.setdefault((device, host), []).append(costs.transfer_s(nbytes, device, host) / unit * x)
+            load.setdefault((device, host), []).append(count * costs.transfer_s(nbytes, device, host) / unit * x)
     for graph_input in graph.inputs:
         for device in problem.platform.device_names:
-            readers = [share[k, device] for k in graph_input.consumers if (k, device) in share]
+            readers = [share[k, device][0] for k in graph_input.consumers if (k, device) in share]
             if device == host or not readers:
                 continue
             needed = model.add_var(lb=0.0, ub=1.0)
@@ -167,22 +168,31 @@ def lower_bound(problem: Problem, mip_time_limit_s: float = 0.0) -> float:
 
 
 def lp_load_bound(problem: Problem) -> float:
-    """The LP load bound (DESIGN.md "Lower bounds for placement", (ii))."""
-    kernels = list(problem.graph.kernels)
-    if not kernels:
+    """The LP load bound (DESIGN.md "Lower bounds for placement", (ii)). Kernels alike in every
+    coefficient (the same time on every device, the same output to return, no model input) share one
+    split: averaging the splits of two such kernels keeps every constraint, so the LP's value is the
+    same, and a transformer's hundreds of kernels become a few dozen classes."""
+    graph = problem.graph
+    if not graph.kernels:
         return 0.0
     fastest = fastest_times(problem)
-    unit = sum(fastest.values()) / len(kernels) or 1.0       # seconds are tiny against solver tolerances
+    unit = sum(fastest.values()) / len(graph.kernels) or 1.0       # seconds are tiny against solver tolerances
+    reads_input = {k for graph_input in graph.inputs for k in graph_input.consumers}
+    classes: dict[tuple, list[str]] = {}
+    for kernel in graph.kernels:
+        times = tuple((d, problem.costs.compute_s(kernel, d)) for d in problem.feasible_devices(kernel))
+        returned = graph.kernels[kernel].output_bytes if kernel in graph.output_set else None
+        classes.setdefault((times, returned, kernel if kernel in reads_input else None), []).append(kernel)
     model = new_model("lp_load", "highs")
     T = model.add_var(lb=0.0)
     load: dict = {d: [] for d in problem.platform.device_names}
-    share: dict[tuple[str, str], mip.Var] = {}
-    for kernel in kernels:
-        devices = problem.feasible_devices(kernel)
-        for device in devices:
-            share[kernel, device] = x = model.add_var(lb=0.0, ub=1.0)
-            load[device].append(problem.costs.compute_s(kernel, device) / unit * x)
-        model += mip.xsum(share[kernel, d] for d in devices) == 1
+    share: dict[tuple[str, str], tuple[mip.Var, int]] = {}
+    for (times, _, _), members in classes.items():
+        for device, seconds in times:
+            x = model.add_var(lb=0.0, ub=1.0)
+            share[members[0], device] = (x, len(members))
+            load[device].append(len(members) * seconds / unit * x)
+        model += mip.xsum(share[members[0], d][0] for d, _ in times) == 1
     if problem.mode == "period_overlap":
         _host_link_loads(problem, share, load, unit, model)
     for terms in load.values():

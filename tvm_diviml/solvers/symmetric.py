@@ -149,9 +149,8 @@ class Symmetric(Solver):
             reason = found if blocks is None else "platforms that stage transfers through host memory"
             return self._fall_back(problem, reason, began)
         log.info("symmetric: %s", found)
-        given = problem
-        problem = Problem(given.graph, given.platform, _RememberedCosts(given.costs, given.platform),
-                          objective=given.objective)
+        problem = Problem(problem.graph, problem.platform, _RememberedCosts(problem.costs, problem.platform),
+                          objective=problem.objective)
         candidates = self._candidates(problem, blocks)
         best, ends = None, None
         for _ in range(ROUNDS):
@@ -166,7 +165,7 @@ class Symmetric(Solver):
             ends = _end_loads(problem, blocks, plan)
         sim, plan, allocation = best
         plan.value_s = sim.value_s
-        plan.lower_bound_s = min(bounds.lower_bound(given), sim.value_s)
+        plan.lower_bound_s = min(bounds.lower_bound(problem), sim.value_s)     # the whole problem's
         plan.optimal = sim.value_s <= plan.lower_bound_s * (1 + 1e-9)
         plan.solve_s = time.perf_counter() - began
         plan.attrs["symmetric"] = {
