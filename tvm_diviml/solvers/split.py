@@ -1,7 +1,8 @@
 """DiviML's splitting heuristic: exact solves of small windows of the graph, the rest held fixed.
 
-1. Communities by modularity (Louvain, seeded) on the undirected graph weighted by transfer time:
-   kernels that exchange big tensors end up together, so the cuts between modules are cheap.
+1. Communities by modularity (Louvain, seeded, with exact gains: ``louvain.py``) on the undirected
+   graph weighted by transfer time: kernels that exchange big tensors end up together, so the cuts
+   between modules are cheap.
 2. Modules: a topological order that keeps each community's kernels together (Kahn's algorithm that
    stays in the current community while it can), cut where the community changes or a module reaches
    ``module_size``. Contiguous pieces of a topological order always form an acyclic quotient.
@@ -56,13 +57,12 @@ import logging
 import time
 from collections import defaultdict
 
-import networkx as nx
-
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem, Solver
 from .cpsat import CpsatSession
+from .louvain import louvain
 from .milp import BACKENDS as MILP_BACKENDS
 from .milp import (
     Context,
@@ -77,20 +77,22 @@ from .milp import (
 log = logging.getLogger(__name__)
 
 BACKENDS = ("cpsat", *MILP_BACKENDS)
+LOUVAIN_SCALE = 10**6            # edge weights in millionths of the largest: integers for exact gains
 IMPROVEMENT_SHARE = 0.5          # of the window time limit, for a window of the improvement sweeps
 
 
-def communities(problem: Problem, seed: int, resolution: float = 1.0) -> dict[str, int]:
-    """Kernel -> community id, by Louvain modularity on edges weighted by mean transfer time."""
+def communities(problem: Problem, seed: int) -> dict[str, int]:
+    """Kernel -> community id, by Louvain modularity on edges weighted by mean transfer time (in
+    integer millionths of the largest, each edge at least 1: ``louvain`` compares gains exactly)."""
     graph, costs, devices = problem.graph, problem.costs, problem.platform.device_names
     pairs = [(a, b) for a in devices for b in devices if a != b] or [(devices[0], devices[0])]
-    undirected = nx.Graph()
-    undirected.add_nodes_from(graph.topo_order)
+    seconds: dict[tuple[str, str], float] = defaultdict(float)
     for edge in graph.edges:
-        weight = sum(costs.transfer_s(edge.bytes, a, b) for a, b in pairs) / len(pairs)
-        previous = undirected.get_edge_data(edge.src, edge.dst, {"weight": 0.0})["weight"]
-        undirected.add_edge(edge.src, edge.dst, weight=previous + weight + 1e-12)
-    found = nx.community.louvain_communities(undirected, weight="weight", resolution=resolution, seed=seed)
+        seconds[min(edge.src, edge.dst), max(edge.src, edge.dst)] += \
+            sum(costs.transfer_s(edge.bytes, a, b) for a, b in pairs) / len(pairs)
+    largest = max(seconds.values(), default=0.0) or 1.0
+    weights = {pair: max(1, round(s / largest * LOUVAIN_SCALE)) for pair, s in seconds.items()}
+    found = louvain(graph.topo_order, weights, seed)
     return {kernel: index for index, members in enumerate(found) for kernel in members}
 
 
