@@ -27,6 +27,7 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.segments import split_segments
+from tvm_diviml.servers import server_platform
 from tvm_diviml.simulator import PlanError, device_orders
 
 from .emit import FunctionEmitter, Param
@@ -54,7 +55,8 @@ def vdevices_of(platform: Platform, device_names: list[str]) -> dict[str, Any]:
         if device.device in seen:
             raise DivimlInputError(f"devices '{seen[device.device]}' and '{name}' are both TVM device "
                                    f"{device.device}; a build needs one TVM device each", field="devices",
-                                   hint="give every platform device its own kind:index")
+                                   hint="give every platform device its own kind:index; a plan across "
+                                   "servers is built per server (passes.servers.build_per_server)")
         seen[device.device] = name
         out[name] = relax.VDevice(tvm.target.Target(device.target), device.index, "global")
     return out
@@ -82,31 +84,45 @@ def check_plan(plan: Plan, extraction: Extraction, platform: Platform) -> None:
 
 
 def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None, fused: bool = True,
-               database=None, extraction: Extraction | None = None) -> AppliedPlan:
-    """The placed module for ``plan`` (see the module docstring); ``extraction`` skips re-extracting."""
+               database=None, extraction: Extraction | None = None, server: str | None = None) -> AppliedPlan:
+    """The placed module for ``plan`` (see the module docstring); ``extraction`` skips re-extracting.
+
+    ``server`` (a server of a multi-server platform, see ``servers.py``) places only the segment
+    functions of that server's devices, with that server's host first: its devices' TVM device
+    strings repeat on other servers, so each server gets its own build and there is no entry function
+    (the driver runs the global segment graph)."""
     extraction = extraction or extract(mod, entry, fused=fused)
     check_plan(plan, extraction, platform)
     graph = extraction.graph
-    host = platform.host
-    used = [d.name for d in platform.devices if d.name in set(plan.assignment.values()) | {host}]
+    local = platform if server is None else server_platform(platform, server)
+    host = local.host
+    assignment = {k: d for k, d in plan.assignment.items() if d in local.by_name}
+    used = [d.name for d in local.devices if d.name in set(assignment.values()) | {host}]
     devices = [host] + [d for d in used if d != host]
-    vdevices = vdevices_of(platform, devices)
+    vdevices = vdevices_of(local, devices)
     lowered = extraction.mod
     builder = relax.BlockBuilder()
-    target_funcs = _add_targeted_primfuncs(builder, extraction, plan.assignment, platform, database)
+    target_funcs = _add_targeted_primfuncs(builder, extraction, assignment, local, database)
     emitter = FunctionEmitter(extraction, plan.assignment, vdevices)
-    reads = [Param(Ref("input", i.name), host) for i in graph.inputs]
-    returns = [Param(ref, host) for ref in extraction.outputs]
     order = run_order(graph, plan)
-    weight_params = emitter.emit(builder, extraction.entry, order, reads, returns, target_funcs)
+    if server is None:
+        reads = [Param(Ref("input", i.name), host) for i in graph.inputs]
+        returns = [Param(ref, host) for ref in extraction.outputs]
+        weight_params = [[p.ref.kind, p.ref.name, p.device]
+                         for p in emitter.emit(builder, extraction.entry, order, reads, returns, target_funcs)]
     segments = emit_segments(builder, emitter, extraction, split_segments(graph, plan.assignment, order),
-                             target_funcs)
+                             target_funcs, devices=None if server is None else set(local.by_name))
     placed = builder.get()
-    entry_gvar = placed.get_global_var(extraction.entry)
-    placed[entry_gvar] = placed[entry_gvar].with_attr("num_input", len(reads))
+    if server is None:
+        entry_gvar = placed.get_global_var(extraction.entry)
+        placed[entry_gvar] = placed[entry_gvar].with_attr("num_input", len(reads))
+        copies = _count_copies(placed[extraction.entry])
+    else:
+        weight_params = list(map(list, dict.fromkeys(tuple(w) for seg in segments for w in seg["weights"])))
+        copies = sum(_count_copies(placed[seg["name"]]) for seg in segments)
     for gvar, other in _weight_preparation(lowered, extraction).items():
         placed[gvar] = other
-    constant_ids = sorted({p.ref.name for p in weight_params if p.ref.kind == "const"})
+    constant_ids = sorted({name for kind, name, _ in weight_params if kind == "const"})
     constants_func = f"{extraction.entry}_constants" if constant_ids else None
     if constants_func:
         placed[tvm.ir.GlobalVar(constants_func)] = _constants_function(extraction, constant_ids)
@@ -119,11 +135,11 @@ def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None,
         tvm_devices=[platform.device(d).device for d in devices],
         num_threads=[platform.device(d).num_threads for d in devices],
         inputs=[i.name for i in graph.inputs],
-        weight_params=[[p.ref.kind, p.ref.name, p.device] for p in weight_params],
+        weight_params=weight_params,
         num_params=_num_params(lowered, extraction), weight_ids=list(extraction.weight_params),
         transform_params=extraction.transform_params,
         constant_ids=constant_ids, constants_func=constants_func,
-        num_outputs=len(returns), copies_per_run=_count_copies(placed[extraction.entry]),
+        num_outputs=len(extraction.outputs), copies_per_run=copies,
         assignment=dict(plan.assignment), outputs=[tensor_key(r) for r in extraction.outputs], segments=segments)
     return AppliedPlan(placed, placement, extraction)
 
@@ -194,6 +210,8 @@ def _add_targeted_primfuncs(builder: relax.BlockBuilder, extraction: Extraction,
         device_target[name] = key
     uses: dict[str, list[str]] = {}
     for kernel, func_name in extraction.kernel_func.items():
+        if kernel not in assignment:                  # another server's kernel
+            continue
         keys_used = uses.setdefault(func_name, [])
         if device_target[assignment[kernel]] not in keys_used:
             keys_used.append(device_target[assignment[kernel]])

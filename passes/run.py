@@ -181,21 +181,30 @@ def _concurrent_latency(runner: ConcurrentRunner, inputs: list[np.ndarray], repe
     return statistics.median(samples), samples, {d: s / (repeats + 1) for d, s in busy_total.items()}
 
 
+def headline(run, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:
+    """The first lines of a run's report: the outputs against ``reference``, then measured against
+    predicted (``how`` after the objective, e.g. " over RPC"; ``detail`` after the sample count)."""
+    from tvm_diviml.report import format_seconds
+
+    verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
+    lines = [f"outputs against {reference}: max abs diff {run.max_abs_diff:.3g}, "
+             f"max rel diff {run.max_rel_diff:.3g}: {verdict}"]
+    ratio = f"measured/predicted {run.measured_over_predicted:.2f}"
+    if run.objective == "latency":
+        lines.append(f"latency{how}: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}"
+                     f"{detail}), predicted {format_seconds(run.predicted_s)}: {ratio}")
+    else:
+        lines.append(f"throughput{how}: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
+                     f"inference, {run.in_flight} in flight), predicted {1 / run.predicted_s:.2f} /s "
+                     f"(period {format_seconds(run.predicted_s)}): {ratio}")
+    return lines
+
+
 def format_run(run: RunMeasurement, rtol: float) -> str:
     """The measured-against-predicted report of one run."""
     from tvm_diviml.report import format_seconds
 
-    verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
-    lines = [f"outputs against the single-device build: max abs diff {run.max_abs_diff:.3g}, "
-             f"max rel diff {run.max_rel_diff:.3g}: {verdict}"]
-    ratio = f"measured/predicted {run.measured_over_predicted:.2f}"
-    if run.objective == "latency":
-        lines.append(f"latency: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}, "
-                     f"{run.executor} executor), predicted {format_seconds(run.predicted_s)}: {ratio}")
-    else:
-        lines.append(f"throughput: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
-                     f"inference, {run.in_flight} in flight), predicted {1 / run.predicted_s:.2f} /s "
-                     f"(period {format_seconds(run.predicted_s)}): {ratio}")
+    lines = headline(run, rtol, "the single-device build", detail=f", {run.executor} executor")
     lines.append("busy per inference: " + ", ".join(f"{d} {format_seconds(s)}" for d, s in run.device_busy_s.items()))
     lines.append("single-device configurations, measured now (one inference at a time):")
     for name, seconds in run.single_device_s.items():

@@ -24,9 +24,11 @@ def tensor_key(ref: Ref) -> str:
 
 
 def emit_segments(builder: relax.BlockBuilder, emitter: FunctionEmitter, extraction: Extraction,
-                  segments: list[Segment], target_funcs: dict[tuple[str, str], Any]) -> list[dict]:
+                  segments: list[Segment], target_funcs: dict[tuple[str, str], Any],
+                  devices: set[str] | None = None) -> list[dict]:
     """Add one function per segment to ``builder``; returns each segment's calling convention
-    (name, device, reads, writes, weights) for the Placement."""
+    (name, device, reads, writes, weights) for the Placement. ``devices``: emit only the segments
+    on these (one server's); what they read and write still follows from all ``segments``."""
     segment_of = {kernel: seg.name for seg in segments for kernel in seg.kernels}
     reads: dict[str, list[Ref]] = {seg.name: [] for seg in segments}
     for seg in segments:
@@ -53,6 +55,8 @@ def emit_segments(builder: relax.BlockBuilder, emitter: FunctionEmitter, extract
             writes[segment_of[base.name]].append(ref)
     conventions = []
     for seg in segments:
+        if devices is not None and seg.device not in devices:
+            continue
         weights = emitter.emit(builder, seg.name, list(seg.kernels), [Param(r, seg.device) for r in reads[seg.name]],
                                [Param(r, seg.device) for r in writes[seg.name]], target_funcs)
         conventions.append({"name": seg.name, "device": seg.device, "kernels": list(seg.kernels),

@@ -112,8 +112,10 @@ def test_platforms_list_and_print_presets():
 def test_demo_runs(tmp_path):
     demo = diviml("demo", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
-    # three objectives on paper-node, then the plan that is built and run on cpu2
-    assert demo.stdout.count("lower bound") == 4 and "solver split" in demo.stdout
+    # three objectives on paper-node, the LLM on four servers, then the plan built and run on cpu2
+    assert demo.stdout.count("lower bound") == 5 and "solver split" in demo.stdout
+    servers = demo.stdout.split("== llama:layers=24 on servers:4xpaper-node ==")[1]
+    assert "solver symmetric" in servers and "symmetric: 24 blocks of 17 kernels" in servers
     assert (tmp_path / "demo_schedule.png").stat().st_size > 0
     ran = demo.stdout.split("== built and run on cpu2 ==")[1]
     assert "max rel diff 0: equal" in ran and "measured/predicted" in ran

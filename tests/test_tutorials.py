@@ -27,7 +27,13 @@ def run_tutorial(path: str, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=os.path.basename)
+# Tutorial 05 starts RPC servers and measures kernels (about 40 s): `make test-all` runs it, and
+# tests/test_rpc.py covers the same run across servers in the default suite.
+SLOW_TUTORIALS = {"05_llm_multi_server.py"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if os.path.basename(p) in SLOW_TUTORIALS
+                                  else p for p in TUTORIALS], ids=os.path.basename)
 def test_tutorial_runs_and_succeeds(path):
     run_tutorial(path)
 

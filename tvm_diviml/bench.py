@@ -501,10 +501,156 @@ def suite_run(quick: bool = False, time_limit_s: float = 30.0, repeats: int = 10
                "build_s": run.build_s}
 
 
+LLM_LAYERS = (8, 24, 48)
+LLM_PLATFORMS = ("servers:2xpaper-node", "servers:4xpaper-node")
+LLM_OBJECTIVES = ("latency", "throughput")
+# The whole-graph solvers the symmetric one is judged against (solvers.full_graph_solver's first). The
+# "full" of symmetric_vs_full and speedup is the one with the best plan (on a tie, the faster).
+LLM_FULL_SOLVERS = {"latency": ("split",), "throughput": ("milp", "split")}
+LLM_TARGETS = {"symmetric_vs_full_pct": 2.0, "speedup": 50.0, "from_layers": 24}
+
+
+def llm_models(quick: bool) -> list[str]:
+    """The llama zoo MODELs of the LLM suite: 8, 24 and 48 layers; quick, 8 layers at hidden 128."""
+    return ["llama:layers=8,hidden=128,intermediate=352"] if quick else [f"llama:layers={n}" for n in LLM_LAYERS]
+
+
+def suite_llm(time_limit_s: float = 120.0, quick: bool = False, models: list[str] | None = None,
+              platforms: tuple[str, ...] = LLM_PLATFORMS, objectives: tuple[str, ...] = LLM_OBJECTIVES
+              ) -> Iterator[Row]:
+    """The symmetric solver against the whole-graph solvers on LLaMA-style models across servers
+    (issue 8): per model, platform and objective, its simulated value, the full problem's lower bound,
+    its gap and solve time beside each full solver's (``LLM_FULL_SOLVERS``, ``time_limit_s`` each,
+    ``timed_out`` when they used it up). Targets (``LLM_TARGETS``): from 24 layers on, within 2% of the
+    best full solver's plan and at least 50x faster than that solver. One summary row per objective.
+
+    Pipelines are left out: the symmetric solver does latency and throughput only (SliceGraph, the
+    pipeline solver, has no symmetric counterpart to compare). Each model is extracted once and its
+    graph priced by the roofline for every platform; solves run one at a time, so their times compare."""
+    from tqdm import tqdm
+
+    from .cost.roofline import RooflineCostModel
+    from .platform import get_platform
+    from .solvers import Problem
+    from .workload import load_graph, parse_model_spec
+
+    models = models or llm_models(quick)
+    rows = []
+    progress = tqdm(total=len(models) * len(platforms) * len(objectives), desc="llm suite", unit="row", leave=False)
+    for model in models:
+        progress.set_postfix_str(f"extracting {model}")
+        graph = load_graph(model).graph
+        layers = parse_model_spec(model)[1].get("layers")
+        for platform_name in platforms:
+            platform = get_platform(platform_name)
+            costs = RooflineCostModel(graph, platform)
+            for objective in objectives:
+                progress.set_postfix_str(f"{model} {platform_name} {objective}")
+                problem = Problem(graph, platform, costs, objective=objective)
+                row = {"suite": "llm", "model": model, "layers": layers, "kernels": len(graph),
+                       "platform": platform_name, "devices": len(platform.devices), "objective": objective,
+                       **_llm_solves(problem, layers, time_limit_s)}
+                rows.append(row)
+                progress.update()
+                yield row
+    progress.close()
+    yield from llm_summaries(rows)
+
+
+def _llm_solves(problem, layers: int | None, time_limit_s: float) -> Row:
+    """The row's solver columns: the symmetric solver, then each full solver, timed one after another;
+    the targets judged where the model has enough layers for them to apply."""
+    full = LLM_FULL_SOLVERS[problem.objective]
+    every_full = list(dict.fromkeys(name for names in LLM_FULL_SOLVERS.values() for name in names))
+    notes: list[str] = []
+    symmetric, symmetric_s = _timed_solve("symmetric", problem, time_limit_s, notes)
+    results = {name: _timed_solve(name, problem, time_limit_s, notes) for name in full}
+    plans = {"symmetric": symmetric, **{name: plan for name, (plan, _) in results.items()}}
+    bounds = {name: plan.lower_bound_s for name, plan in plans.items()
+              if plan is not None and plan.lower_bound_s is not None}
+    bound_from = max(bounds, key=bounds.__getitem__, default=None)
+    value = symmetric.value_s if symmetric is not None else None
+    row: Row = {"symmetric_value_s": value,
+                "symmetric_bound_s": symmetric.lower_bound_s if symmetric is not None else None,
+                "symmetric_gap": value / symmetric.lower_bound_s - 1
+                if symmetric is not None and symmetric.lower_bound_s else None,
+                "symmetric_solve_s": symmetric_s,
+                "symmetric_fallback": symmetric.attrs["symmetric"].get("fallback") if symmetric is not None else None,
+                "best_bound_s": bounds.get(bound_from), "bound_from": bound_from}
+    for name in every_full:
+        plan, seconds = results.get(name, (None, None))
+        row.update({f"{name}_value_s": plan.value_s if plan is not None else None, f"{name}_solve_s": seconds,
+                    f"{name}_timed_out": seconds >= time_limit_s * 0.98 if seconds is not None else None,
+                    f"symmetric_vs_{name}_pct": _percent_above(value, plan.value_s if plan is not None else None)})
+    solved = [name for name in full if results[name][0] is not None]
+    reference = min(solved, key=lambda name: (results[name][0].value_s, results[name][1]), default=None)
+    row.update({"full_solver": reference,
+                "symmetric_vs_full_pct": row[f"symmetric_vs_{reference}_pct"] if reference else None,
+                "speedup": results[reference][1] / symmetric_s
+                if reference and symmetric is not None and symmetric_s > 0 else None})
+    targeted = row["symmetric_vs_full_pct"] is not None and row["speedup"] is not None and \
+        (layers or 0) >= LLM_TARGETS["from_layers"]
+    row.update({"meets_value_target": row["symmetric_vs_full_pct"] <= LLM_TARGETS["symmetric_vs_full_pct"]
+                if targeted else None,
+                "meets_speed_target": row["speedup"] >= LLM_TARGETS["speedup"] if targeted else None,
+                "notes": "; ".join(notes)})
+    return row
+
+
+def _percent_above(value: float | None, reference: float | None) -> float | None:
+    return 100.0 * (value / reference - 1.0) if value is not None and reference else None
+
+
+def _timed_solve(name: str, problem, time_limit_s: float, notes: list[str]):
+    """(plan with its simulated value, wall seconds), or (None, seconds) with a note when the solver
+    fails or its plan is infeasible: one broken solve must not end a half-hour run."""
+    from .errors import DivimlInputError
+    from .simulator import simulate
+    from .solvers import get_solver
+
+    began = time.perf_counter()
+    try:
+        plan = get_solver(name, time_limit_s=time_limit_s).solve(problem)
+    except DivimlInputError as error:
+        notes.append(f"{name}: {error}")
+        return None, time.perf_counter() - began
+    except Exception as error:
+        log.warning("llm suite: %s failed", name, exc_info=True)
+        notes.append(f"{name} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+        return None, time.perf_counter() - began
+    seconds = time.perf_counter() - began
+    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    if not sim.feasible:
+        notes.append(f"{name}: infeasible plan ({'; '.join(sim.problems[:1])})")
+        return None, seconds
+    plan.value_s = sim.value_s
+    return plan, seconds
+
+
+def llm_summaries(rows: list[Row]) -> list[Row]:
+    """Per objective, a row with the same columns: the worst symmetric_vs_full and speedup over the rows
+    the targets apply to (24+ layers; every row where none has that many), and whether all met both."""
+    summaries = []
+    for objective in dict.fromkeys(row["objective"] for row in rows):
+        members = [row for row in rows if row["objective"] == objective]
+        judged = [row for row in members if row["meets_value_target"] is not None]
+        considered = judged or members
+        pcts = [row["symmetric_vs_full_pct"] for row in considered if row["symmetric_vs_full_pct"] is not None]
+        speedups = [row["speedup"] for row in considered if row["speedup"] is not None]
+        summaries.append({**dict.fromkeys(rows[0]), "suite": "llm", "model": "summary", "objective": objective,
+                          "symmetric_vs_full_pct": max(pcts, default=None), "speedup": min(speedups, default=None),
+                          "meets_value_target": all(row["meets_value_target"] for row in judged) if judged else None,
+                          "meets_speed_target": all(row["meets_speed_target"] for row in judged) if judged else None,
+                          "notes": f"worst of {len(considered)} rows"
+                                   + (f" with {LLM_TARGETS['from_layers']}+ layers" if judged else "")})
+    return summaries
+
+
 SUITES: dict[str, Callable[..., Iterator[Row]]] = {"simulator": suite_simulator, "extract": suite_extract,
                                                    "costs": suite_costs, "latency": suite_latency,
                                                    "pipeline": suite_pipeline,
-                                                   "msr-fiddle": suite_msr_fiddle, "run": suite_run}
+                                                   "msr-fiddle": suite_msr_fiddle, "run": suite_run,
+                                                   "llm": suite_llm}
 
 
 def markdown_table(rows: list[Row]) -> str:

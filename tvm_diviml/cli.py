@@ -134,31 +134,85 @@ def _solve(args: argparse.Namespace, workload) -> tuple:
     return plan, sim, row, problem
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Plan, build and execute on this machine's devices; measured against predicted."""
+def _runnable_workload(args: argparse.Namespace):
+    """The workload of ``run``: a model that TVM builds (not an OpGraph or msr-fiddle file)."""
     workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape,
                              granularity=args.granularity, tuning_db=args.tuning_db)
     if workload.loaded is None:
         raise DivimlInputError("run needs a model that TVM builds", field="MODEL",
                                hint="give a zoo name or an .onnx file (an OpGraph or msr-fiddle file has no kernels)")
+    return workload
+
+
+def _tuning_database(args: argparse.Namespace):
+    """The MetaSchedule database that ``--tuning-db`` names, for the build to apply (None without it)."""
+    if not args.tuning_db:
+        return None
+    from .cost.tuning import open_database
+
+    return open_database(args.tuning_db)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Plan, build and execute on this machine's devices; measured against predicted."""
+    if args.rpc:
+        return _run_rpc(args)
+    workload = _runnable_workload(args)
     plan, sim, row, problem = _solve(args, workload)
     print(format_row(row, problem.platform.device_names))
     print()
     from .passes.run import format_run, run_plan
 
-    database = None
-    if args.tuning_db:
-        from .cost.tuning import open_database
-        database = open_database(args.tuning_db)
     loaded = workload.loaded
     measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s,
                                repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight,
-                               database=database)
+                               database=_tuning_database(args))
     print(format_run(measured, args.rtol))
     row["run"] = measured.to_json()
     if args.export:
         built.export(args.export)
         print(f"build exported to {args.export} (+ .placement.json)")
+    if args.json:
+        write_json(row, args.json)
+    return 0 if measured.max_rel_diff <= args.rtol else 1
+
+
+def _run_rpc(args: argparse.Namespace) -> int:
+    """``run --rpc``: one RPC server per server of the platform (given, or started on the loopback); the
+    plan prices cross-server copies as two hops through the driver, at figures measured over the sessions."""
+    import contextlib
+
+    from .passes.servers import format_rpc_run, run_plan_rpc
+    from .runtime.rpc_hops import driver_hop_platform, measure_driver_hops
+    from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
+    from .servers import server_devices
+
+    count = len(server_devices(get_platform(args.platform)))
+    with contextlib.ExitStack() as stack:
+        if args.rpc == "local":
+            print(f"starting {count} RPC server(s) on {LOOPBACK} ...")
+            addresses = stack.enter_context(start_local_servers(count)).addresses
+        else:
+            addresses = parse_addresses(args.rpc, count)
+        workload = _runnable_workload(args)
+        remotes = connect_servers(workload.platform, addresses, timeout_s=args.rpc_timeout)
+        stack.callback(lambda: [remote.close() for remote in remotes.values()])
+        hops = measure_driver_hops(remotes, timeout_s=args.rpc_timeout)
+        # the cost models price a copy by their platform's links (measured ones only inside a server)
+        workload.platform = workload.costs.platform = driver_hop_platform(workload.platform, hops)
+        plan, sim, row, problem = _solve(args, workload)
+        print(format_row(row, problem.platform.device_names))
+        print()
+        loaded = workload.loaded
+        measured, built = run_plan_rpc(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, remotes,
+                                       predicted_busy_s=sim.device_busy_s, repeats=args.repeats,
+                                       stream_inputs=args.inputs, in_flight=args.in_flight,
+                                       timeout_s=args.rpc_timeout, database=_tuning_database(args), driver_hops=hops)
+    print(format_rpc_run(measured, args.rtol))
+    row["run"] = measured.to_json()
+    if args.export:
+        built.export(args.export)
+        print(f"builds exported to {args.export}/ (one .so per server, + servers.json)")
     if args.json:
         write_json(row, args.json)
     return 0 if measured.max_rel_diff <= args.rtol else 1
@@ -171,8 +225,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
           "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
           "with roofline costs: for latency by DiviML's splitting heuristic (exact solves of small modules),\n"
           "for throughput (a stream of inputs) by the exact MILP, and as a 3-stage pipeline by SliceGraph\n"
-          "(a genetic search over topological orders, each cut into stages by an exact DP). Then a model is\n"
-          "planned, built and run for real on this machine (cpu2).\n")
+          "(a genetic search over topological orders, each cut into stages by an exact DP). Then an LLM is\n"
+          "placed across four servers, and a model is planned, built and run for real on this machine (cpu2).\n")
     workload = load_workload(model, "paper-node", "roofline")
     graph = workload.graph
     width, _ = graph.widest_antichain()
@@ -195,8 +249,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
           f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
           "kernels unscheduled.\n")
+    _demo_servers(DEMO_LLM, DEMO_SERVERS)
     _demo_run(DEMO_RUN_MODEL)
     return 0
+
+
+DEMO_LLM, DEMO_SERVERS = "llama:layers=24", "servers:4xpaper-node"
+
+
+def _demo_servers(model: str, platform: str) -> None:
+    """The demo's LLM part: a 24-layer decoder on four servers, placed by the symmetric solver."""
+    print(f"== {model} on {platform} ==\nA LLaMA-style decoder of 24 identical layers is placed on four servers "
+          "(each a CPU and two GPUs, joined by a 100 Gb/s network) for throughput: the symmetric solver places "
+          "one group of layers per server kind once and decides how many layers each server takes; the bound "
+          "is the whole problem's.\n")
+    workload = load_workload(model, platform, "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
+    _, _, row = solve_and_report(problem, "auto", workload.model, workload.cost_source, time_limit_s=60)
+    print(format_row(row, workload.platform.device_names))
+    print()
 
 
 DEMO_RUN_MODEL = "twin_branch"
@@ -341,8 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="default latency; throughput (their max-load problem) for msr-fiddle files")
     plan.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
     plan.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto",
-                      help="default auto: split for latency, milp for throughput, slicegraph for pipelines, "
-                      "downsets for msr-fiddle files")
+                      help="default auto: symmetric on several servers (latency, throughput), else split for "
+                      "latency, milp for throughput, slicegraph for pipelines, downsets for msr-fiddle files")
     plan.add_argument("--time-limit", type=_positive_float, default=60.0, metavar="S",
                       help="solver time limit in seconds")
     plan.add_argument("--bound-time-limit", type=_non_negative_float, default=10.0, metavar="S",
@@ -380,7 +451,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rtol", type=_tolerance, default=1e-4,
                      help="largest difference from the single-device build, relative to its largest output "
                      "magnitude, that counts as equal (default 1e-4); exit status 1 beyond it")
-    run.add_argument("--export", metavar="PATH", help="also export the build (a .so, with PATH.placement.json)")
+    run.add_argument("--rpc", metavar="HOST:PORT,...", help="run over TVM RPC: one server address per server of "
+                     "the platform (e.g. --platform servers:2xcpu1), in order, or 'local' to start them on the "
+                     "loopback; a server is `python -m tvm_diviml.runtime.rpc_servers --host H --port P`")
+    run.add_argument("--rpc-timeout", type=_positive_float, default=60.0, metavar="S",
+                     help="with --rpc: seconds without progress before a server counts as hung (default 60)")
+    run.add_argument("--export", metavar="PATH", help="also export the build (a .so, with PATH.placement.json; "
+                     "with --rpc, a folder of one .so per server and servers.json)")
     run.add_argument("--json", metavar="PATH", help="write the plan row with its 'run' measurements as JSON")
     run.set_defaults(run=cmd_run)
 
@@ -403,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
     bench.add_argument("--time-limit", type=_positive_float, metavar="S",
-                       help="solver time limit in seconds (suites latency, pipeline, msr-fiddle)")
+                       help="solver time limit in seconds (suites latency, pipeline, msr-fiddle, llm)")
     bench.add_argument("--bound-time-limit", type=_positive_float, metavar="S",
                        help="seconds for the lower-bound MIPs per row (suite pipeline)")
     bench.add_argument("--quick", action="store_true", help="only a few small rows")

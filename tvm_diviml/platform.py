@@ -9,7 +9,7 @@ missing bandwidth means the copy is free (two devices that share one memory).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .errors import DivimlInputError
@@ -335,7 +335,15 @@ def gpu_k(count: int) -> Platform:
                     description=f"{count} identical H100-class GPUs on NVLink-class links")
 
 
-PRESETS: dict[str, Callable[[], Platform]] = {"cpu2": cpu2, "paper-node": paper_node, "h200-node": h200_node}
+def cpu1() -> Platform:
+    """This machine's CPU as one single-thread device: a server kind for several loopback RPC servers
+    on this 2-core machine (``servers:2xcpu1``), one core each."""
+    device = replace(cpu2().devices[0], name="cpu")
+    return Platform("cpu1", [device], {}, description="this machine's CPU as one single-thread device (runs here)")
+
+
+PRESETS: dict[str, Callable[[], Platform]] = {"cpu1": cpu1, "cpu2": cpu2, "paper-node": paper_node,
+                                              "h200-node": h200_node}
 
 
 def preset_names() -> list[str]:

@@ -107,6 +107,7 @@ class ConcurrentExecutor:
         self._cond = threading.Condition()
         self._last_progress = time.monotonic()
         self._running: dict[str, tuple[SegmentCall, _InputRun, float]] = {}
+        self._moving: dict[str, tuple[SegmentCall, str, _InputRun, float]] = {}   # device -> move under way
         self._closed = False
         self._batch = _Batch(self.devices, self.segments)
         self._pending: dict[str, list[tuple[_InputRun, int]]] = {device: [] for device in self.devices}
@@ -235,6 +236,12 @@ class ConcurrentExecutor:
     def _stall_error(self, run: _InputRun) -> SegmentTimeoutError:
         now = time.monotonic()
         running = [(seg, started) for seg, other, started in self._running.values() if other.batch is run.batch]
+        moving = [(seg, key, started) for seg, key, other, started in self._moving.values() if other.batch is run.batch]
+        if not running and moving:
+            seg, key, started = min(moving, key=lambda item: item[2])
+            return SegmentTimeoutError(f"segment '{seg.name}' on device '{seg.device}' has waited {now - started:.1f} s "
+                                       f"for tensor '{key}' to be moved to it (timeout_s={self.timeout_s})",
+                                       segment=seg.name, device=seg.device, input_index=run.index)
         if not running:
             return SegmentTimeoutError(f"input {run.index}: nothing progressed for {self.timeout_s} s and no "
                                        f"segment is running", segment="", device="", input_index=run.index)
@@ -318,12 +325,16 @@ class ConcurrentExecutor:
                 return run.values[(key, seg.device)]
             source = run.values[(key, origin)]
             started = self._progressed()
+            self._moving[seg.device] = (seg, key, run, started)
         # the copy runs outside the lock, so that the other workers go on meanwhile
         try:
             moved = self._move(source, seg.device)
         except Exception as error:  # noqa: BLE001 (re-raised in the caller of run/stream)
             self._fail_segment(run, seg, f"could not move tensor '{key}' to the device", error)
             return _STOPPED
+        finally:
+            with self._cond:
+                self._moving.pop(seg.device, None)
         with self._cond:
             run.batch.move_s[seg.device] += self._progressed() - started
             run.values[(key, seg.device)] = moved

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -97,9 +98,13 @@ class PlacedExecutable:
         """The TVM devices this build needs that this machine lacks."""
         return [spec for spec, dev in zip(self.placement.tvm_devices, self.devices(), strict=True) if not dev.exist]
 
-    def new_vm(self):
+    def new_vm(self, devices: list | None = None):
+        """A VM over this machine's devices of the placement, or over ``devices`` (a remote session's,
+        in the placement's order, for an executable loaded there)."""
         from tvm.runtime.vm import VirtualMachine      # not tvm.relax: a runtime-only TVM has no compiler
 
+        if devices is not None:
+            return VirtualMachine(self.executable, devices)
         missing = self.missing_devices()
         if missing:
             raise DivimlInputError(f"this build needs device {missing[0]}, which this machine lacks",
@@ -107,26 +112,31 @@ class PlacedExecutable:
                                    "plan for a platform of this machine (e.g. cpu2)")
         return VirtualMachine(self.executable, self.devices())
 
-    def upload_weights(self, vm, params: list[np.ndarray]) -> dict[tuple[str, str, str], Any]:
+    def upload_weights(self, vm, params: list[np.ndarray], devices: list | None = None, *,
+                       pack: Callable[[list], Any] = list, unpack: Callable[[Any], list] = flatten
+                       ) -> dict[tuple[str, str, str], Any]:
         """Every weight parameter on its device, once: (kind, id, device) -> tensor. The lifted weight
-        preparation and the constants function run on the host first."""
+        preparation and the constants function run on the host first. ``devices``: as for ``new_vm``;
+        ``pack``/``unpack``: how a list becomes a tuple argument and a tuple result a list (an RPC
+        session passes no lists)."""
         import tvm
 
         placement = self.placement
         if len(params) != placement.num_params:
             raise DivimlInputError(f"the model has {placement.num_params} weights, {len(params)} were given",
                                    field="params")
-        host = self.devices()[0]
+        devices = devices or self.devices()
+        host = devices[0]
         host_params = [tvm.runtime.tensor(p, host) for p in params]
         if placement.transform_params:
-            prepared = flatten(vm[placement.transform_params](host_params))
+            prepared = unpack(vm[placement.transform_params](pack(host_params)))
         else:
             prepared = host_params
         on_host = {("weight", wid): t for wid, t in zip(placement.weight_ids, prepared, strict=True)}
         if placement.constants_func:
-            constants = flatten(vm[placement.constants_func]())
+            constants = unpack(vm[placement.constants_func]())
             on_host.update({("const", cid): t for cid, t in zip(placement.constant_ids, constants, strict=True)})
-        device_of = dict(zip(placement.devices, self.devices(), strict=True))
+        device_of = dict(zip(placement.devices, devices, strict=True))
         return {(kind, wid, device): on_host[(kind, wid)].copyto(device_of[device])
                 for kind, wid, device in placement.weight_params}
 

@@ -1,0 +1,192 @@
+"""Build a plan across several servers (one executable per server) and run it over TVM RPC.
+
+A TVM device string names a device on its own server (``cpu:0`` on s0 and on s1), so one module
+cannot hold two servers' devices: each server's segment functions are placed and compiled alone
+(``apply_plan(..., server=...)``), and the driver keeps the global segment graph (``ServersBuild``).
+``run_plan_rpc`` is ``run_plan`` for that case: outputs against the single-device reference, the
+latency or the period measured against the simulator's, and per server the busy time measured
+against predicted, with the tensors that crossed servers through the driver (two hops each).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Platform
+from tvm_diviml.runtime.measure import compare_outputs, time_stream
+from tvm_diviml.runtime.rpc import RpcRunner, ServersBuild
+from tvm_diviml.runtime.rpc_hops import DriverHop
+from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
+from tvm_diviml.runtime.segments import split_segments
+from tvm_diviml.servers import server_devices, server_of
+from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.zoo.reference import run_reference
+
+from .apply_plan import apply_plan, run_order
+from .build import build
+from .extract import Extraction
+from .run import headline
+
+log = logging.getLogger(__name__)
+
+
+def build_per_server(mod, plan: Plan, platform: Platform, *, extraction: Extraction, database=None) -> ServersBuild:
+    """One executable per server that the plan uses, and the global segment order."""
+    used = set(plan.assignment.values())
+    builds = {}
+    for sid, devices in server_devices(platform).items():
+        if used.intersection(devices):
+            builds[sid] = build(apply_plan(mod, plan, platform, extraction=extraction, database=database, server=sid))
+    order = split_segments(extraction.graph, plan.assignment, run_order(extraction.graph, plan))
+    return ServersBuild(builds, server_of(platform), [seg.name for seg in order])
+
+
+@dataclass
+class RpcRunMeasurement:
+    """What one run of a plan across servers measured."""
+
+    objective: str
+    predicted_s: float                         # the simulator's latency or period
+    measured_s: float                          # median latency, or seconds per inference of the stream
+    max_abs_diff: float                        # against the single-device reference
+    max_rel_diff: float
+    server_busy_s: dict[str, float]            # per inference: seconds in segment calls, per server
+    predicted_server_busy_s: dict[str, float]  # the simulator's device_busy_s summed per server
+    device_busy_s: dict[str, float]
+    hops: float                                # per inference: driver hops (two per tensor that crosses)
+    hop_s: float                               # per inference: seconds in those hops (all workers together)
+    hop_bytes: float
+    crossings: dict[str, float]                # per inference: tensors that crossed, per "src->dst" server pair
+    io_s: float                                # per inference: model inputs uploaded, outputs downloaded
+    addresses: dict[str, str]                  # server -> HOST:PORT
+    build_s: float
+    segments: int
+    in_flight: int = 1
+    samples_s: list[float] = field(default_factory=list)
+    driver_hops: dict[str, dict] = field(default_factory=dict)   # per server: the hop figures planned with
+
+    @property
+    def measured_over_predicted(self) -> float:
+        return self.measured_s / self.predicted_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"objective": self.objective, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
+                "measured_over_predicted": self.measured_over_predicted, "max_abs_diff": self.max_abs_diff,
+                "max_rel_diff": self.max_rel_diff, "server_busy_s": self.server_busy_s,
+                "predicted_server_busy_s": self.predicted_server_busy_s, "device_busy_s": self.device_busy_s,
+                "hops_per_inference": self.hops, "hop_s_per_inference": self.hop_s,
+                "hop_bytes_per_inference": self.hop_bytes, "crossings_per_inference": self.crossings,
+                "io_s_per_inference": self.io_s,
+                "addresses": self.addresses, "build_s": self.build_s, "segments": self.segments,
+                "in_flight": self.in_flight, "samples_s": self.samples_s, "driver_hops": self.driver_hops,
+                "executor": "rpc"}
+
+
+def run_plan_rpc(model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, predicted_s: float,
+                 addresses: list[tuple[str, int]] | dict[str, RemoteServer], *,
+                 predicted_busy_s: dict[str, float] | None = None, repeats: int = 5, stream_inputs: int = 16,
+                 in_flight: int | None = None, timeout_s: float = 60.0, database=None,
+                 driver_hops: dict[str, DriverHop] | None = None, progress=print
+                 ) -> tuple[RpcRunMeasurement, ServersBuild]:
+    """Build ``plan`` per server, run it over RPC (``addresses`` in server order, or sessions from
+    ``connect_servers``), check it against the reference and time it. ``predicted_busy_s``: the
+    simulator's device_busy_s, for the per-server comparison; ``driver_hops``: recorded in the result."""
+    began = time.perf_counter()
+    built = build_per_server(model.mod, plan, platform, extraction=extraction, database=database)
+    build_s = time.perf_counter() - began
+    segments = built.segments
+    progress(f"built for servers {', '.join(built.builds)} in {build_s:.1f} s ({len(segments)} segments, "
+             f"{len(crossing_tensors(segments))} tensors cross servers)")
+    own_sessions = not isinstance(addresses, dict)
+    remotes = connect_servers(platform, addresses, timeout_s=timeout_s) if own_sessions else addresses
+    params = [w for _, w in model.params]
+    inputs = model.sample_inputs()
+    reference = run_reference(model, inputs)
+    with contextlib.ExitStack() as cleanup:
+        if own_sessions:
+            cleanup.callback(lambda: [remote.close() for remote in remotes.values()])
+        runner = cleanup.enter_context(RpcRunner(built, remotes, params, timeout_s=timeout_s))
+        abs_diff, rel_diff = compare_outputs(runner(inputs), reference)
+        if plan.objective == "latency":
+            measured, samples, busy, stats, flight = *_latency(runner, inputs, repeats), 1
+            runs = repeats + 1
+        else:
+            flight = in_flight or 2 * len(runner.busy_s)
+            stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
+            measured, samples = time_stream(runner, stream, flight), []
+            busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs      # the last stream's
+    predicted_busy = predicted_busy_s or {}
+    home = server_of(platform)
+    server_busy: Counter = Counter()
+    predicted_server: Counter = Counter()
+    for device, seconds in busy.items():
+        server_busy[home[device]] += seconds / runs
+    for device, seconds in predicted_busy.items():
+        predicted_server[home[device]] += seconds
+    return RpcRunMeasurement(
+        plan.objective, predicted_s, measured, abs_diff, rel_diff, dict(server_busy), dict(predicted_server),
+        {d: s / runs for d, s in busy.items()}, stats["hops"] / runs, stats["hop_s"] / runs,
+        stats["hop_bytes"] / runs, {pair: n / runs for pair, n in stats["by_pair"].items()}, stats["io_s"] / runs,
+        {sid: r.address for sid, r in remotes.items()}, build_s, len(segments), flight, samples,
+        {sid: hop.to_json() for sid, hop in (driver_hops or {}).items()}), built
+
+
+def crossing_tensors(segments: list[dict]) -> set[tuple[str, str]]:
+    """(tensor key, destination device) for each tensor that a segment on another server reads: the
+    driver moves it once per device that reads it, as the simulator charges it."""
+    writer = {key: seg["server"] for seg in segments for key in seg["writes"]}
+    return {(key, seg["device"]) for seg in segments for key in seg["reads"]
+            if key in writer and writer[key] != seg["server"]}
+
+
+def _stats(runner: RpcRunner) -> dict:
+    stats = runner.stats
+    return {"hops": stats.hops, "hop_s": stats.hop_s, "hop_bytes": stats.hop_bytes, "by_pair": dict(stats.by_pair),
+            "io_s": stats.input_s + stats.output_s}
+
+
+def _latency(runner: RpcRunner, inputs: list[np.ndarray], repeats: int):
+    """Median latency, the samples, and busy time and hop figures summed over the runs (warm-up included)."""
+    busy: Counter = Counter()
+    totals = {"hops": 0, "hop_s": 0.0, "hop_bytes": 0.0, "by_pair": Counter(), "io_s": 0.0}
+    samples = []
+    for run in range(repeats + 1):
+        began = time.perf_counter()
+        runner(inputs)
+        if run:
+            samples.append(time.perf_counter() - began)
+        busy.update(runner.busy_s)                 # busy_s and stats cover the last run only
+        for key, value in _stats(runner).items():
+            totals[key] += Counter(value) if key == "by_pair" else value
+    return statistics.median(samples), samples, dict(busy), {**totals, "by_pair": dict(totals["by_pair"])}
+
+
+def format_rpc_run(run: RpcRunMeasurement, rtol: float) -> str:
+    """The measured-against-predicted report of a run across servers."""
+    from tvm_diviml.report import format_seconds
+
+    lines = headline(run, rtol, "the single-device reference", how=" over RPC")
+    lines.append("per server, busy per inference (measured / predicted):")
+    for sid in run.addresses:
+        measured, predicted = run.server_busy_s.get(sid, 0.0), run.predicted_server_busy_s.get(sid)
+        versus = f"{format_seconds(predicted):>12}" if predicted is not None else f"{'-':>12}"
+        lines.append(f"  {sid} {run.addresses[sid]:<22}{format_seconds(measured):>12} /{versus}")
+    crossings = ", ".join(f"{pair}: {count:g}" for pair, count in sorted(run.crossings.items()))
+    lines.append(f"through the driver per inference: {run.hops:g} hops "
+                 f"({'tensors ' + crossings if crossings else 'no tensor crossed servers'}), "
+                 f"{run.hop_bytes / 1e3:.1f} kB, {format_seconds(run.hop_s)}; model inputs up and outputs down "
+                 f"{format_seconds(run.io_s)}")
+    for sid, hop in sorted(run.driver_hops.items()):
+        lines.append(f"  hop {sid}: download {format_seconds(hop['download_latency_s'])} + "
+                     f"{hop['download_Bps'] / 1e6:.1f} MB/s, upload {format_seconds(hop['upload_latency_s'])} + "
+                     f"{hop['upload_Bps'] / 1e6:.1f} MB/s (measured, planned with)")
+    return "\n".join(lines)
+
