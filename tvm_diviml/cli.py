@@ -167,11 +167,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s,
                                repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight,
                                database=_tuning_database(args))
-    print(format_run(measured, args.rtol))
+    return _report_run(args, row, measured, format_run(measured, args.rtol), built,
+                       f"build exported to {args.export} (+ .placement.json)")
+
+
+def _report_run(args: argparse.Namespace, row: dict, measured, report: str, built, exported: str) -> int:
+    """Print a run's report; export the build and write the row where asked. Exit status 1 when the
+    outputs differ from the reference beyond ``--rtol``."""
+    print(report)
     row["run"] = measured.to_json()
     if args.export:
         built.export(args.export)
-        print(f"build exported to {args.export} (+ .placement.json)")
+        print(exported)
     if args.json:
         write_json(row, args.json)
     return 0 if measured.max_rel_diff <= args.rtol else 1
@@ -208,14 +215,8 @@ def _run_rpc(args: argparse.Namespace) -> int:
                                        predicted_busy_s=sim.device_busy_s, repeats=args.repeats,
                                        stream_inputs=args.inputs, in_flight=args.in_flight,
                                        timeout_s=args.rpc_timeout, database=_tuning_database(args), driver_hops=hops)
-    print(format_rpc_run(measured, args.rtol))
-    row["run"] = measured.to_json()
-    if args.export:
-        built.export(args.export)
-        print(f"builds exported to {args.export}/ (one .so per server, + servers.json)")
-    if args.json:
-        write_json(row, args.json)
-    return 0 if measured.max_rel_diff <= args.rtol else 1
+    return _report_run(args, row, measured, format_rpc_run(measured, args.rtol), built,
+                       f"builds exported to {args.export}/ (one .so per server, + servers.json)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
