@@ -132,7 +132,7 @@ def _symmetric_line(found: dict[str, Any]) -> str:
     servers = "; ".join(f"{server} " + " + ".join(f"{run['blocks']} (anchor {run['anchor']}, groups of {run['group']})"
                                                     for run in runs) for server, runs in found["servers"].items())
     return (f"symmetric: {found['blocks']} blocks of {found['block_kernels']} kernels (head {found['head']}, "
-            f"tail {found['tail']}), {found['groups_solved']} group problems solved; blocks per server: {servers}")
+            f"tail {found['tail']}), {found['candidates']} candidate placements of a group of blocks; blocks per server: {servers}")
 
 
 def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:

@@ -4,11 +4,13 @@ Transformer layers are identical and so are the servers of one kind, so the plac
 inside one server is solved once and reused (DESIGN.md "LLM across servers"):
 
 1. ``blocks.find_blocks`` finds the repeated blocks, the *head* before them and the *tail* after.
-2. Candidates: for each server kind, each *anchor* device (one per distinct device model and link
-   set) and each group size g, g consecutive blocks on one server of that kind are a problem of their
-   own, solved by the objective's full-graph solver (split for latency, the MILP for throughput). Their
-   input arrives on the anchor and their output leaves from it (zero-time ``entry``/``exit`` kernels
-   pinned there), so groups chain on one server and the network is met only at server boundaries.
+2. Candidates: for each server kind, each *anchor* device and each group size g, g consecutive
+   blocks on one server of that kind are a problem of their own, solved by the objective's full-graph
+   solver (split for latency, the MILP for throughput); a single block also whole on its anchor (it
+   spares the other devices' memory). Their input arrives on the anchor and their output leaves from
+   it (zero-time ``entry``/``exit`` kernels pinned there), so groups chain on one server and the
+   network is met only at server boundaries. Identical devices (same figures, links and times) share
+   one solve, mirrored onto each of them.
    Latency takes g = 1 (a chain of blocks runs one after the other anyway); throughput also tries g up
    to the server's devices, which lets one server pipeline its blocks over its devices.
 3. A small integer program picks, for each server, how many blocks each candidate runs there
@@ -93,7 +95,6 @@ class Candidate:
     """g blocks placed on one server of a kind: per block, its time (latency), the load of each device
     and link by position in the server (throughput), the weights on each device; plus activations."""
 
-    kind: str
     anchor: int                                  # the anchor's position among the server's devices
     group: int
     plan: Plan                                   # over the first server of the kind's device names
@@ -170,7 +171,7 @@ class Symmetric(Solver):
         plan.solve_s = time.perf_counter() - began
         plan.attrs["symmetric"] = {
             "blocks": len(blocks.blocks), "block_kernels": blocks.block_size, "head": len(blocks.head),
-            "tail": len(blocks.tail), "groups_solved": sum(len(c) for c in candidates.values()),
+            "tail": len(blocks.tail), "candidates": sum(len(c) for c in candidates.values()),
             "servers": {server: [{"blocks": n, "anchor": server_devices(problem.platform)[server][cand.anchor],
                                   "group": cand.group} for cand, n in runs] for server, runs in allocation.items()}}
         return plan
@@ -233,7 +234,7 @@ class Symmetric(Solver):
                     sim = simulate(sub.graph, sub.platform, sub.costs, plan)
                     if not sim.feasible or any(plan.assignment == c.plan.assignment for c in found):
                         continue
-                    cand = _candidate(kind, devices[first], group, plan, sub, sim)
+                    cand = _candidate(devices[first], group, plan, sub, sim)
                     # the same plan anchored on each identical device: memory may need them all
                     found += [cand] + [cand.mirrored(position[anchor], position[twin]) for twin in twins[1:]]
                     solved = solved or cand
@@ -487,7 +488,7 @@ def _group_problem(problem: Problem, blocks: Blocks, group: int, platform: Platf
     return Problem(sub, platform, _RememberedCosts(problem.costs, platform), objective=problem.objective)
 
 
-def _candidate(kind: str, devices: list[str], group: int, plan: Plan, sub: Problem, sim) -> Candidate:
+def _candidate(devices: list[str], group: int, plan: Plan, sub: Problem, sim) -> Candidate:
     """What the server program needs of a solved group problem, per block and by device position."""
     position = {d: p for p, d in enumerate(devices)}
     graph = sub.graph
@@ -496,7 +497,7 @@ def _candidate(kind: str, devices: list[str], group: int, plan: Plan, sub: Probl
     for device in devices:
         weights[position[device]] = graph.weight_bytes([k for k, d in plan.assignment.items() if d == device])
     activations = [max(memory.get(d, 0.0) - weights[position[d]], 0.0) for d in devices]
-    return Candidate(kind, position[plan.assignment[ENTRY]], group, plan, sim.value_s / group,
+    return Candidate(position[plan.assignment[ENTRY]], group, plan, sim.value_s / group,
                      [sim.device_busy_s.get(d, 0.0) / group for d in devices],
                      {(position[a], position[b]): load / group for (a, b), load in sim.link_busy_s.items()},
                      [w / group for w in weights], activations, dict(sim.start_s), tuple(range(len(devices))))
