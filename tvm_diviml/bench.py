@@ -199,9 +199,7 @@ def _latency_row(group: str, model: str, solvers: list[str], time_limit_s: float
                  msr_fiddle_dir: str) -> Row:
     """One workload: every solver's simulated latency, time and proof, against the best lower bound."""
     from .bounds import lower_bounds
-    from .errors import DivimlInputError
-    from .simulator import simulate
-    from .solvers import Problem, get_solver
+    from .solvers import Problem
     from .workload import load_workload
 
     fiddle = group == "msr-fiddle"            # carries its own devices and costs
@@ -217,24 +215,12 @@ def _latency_row(group: str, model: str, solvers: list[str], time_limit_s: float
     for name in solvers:
         if name in skipped:
             continue
-        began = time.perf_counter()
-        try:
-            plan = get_solver(name, time_limit_s=time_limit_s).solve(problem)
-        except DivimlInputError as error:
-            notes.append(f"{name}: {error}")
-            continue
-        except Exception as error:          # one broken solver must not end an hour-long run: note it, go on
-            log.warning("latency suite: %s failed on %s", name, model, exc_info=True)
-            notes.append(f"{name} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
-            continue
-        seconds = time.perf_counter() - began
-        sim = simulate(graph, problem.platform, problem.costs, plan)
-        if not sim.feasible:
-            notes.append(f"{name}: infeasible plan ({'; '.join(sim.problems[:1])})")
+        plan, seconds = _timed_solve(name, problem, time_limit_s, notes)
+        if plan is None:
             continue
         if plan.lower_bound_s is not None:
             bounds[name] = plan.lower_bound_s
-        results[name] = (sim.value_s, seconds, plan.optimal)
+        results[name] = (plan.value_s, seconds, plan.optimal)
     bound_from = max(bounds, key=bounds.__getitem__)
     bound = bounds[bound_from]
     values = {name: result[0] for name, result in results.items()}
@@ -602,8 +588,8 @@ def _percent_above(value: float | None, reference: float | None) -> float | None
 
 
 def _timed_solve(name: str, problem, time_limit_s: float, notes: list[str]):
-    """(plan with its simulated value, wall seconds), or (None, seconds) with a note when the solver
-    fails or its plan is infeasible: one broken solve must not end a half-hour run."""
+    """(plan with its simulated value, wall seconds), or (None, seconds) with a note in ``notes`` when
+    the solver fails or its plan is infeasible (the latency and llm suites)."""
     from .errors import DivimlInputError
     from .simulator import simulate
     from .solvers import get_solver
@@ -614,8 +600,8 @@ def _timed_solve(name: str, problem, time_limit_s: float, notes: list[str]):
     except DivimlInputError as error:
         notes.append(f"{name}: {error}")
         return None, time.perf_counter() - began
-    except Exception as error:
-        log.warning("llm suite: %s failed", name, exc_info=True)
+    except Exception as error:          # one broken solver must not end an hour-long run: note it, go on
+        log.warning("%s failed on %s", name, problem.graph.name, exc_info=True)
         notes.append(f"{name} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
         return None, time.perf_counter() - began
     seconds = time.perf_counter() - began
