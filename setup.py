@@ -34,7 +34,9 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "setuptools>=68", "wheel"],  # build tools: the packaging test builds a wheel offline
         "onnx": ["onnx>=1.14"],
-        "torch": ["torch>=2.2"],
+        # torch.export programs and .pt2 files; torchvision, transformers and onnxscript (torch.onnx.export)
+        # for the model-coverage suite (`diviml bench --suite models`, tests/test_coverage.py).
+        "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],
         # CP-SAT proves optima the MILP cannot; it runs in a subprocess (OR-Tools and CBC clash in one).
         "cpsat": ["ortools>=9.10,<10"],
     },

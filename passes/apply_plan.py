@@ -120,7 +120,7 @@ def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None,
     else:
         weight_params = list(map(list, dict.fromkeys(tuple(w) for seg in segments for w in seg["weights"])))
         copies = sum(_count_copies(placed[seg["name"]]) for seg in segments)
-    for gvar, other in _weight_preparation(lowered, extraction).items():
+    for gvar, other in _weight_preparation(lowered, extraction, taken=placed).items():
         placed[gvar] = other
     constant_ids = sorted({name for kind, name, _ in weight_params if kind == "const"})
     constants_func = f"{extraction.entry}_constants" if constant_ids else None
@@ -161,19 +161,42 @@ def run_order(graph, plan: Plan) -> list[str]:
                         hint="order each device's kernels topologically") from None
 
 
-def _weight_preparation(lowered, extraction: Extraction) -> dict:
-    """The lifted weight preparation (run once, on the host) and the PrimFuncs it calls."""
+def _weight_preparation(lowered, extraction: Extraction, taken) -> dict:
+    """The lifted weight preparation (run once, on the host) and the PrimFuncs it calls. A PrimFunc
+    that a kernel also calls (the same transpose, say) is already in ``taken`` with that kernel's
+    target and schedule: the preparation gets its own copy, renamed."""
     if extraction.transform_params is None:
         return {}
     gvar = lowered.get_global_var(extraction.transform_params)
-    functions = {gvar: lowered[gvar]}
+    names = {g.name_hint for g in taken.get_global_vars()}
+    callees: dict = {}
 
     def visit(expr):
         if isinstance(expr, tvm.ir.GlobalVar) and isinstance(lowered[expr], tvm.tirx.PrimFunc):
-            functions[expr] = lowered[expr]
+            callees[expr] = lowered[expr]
 
     relax.analysis.post_order_visit(lowered[gvar].body, visit)
+    renamed = {old: _renamed_global_var(old, f"{old.name_hint}_weights") for old in callees if old.name_hint in names}
+    functions = {renamed.get(old, old): func.with_attr("global_symbol", renamed.get(old, old).name_hint)
+                 for old, func in callees.items()}
+    functions[gvar] = _CalleeRenamer(lowered, renamed).visit_expr(lowered[gvar]) if renamed else lowered[gvar]
     return functions
+
+
+def _renamed_global_var(gvar, name: str):
+    renamed = tvm.ir.GlobalVar(name)
+    relax.expr._update_type(renamed, gvar.ty)     # call_tir's normalization needs the callee's type
+    return renamed
+
+
+@relax.expr_functor.mutator
+class _CalleeRenamer(relax.PyExprMutator):
+    def __init__(self, mod, renamed: dict):
+        super().__init__(mod)
+        self.renamed = renamed
+
+    def visit_global_var_(self, gvar):
+        return self.renamed.get(gvar, gvar)
 
 
 def _num_params(lowered, extraction: Extraction) -> int:
@@ -187,7 +210,8 @@ def _num_params(lowered, extraction: Extraction) -> int:
 def _constants_function(extraction: Extraction, constant_ids: list[str]):
     """A function that returns the module's constants: run once on the host, then uploaded to each
     device that reads them (the VM would otherwise keep every constant on its first device)."""
-    return relax.Function([], relax.Tuple([extraction.constants[c] for c in constant_ids]), is_pure=True)
+    func = relax.Function([], relax.Tuple([extraction.constants[c] for c in constant_ids]), is_pure=True)
+    return func.with_attr("global_symbol", f"{extraction.entry}_constants")
 
 
 def _target_key(target: tvm.target.Target) -> str:

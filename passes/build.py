@@ -4,6 +4,9 @@ The Relax pipeline is TVM's default build pipeline without ``StaticPlanBlockMemo
 that planner shares one storage between tensors of *different* vdevices (a cpu:1 buffer reused for a
 cpu:0 tensor; the kernel then refuses its arguments' device ids), so each tensor is allocated on its
 own device instead, through the VM's pooled allocator.
+
+When TVM cannot compile the module, each kernel is compiled alone to find the one it rejects, and
+the error names that kernel, its operator, its tensors' dtypes and the target, in one line.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import time
 import tvm
 from tvm.relax import backend, transform
 
+from tvm_diviml.cost.measured import compile_failure
 from tvm_diviml.runtime.vm import PlacedExecutable
 
 from .apply_plan import AppliedPlan
@@ -34,7 +38,11 @@ def placed_build_pipeline() -> tvm.transform.Pass:
 def build(applied: AppliedPlan) -> PlacedExecutable:
     """The executable of a placed module (one artifact for every device; ``export`` writes it)."""
     began = time.perf_counter()
-    executable = tvm.compile(applied.mod, target=None, relax_pipeline=placed_build_pipeline())
+    try:
+        executable = tvm.compile(applied.mod, target=None, relax_pipeline=placed_build_pipeline())
+    except Exception as error:      # TVM raises InternalError, ValueError, TVMError-likes from codegen
+        raise compile_failure(applied.mod, error) from None
     log.info("built %s for %s in %.1f s", applied.placement.entry, ", ".join(applied.placement.devices),
              time.perf_counter() - began)
     return PlacedExecutable(executable, applied.placement)
+

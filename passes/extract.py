@@ -1,6 +1,8 @@
 """IRModule -> OpGraph at fused-kernel granularity (or per legalized operator).
 
-The module is lowered the way the build will lower it: LegalizeOps, LiftTransformParams (weight-only
+The module is lowered the way the build will lower it: the sort/scan and sampling dispatch (cumsum,
+sort, top-k become TIR kernels; for the host CPU, as a GPU build would keep them generic), LegalizeOps,
+LiftTransformParams (weight-only
 work such as transposing a weight runs once at load time, not per inference), AnnotateTIROpPattern,
 FoldConstant, FuseOps, FuseTIR. Then every ``call_tir`` binding of the entry function becomes one
 node, named after its PrimFunc (with a suffix .1, .2, ... for repeated PrimFuncs; Relax variable
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax import backend
 
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
@@ -27,6 +30,8 @@ from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 log = logging.getLogger(__name__)
 
 _CALL_TIR_OPS = ("relax.call_tir", "relax.call_tir_inplace")
+# Operators whose result is their first argument's data (annotations that survive lowering).
+_IDENTITY_OPS = ("relax.hint_on_device", "relax.builtin.stop_lift_params")
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,8 @@ class Extraction:
 
 def lowering_passes(fused: bool = True) -> list:
     """The passes extraction applies; the heterogeneous build applies the same ones."""
-    passes = [relax.transform.LegalizeOps(), relax.transform.LiftTransformParams()]
+    passes = [backend.DispatchSampling(), backend.DispatchSortScan(), relax.transform.LegalizeOps(),
+              relax.transform.LiftTransformParams()]
     if fused:
         passes += [relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
                    relax.transform.FuseOps(), relax.transform.FuseTIR()]
@@ -89,7 +95,8 @@ def extract(mod, entry: str | None = None, *, fused: bool = True, shapes: dict[s
     mod = bind_shapes(mod, entry, shapes)
     func = mod[entry]
     num_inputs = _num_inputs(func)
-    lowered = tvm.transform.Sequential(lowering_passes(fused))(mod)
+    with tvm.target.Target("llvm"):              # the dispatch passes pick kernels by target
+        lowered = tvm.transform.Sequential(lowering_passes(fused))(mod)
     walker = _Walker(lowered, entry, num_inputs)
     extraction = walker.run(name)
     lifted = f"{entry}_transform_params"
@@ -223,15 +230,17 @@ class _Walker:
             self.sources[var] = view
         elif isinstance(value, (relax.Var, tvm.ir.expr.Constant)):
             self.sources[var] = self._source_of(value)
+        elif _op_name(value) in _IDENTITY_OPS:
+            self.sources[var] = self._source_of(value.args[0])
+        elif _holds_tensors(value.ty):
+            # A tensor made by neither a kernel nor a view: treating it as its input would give
+            # wrong outputs, and the build cannot place it.
+            raise DivimlInputError(f"'{var.name}' is computed by {_op_name(value)}, which lowering leaves "
+                                   "outside any TIR kernel", field="MODEL",
+                                   hint="the build places TIR kernels only; express it with operators "
+                                   "TVM legalizes")
         else:
-            # Not a kernel (a packed call, a shape computation): data passes through unchanged.
-            log.debug("binding %s is not a call_tir (%s); treated as a pass-through", var.name,
-                      type(value).__name__)
-            if isinstance(value, relax.Call):
-                args = tuple(self._source_of(a) for a in value.args)
-                self.sources[var] = args[0] if len(args) == 1 else args
-            else:
-                self.sources[var] = None
+            self.sources[var] = None        # shapes and scalars: no tensor data
 
     def _kernel(self, var, call, position: tuple[int, int]) -> None:
         global_var = call.args[0]
@@ -312,6 +321,22 @@ class _Walker:
         while f"{name}.{suffix}" in taken:
             suffix += 1
         return f"{name}.{suffix}"
+
+
+def _op_name(value) -> str:
+    """What a binding calls: ``relax.cumsum``, ``relax.call_pure_packed(my_library.f)``, or its type."""
+    if not isinstance(value, relax.Call):
+        return type(value).__name__
+    if isinstance(value.op, tvm.ir.Op):
+        callee = value.args[0] if value.args and isinstance(value.args[0], relax.ExternFunc) else None
+        return value.op.name + (f"({callee.global_symbol})" if callee is not None else "")
+    return getattr(value.op, "name_hint", None) or type(value.op).__name__
+
+
+def _holds_tensors(ty) -> bool:
+    if isinstance(ty, relax.TupleType):
+        return any(_holds_tensors(f) for f in ty.fields)
+    return isinstance(ty, relax.TensorType)
 
 
 def _element(source, index: int):

@@ -1,26 +1,34 @@
-"""Bring a user's model into the zoo's form (a BuiltModel): an ONNX file, a torch.export program,
-or a Relax IRModule of their own.
+"""Bring a user's model into the zoo's form (a BuiltModel): an ONNX file, a torch.export program
+(in memory or saved with ``torch.export.save`` as ``.pt2``), or a Relax IRModule of their own.
 
 Weights stay parameters of the entry function (``keep_params_in_input``), so that extraction can
 see which kernels read which weight and the build can place each weight once per device.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import zipfile
+
 import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.errors import DivimlInputError, first_line
 from tvm_diviml.zoo import BuiltModel
 
 from .extract import bind_shapes, tensor_bytes
+from .rewrites import ImportRewrites
 
 
 def from_relax(mod, entry: str = "main", params: list[np.ndarray] | None = None, *,
-               shapes: dict[str, int] | None = None, name: str = "relax") -> BuiltModel:
+               shapes: dict[str, int] | None = None, name: str = "relax",
+               origin: str = "a Relax IRModule") -> BuiltModel:
     """A user's IRModule: inputs are the first ``num_input`` parameters of ``entry`` (all of them if
     the attribute is absent); weights come from ``params`` or the function's ``params`` attribute
-    (where TVM's importers leave them)."""
+    (where TVM's importers leave them). Operators TVM imports but cannot compile are rewritten where
+    a sound rewrite exists (``rewrites.py``)."""
     if not any(gv.name_hint == entry for gv in mod.get_global_vars()):
         names = ", ".join(gv.name_hint for gv in mod.get_global_vars() if isinstance(mod[gv], relax.Function))
         raise DivimlInputError(f"the module has no function '{entry}'", field="entry", hint=f"functions: {names}")
@@ -36,7 +44,7 @@ def from_relax(mod, entry: str = "main", params: list[np.ndarray] | None = None,
     if num_inputs + len(params) != len(func.params):
         raise DivimlInputError(f"'{entry}' takes {len(func.params)} parameters, but {num_inputs} inputs and "
                                f"{len(params)} weights were given", field="params")
-    mod = bind_shapes(mod, entry, shapes)
+    mod = ImportRewrites()(bind_shapes(mod, entry, shapes))
     func = mod[entry]
     inputs = []
     for param in func.params[:num_inputs]:
@@ -49,7 +57,7 @@ def from_relax(mod, entry: str = "main", params: list[np.ndarray] | None = None,
         if tensor_bytes(param.ty) != array.nbytes:
             raise DivimlInputError(f"weight '{param.name}' has {array.nbytes} bytes, the function expects "
                                    f"{tensor_bytes(param.ty):.0f}", field="params")
-    return BuiltModel(name, mod, entry, inputs, list(zip(names, params, strict=True)))
+    return BuiltModel(name, mod, entry, inputs, list(zip(names, params, strict=True)), origin=origin)
 
 
 def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
@@ -67,20 +75,92 @@ def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
         raise DivimlInputError("no such file", source=path) from None
     except Exception as error:        # onnx raises DecodeError and friends for files that are not ONNX
         raise DivimlInputError(f"not a readable ONNX model ({type(error).__name__})", source=path) from None
+    with importer_errors(path):
+        mod = from_onnx(integer_initializers_as_constants(model), keep_params_in_input=True)
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import) or "none"
+    producer = f"{model.producer_name} {model.producer_version}".strip() or "unknown"
+    origin = (f"relax.frontend.onnx (onnx {onnx.__version__}, TVM {tvm.__version__}); opset {opsets}, "
+              f"IR version {model.ir_version}, produced by {producer}")
     try:
-        mod = from_onnx(model, keep_params_in_input=True)
-    except tvm.error.TVMError as error:
-        raise DivimlInputError(f"TVM cannot import it: {str(error).splitlines()[-1]}", source=path) from None
-    try:
-        return from_relax(mod, "main", shapes=shapes, name=path)
+        return from_relax(mod, "main", shapes=shapes, name=path, origin=origin)
     except DivimlInputError as error:
         raise error.within(path) from None
+
+
+def integer_initializers_as_constants(model):
+    """The model with its integer initializers (shapes, axes, indices: what ``torch.onnx.export`` gives
+    Expand and Reshape) as Constant nodes. Kept as weight parameters, TVM's importer cannot fold the
+    shapes they describe and emits shapes known only at run time (LLaMA's Expand), which no kernel
+    graph can be extracted from; weights proper are floating point and stay parameters."""
+    import onnx
+
+    graph = model.graph
+    listed = {i.name for i in graph.input}
+    integer = [init for init in graph.initializer if init.name not in listed and
+               onnx.helper.tensor_dtype_to_np_dtype(init.data_type).kind in "iub"]
+    if not integer:
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())        # the caller's model stays as it was
+    names = {init.name for init in integer}
+    kept = [init for init in model.graph.initializer if init.name not in names]
+    constants = [onnx.helper.make_node("Constant", [], [init.name], value=init) for init in integer]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    nodes = constants + list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
 
 
 def from_torch_export(program, shapes: dict[str, int] | None = None, name: str = "torch") -> BuiltModel:
     """A ``torch.export`` ExportedProgram through ``from_exported_program`` (not ``from_fx``, which
     gets BatchNorm wrong)."""
+    import torch
     from tvm.relax.frontend.torch import from_exported_program
 
-    mod = from_exported_program(program, keep_params_as_input=True)
-    return from_relax(mod, "main", shapes=shapes, name=name)
+    with importer_errors(name):
+        mod = from_exported_program(program, keep_params_as_input=True)
+    origin = f"torch.export (torch {torch.__version__}) through relax.frontend.torch (TVM {tvm.__version__})"
+    return from_relax(mod, "main", shapes=shapes, name=name, origin=origin)
+
+
+def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
+    """A program saved with ``torch.export.save`` (``.pt2``); its inputs are the shapes it was
+    exported with (symbolic dimensions bound with ``shapes``)."""
+    try:
+        import torch
+    except ImportError:
+        raise DivimlInputError("reading .pt2 files needs torch", source=path,
+                               hint="pip install 'tvm-diviml[torch]'") from None
+    if not os.path.isfile(path):
+        raise DivimlInputError("no such file", source=path)
+    if not zipfile.is_zipfile(path):          # torch would log its own traceback before failing
+        raise DivimlInputError("not a torch.export program (a .pt2 file is a zip archive)", source=path,
+                               hint="save it with torch.export.save(torch.export.export(model, args), path)")
+    quiet = logging.getLogger("torch.export")       # it logs a traceback before its fallback reader
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        program = torch.export.load(path)
+    except Exception as error:        # torch raises zip, pickle and schema errors of many kinds
+        raise DivimlInputError(f"not a readable torch.export program ({type(error).__name__}: "
+                               f"{first_line(error)})", source=path,
+                               hint="save it with torch.export.save(torch.export.export(model, args), path)") from None
+    finally:
+        quiet.setLevel(level)
+    try:
+        return from_torch_export(program, shapes, name=path)
+    except DivimlInputError as error:
+        raise error.within(path) from None
+
+
+@contextlib.contextmanager
+def importer_errors(source: str):
+    """A TVM importer's failure (it raises errors of every type for operators it lacks) as one line."""
+    try:
+        yield
+    except DivimlInputError:
+        raise
+    except Exception as error:
+        raise DivimlInputError(f"TVM cannot import it: {type(error).__name__}: {first_line(error)}",
+                               source=source, hint="re-export the model (another opset, or without "
+                               "the operator named here)") from None

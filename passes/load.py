@@ -1,4 +1,5 @@
-"""MODEL strings that need TVM: zoo names with options and .onnx files, extracted to an OpGraph."""
+"""MODEL strings that need TVM: zoo names with options, .onnx files and .pt2 programs
+(``torch.export.save``), extracted to an OpGraph."""
 from __future__ import annotations
 
 import logging
@@ -22,11 +23,12 @@ class LoadedModel:
 
 def load_model(name: str, options: dict, *, shapes: dict[str, int] | None = None, fused: bool = True,
                path: str | None = None) -> LoadedModel:
-    """Build (zoo) or import (ONNX at ``path``) a model, then extract its kernel graph."""
+    """Build (zoo) or import (ONNX or a torch.export program at ``path``) a model, then extract its
+    kernel graph."""
     began = time.perf_counter()
     if path is not None:
-        from .frontends import load_onnx
-        built = load_onnx(path, shapes)
+        from .frontends import load_onnx, load_torch_program
+        built = (load_torch_program if path.endswith(".pt2") else load_onnx)(path, shapes)
     else:
         if shapes:
             raise DivimlInputError("--shape applies to imported models; zoo models take options",

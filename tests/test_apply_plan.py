@@ -227,6 +227,64 @@ def test_every_assignment_of_a_tuple_and_constant_model_matches_and_copies_as_co
         assert count_to_device_calls(runner, model.sample_inputs()) == expected == applied.placement.copies_per_run
 
 
+def constant_and_view_model():
+    """The structure of torchvision's and Hugging Face's models that lost the constants function: a
+    constant (as batch-norm statistics become) and an operator the build still legalizes (the reshape
+    after a reduction, as in a classifier's flatten); LegalizeOps drops private functions no one calls."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 4, 4], "float32"))
+    w = relax.Var("w", relax.TensorType([4, 8], "float32"))
+    scale = relax.const(np.linspace(0.5, 1.5, 4, dtype="float32").reshape(4, 1))
+    with builder.function("main", [x, w], attrs={"num_input": 1}):
+        with builder.dataflow():
+            pooled = builder.emit(relax.op.mean(relax.op.multiply(x, scale), axis=[2], keepdims=True))
+            flat = builder.emit(relax.op.reshape(pooled, [2, 4]))
+            out = builder.emit_output(relax.op.matmul(flat, w))
+        builder.emit_func_output(out)
+    weight = np.random.default_rng(0).standard_normal((4, 8)).astype("float32")
+    return BuiltModel("constant_and_view", builder.get(), "main", [("x", (2, 4, 4), "float32")], [("w", weight)])
+
+
+@pytest.mark.parametrize("kind", ["cpu1", "alternating"])
+def test_constants_survive_a_build_that_legalizes(kind):
+    model = constant_and_view_model()
+    case = ZooCase(model, extract(model.mod, model.entry), run_reference(model))
+    assert case.extraction.constants and case.extraction.views, "the model no longer has a constant and a view"
+    applied, _, outputs = run_plan(case, make_plan(case.extraction, kind))
+    assert applied.placement.constants_func
+    assert_matches_reference(outputs, case.reference)
+
+
+def test_a_primfunc_shared_by_a_kernel_and_the_weight_preparation_builds():
+    """The same transpose for an activation (a kernel, given cpu1's target) and for a weight (the lifted
+    weight preparation, run on the host), as ONNX exports of BERT have: two functions of one name."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([8, 8], "float32"))
+    w = relax.Var("w", relax.TensorType([8, 8], "float32"))
+    with builder.function("main", [x, w], attrs={"num_input": 1}):
+        with builder.dataflow():
+            transposed = builder.emit(relax.op.permute_dims(x))
+            out = builder.emit_output(relax.op.matmul(transposed, relax.op.permute_dims(w)))
+        builder.emit_func_output(out)
+    weight = np.random.default_rng(0).standard_normal((8, 8)).astype("float32")
+    model = BuiltModel("shared_transpose", builder.get(), "main", [("x", (8, 8), "float32")], [("w", weight)])
+    case = ZooCase(model, extract(model.mod, model.entry), run_reference(model))
+    assert case.extraction.transform_params and "transpose" in case.extraction.graph.kernels
+    _, _, outputs = run_plan(case, make_plan(case.extraction, "cpu1"))
+    assert_matches_reference(outputs, case.reference)
+
+
+def test_torch_model_with_buffers_builds_placed_and_matches_torch():
+    """Batch-norm running statistics and a registered buffer (torch's buffers become constants)."""
+    from .test_extract import torch_model_with_buffers
+
+    model, example, built = torch_model_with_buffers()
+    case = ZooCase(built, extract(built.mod, built.entry), None)
+    _, runner, _ = run_plan(case, make_plan(case.extraction, "alternating"))
+    (got,) = runner([example.numpy()])
+    np.testing.assert_allclose(got, model(example).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_model_returning_its_input_builds_and_runs():
     """A model may return an input as it came (no kernel makes it): the single VM hands it back."""
     builder = relax.BlockBuilder()

@@ -171,11 +171,38 @@ def test_onnx_import_extracts_and_matches_onnx_reference(tmp_path):
         load_onnx(str(tmp_path / "tiny.onnx"))
     built = load_onnx(str(tmp_path / "tiny.onnx"), {"N": 2})
     assert built.inputs == [("x", (2, 3, 8, 8), "float32")] and [n for n, _ in built.params] == ["W1", "W2"]
+    assert "relax.frontend.onnx" in built.origin and "opset ai.onnx 17, IR version" in built.origin
     extraction = extract(built.mod, built.entry)
     inputs = built.sample_inputs()
     expected = ReferenceEvaluator(model).run(None, {"x": inputs[0]})[0]
     got = run_kernels(extraction, inputs, [w for _, w in built.params])[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_onnx_integer_initializers_fold_as_constants(tmp_path):
+    """An Expand whose shape is an initializer (as torch.onnx.export writes LLaMA's attention): kept as
+    a weight parameter, the shape would be known only at run time and nothing could be extracted."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    weight = np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("Unsqueeze", ["h", "axis"], ["u"]),
+             helper.make_node("Expand", ["u", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 4])],
+                              initializer=[numpy_helper.from_array(weight, "W"),
+                                           numpy_helper.from_array(np.array([1], dtype="int64"), "axis"),
+                                           numpy_helper.from_array(np.array([2, 5, 4], dtype="int64"), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "expand.onnx"))
+    built = load_onnx(str(tmp_path / "expand.onnx"))
+    assert [n for n, _ in built.params] == ["W"]                       # the float weight stays a parameter
+    extraction = extract(built.mod, built.entry)
+    x = built.sample_inputs()[0]
+    got = run_kernels(extraction, [x], [w for _, w in built.params])[0]
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6)
 
 
 def test_bad_onnx_files_are_named(tmp_path):
@@ -187,26 +214,52 @@ def test_bad_onnx_files_are_named(tmp_path):
         load_onnx(str(tmp_path / "missing.onnx"))
 
 
-def test_torch_export_import_matches_torch():
-    torch = pytest.importorskip("torch")
+def test_onnx_operators_tvm_cannot_import_are_named_in_one_line(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
 
-    class Model(torch.nn.Module):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    unknown = helper.make_model(helper.make_graph(
+        [helper.make_node("NoSuchOperator", ["x"], ["y"], domain="example.custom")], "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)])
+    onnx.save(unknown, str(tmp_path / "custom.onnx"))
+    for name in ("empty.onnx", "custom.onnx"):
+        with pytest.raises(DivimlInputError) as caught:
+            load_onnx(str(tmp_path / name))
+        assert name in str(caught.value) and "\n" not in str(caught.value)
+    assert "NoSuchOperator" in str(caught.value)
+
+
+def torch_model_with_buffers():
+    """(model, example input, BuiltModel): a convolution, batch norm with non-trivial running statistics
+    and a registered buffer (torch's buffers become constants), pooled and flattened into a linear layer."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'tvm-diviml[torch]')")
+
+    class WithBuffers(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
             self.bn = torch.nn.BatchNorm2d(8)
+            self.register_buffer("shift", torch.linspace(-1, 1, 8))
             self.fc = torch.nn.Linear(8, 4)
 
         def forward(self, x):
-            return self.fc(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+            pooled = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)) + self.shift
+            return self.fc(torch.flatten(pooled, 1))
 
     torch.manual_seed(0)
-    model = Model().eval()
+    model = WithBuffers().eval()
     with torch.no_grad():
         model.bn.running_mean.uniform_(-1, 1)
         model.bn.running_var.uniform_(0.5, 2)
     example = torch.randn(2, 3, 8, 8)
-    built = from_torch_export(torch.export.export(model, (example,)))
+    return model, example, from_torch_export(torch.export.export(model, (example,)))
+
+
+def test_torch_export_import_matches_torch():
+    model, example, built = torch_model_with_buffers()
     extraction = extract(built.mod, built.entry)
     got = run_kernels(extraction, [example.numpy()], [w for _, w in built.params])[0]
     np.testing.assert_allclose(got, model(example).detach().numpy(), rtol=1e-4, atol=1e-5)

@@ -9,7 +9,9 @@ on the device of the kernels that read it):
   MatMul -> Relu -> MatMul that read the same input and are added at the end.
 * ``from_torch_export(program)``: a ``torch.export`` program. With ``--frontends onnx torch`` this script
   also exports a small convolutional model with two branches (off by default: torch.export alone takes
-  longer than the rest of the script); without torch that part is skipped with a message.
+  longer than the rest of the script), saves it with ``torch.export.save`` and reads the ``.pt2`` file
+  back with ``load_torch_program(path)`` (what ``diviml plan|run|graph model.pt2`` do); without torch
+  that part is skipped with a message.
 * ``from_relax(mod, entry, params)``: an IRModule of your own (what the other two call).
 
 Each model is checked twice: the placed build against the same model compiled whole
@@ -99,7 +101,7 @@ def run_onnx(args: argparse.Namespace) -> bool:
 def run_torch(args: argparse.Namespace) -> bool:
     import torch
 
-    from tvm_diviml.passes.frontends import from_torch_export
+    from tvm_diviml.passes.frontends import from_torch_export, load_torch_program
 
     class TwoBranchConv(torch.nn.Module):
         """Two branches of convolution -> ReLU -> convolution (3x3 and 1x1), added, then flattened."""
@@ -118,6 +120,16 @@ def run_torch(args: argparse.Namespace) -> bool:
     example = torch.randn(args.batch, 3, 8, 8)
     program = torch.export.export(module, (example,))
     model = from_torch_export(program, name="two_branch_conv")
+    with tempfile.TemporaryDirectory() as folder:
+        # The standard artefact: a program saved with torch.export.save reads back with its input shapes
+        # (the command line takes it too: diviml plan|run|graph two_branch_conv.pt2).
+        path = os.path.join(folder, "two_branch_conv.pt2")
+        torch.export.save(program, path)
+        saved = load_torch_program(path)
+        print(f"   saved and read back {os.path.basename(path)}: inputs {saved.inputs}, imported from {saved.origin}")
+        if saved.inputs != model.inputs or len(saved.params) != len(model.params):
+            print("   the saved program differs from the one in memory")
+            return False
     x = model.sample_inputs(seed=args.seed)[0]
     with torch.no_grad():
         expected = module(torch.from_numpy(x)).numpy()

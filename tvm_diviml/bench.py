@@ -487,6 +487,29 @@ def suite_run(quick: bool = False, time_limit_s: float = 30.0, repeats: int = 10
                "build_s": run.build_s}
 
 
+def suite_models(quick: bool = False, time_limit_s: float = 10.0) -> Iterator[Row]:
+    """Models from torchvision and Hugging Face, exported with torch.export and through ONNX, each
+    imported, extracted, planned on cpu2 and paper-node, built across cpu0/cpu1, run and compared
+    with torch (``passes/coverage.py``); quick: one CNN and one transformer."""
+    from tqdm import tqdm
+
+    from .errors import DivimlInputError
+    from .passes.coverage import ROUTES, catalogue, check_model, missing_packages
+
+    missing = missing_packages()
+    if missing:
+        raise DivimlInputError(f"suite models needs {', '.join(missing)}, which this environment lacks",
+                               field="--suite", hint="pip install 'tvm-diviml[torch]'")
+    models = [m for m in catalogue().values() if m.quick or not quick]
+    progress = tqdm(total=len(models) * len(ROUTES), desc="models suite", unit="row", leave=False)
+    for model in models:
+        for route in ROUTES:
+            progress.set_postfix_str(f"{model.name} ({route})")
+            yield check_model(model, route, time_limit_s=time_limit_s)
+            progress.update()
+    progress.close()
+
+
 LLM_LAYERS = (8, 24, 48)
 LLM_PLATFORMS = ("servers:2xpaper-node", "servers:4xpaper-node")
 LLM_OBJECTIVES = ("latency", "throughput")
@@ -636,7 +659,7 @@ SUITES: dict[str, Callable[..., Iterator[Row]]] = {"simulator": suite_simulator,
                                                    "costs": suite_costs, "latency": suite_latency,
                                                    "pipeline": suite_pipeline,
                                                    "msr-fiddle": suite_msr_fiddle, "run": suite_run,
-                                                   "llm": suite_llm}
+                                                   "llm": suite_llm, "models": suite_models}
 
 
 def markdown_table(rows: list[Row]) -> str:

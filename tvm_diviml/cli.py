@@ -69,8 +69,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"{name:<14} {entry.description}\n{'':<14} options: {options}")
     for name, (_, description) in GENERATORS.items():
         print(f"{name:<14} synthetic: {description}")
-    print("\nAlso: an .onnx file (--shape NAME=VALUE binds symbolic dimensions), an OpGraph .json, or an "
-          "msr-fiddle .json.")
+    print("\nAlso: an .onnx file or a .pt2 program saved with torch.export.save (--shape NAME=VALUE binds "
+          "symbolic dimensions), an OpGraph .json, or an msr-fiddle .json.")
     return 0
 
 
@@ -92,6 +92,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     print(f"GFLOPs: {flops / 1e9:.3f}   weights: {sum(graph.weights.values()) / 1e6:.2f} MB   "
           f"widest antichain: {width}{'' if exact else ' (at least; level width)'}")
     if found.loaded is not None:
+        print(f"imported from {found.loaded.built.origin}")
         print(f"extracted in {found.loaded.extract_s:.2f} s")
     return 0
 
@@ -140,7 +141,7 @@ def _runnable_workload(args: argparse.Namespace):
                              granularity=args.granularity, tuning_db=args.tuning_db)
     if workload.loaded is None:
         raise DivimlInputError("run needs a model that TVM builds", field="MODEL",
-                               hint="give a zoo name or an .onnx file (an OpGraph or msr-fiddle file has no kernels)")
+                               hint="give a zoo name, an .onnx file or a .pt2 program (an OpGraph or msr-fiddle file has no kernels)")
     return workload
 
 
@@ -481,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
     bench.add_argument("--time-limit", type=_positive_float, metavar="S",
-                       help="solver time limit in seconds (suites latency, pipeline, msr-fiddle, llm)")
+                       help="solver time limit in seconds (suites latency, pipeline, msr-fiddle, llm, models)")
     bench.add_argument("--bound-time-limit", type=_positive_float, metavar="S",
                        help="seconds for the lower-bound MIPs per row (suite pipeline)")
     bench.add_argument("--quick", action="store_true", help="only a few small rows")
@@ -492,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL",
                         help="a zoo model with options (resnet18:resolution=64; see `diviml models`), an .onnx "
-                        "file, an OpGraph .json, an msr-fiddle .json, or a generator "
+                        "file, a .pt2 program (torch.export.save), an OpGraph .json, an msr-fiddle .json, or a generator "
                         f"({', '.join(GENERATORS)}) with options")
     parser.add_argument("--shape", action="append", type=_shape_binding, metavar="NAME=VALUE",
                         help="bind a symbolic dimension of an imported model (repeatable)")

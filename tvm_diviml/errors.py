@@ -26,3 +26,9 @@ class DivimlInputError(ValueError):
         if self.source:
             return self
         return DivimlInputError(self.detail, source=source, field=self.field, hint=self.hint)
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an error's message (a library's error may carry a whole dump)."""
+    lines = [line.strip(" :") for line in str(error).splitlines() if line.strip(" :")]
+    return lines[0][:limit] if lines else "no message"

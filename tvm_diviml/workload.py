@@ -1,6 +1,7 @@
 """Turn the user's MODEL, --platform and --cost into (OpGraph, Platform, CostModel).
 
-MODEL is a zoo name with options (``resnet18:resolution=64``), an ``.onnx`` file, an OpGraph
+MODEL is a zoo name with options (``resnet18:resolution=64``), an ``.onnx`` file, a ``.pt2``
+program saved with ``torch.export.save``, an OpGraph
 ``.json``, a graph in the msr-fiddle format (detected by its keys; it carries its own platform and
 costs), or a synthetic generator (``random:kernels=20,seed=1``, ``branchy:branches=4``). This is
 the glue layer: the one place the library reaches, lazily, into ``tvm_diviml.passes`` — only for
@@ -23,6 +24,7 @@ from .platform import Platform, get_platform
 from .synthetic import branchy, random_dag
 
 DEFAULT_PLATFORM = "paper-node"
+IMPORTED_SUFFIXES = (".onnx", ".pt2")          # files a TVM importer reads
 
 GENERATORS: dict[str, tuple[Callable[..., OpGraph], str]] = {
     "random": (random_dag, "seeded random DAG (kernels=16, seed=0, edge_probability=0.25)"),
@@ -38,7 +40,7 @@ class Workload:
     model: str
     cost_source: str              # "roofline", "msr-fiddle", or the cost file's path
     default_objective: str = "latency"
-    loaded: Any = None            # the TVM model and its extraction, for zoo and ONNX models
+    loaded: Any = None            # the TVM model and its extraction, for zoo and imported models
 
 
 def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -71,7 +73,7 @@ def _parse_value(text: str) -> Any:
 @dataclass
 class ModelGraph:
     """A MODEL read into an OpGraph, with what came along: the TVM model and its extraction (zoo,
-    ONNX), or the devices and costs an msr-fiddle file carries."""
+    ONNX, .pt2), or the devices and costs an msr-fiddle file carries."""
 
     graph: OpGraph
     loaded: Any = None
@@ -80,7 +82,7 @@ class ModelGraph:
 
 
 def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity: str = "fused") -> ModelGraph:
-    if model.endswith(".onnx"):
+    if model.endswith(IMPORTED_SUFFIXES):
         from .passes.load import load_model       # TVM enters here, and only for TVM models
         loaded = load_model(model, {}, shapes=shapes, fused=granularity == "fused", path=model)
         return ModelGraph(loaded.extraction.graph, loaded)
@@ -115,7 +117,7 @@ def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int
 
     if loaded is None:
         raise DivimlInputError("measured costs need a model that TVM builds", field="--cost",
-                               hint="give a zoo name or an .onnx file, or use --cost roofline or a cost FILE")
+                               hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE")
     extraction = loaded.extraction
     tuning = {}
     if tuning_db and tune:

@@ -6,7 +6,8 @@ rules on GPU targets; nothing on llvm, which is what TVM 0.27 builds for the CPU
 database where one is given), each timed with ``time_evaluator`` on its own random arguments.
 Results are cached per (PrimFunc hash, target, device, TVM version, schedule), so a second run of
 the same model measures nothing. Links between present devices are timed with copies of several
-sizes and fitted to latency + bytes / bandwidth.
+sizes and fitted to latency + bytes / bandwidth. A kernel TVM cannot compile is named in one line
+(``compile_failure``, which the placed build uses too).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DivimlInputError, first_line
 from ..graph import OpGraph
 from ..platform import Device, Link, Platform
 from .base import CostModel
@@ -154,7 +156,10 @@ def time_primfuncs(funcs: dict[str, Any], device: Device, options: MeasureOption
     target = tvm_target(device)
     named = {name: func.with_attr("global_symbol", name) for name, func in funcs.items()}
     mod = schedule_for_target(tvm.IRModule(named), target, database)
-    library = tvm.compile(mod, target=target)
+    try:
+        library = tvm.compile(mod, target=target)
+    except Exception as error:              # TVM's codegen raises errors of many types
+        raise compile_failure(mod, error, target) from None
     runtime_module = library.mod
     dev = tvm.device(device.kind, device.index)
     set_cpu_threads(device)
@@ -339,3 +344,42 @@ def time_whole_model(mod, entry: str, inputs: list, weights: list, device: Devic
     samples = np.asarray(timing.results, dtype=float)
     return Measurement(float(np.median(samples)), float(samples.std()), len(samples),
                        "tuned" if database is not None else "measured")
+
+
+def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
+    """The one-line error for a module TVM failed to compile: the first kernel that fails when
+    compiled alone (for its own target, else ``target``), or TVM's own first line when every kernel
+    compiles by itself."""
+    import tvm
+
+    for gvar, func in mod.functions_items():
+        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else None
+        if not isinstance(func, tvm.tirx.PrimFunc) or (own or target) is None:
+            continue
+        kernel_target = tvm.target.Target(own or target)
+        try:
+            tvm.compile(tvm.IRModule({gvar.name_hint: func}), target=kernel_target)
+        except Exception as kernel_error:
+            return DivimlInputError(
+                f"TVM {tvm.__version__} cannot compile kernel '{gvar.name_hint}' ({kernel_signature(func)}) "
+                f"for {kernel_target.kind.name}: {type(kernel_error).__name__}: {first_line(kernel_error)}",
+                field="MODEL", hint="no rewrite of this operator and dtype is known; export the model "
+                "with another dtype for it, or report it to TVM")
+    return DivimlInputError(f"TVM {tvm.__version__} cannot build the module: {type(error).__name__}: "
+                            f"{first_line(error)}", field="MODEL")
+
+
+def kernel_signature(func) -> str:
+    """``reads bool[1, 16]; writes bool[1, 16]``: a PrimFunc's buffers (the last ones are its outputs)."""
+    import tvm
+
+    buffers = list(func.params)                # TVM 0.27: a PrimFunc's parameters are its buffers
+    outputs = int(func.attrs["num_outputs"]) if func.attrs and "num_outputs" in func.attrs else 1
+
+    def describe(buffer) -> str:
+        dims = (str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buffer.shape)
+        return f"{buffer.dtype}[{', '.join(dims)}]"
+
+    reads = ", ".join(map(describe, buffers[:-outputs])) or "nothing"
+    writes = ", ".join(map(describe, buffers[-outputs:]))
+    return f"reads {reads}; writes {writes}"

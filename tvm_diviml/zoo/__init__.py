@@ -50,6 +50,7 @@ class BuiltModel:
     entry: str                                           # the Relax function to place ("forward", "main")
     inputs: list[tuple[str, tuple[int, ...], str]]       # (name, shape, dtype), in parameter order
     params: Sequence[tuple[str, np.ndarray]] = field(default_factory=list)   # weights, in parameter order
+    origin: str = "a Relax IRModule"                     # the importer and the versions it used
 
     def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Deterministic random inputs (integers in [0, 100) for integer inputs such as token ids)."""
@@ -125,6 +126,7 @@ def zoo_names() -> list[str]:
 def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int = 0) -> BuiltModel:
     """Export zoo model ``name`` with ``options`` to Relax; weights drawn from ``seed`` (or the
     ``seed`` option)."""
+    import tvm
     from tvm.relax.frontend import nn
 
     from ..workload import format_model_spec
@@ -154,7 +156,7 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     if seed and "seed" not in allowed:
         label += f"{',' if options else ':'}seed={seed}"
     return BuiltModel(label, mod, "forward", [(k, tuple(s), d) for k, (s, d) in inputs.items()],
-                      LazyWeights(shapes, seed))
+                      LazyWeights(shapes, seed), origin=f"the zoo (tvm.relax.frontend.nn, TVM {tvm.__version__})")
 
 
 def _load_all() -> None:

@@ -1,0 +1,134 @@
+"""The model-coverage suite (passes/coverage.py): models from torchvision and Hugging Face, exported as
+a user exports them, must import, extract, plan, build across two devices, run and match torch.
+
+The default suite checks one CNN and one transformer through both routes; every model of the
+catalogue runs with ``-m slow`` (about 20 minutes here). Without torch, torchvision, transformers or
+onnxscript these tests are skipped, naming what is missing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_diviml.passes import coverage
+
+MISSING = coverage.missing_packages()
+needs_models = pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)} (pip install 'tvm-diviml[torch]')")
+
+
+def test_relative_difference_over_every_output():
+    want = [np.array([1.0, -4.0]), np.array([[2.0]])]
+    assert coverage.relative_difference([np.array([1.0, -4.0]), np.array([[2.0]])], want) == 0
+    assert coverage.relative_difference([np.array([1.0, -3.0]), np.array([[2.0]])], want) == pytest.approx(0.25)
+    assert coverage.relative_difference([np.array([1.0, -4.0])], want) == float("inf")           # an output lost
+    assert coverage.relative_difference([np.array([1.0, -4.0]), np.array([2.0])], want) == float("inf")
+
+
+def test_halves_plan_splits_the_topological_order():
+    from tvm_diviml.synthetic import random_dag
+
+    class Extraction:
+        graph = random_dag(kernels=7, seed=1)
+
+    plan = coverage.halves_plan(Extraction)
+    order = Extraction.graph.topo_order
+    assert [plan.assignment[k] for k in order] == ["cpu0"] * 3 + ["cpu1"] * 4
+
+
+def test_unknown_route_is_refused():
+    model = coverage.EcosystemModel("nothing", "none", lambda: None)
+    with pytest.raises(ValueError, match="unknown route 'tflite'"):
+        coverage.check_model(model, "tflite")
+
+
+def data_dependent_branch(torch):
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1            # torch.export refuses data-dependent control flow
+    return Branch()
+
+
+def tensor_from_a_scalar(torch):
+    class FromScalar(torch.nn.Module):
+        def forward(self, x):
+            return torch.tensor(x.sum().item())               # exported; TVM's importer refuses it
+    return FromScalar()
+
+
+@needs_models
+@pytest.mark.parametrize("make, stage", [(data_dependent_branch, "export"), (tensor_from_a_scalar, "import")])
+def test_a_model_that_fails_is_a_row_naming_the_stage(make, stage):
+    import torch
+
+    row = coverage.check_model(coverage.EcosystemModel("failing", "test", lambda: (make(torch), (torch.ones(2),))))
+    assert row["outcome"] == f"{stage} failed" and row["error"] and "\n" not in row["error"]
+    assert row["kernels"] is None and row["rel_diff"] is None
+
+
+@needs_models
+def test_a_model_whose_outputs_ignore_the_input_proves_nothing():
+    import torch
+
+    class Constant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(torch.zeros_like(x))
+
+    row = coverage.check_model(coverage.EcosystemModel("constant", "test", lambda: (Constant().eval(), (torch.ones(1, 4),))))
+    assert row["outcome"] == "reference failed" and row["sensitivity"] == 0
+    assert "outputs move by 0 (relative) when the input changes" in row["error"]
+
+
+@needs_models
+def test_lively_weights_make_outputs_follow_the_input():
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    vit = torchvision.models.VisionTransformer(image_size=16, patch_size=8, num_layers=1, num_heads=1,
+                                               hidden_dim=8, mlp_dim=8, num_classes=3).eval()
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(vit(x), vit(2 * x))                     # torchvision's zero head: constant outputs
+        coverage.lively(vit)
+        assert coverage.relative_difference([vit(2 * x).numpy()], [vit(x).numpy()]) > coverage.MIN_SENSITIVITY
+
+
+@needs_models
+def test_torch_outputs_flattens_model_outputs():
+    import torch
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    output = BaseModelOutputWithPooling(last_hidden_state=torch.ones(1, 2), pooler_output=torch.zeros(3))
+    flat = coverage.torch_outputs((output, torch.full((2,), 5.0)))
+    assert [a.tolist() for a in flat] == [[[1.0, 1.0]], [0.0, 0.0, 0.0], [5.0, 5.0]]
+
+
+def catalogue_cases(quick: bool):
+    """(model, route) parameters; one placeholder without the packages, which ``needs_models`` skips."""
+    if MISSING:
+        return [pytest.param(None, None)]
+    return [pytest.param(m.name, route, marks=[] if quick else [pytest.mark.slow])
+            for m in coverage.catalogue().values() if m.quick == quick for route in coverage.ROUTES]
+
+
+def assert_covered(name: str, route: str) -> None:
+    row = coverage.check_model(coverage.catalogue()[name], route, time_limit_s=5.0)
+    assert row["outcome"] == "ok", row
+    assert row["rel_diff"] <= coverage.TOLERANCE and row["kernels"] > 10
+    assert all(row[f"plan_{p}_s"] is not None for p in coverage.PLAN_PLATFORMS)
+
+
+@needs_models
+@pytest.mark.parametrize("name, route", catalogue_cases(quick=True))
+def test_quick_models_are_covered(name, route):
+    assert_covered(name, route)
+
+
+@needs_models
+@pytest.mark.parametrize("name, route", catalogue_cases(quick=False))
+def test_every_catalogue_model_is_covered(name, route):
+    assert_covered(name, route)
