@@ -88,7 +88,10 @@ class PartitionForDevices:
 
     def __init__(self, platform: Platform | str, *, objective: str = "latency", solver: str = "auto",
                  cost: str | CostModel = "roofline", stages: int | None = None, time_limit_s: float = 10.0,
-                 entry: str | None = None, seed: int = 0):
+                 entry: str | None = None, seed: int = 0, candidates: int | None = None):
+        """``candidates``: build and time that many best plans and the single-device configurations
+        here (seeded random weights) and keep the fastest measured (``passes.run.choose_by_measurement``);
+        ``.selection`` then says which won and what each measured."""
         if objective not in OBJECTIVES:
             raise DivimlInputError(f"unknown objective '{objective}'", field="objective",
                                    hint=f"use one of {', '.join(OBJECTIVES)}")
@@ -100,7 +103,10 @@ class PartitionForDevices:
             raise DivimlInputError(f"time_limit_s must be positive, not {time_limit_s}", field="time_limit_s")
         self.platform = _platform_of(platform)
         self.objective, self.solver, self.cost, self.stages = objective, solver, cost, stages
-        self.time_limit_s, self.entry, self.seed = time_limit_s, entry, seed
+        if candidates is not None and (not isinstance(candidates, int) or candidates < 1):
+            raise DivimlInputError(f"candidates must be a positive integer, not {candidates!r}", field="candidates")
+        self.time_limit_s, self.entry, self.seed, self.candidates = time_limit_s, entry, seed, candidates
+        self.selection = None
         self.plan: Plan | None = None
         self.simulation: Simulation | None = None
         self.applied: AppliedPlan | None = None
@@ -123,8 +129,9 @@ class PartitionForDevices:
                                      cache=ProfileCache(), options=MeasureOptions(progress=False))
         return TableCostModel.load(self.cost, self.platform, extraction.graph)
 
-    def solve(self, extraction: Extraction) -> tuple[Plan, Simulation]:
-        """The solver's plan for ``extraction``'s graph, scored by the simulator."""
+    def solve(self, extraction: Extraction, mod=None) -> tuple[Plan, Simulation]:
+        """The solver's plan for ``extraction``'s graph, scored by the simulator; with ``candidates``,
+        the fastest measured of the best plans of ``mod`` (the module ``extraction`` came from) instead."""
         problem = Problem(extraction.graph, self.platform, self.cost_model(extraction), objective=self.objective,
                           stages=self.stages)
         problem.validate()
@@ -140,12 +147,26 @@ class PartitionForDevices:
         plan.attrs["simulated_value_s"] = sim.value_s
         log.info("%s placed %d kernels on %s for %s: %.4g s (simulated), solved in %.2f s", name,
                  len(problem.graph), ", ".join(plan.devices_used()), self.objective, sim.value_s, solve_s)
+        if self.candidates:
+            from .run import choose_by_measurement, with_random_weights
+
+            if mod is None:
+                raise DivimlInputError("timing candidates needs the module the extraction came from",
+                                       field="mod", hint="call solve(extraction, mod)")
+            model = with_random_weights(mod, extraction.entry, self.seed)
+            self.selection, _ = choose_by_measurement(model, extraction, problem, plan, self.candidates,
+                                                      progress=log.info)
+            plan = self.selection.winner.plan
+            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+            plan.attrs["simulated_value_s"] = sim.value_s
         return plan, sim
 
     def transform_module(self, mod, ctx):
         extraction = extract(mod, self.entry)
-        plan, sim = self.solve(extraction)
+        plan, sim = self.solve(extraction, mod)
         applied = apply_plan(mod, plan, self.platform, entry=extraction.entry, extraction=extraction)
+        if self.selection is not None and self.selection.winner.threads:      # the whole CPU won
+            applied.placement.num_threads = [self.selection.winner.threads] * len(applied.placement.devices)
         self.plan, self.simulation, self.applied = plan, sim, applied
         return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json()) \
             .with_attr(PLAN_ATTR, json.dumps(plan.to_json(), sort_keys=True))

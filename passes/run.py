@@ -4,11 +4,13 @@ What ``diviml run`` and the ``run`` benchmark suite do: solve the placement, bui
 + ``build``), check its outputs against the single-device reference build, time it — one inference
 at a time on the concurrent executor for latency, a stream with several inputs in flight for
 throughput and pipelines — and time the same model on each single-device configuration, so that
-the speed-up is measured side by side in one run.
+the speed-up is measured side by side in one run. ``run_candidates`` does the same for several
+candidate plans and keeps the fastest measured (``tvm_diviml.candidates``).
 """
 from __future__ import annotations
 
 import logging
+import math
 import os
 import statistics
 import time
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tvm_diviml.candidates import Candidate, Selection, candidate_plans, plan_key, select_fastest
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Device, Platform
@@ -25,6 +28,7 @@ from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.solvers.single_device import single_device_plan
 from tvm_diviml.zoo.reference import run_reference
 
 from .apply_plan import apply_plan
@@ -39,7 +43,7 @@ class RunMeasurement:
     """What one real run of a plan measured."""
 
     objective: str
-    predicted_s: float                 # the simulator's latency or period
+    predicted_s: float | None          # the simulator's latency or period (None: a configuration it has no device for)
     measured_s: float                  # median latency, or seconds per inference of the stream
     max_abs_diff: float                # against the single-device reference build
     max_rel_diff: float
@@ -65,8 +69,8 @@ class RunMeasurement:
         return self.single_device_s[self.one_worker] / self.measured_s
 
     @property
-    def measured_over_predicted(self) -> float:
-        return self.measured_s / self.predicted_s
+    def measured_over_predicted(self) -> float | None:
+        return self.measured_s / self.predicted_s if self.predicted_s else None
 
     def to_json(self) -> dict[str, Any]:
         best_name, best_s = self.best_single_device
@@ -122,10 +126,9 @@ def time_single_devices(model: BuiltModel, extraction: Extraction, platform: Pla
     return out
 
 
-def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, predicted_s: float, *,
-             repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
-             progress=print) -> tuple[RunMeasurement, PlacedExecutable]:
-    """Build ``plan``, check it against the reference, and time it and the single-device configurations."""
+def build_runnable(model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, *, database=None,
+                   progress=print) -> tuple[PlacedExecutable, float]:
+    """``plan`` built for this machine (its devices checked first), and the seconds the build took."""
     from tvm_diviml.cost.measured import device_present
 
     absent = [d for d in dict.fromkeys([platform.host, *plan.devices_used()])
@@ -141,30 +144,118 @@ def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan
     build_s = time.perf_counter() - began
     progress(f"built for {', '.join(built.placement.devices)} in {build_s:.1f} s "
              f"({len(built.placement.segments)} segments, {built.placement.copies_per_run} device copies per run)")
-    params = [w for _, w in model.params]
+    return built, build_s
+
+
+def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, predicted_s: float | None, *,
+             repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
+             progress=print, threads: int | None = None,
+             built: tuple[PlacedExecutable, float] | None = None) -> tuple[RunMeasurement, PlacedExecutable]:
+    """Build ``plan`` (unless ``built`` gives the build and its seconds), check it against the reference,
+    and time it and the single-device configurations. ``threads``: a one-device plan's CPU pool."""
+    built, build_s = built or build_runnable(model, extraction, platform, plan, database=database, progress=progress)
     inputs = model.sample_inputs()
     reference = run_reference(model, inputs)
     configurations = time_single_devices(model, extraction, platform, inputs, repeats, database)
     as_platform_has_them = [n for n, (device, threads) in single_device_configurations(platform).items()
                             if threads == device.num_threads]
     one_worker = min(as_platform_has_them, key=configurations.__getitem__)
-    concurrent = len(built.placement.devices) > 1 or plan.objective != "latency"
+    timing = time_build(built, model, plan.objective, reference, repeats=repeats, stream_inputs=stream_inputs,
+                        in_flight=in_flight, threads=threads)
+    return RunMeasurement(plan.objective, predicted_s, timing.measured_s, timing.max_abs_diff, timing.max_rel_diff,
+                          timing.busy_s, configurations, one_worker, build_s, timing.in_flight, timing.samples_s,
+                          timing.executor), built
+
+
+@dataclass
+class BuildTiming:
+    """One build timed as it runs best: its outputs against the reference, seconds per inference."""
+
+    measured_s: float
+    samples_s: list[float]
+    busy_s: dict[str, float]
+    in_flight: int
+    executor: str
+    max_abs_diff: float
+    max_rel_diff: float
+
+
+def time_build(built: PlacedExecutable, model: BuiltModel, objective: str, reference: list[np.ndarray], *,
+               repeats: int, stream_inputs: int = 16, in_flight: int | None = None,
+               threads: int | None = None) -> BuildTiming:
+    """Latency: one inference at a time, on the concurrent executor (one VM, without the workers'
+    hand-offs, when the build has one device); throughput and pipelines: a stream with ``in_flight``
+    inputs (default two per device). ``threads``: a one-device build's CPU pool."""
+    params = [w for _, w in model.params]
+    inputs = model.sample_inputs()
+    concurrent = len(built.placement.devices) > 1 or objective != "latency"
     with ConcurrentRunner(built, params) as runner:
         abs_diff, rel_diff = compare_outputs(runner(inputs), reference)
-        if plan.objective != "latency":
+        if objective != "latency":
             flight = in_flight or 2 * len(built.placement.devices)
             stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
             measured, samples = time_stream(runner, stream, flight), []
             busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}     # busy_s covers the last stream
         elif concurrent:
             (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
-    if not concurrent:               # one device: one VM, without the threads' hand-offs
-        single = SingleVMRunner(built, params)
+    if not concurrent:
+        single = SingleVMRunner(built, params, num_threads=threads)
         samples = time_calls(single, inputs, repeats)
         measured, flight = statistics.median(samples), 1
         busy = {built.placement.devices[0]: measured}
-    return RunMeasurement(plan.objective, predicted_s, measured, abs_diff, rel_diff, busy, configurations,
-                          one_worker, build_s, flight, samples, "concurrent" if concurrent else "single VM"), built
+    return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", abs_diff, rel_diff)
+
+
+def choose_by_measurement(model: BuiltModel, extraction: Extraction, problem, chosen: Plan, count: int, *,
+                          repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
+                          rtol: float = 1e-4, progress=print) -> tuple[Selection, dict]:
+    """Build and time the ``count`` best distinct plans (``candidates.candidate_plans``) and every
+    single-device configuration of this machine (the whole CPU too); the fastest measured whose
+    outputs match the reference within ``rtol`` wins. Returns the selection and the builds by plan key."""
+    platform = problem.platform
+    candidates = candidate_plans(problem, chosen, count)
+    for label, (device, threads) in single_device_configurations(platform).items():
+        if threads != device.num_threads:           # a configuration the platform has no device for
+            candidates.append(Candidate(label, single_device_plan(problem, device.name), None, threads=threads))
+    reference = run_reference(model, model.sample_inputs())
+    builds: dict[tuple, tuple[PlacedExecutable, float]] = {}
+
+    def measure(candidate: Candidate) -> float:
+        key = plan_key(candidate.plan)
+        if key not in builds:
+            builds[key] = build_runnable(model, extraction, platform, candidate.plan, database=database,
+                                         progress=progress)
+        timing = time_build(builds[key][0], model, candidate.plan.objective, reference, repeats=repeats,
+                            stream_inputs=stream_inputs, in_flight=in_flight, threads=candidate.threads)
+        progress(f"candidate {candidate.label}: {timing.measured_s * 1e3:.3f} ms per inference")
+        return timing.measured_s if timing.max_rel_diff <= rtol else math.inf     # wrong outputs never win
+
+    return select_fastest(candidates, measure), builds
+
+
+def run_candidates(model: BuiltModel, extraction: Extraction, problem, chosen: Plan, count: int, *,
+                   repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
+                   rtol: float = 1e-4, progress=print) -> tuple[Selection, RunMeasurement, PlacedExecutable]:
+    """``choose_by_measurement``, then the winner run as ``run_plan`` runs a plan."""
+    options = dict(repeats=repeats, stream_inputs=stream_inputs, in_flight=in_flight, database=database)
+    selection, builds = choose_by_measurement(model, extraction, problem, chosen, count, rtol=rtol,
+                                              progress=progress, **options)
+    winner = selection.winner
+    run, built = run_plan(model, extraction, problem.platform, winner.plan, winner.predicted_s, progress=progress,
+                          threads=winner.threads, built=builds[plan_key(winner.plan)], **options)
+    return selection, run, built
+
+
+def with_random_weights(mod, entry: str, seed: int = 0) -> BuiltModel:
+    """``mod`` with seeded random weights for its entry's weight parameters: enough to time it."""
+    from tvm_diviml.zoo import init_weights
+
+    from .frontends import from_relax
+
+    func = mod[entry]
+    num_inputs = int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)
+    shapes = [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in func.params[num_inputs:]]
+    return from_relax(mod, entry, [w for _, w in init_weights(shapes, seed)])
 
 
 def _concurrent_latency(runner: ConcurrentRunner, inputs: list[np.ndarray], repeats: int
@@ -189,14 +280,19 @@ def headline(run, rtol: float, reference: str, how: str = "", detail: str = "") 
     verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
     lines = [f"outputs against {reference}: max abs diff {run.max_abs_diff:.3g}, "
              f"max rel diff {run.max_rel_diff:.3g}: {verdict}"]
-    ratio = f"measured/predicted {run.measured_over_predicted:.2f}"
+    if run.predicted_s is None:
+        predicted = "not predicted (the platform has no device with these threads)"
+    elif run.objective == "latency":
+        predicted = f"predicted {format_seconds(run.predicted_s)}: measured/predicted {run.measured_over_predicted:.2f}"
+    else:
+        predicted = (f"predicted {1 / run.predicted_s:.2f} /s (period {format_seconds(run.predicted_s)}): "
+                     f"measured/predicted {run.measured_over_predicted:.2f}")
     if run.objective == "latency":
         lines.append(f"latency{how}: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}"
-                     f"{detail}), predicted {format_seconds(run.predicted_s)}: {ratio}")
+                     f"{detail}), {predicted}")
     else:
         lines.append(f"throughput{how}: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
-                     f"inference, {run.in_flight} in flight), predicted {1 / run.predicted_s:.2f} /s "
-                     f"(period {format_seconds(run.predicted_s)}): {ratio}")
+                     f"inference, {run.in_flight} in flight), {predicted}")
     return lines
 
 

@@ -5,6 +5,7 @@ and the build, and refuses models and platforms it cannot run with one line and 
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 
@@ -65,6 +66,31 @@ def test_latency_run_reports_outputs_times_and_speedups(tmp_path, capsys):
     loaded = PlacedExecutable.load(str(tmp_path / "placed.so"))
     assert (tmp_path / "placed.so.placement.json").is_file()
     assert loaded.placement.assignment == row["assignment"]
+
+
+def test_candidates_are_timed_side_by_side_and_the_fastest_measured_is_kept(tmp_path, capsys):
+    code, out, err = diviml_run(capsys, "--candidates", "2", "--json", str(tmp_path / "row.json"),
+                                "--export", str(tmp_path / "kept.so"))
+    assert code == 0, err
+    row = json.loads((tmp_path / "row.json").read_text())
+    chosen = row["candidates"]
+    labels = [c["label"] for c in chosen["candidates"]]
+    measured = [c["measured_s"] for c in chosen["candidates"]]
+    assert chosen["winner"] == labels[0] and measured == sorted(measured)
+    if (os.cpu_count() or 1) > 1:                                           # cpu2 gives each device one thread
+        assert f"cpu0 ({os.cpu_count()} threads, the whole CPU)" in labels
+    assert any(len(c["devices"]) == 1 for c in chosen["candidates"])        # the best single device is there
+    assert re.search(rf"^  {re.escape(chosen['winner'])} .*<- kept$", out, re.MULTILINE), out
+    # what was run, reported and exported is the kept candidate
+    winner = chosen["candidates"][0]
+    assert row["run"]["predicted_s"] == winner["predicted_s"]
+    assert sorted(set(row["kept_assignment"].values())) == sorted(winner["devices"])
+    assert PlacedExecutable.load(str(tmp_path / "kept.so")).placement.assignment == row["kept_assignment"]
+
+
+def test_candidates_are_refused_across_rpc_servers(capsys):
+    assert_one_line_error(capsys, ["run", MODEL, *FAST, "--candidates", "2", "--rpc", "local"],
+                          "--candidates times plans on this machine")
 
 
 @pytest.mark.parametrize("objective, extra, in_flight", [

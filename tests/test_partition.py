@@ -92,6 +92,18 @@ def test_registered_pipeline_takes_options_from_the_context(model, reference):
     assert_matches(run_placed(executable, partition.placement, model, inputs), outputs)
 
 
+def test_with_candidates_the_pass_keeps_the_fastest_measured_plan(model, reference):
+    partition = PartitionForDevices("cpu2", candidates=1, **OPTIONS)
+    executable = tvm.compile(model.mod, target=None, relax_pipeline=partition.pipeline())
+    selection = partition.selection
+    measured = [c.measured_s for c in selection.candidates]
+    assert measured == sorted(measured) and len(measured) >= 2          # HEFT's plan and the single devices
+    assert partition.plan.assignment == selection.winner.plan.assignment
+    assert partition.placement.assignment == selection.winner.plan.assignment
+    inputs, outputs = reference
+    assert_matches(run_placed(executable, partition.placement, model, inputs), outputs)
+
+
 def test_registered_pipeline_outside_the_context_says_what_to_do(model):
     with pytest.raises(DivimlInputError, match="partition_options") as error:
         tvm.compile(model.mod, target=None, relax_pipeline="diviml")
@@ -114,6 +126,7 @@ def test_contexts_nest_and_unwind():
     ({"cost": "guess"}, "cost"),
     ({"cost": "/no/such/costs.json"}, "cost"),
     ({"time_limit_s": 0}, "time_limit_s"),
+    ({"candidates": 0}, "candidates"),
 ])
 def test_unknown_options_are_refused_at_construction(options, field):
     with pytest.raises(DivimlInputError) as error:

@@ -157,6 +157,9 @@ def _tuning_database(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     """Plan, build and execute on this machine's devices; measured against predicted."""
     if args.rpc:
+        if args.candidates:
+            raise DivimlInputError("--candidates times plans on this machine, not across RPC servers",
+                                   field="--candidates", hint="drop --candidates or --rpc")
         return _run_rpc(args)
     workload = _runnable_workload(args)
     plan, sim, row, problem = _solve(args, workload)
@@ -165,11 +168,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .passes.run import format_run, run_plan
 
     loaded = workload.loaded
-    measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s,
-                               repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight,
-                               database=_tuning_database(args))
-    return _report_run(args, row, measured, format_run(measured, args.rtol), built,
-                       f"build exported to {args.export} (+ .placement.json)")
+    options = dict(repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight,
+                   database=_tuning_database(args))
+    if not args.candidates:
+        measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, **options)
+        return _report_run(args, row, measured, format_run(measured, args.rtol), built,
+                           f"build exported to {args.export} (+ .placement.json)")
+    from .candidates import format_selection
+    from .passes.run import run_candidates
+
+    selection, measured, built = run_candidates(loaded.built, loaded.extraction, problem, plan, args.candidates,
+                                                rtol=args.rtol, **options)
+    row["candidates"] = selection.to_json()
+    row["kept_assignment"] = selection.winner.plan.assignment
+    report = f"{format_selection(selection)}\n\nthe kept plan, run:\n{format_run(measured, args.rtol)}"
+    return _report_run(args, row, measured, report, built,
+                       f"the kept plan's build exported to {args.export} (+ .placement.json)")
 
 
 def _report_run(args: argparse.Namespace, row: dict, measured, report: str, built, exported: str) -> int:
@@ -450,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="inputs streamed (throughput and pipeline; default 16)")
     run.add_argument("--in-flight", type=_positive_int, metavar="N",
                      help="inputs in flight when streaming (default: two per device)")
+    run.add_argument("--candidates", type=_positive_int, metavar="N",
+                     help="build and time the N best distinct plans by prediction, the best single-device plan "
+                     "and every single-device configuration (the whole CPU too); keep the fastest measured")
     run.add_argument("--rtol", type=_tolerance, default=1e-4,
                      help="largest difference from the single-device build, relative to its largest output "
                      "magnitude, that counts as equal (default 1e-4); exit status 1 beyond it")

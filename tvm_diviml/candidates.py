@@ -1,0 +1,108 @@
+"""Keep the fastest *measured* plan: a prediction can be wrong, a measurement side by side cannot lose.
+
+``diviml run --candidates N`` builds and times the N best distinct plans by prediction (the solver's,
+HEFT's, greedy's, each device alone), always with the best single-device plan and every single-device
+configuration of the machine (the whole CPU with all its threads among them), and keeps the fastest
+measured. This module chooses and ranks; how a candidate is timed is the caller's (``measure``), so
+the choice is tested with given timings.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DivimlInputError
+from .plan import Plan
+from .simulator import simulate
+from .solvers import Problem, get_solver
+from .solvers.single_device import single_device_plan
+
+
+@dataclass
+class Candidate:
+    """A plan to build and time; ``threads`` sizes a single-device plan's CPU pool (None: as the
+    platform gives the device); ``predicted_s`` is None where the cost model has no figure for it."""
+
+    label: str
+    plan: Plan
+    predicted_s: float | None
+    threads: int | None = None
+    measured_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "solver": self.plan.solver, "devices": self.plan.devices_used(),
+                "threads": self.threads, "predicted_s": self.predicted_s, "measured_s": self.measured_s}
+
+
+@dataclass
+class Selection:
+    candidates: list[Candidate]            # fastest measured first
+    winner: Candidate
+
+    @property
+    def margin(self) -> float | None:
+        """How much faster the winner measured than the next candidate (runner-up time / winner's)."""
+        if len(self.candidates) < 2 or not self.winner.measured_s:
+            return None
+        return self.candidates[1].measured_s / self.winner.measured_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"winner": self.winner.label, "margin": self.margin,
+                "candidates": [c.to_json() for c in self.candidates]}
+
+
+def plan_key(plan: Plan) -> tuple:
+    """Two plans that build the same executable have the same key (assignment and device orders)."""
+    order = tuple(sorted((d, tuple(ks)) for d, ks in plan.order.items())) if plan.order else None
+    return tuple(sorted(plan.assignment.items())), order
+
+
+def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidate]:
+    """The ``count`` best distinct plans by prediction among ``chosen``, HEFT's and greedy's (latency),
+    and each device alone; the best single-device plan is always among them."""
+    if count < 1:
+        raise DivimlInputError(f"must be at least 1, got {count}", field="--candidates")
+    plans = [(f"{chosen.solver or 'given'} plan", chosen)]
+    if problem.objective == "latency":
+        plans += [(f"{name} plan", get_solver(name).solve(problem)) for name in ("heft", "greedy")]
+    plans += [(f"{device} alone", single_device_plan(problem, device)) for device in problem.platform.device_names]
+    scored: dict[tuple, Candidate] = {}
+    for label, plan in plans:
+        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        if not sim.feasible or plan_key(plan) in scored:
+            continue
+        scored[plan_key(plan)] = Candidate(label, plan, sim.value_s)
+    ranked = sorted(scored.values(), key=lambda c: c.predicted_s)
+    singles = [c for c in ranked if len(c.plan.devices_used()) == 1]
+    chosen_ones = ranked[:count]
+    if singles and singles[0] not in chosen_ones:
+        chosen_ones.append(singles[0])
+    return chosen_ones
+
+
+def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], float]) -> Selection:
+    """Time every candidate with ``measure`` (seconds per inference) and rank them, fastest first;
+    a tie goes to the earlier candidate."""
+    if not candidates:
+        raise DivimlInputError("no candidate plans to time", field="--candidates")
+    for candidate in candidates:
+        candidate.measured_s = measure(candidate)
+    ranked = sorted(candidates, key=lambda c: c.measured_s)
+    return Selection(ranked, ranked[0])
+
+
+def format_selection(selection: Selection) -> str:
+    """The candidates' table: predicted and measured side by side, the winner marked."""
+    from .report import format_seconds
+
+    lines = [f"candidates, built and timed now ({len(selection.candidates)}; the fastest measured is kept):"]
+    for candidate in selection.candidates:
+        mark = "  <- kept" if candidate is selection.winner else ""
+        predicted = format_seconds(candidate.predicted_s) if candidate.predicted_s is not None else "not predicted"
+        lines.append(f"  {candidate.label:<44}predicted {predicted:>12}   measured "
+                     f"{format_seconds(candidate.measured_s):>12}{mark}")
+    if selection.margin is not None:
+        lines.append(f"kept {selection.winner.label}: {selection.margin:.2f}x faster than the next candidate "
+                     f"({selection.candidates[1].label})")
+    return "\n".join(lines)
