@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
 import tvm
 from tvm import relax
 
@@ -28,7 +27,7 @@ from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.segments import split_segments
 from tvm_diviml.servers import server_platform
-from tvm_diviml.simulator import PlanError, device_orders
+from tvm_diviml.simulator import PlanError, run_order
 
 from .emit import FunctionEmitter, Param
 from .extract import Extraction, Ref, extract
@@ -142,23 +141,6 @@ def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None,
         num_outputs=len(extraction.outputs), copies_per_run=copies,
         assignment=dict(plan.assignment), outputs=[tensor_key(r) for r in extraction.outputs], segments=segments)
     return AppliedPlan(placed, placement, extraction)
-
-
-def run_order(graph, plan: Plan) -> list[str]:
-    """One order of all kernels that respects the data and the plan's per-device order (when it
-    has one): the order the single VM runs them in, and the one segments are cut from."""
-    if plan.order is None:
-        return list(graph.topo_order)
-    device_orders(graph, plan)                      # validates the order against the assignment
-    dag = graph.to_networkx()
-    for kernels in plan.order.values():
-        dag.add_edges_from(zip(kernels, kernels[1:]))
-    position = {k: i for i, k in enumerate(graph.topo_order)}
-    try:
-        return list(nx.lexicographical_topological_sort(dag, key=position.__getitem__))
-    except nx.NetworkXUnfeasible:
-        raise PlanError("the plan's per-device order contradicts the data dependencies", field="order",
-                        hint="order each device's kernels topologically") from None
 
 
 def _weight_preparation(lowered, extraction: Extraction, taken) -> dict:

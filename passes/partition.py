@@ -154,7 +154,7 @@ class PartitionForDevices:
                 raise DivimlInputError("timing candidates needs the module the extraction came from",
                                        field="mod", hint="call solve(extraction, mod)")
             model = with_random_weights(mod, extraction.entry, self.seed)
-            self.selection, _ = choose_by_measurement(model, extraction, problem, plan, self.candidates,
+            self.selection, _, _ = choose_by_measurement(model, extraction, problem, plan, self.candidates,
                                                       progress=log.info)
             plan = self.selection.winner.plan
             sim = simulate(problem.graph, problem.platform, problem.costs, plan)

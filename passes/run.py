@@ -28,6 +28,7 @@ from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers.single_device import single_device_plan
 from tvm_diviml.zoo.reference import run_reference
 
@@ -109,20 +110,27 @@ def single_device_configurations(platform: Platform) -> dict[str, tuple[Device, 
 
 
 def time_single_devices(model: BuiltModel, extraction: Extraction, platform: Platform, inputs: list[np.ndarray],
-                        repeats: int, database=None) -> dict[str, float]:
+                        repeats: int, database=None, configurations: dict | None = None) -> dict[str, float]:
     """Median seconds per inference of the whole model on each single-device configuration (one
-    build per device, run with each thread count)."""
+    build per device, run with each thread count); ``configurations``: a subset of them."""
+    samples = single_device_samples(model, extraction, platform, inputs, repeats, database, configurations)
+    return {name: statistics.median(seconds) for name, seconds in samples.items()}
+
+
+def single_device_samples(model: BuiltModel, extraction: Extraction, platform: Platform, inputs: list[np.ndarray],
+                          repeats: int, database=None, configurations: dict | None = None) -> dict[str, list[float]]:
+    """``time_single_devices``' samples: seconds of each timed inference per configuration."""
     params = [w for _, w in model.params]
     builds: dict[str, PlacedExecutable] = {}
     out = {}
-    for name, (device, threads) in single_device_configurations(platform).items():
+    for name, (device, threads) in (configurations or single_device_configurations(platform)).items():
         if device.name not in builds:
             plan = Plan({k: device.name for k in extraction.graph.kernels})
             builds[device.name] = build(apply_plan(model.mod, plan, platform, extraction=extraction,
                                                    database=database))
         runner = SingleVMRunner(builds[device.name], params, num_threads=threads)
-        out[name] = statistics.median(time_calls(runner, inputs, repeats))
-        log.info("single device %s: %.4f s", name, out[name])
+        out[name] = time_calls(runner, inputs, repeats)
+        log.info("single device %s: %.4f s", name, statistics.median(out[name]))
     return out
 
 
@@ -206,43 +214,158 @@ def time_build(built: PlacedExecutable, model: BuiltModel, objective: str, refer
     return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", abs_diff, rel_diff)
 
 
+def candidate_set(problem, chosen: Plan, count: int) -> list[Candidate]:
+    """``candidates.candidate_plans`` and every single-device configuration of this machine (the whole
+    CPU too), each configuration labelled as ``single_device_configurations`` names it."""
+    candidates = candidate_plans(problem, chosen, count)
+    for label, (device, threads) in single_device_configurations(problem.platform).items():
+        plan = single_device_plan(problem, device.name)
+        as_platform_has_it = threads == device.num_threads
+        same = [c for c in candidates if as_platform_has_it and c.threads is None and plan_key(c.plan) == plan_key(plan)]
+        if same:
+            same[0].label = label
+        else:
+            predicted = simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+            candidates.append(Candidate(label, plan, predicted if as_platform_has_it else None,
+                                        threads=None if as_platform_has_it else threads))
+    return candidates
+
+
+def calibrate_in_context(costs, model: BuiltModel, extraction: Extraction, *, repeats: int = 5,
+                         database=None) -> dict[str, float]:
+    """Time the whole model once per present device configuration (as the platform has it; through
+    the profile cache, like kernels), and have ``costs`` (a MeasuredCostModel) price every device of
+    that configuration as its kernels run inside the model, with the timing's spread as its
+    ``prediction_error``. Returns the per-kernel figures by device."""
+    from tvm_diviml.cost.cache import Measurement
+
+    platform = costs.platform
+    configurations = {label: (device, threads) for label, (device, threads)
+                      in single_device_configurations(platform).items() if threads == device.num_threads}
+    keys = {label: costs.whole_model_key(device.name) for label, (device, _) in configurations.items()}
+    found = costs.cache.get_many(list(keys.values())) if costs.cache else {}
+    missing = {label: configurations[label] for label, key in keys.items() if key not in found}
+    if missing:
+        samples = single_device_samples(model, extraction, platform, model.sample_inputs(), repeats, database, missing)
+        fresh = {keys[label]: Measurement(statistics.median(seconds), _relative_spread(seconds) * statistics.median(seconds),
+                                          len(seconds), "measured") for label, seconds in samples.items()}
+        if costs.cache:
+            costs.cache.put_many(fresh)
+        found.update(fresh)
+    costs.prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
+    for label, (device, _) in configurations.items():
+        whole = found[keys[label]].median_s
+        alike = [d.name for d in platform.devices if d.name in costs.times and
+                 (str(d.target), d.kind, d.num_threads) == (str(device.target), device.kind, device.num_threads)]
+        for name in alike:
+            overhead = costs.calibrate_in_context(name, whole)
+            log.info("%s: %.1f us per kernel inside the model (whole model %.3f ms)", name, overhead * 1e6, whole * 1e3)
+    return dict(costs.in_context_s)
+
+
+def _relative_spread(samples: list[float]) -> float:
+    """Half the range between the first and third quartiles, over the median: how far one timing
+    of the same build strays (a prediction cannot be trusted closer than that)."""
+    if len(samples) < 2:
+        return 0.0
+    quartiles = statistics.quantiles(samples, n=4)
+    return (quartiles[2] - quartiles[0]) / 2 / statistics.median(samples)
+
+
 def choose_by_measurement(model: BuiltModel, extraction: Extraction, problem, chosen: Plan, count: int, *,
                           repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
-                          rtol: float = 1e-4, progress=print) -> tuple[Selection, dict]:
-    """Build and time the ``count`` best distinct plans (``candidates.candidate_plans``) and every
-    single-device configuration of this machine (the whole CPU too); the fastest measured whose
-    outputs match the reference within ``rtol`` wins. Returns the selection and the builds by plan key."""
-    platform = problem.platform
-    candidates = candidate_plans(problem, chosen, count)
-    for label, (device, threads) in single_device_configurations(platform).items():
-        if threads != device.num_threads:           # a configuration the platform has no device for
-            candidates.append(Candidate(label, single_device_plan(problem, device.name), None, threads=threads))
-    reference = run_reference(model, model.sample_inputs())
+                          rtol: float = 1e-4, progress=print) -> tuple[Selection, dict, dict]:
+    """Build and time ``candidate_set``'s plans; the fastest measured whose outputs match the reference
+    within ``rtol`` wins. Latency is timed side by side, one inference of each candidate per round
+    (drift and load then touch them alike); streams one candidate after another. Returns the
+    selection, the builds and the timings (both by plan key and thread count)."""
+    candidates = candidate_set(problem, chosen, count)
+    inputs = model.sample_inputs()
+    reference = run_reference(model, inputs)
     builds: dict[tuple, tuple[PlacedExecutable, float]] = {}
+    for candidate in candidates:
+        if plan_key(candidate.plan) not in builds:
+            builds[plan_key(candidate.plan)] = build_runnable(model, extraction, problem.platform, candidate.plan,
+                                                              database=database, progress=progress)
+    timings: dict[tuple, BuildTiming] = {}
+    if problem.objective == "latency":
+        timings = _time_side_by_side(candidates, builds, model, reference, repeats)
+    else:
+        for candidate in candidates:
+            timings[_timing_key(candidate)] = time_build(
+                builds[plan_key(candidate.plan)][0], model, problem.objective, reference, repeats=repeats,
+                stream_inputs=stream_inputs, in_flight=in_flight, threads=candidate.threads)
+    for candidate in candidates:
+        timing = timings[_timing_key(candidate)]
+        progress(f"candidate {candidate.label}: {timing.measured_s * 1e3:.3f} ms per inference")
 
     def measure(candidate: Candidate) -> float:
-        key = plan_key(candidate.plan)
-        if key not in builds:
-            builds[key] = build_runnable(model, extraction, platform, candidate.plan, database=database,
-                                         progress=progress)
-        timing = time_build(builds[key][0], model, candidate.plan.objective, reference, repeats=repeats,
-                            stream_inputs=stream_inputs, in_flight=in_flight, threads=candidate.threads)
-        progress(f"candidate {candidate.label}: {timing.measured_s * 1e3:.3f} ms per inference")
+        timing = timings[_timing_key(candidate)]
         return timing.measured_s if timing.max_rel_diff <= rtol else math.inf     # wrong outputs never win
 
-    return select_fastest(candidates, measure), builds
+    return select_fastest(candidates, measure), builds, timings
+
+
+def _timing_key(candidate: Candidate) -> tuple:
+    return plan_key(candidate.plan), candidate.threads
+
+
+def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltModel, reference: list[np.ndarray],
+                       repeats: int) -> dict[tuple, BuildTiming]:
+    """One inference at a time, each candidate once per round, ``repeats`` rounds after a warm-up:
+    a one-device build in one VM with its thread count, a multi-device build on the concurrent executor."""
+    import contextlib
+
+    params = [w for _, w in model.params]
+    inputs = model.sample_inputs()
+    with contextlib.ExitStack() as stack:
+        runners, checks, busy = {}, {}, {}
+        for candidate in candidates:
+            key = _timing_key(candidate)
+            built = builds[plan_key(candidate.plan)][0]
+            if len(built.placement.devices) == 1:
+                runners[key] = SingleVMRunner(built, params, num_threads=candidate.threads)
+            else:
+                runners[key] = stack.enter_context(ConcurrentRunner(built, params))
+            checks[key] = compare_outputs(runners[key](inputs), reference)
+            busy[key] = Counter()
+        samples: dict[tuple, list[float]] = {key: [] for key in runners}
+        for _ in range(repeats):
+            for key, runner in runners.items():
+                began = time.perf_counter()
+                runner(inputs)
+                samples[key].append(time.perf_counter() - began)
+                if isinstance(runner, ConcurrentRunner):
+                    busy[key].update(runner.busy_s)
+    out = {}
+    for key, runner in runners.items():
+        measured = statistics.median(samples[key])
+        concurrent = isinstance(runner, ConcurrentRunner)
+        devices = builds[key[0]][0].placement.devices
+        per_run = {d: s / repeats for d, s in busy[key].items()} if concurrent else {devices[0]: measured}
+        out[key] = BuildTiming(measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM",
+                               *checks[key])
+    return out
 
 
 def run_candidates(model: BuiltModel, extraction: Extraction, problem, chosen: Plan, count: int, *,
                    repeats: int = 5, stream_inputs: int = 16, in_flight: int | None = None, database=None,
                    rtol: float = 1e-4, progress=print) -> tuple[Selection, RunMeasurement, PlacedExecutable]:
-    """``choose_by_measurement``, then the winner run as ``run_plan`` runs a plan."""
-    options = dict(repeats=repeats, stream_inputs=stream_inputs, in_flight=in_flight, database=database)
-    selection, builds = choose_by_measurement(model, extraction, problem, chosen, count, rtol=rtol,
-                                              progress=progress, **options)
+    """``choose_by_measurement``, and the winner's run as ``run_plan`` reports one, from the same
+    measurements: its time and the single-device configurations' come from one side-by-side run."""
+    selection, builds, timings = choose_by_measurement(
+        model, extraction, problem, chosen, count, repeats=repeats, stream_inputs=stream_inputs,
+        in_flight=in_flight, database=database, rtol=rtol, progress=progress)
     winner = selection.winner
-    run, built = run_plan(model, extraction, problem.platform, winner.plan, winner.predicted_s, progress=progress,
-                          threads=winner.threads, built=builds[plan_key(winner.plan)], **options)
+    built, build_s = builds[plan_key(winner.plan)]
+    timing = timings[_timing_key(winner)]
+    configurations = single_device_configurations(problem.platform)
+    single = {c.label: c.measured_s for c in selection.candidates if c.label in configurations}
+    one_worker = min((n for n in single if configurations[n][1] == configurations[n][0].num_threads),
+                     key=single.__getitem__)
+    run = RunMeasurement(problem.objective, winner.predicted_s, timing.measured_s, timing.max_abs_diff,
+                         timing.max_rel_diff, timing.busy_s, single, one_worker, build_s, timing.in_flight,
+                         timing.samples_s, timing.executor)
     return selection, run, built
 
 

@@ -27,10 +27,11 @@ from tvm_diviml.runtime.rpc_hops import DriverHop
 from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
 from tvm_diviml.runtime.segments import split_segments
 from tvm_diviml.servers import server_devices, server_of
+from tvm_diviml.simulator import run_order
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
-from .apply_plan import apply_plan, run_order
+from .apply_plan import apply_plan
 from .build import build
 from .extract import Extraction
 from .run import headline

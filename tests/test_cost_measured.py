@@ -9,6 +9,7 @@ pytest.importorskip("tvm")
 from tvm_diviml.cost.cache import ProfileCache  # noqa: E402
 from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present  # noqa: E402
 from tvm_diviml.cost.table import TableCostModel  # noqa: E402
+from tvm_diviml.errors import DivimlInputError  # noqa: E402
 from tvm_diviml.passes.load import load_model  # noqa: E402
 from tvm_diviml.platform import Device, get_platform  # noqa: E402
 
@@ -82,6 +83,43 @@ def test_export_then_import_gives_the_same_costs(tiny, tmp_path):
     assert json.loads(path.read_text())["sources"] == {"cpu0": "measured", "cpu1": "measured"}
 
 
+def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_path):
+    platform = get_platform("cpu2")
+    with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
+        costs = measure(tiny, platform, cache)
+        alone = sum(costs.times["cpu0"][tiny.kernel_func[k]] for k in tiny.graph.kernels)
+        per_kernel = costs.calibrate_in_context("cpu0", alone + 1e-3)
+        assert per_kernel == pytest.approx(1e-3 / len(tiny.graph))
+        assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone + 1e-3)
+        assert costs.calibrate_in_context("cpu0", alone / 2) == 0.0            # never below the kernels alone
+
+
+def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path):
+    from tvm_diviml.passes.run import calibrate_in_context
+
+    platform = get_platform("cpu2")
+    loaded = load_model("twin_branch", {"depth": 2, "hidden": 16, "batch": 2})
+    with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
+        first = measure(loaded.extraction, platform, cache)
+        figures = calibrate_in_context(first, loaded.built, loaded.extraction, repeats=3)
+        assert set(figures) == {"cpu0", "cpu1"} and figures["cpu0"] == figures["cpu1"] >= 0
+        assert first.prediction_error >= 0 and first.executor_segments
+        second = measure(loaded.extraction, platform, cache)
+        calibrate_in_context(second, None, loaded.extraction)        # no model needed: the cache answers
+        assert second.in_context_s == first.in_context_s and second.prediction_error == first.prediction_error
+    path = tmp_path / "costs.json"
+    first.to_table().save(str(path))
+    table = TableCostModel.load(str(path), platform, loaded.extraction.graph)
+    assert table.executor_segments and table.prediction_error == first.prediction_error
+
+
+@pytest.mark.parametrize("executor", [[], {"segments": "yes"}, {"prediction_error": -0.1},
+                                      {"prediction_error": float("nan")}])
+def test_a_cost_table_with_a_bad_executor_field_is_refused(executor):
+    with pytest.raises(DivimlInputError, match="executor"):
+        TableCostModel.from_json({"kernels": {}, "executor": executor}, get_platform("cpu2"))
+
+
 def test_profile_command_and_measured_plan(tmp_path):
     env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
 
@@ -92,6 +130,7 @@ def test_profile_command_and_measured_plan(tmp_path):
     profile = run("profile", model, "--platform", "cpu2", "--export", str(tmp_path / "costs.json"))
     assert profile.returncode == 0, profile.stderr
     assert "link cpu0 -> cpu1" in profile.stdout and "kernels timed now" in profile.stdout
+    assert "inside the model, cpu0 adds" in profile.stdout and "a timing of the whole model strays by" in profile.stdout
     plan = run("plan", model, "--platform", "cpu2", "--cost", "measured", "--json", "-")
     assert plan.returncode == 0, plan.stderr
     row = json.loads(plan.stdout)

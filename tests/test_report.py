@@ -49,3 +49,27 @@ def test_throughput_baselines_score_heft_placement_in_the_period_mode():
     # a period is never longer than the one inference's makespan of the same placement
     assert throughput["heft"] <= latency["heft"]
     assert list_scheduling_baselines(Problem(graph, platform, costs, objective="pipeline", stages=2)) == {}
+
+
+def twin_branches_problem(error: float):
+    """Two independent 1 s branches: split over A and B they take 1 s plus copies, on one device 2 s."""
+    graph = graph_of([], kernels=["left", "right"])
+    platform = unit_platform(latency=0.0)
+    costs = table(platform, {"left": 1.0, "right": 1.0})
+    costs.prediction_error = error
+    return Problem(graph, platform, costs, objective="latency")
+
+
+def test_auto_keeps_the_single_device_unless_the_split_wins_by_more_than_the_measured_error():
+    from tvm_diviml.report import solve_and_report
+
+    split, _, row = solve_and_report(twin_branches_problem(0.0), "auto", "twins", "table", time_limit_s=5)
+    assert len(split.devices_used()) == 2 and row["kept_single_device"] is None
+    assert row["value_s"] == 1.0 and row["baselines"]["fastest_single_device"] == 2.0
+    kept, _, row = solve_and_report(twin_branches_problem(0.6), "auto", "twins", "table", time_limit_s=5)
+    assert len(kept.devices_used()) == 1 and row["value_s"] == 2.0 and row["solver"] == "fastest_single_device"
+    assert "predicted 100.0% faster than the fastest single device, within the measured error of 60.0%" \
+        in row["kept_single_device"]
+    assert row["kept_single_device"] in format_row(row, ["A", "B", "C"])
+    chosen, _, row = solve_and_report(twin_branches_problem(0.6), "heft", "twins", "table", time_limit_s=5)
+    assert len(chosen.devices_used()) == 2 and row["kept_single_device"] is None      # a named solver is obeyed

@@ -143,7 +143,7 @@ def crossings_of(built) -> dict[str, int]:
 def test_each_server_builds_only_its_segments(models):
     """servers:2xcpu2: both servers' builds use TVM devices cpu:0 and cpu:1; together they hold every
     segment of the global split once, each with the weights it reads on its own devices."""
-    from tvm_diviml.passes.apply_plan import run_order
+    from tvm_diviml.simulator import run_order
     from tvm_diviml.passes.servers import build_per_server
     from tvm_diviml.runtime.segments import split_segments
 

@@ -219,3 +219,44 @@ def test_device_graph_cycle_is_reported():
     costs = table(platform, {"a": 1, "b": 1, "c": 1})
     assert not run(graph, platform, costs, {"a": "A", "b": "B", "c": "A"}).device_graph_acyclic
     assert run(graph, platform, costs, {"a": "A", "b": "B", "c": "B"}).device_graph_acyclic
+
+
+# ---------------------------------------------------------------------- latency as the executor runs it
+def executor_table(platform, times):
+    costs = table(platform, times)
+    costs.executor_segments = True          # costs measured here: plans are priced as the executor runs them
+    return costs
+
+
+def test_executor_hands_a_segments_tensors_on_when_its_call_returns():
+    """a and a2 form one segment on A; b on B reads a, but only once the segment's call has returned."""
+    platform = unit_platform()
+    graph = graph_of([("a", "a2", 1), ("a", "b", 1)])
+    times = {"a": 1, "a2": 5, "b": 1}
+    assignment = {"a": "A", "a2": "A", "b": "B"}
+    assert run(graph, platform, table(platform, times), assignment).value_s == 6      # kernel by kernel
+    sim = run(graph, platform, executor_table(platform, times), assignment)
+    # segment A: a 0-1, a2 1-6, both handed on at 6; B copies a (1 + 1 s): 6-8, then b 8-9
+    assert sim.value_s == 9
+    assert sim.start_s == {"a": 0, "a2": 1, "b": 8} and sim.finish_s == {"a": 6, "a2": 6, "b": 9}
+    assert [(t.tensor, t.src, t.dst, t.start_s, t.end_s) for t in sim.transfers] == [("a", "A", "B", 6, 8)]
+
+
+def test_executor_charges_each_crossing_its_measured_link_time():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("b", "c", 3)])
+    times = {"a": 1, "b": 2, "c": 3}
+    alone = run(graph, platform, executor_table(platform, times), {"a": "A", "b": "A", "c": "A"}).value_s
+    crossing = run(graph, platform, executor_table(platform, times), {"a": "A", "b": "B", "c": "A"}).value_s
+    assert alone == 6
+    assert crossing - alone == pytest.approx(platform.transfer_s(2, "A", "B") + platform.transfer_s(3, "B", "A"))
+
+
+def test_executor_copies_a_tensor_once_per_device_and_inputs_from_the_host():
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 4), ("a", "c", 4), ("b", "d", 1), ("c", "d", 1)], inputs=[("x", 2, ("a",))])
+    costs = executor_table(platform, {"a": 1, "b": 1, "c": 1, "d": 1})
+    sim = run(graph, platform, costs, {"a": "B", "b": "A", "c": "A", "d": "A"})
+    # x to B: 0-3, a 3-4; A copies a once (1 + 4): 4-9, b 9-10, c 10-11, d 11-12
+    assert sim.value_s == 12
+    assert [(t.tensor, t.dst) for t in sim.transfers] == [("x", "B"), ("a", "A")]

@@ -53,8 +53,10 @@ class Selection:
 
 
 def plan_key(plan: Plan) -> tuple:
-    """Two plans that build the same executable have the same key (assignment and device orders)."""
-    order = tuple(sorted((d, tuple(ks)) for d, ks in plan.order.items())) if plan.order else None
+    """Two plans that build the same executable have the same key: the assignment, and the device
+    orders where there are several devices (one device runs its kernels in the order data allows)."""
+    several = len(set(plan.assignment.values())) > 1
+    order = tuple(sorted((d, tuple(ks)) for d, ks in plan.order.items())) if plan.order and several else None
     return tuple(sorted(plan.assignment.items())), order
 
 

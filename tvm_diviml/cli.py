@@ -326,6 +326,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for (src, dst), link in costs.links.items():
         print(f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
               "(measured)")
+    for device, seconds in costs.in_context_s.items():
+        print(f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
+              "(from the whole model's run)")
+    if costs.in_context_s:
+        print(f"a timing of the whole model strays by {100 * costs.prediction_error:.1f}% (half its interquartile "
+              "range): --solver auto splits the model only for a predicted gain beyond that")
     print(f"\n{costs.measured_now} kernels timed now, the rest from the cache ({costs.cache.path})")
     if costs.absent:
         print(f"estimated by the roofline (not present here): {', '.join(costs.absent)}")

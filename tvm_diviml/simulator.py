@@ -69,7 +69,9 @@ def simulate(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, *
     _check_assignment(graph, platform, plan)
     if plan.replicas and plan.mode != "period_overlap":
         raise PlanError(f"replicas are priced only in mode period_overlap, not '{plan.mode}'", field="replicas")
-    if plan.mode == "latency":
+    if plan.mode == "latency" and costs.executor_segments and len(set(plan.assignment.values())) > 1:
+        sim = _latency_as_executed(graph, platform, costs, plan)
+    elif plan.mode == "latency":
         sim = _latency(graph, platform, costs, plan, link_contention)
     elif plan.mode == "period_overlap":
         sim = _period_overlap(graph, platform, costs, plan)
@@ -141,6 +143,23 @@ def device_orders(graph: OpGraph, plan: Plan) -> dict[str, list[str]]:
     if listed != len(graph) or len({k for v in plan.order.values() for k in v}) != listed:
         raise PlanError("order must list every kernel exactly once", field="order")
     return {d: list(v) for d, v in plan.order.items()}
+
+
+def run_order(graph: OpGraph, plan: Plan) -> list[str]:
+    """One order of all kernels that respects the data and the plan's per-device order (when it
+    has one): the order the single VM runs them in, and the one segments are cut from."""
+    if plan.order is None:
+        return list(graph.topo_order)
+    device_orders(graph, plan)                      # validates the order against the assignment
+    dag = graph.to_networkx()
+    for kernels in plan.order.values():
+        dag.add_edges_from(zip(kernels, kernels[1:]))
+    position = {k: i for i, k in enumerate(graph.topo_order)}
+    try:
+        return list(nx.lexicographical_topological_sort(dag, key=position.__getitem__))
+    except nx.NetworkXUnfeasible:
+        raise PlanError("the plan's per-device order contradicts the data dependencies", field="order",
+                        hint="order each device's kernels topologically") from None
 
 
 # ---------------------------------------------------------------------- latency
@@ -246,6 +265,61 @@ def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, c
     for t in transfers:
         link_busy[(t.src, t.dst)] += t.end_s - t.start_s
     makespan = max([0.0, output_arrival, *finish.values()])
+    return Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
+                      start_s=start, finish_s=finish, transfers=transfers)
+
+
+def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan) -> Simulation:
+    """Latency as the concurrent executor runs the build: the plan cut into same-device segments
+    (``runtime.segments``), each one call that starts once its device is free and every segment it
+    reads has ended (a segment's tensors leave it when its call returns); the destination's worker
+    then copies each tensor it lacks (link time, hand-off included) before its kernels run back to
+    back. Model inputs come from the host, outputs made elsewhere go back to it."""
+    from .runtime.segments import segment_boundaries, split_segments
+
+    segments = split_segments(graph, plan.assignment, run_order(graph, plan))
+    boundaries = segment_boundaries(graph, segments)
+    host = platform.host
+    inputs = {i.name: i.bytes for i in graph.inputs}
+    segment_end: dict[str, float] = {}
+    where: dict[str, str] = {}                      # kernel -> device of its segment
+    device_free: dict[str, float] = defaultdict(float)
+    busy: dict[str, float] = defaultdict(float)
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    transfers: list[Transfer] = []
+    moved: set[tuple[str, str]] = set()             # (tensor, device): a tensor crosses once per device
+    for seg in segments:
+        device = seg.device
+        bound = boundaries[seg.name]
+        clock = max([device_free[device], *(finish[k] for k in bound.reads)])
+        crossings = [(name, host, inputs[name]) for name in bound.inputs if device != host]
+        crossings += [(k, where[k], max(e.bytes for e in graph.succ[k] if e.dst in seg.kernels))
+                      for k in bound.reads if where[k] != device]
+        for tensor, src, nbytes in crossings:
+            if (tensor, device) not in moved:
+                moved.add((tensor, device))
+                seconds = costs.transfer_s(nbytes, src, device)
+                transfers.append(Transfer(tensor, src, device, clock, clock + seconds))
+                clock += seconds
+        for kernel in seg.kernels:
+            seconds = costs.compute_s(kernel, device)
+            start[kernel], finish[kernel] = clock, clock + seconds
+            clock += seconds
+            busy[device] += seconds
+            where[kernel] = device
+        for kernel in seg.kernels:                   # its tensors are handed on when the call returns
+            finish[kernel] = clock
+        segment_end[seg.name] = device_free[device] = clock
+    makespan = max(segment_end.values(), default=0.0)
+    for kernel in graph.outputs:
+        if where[kernel] != host and graph.kernels[kernel].output_bytes > 0:
+            seconds = costs.transfer_s(graph.kernels[kernel].output_bytes, where[kernel], host)
+            transfers.append(Transfer(kernel, where[kernel], host, finish[kernel], finish[kernel] + seconds))
+            makespan = max(makespan, finish[kernel] + seconds)
+    link_busy: dict[tuple[str, str], float] = defaultdict(float)
+    for t in transfers:
+        link_busy[(t.src, t.dst)] += t.end_s - t.start_s
     return Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
                       start_s=start, finish_s=finish, transfers=transfers)
 

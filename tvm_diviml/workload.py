@@ -108,10 +108,11 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
 
 
 def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int = 0, tuning_db: str | None = None,
-                   progress: bool = True):
+                   progress: bool = True, calibrate: bool = True):
     """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
     as built, after ``tune`` MetaSchedule trials per kernel, or with a user's MetaSchedule database
-    (``tuning_db``, a work_dir) applied."""
+    (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
+    (the whole model timed once per present device, ``passes.run.calibrate_in_context``)."""
     from .cost.cache import ProfileCache, default_cache_dir
     from .cost.measured import MeasureOptions, MeasuredCostModel, tune_for_devices
 
@@ -130,8 +131,13 @@ def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int
         funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
         tuning = tune_for_devices(funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"),
                                   progress=progress)
-    return MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=ProfileCache(),
-                             options=MeasureOptions(progress=progress), tuning=tuning)
+    costs = MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=ProfileCache(),
+                              options=MeasureOptions(progress=progress), tuning=tuning)
+    if calibrate and costs.times:
+        from .passes.run import calibrate_in_context
+        databases = [t.database for t in tuning.values()]
+        calibrate_in_context(costs, loaded.built, extraction, database=databases[0] if databases else None)
+    return costs
 
 
 def load_workload(model: str, platform: str | None = None, cost: str | None = None, *,

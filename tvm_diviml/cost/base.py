@@ -15,6 +15,13 @@ class CostModel(ABC):
     ``transfer_s``.
     """
 
+    # True when the costs describe builds run by this project's executor (measured here): the
+    # simulator then prices a latency plan as the executor runs it, segment by segment.
+    executor_segments = False
+    # How far a prediction may stray from a measurement (relative), where the costs were measured:
+    # ``--solver auto`` splits a model only when the split is predicted faster by more than this.
+    prediction_error = 0.0
+
     def __init__(self, platform: Platform):
         self.platform = platform
 

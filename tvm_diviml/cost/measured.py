@@ -11,6 +11,7 @@ sizes and fitted to latency + bytes / bandwidth. A kernel TVM cannot compile is 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -198,13 +199,17 @@ def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> L
 class MeasuredCostModel(CostModel):
     """Measured seconds where the device is present, roofline estimates (said loudly) elsewhere.
 
-    A kernel costs its measured time plus the device's launch overhead; a copy between two present
-    devices costs the fitted copy time plus the concurrent executor's hand-off from one device's worker
-    thread to the other's (measured once per process), which is what a run of the plan pays.
+    A kernel costs its measured time plus what running inside the model adds to it (calibrated from
+    the whole model's run, else the device's launch overhead); a copy between two present devices
+    costs the fitted copy time plus the concurrent executor's hand-off from one device's worker
+    thread to the other's (measured once per process), which is what a run of the plan pays; and
+    the simulator prices latency plans segment by segment, as the executor runs them.
 
     ``mod`` and ``kernel_func`` come from an Extraction: the lowered module, and each graph node's
     PrimFunc name in it. ``tuning`` maps a device name to the TuningResult whose MetaSchedule
     database the build applies on that device (its digest goes into the cache key)."""
+
+    executor_segments = True
 
     def __init__(self, graph: OpGraph, platform: Platform, mod: Any, kernel_func: dict[str, str], *,
                  cache: ProfileCache | None = None, options: MeasureOptions | None = None,
@@ -220,6 +225,7 @@ class MeasuredCostModel(CostModel):
         self.origin: dict[str, str] = {}                   # device -> "measured" | "tuned"
         self.links: dict[tuple[str, str], Link] = {}
         self.measured_now = 0                              # kernels timed in this run, not from the cache
+        self.in_context_s: dict[str, float] = {}           # device -> per-kernel cost of running inside the model
         self.estimate = RooflineCostModel(graph, platform)
         present = [d for d in platform.devices if device_present(d)]
         self.absent = [d.name for d in platform.devices if d not in present]
@@ -230,17 +236,25 @@ class MeasuredCostModel(CostModel):
         self._measure_links(present)
 
     # -------------------------------------------------------------- kernels
-    def _measure_device(self, device: Device) -> None:
+    def _profile_key(self, device: Device, subject: str) -> ProfileKey:
+        """The cache key of ``subject`` (a PrimFunc hash, or a whole model's) timed on ``device``."""
         import tvm
 
-        target = tvm_target(device)
-        target_key = json.dumps(target.export(), sort_keys=True, default=str)
+        target_key = json.dumps(tvm_target(device).export(), sort_keys=True, default=str)
         tuned = self.tuning.get(device.name)
-        schedule = schedule_name(device, tuned.digest if tuned else None)
+        return ProfileKey(subject, target_key, profile_device_label(device), tvm.__version__,
+                          schedule_name(device, tuned.digest if tuned else None))
+
+    def whole_model_key(self, device: str) -> ProfileKey:
+        """The cache key of this model's whole-model time on ``device`` (the model: its graph's digest)."""
+        digest = hashlib.sha256(json.dumps(self.graph.to_json(), sort_keys=True, default=str).encode()).hexdigest()
+        return self._profile_key(self.platform.device(device), f"model:{digest}")
+
+    def _measure_device(self, device: Device) -> None:
+        tuned = self.tuning.get(device.name)
         source = "tuned" if tuned else "measured"
         names = sorted(set(self.kernel_func.values()))
-        keys = {name: ProfileKey(self.hash_of[name], target_key, profile_device_label(device), tvm.__version__, schedule)
-                for name in names}
+        keys = {name: self._profile_key(device, self.hash_of[name]) for name in names}
         cached = self.cache.get_many(list(keys.values())) if self.cache else {}
         missing = {name: self.mod[name] for name, key in keys.items() if key not in cached}
         fresh: dict[str, Measurement] = {}
@@ -262,9 +276,18 @@ class MeasuredCostModel(CostModel):
         measured = self.times.get(device)
         if measured is None:
             return self.estimate.compute_s(kernel, device)
-        # time_evaluator times the kernel alone; the VM's call and allocations around it are the device's
-        # launch overhead (about 5 us per kernel on this machine's CPU: 53 tiny kernels took 0.35 ms).
-        return measured[self.kernel_func[kernel]] + self.platform.device(device).launch_overhead_s
+        # time_evaluator times the kernel alone; inside the model the VM's call, allocations and colder
+        # caches add to each kernel: measured by calibrate_in_context, else the device's launch overhead.
+        overhead = self.in_context_s.get(device, self.platform.device(device).launch_overhead_s)
+        return measured[self.kernel_func[kernel]] + overhead
+
+    def calibrate_in_context(self, device: str, whole_model_s: float) -> float:
+        """Price ``device``'s kernels as they run inside the model: the whole model's measured time on it
+        (the single-device build, one inference) less its kernels timed alone, spread evenly over the
+        kernels (never below zero). Returns the per-kernel figure."""
+        alone = sum(self.times[device][self.kernel_func[k]] for k in self.graph.kernels)
+        self.in_context_s[device] = max(0.0, (whole_model_s - alone) / max(1, len(self.graph)))
+        return self.in_context_s[device]
 
     def roofline_fit(self, device: str):
         """The roofline fitted to ``device``'s measured kernels (how far to trust the estimate);
@@ -322,7 +345,8 @@ class MeasuredCostModel(CostModel):
 
         compute = {k: {d: self.compute_s(k, d) for d in self.platform.device_names} for k in self.graph.kernels}
         sources = {d: self.source(next(iter(self.graph.kernels)), d) for d in self.platform.device_names}
-        return TableCostModel(self.platform, compute, dict(self.links), sources)
+        return TableCostModel(self.platform, compute, dict(self.links), sources,
+                              executor_segments=self.executor_segments, prediction_error=self.prediction_error)
 
 
 def time_whole_model(mod, entry: str, inputs: list, weights: list, device: Device, options: MeasureOptions,

@@ -19,8 +19,10 @@ FORMAT = "diviml.costs/1"
 
 class TableCostModel(CostModel, JsonFile):
     def __init__(self, platform: Platform, compute: dict[str, dict[str, float | None]],
-                 links: dict[tuple[str, str], Link] | None = None, sources: dict[str, str] | None = None):
+                 links: dict[tuple[str, str], Link] | None = None, sources: dict[str, str] | None = None, *,
+                 executor_segments: bool = False, prediction_error: float = 0.0):
         super().__init__(platform)
+        self.executor_segments, self.prediction_error = executor_segments, prediction_error
         self.compute = {k: {d: (math.inf if s is None else float(s)) for d, s in row.items()}
                         for k, row in compute.items()}
         self.links = dict(links or {})
@@ -68,7 +70,8 @@ class TableCostModel(CostModel, JsonFile):
                             for k, row in self.compute.items()},
                 "links": [{"src": l.src, "dst": l.dst, "latency_s": l.latency_s, "bandwidth_Bps": l.bandwidth_Bps}
                           for l in self.links.values()],
-                "sources": self.sources}
+                "sources": self.sources,
+                "executor": {"segments": self.executor_segments, "prediction_error": self.prediction_error}}
 
     @classmethod
     def from_json(cls, data: Any, platform: Platform) -> "TableCostModel":
@@ -96,7 +99,13 @@ class TableCostModel(CostModel, JsonFile):
                     raise DivimlInputError(f"unknown device '{end}'", field=f"links[{i}]",
                                            hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}")
             links[(link.src, link.dst)] = link
-        return cls(platform, compute, links, data.get("sources"))
+        executor = data.get("executor", {})
+        if not isinstance(executor, dict) or not isinstance(executor.get("segments", False), bool) or \
+                not _is_fraction(executor.get("prediction_error", 0.0)):
+            raise DivimlInputError("must be {\"segments\": true|false, \"prediction_error\": a fraction >= 0}",
+                                   field="executor", hint="as `diviml profile --export` writes it")
+        return cls(platform, compute, links, data.get("sources"), executor_segments=executor.get("segments", False),
+                   prediction_error=float(executor.get("prediction_error", 0.0)))
 
     @classmethod
     def load(cls, path: str, platform: Platform, graph: OpGraph | None = None) -> "TableCostModel":
@@ -104,3 +113,7 @@ class TableCostModel(CostModel, JsonFile):
         if graph is not None:
             model.check_covers(graph, where=path)
         return model
+
+
+def _is_fraction(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
