@@ -459,13 +459,16 @@ def run_workloads(quick: bool) -> list[tuple[str, str, str, int | None]]:
     return rows
 
 
-def suite_run(quick: bool = False, time_limit_s: float = 30.0, repeats: int = 10, platform: str = "cpu2"
-              ) -> Iterator[Row]:
-    """Plans built and run for real on ``platform`` (measured costs): measured over predicted latency
-    per zoo model, the concurrent executor's speed-up on balanced parallel branches, and 2-stage
-    pipelines' measured throughput, each against the best single-device configuration measured in
-    the same run (targets: RUN_TARGETS)."""
-    from .passes.run import run_plan
+def suite_run(quick: bool = False, time_limit_s: float = 30.0, repeats: int = 10, platform: str = "cpu2",
+              candidates: int = 2) -> Iterator[Row]:
+    """Plans built and run for real on ``platform`` (measured costs): per zoo model the ``--solver
+    auto`` plan, timed side by side with the other ``candidates`` and every single-device
+    configuration (``run --candidates``: measured over predicted of the auto plan, and the kept
+    plan against the best single device of the same rounds); the concurrent executor's speed-up on
+    balanced parallel branches, and 2-stage pipelines' measured throughput, each against the best
+    single-device configuration measured in the same run (targets: RUN_TARGETS)."""
+    from .candidates import plan_key
+    from .passes.run import run_candidates, run_plan
     from .report import solve_and_report
     from .solvers import Problem
     from .workload import load_workload
@@ -475,12 +478,20 @@ def suite_run(quick: bool = False, time_limit_s: float = 30.0, repeats: int = 10
         problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=stages)
         plan, sim, row = solve_and_report(problem, "auto", model, "measured", time_limit_s=time_limit_s)
         loaded = workload.loaded
-        run, _ = run_plan(loaded.built, loaded.extraction, workload.platform, plan, sim.value_s, repeats=repeats,
-                          progress=log.info)
+        kept = None
+        if objective == "latency":
+            selection, run, _ = run_candidates(loaded.built, loaded.extraction, problem, plan, candidates,
+                                               repeats=repeats, progress=log.info)
+            auto = next(c for c in selection.candidates if plan_key(c.plan) == plan_key(plan) and c.threads is None)
+            predicted_s, measured_s, kept = auto.predicted_s, auto.measured_s, selection.winner.label
+        else:
+            run, _ = run_plan(loaded.built, loaded.extraction, workload.platform, plan, sim.value_s, repeats=repeats,
+                              progress=log.info)
+            predicted_s, measured_s = run.predicted_s, run.measured_s
         best_name, best_s = run.best_single_device
         yield {"suite": "run", "case": case, "model": model, "objective": objective, "kernels": len(workload.graph),
-               "solver": plan.solver, "devices_used": len(plan.devices_used()), "predicted_s": run.predicted_s,
-               "measured_s": run.measured_s, "measured_over_predicted": run.measured_over_predicted,
+               "solver": plan.solver, "devices_used": len(plan.devices_used()), "predicted_s": predicted_s,
+               "measured_s": measured_s, "measured_over_predicted": measured_s / predicted_s, "kept": kept,
                "best_single_device": best_name, "best_single_device_s": best_s,
                "speedup_over_best_single_device": run.speedup_over_best_single,
                "speedup_over_one_worker": run.speedup_over_one_worker, "max_rel_diff": run.max_rel_diff,
