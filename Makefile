@@ -10,7 +10,7 @@ EXTRAS ?= test,onnx,cpsat
 comma := ,
 TEST_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo test test-all clean
+.PHONY: demo test test-all test-models clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: $(TEST_STAMP)
 
 test-all: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The whole model-coverage catalogue (torchvision and Hugging Face models through torch.export and ONNX,
+# about 15 minutes; needs EXTRAS with torch): what CI runs after `make test`.
+test-models: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_coverage.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
