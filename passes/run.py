@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import statistics
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -246,6 +247,9 @@ def calibrate_in_context(costs, model: BuiltModel, extraction: Extraction, *, re
     found = costs.cache.get_many(list(keys.values())) if costs.cache else {}
     missing = {label: configurations[label] for label, key in keys.items() if key not in found}
     if missing:
+        if costs.options.progress:
+            print(f"timing the whole model on {', '.join(missing)} to price kernels as they run inside it "
+                  f"({repeats} inferences each, then cached)", file=sys.stderr, flush=True)
         samples = single_device_samples(model, extraction, platform, model.sample_inputs(), repeats, database, missing)
         fresh = {keys[label]: Measurement(statistics.median(seconds), _relative_spread(seconds) * statistics.median(seconds),
                                           len(seconds), "measured") for label, seconds in samples.items()}
