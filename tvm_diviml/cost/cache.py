@@ -279,7 +279,7 @@ def _connect(path: str) -> sqlite3.Connection:
         with _write_transaction(db):
             _create_or_check_schema(db)
         # Only now, so that a foreign file moved aside is the user's file unchanged.
-        db.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(db)
         db.execute("PRAGMA synchronous = NORMAL")      # safe under WAL; a power cut may drop the last batch
     except sqlite3.DatabaseError as error:
         db.close()
@@ -290,6 +290,22 @@ def _connect(path: str) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _switch_to_wal(db: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while another process holds the file: the switch needs
+    the file to itself, and SQLite answers "database is locked" at once instead of using the busy
+    timeout (two processes opening a new cache together hit it)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _create_or_check_schema(db: sqlite3.Connection) -> None:
