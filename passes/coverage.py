@@ -25,6 +25,7 @@ import numpy as np
 from tvm_diviml.errors import DivimlInputError, first_line
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import get_platform
+from tvm_diviml.runtime.measure import compare_outputs
 
 from .apply_plan import apply_plan
 from .build import build
@@ -148,8 +149,7 @@ def relative_difference(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     """max |got - want| / max |want| over all outputs; infinite when the outputs do not correspond."""
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
         return float("inf")
-    scale = max(float(np.max(np.abs(w))) for w in want) or 1.0
-    return max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want)) / scale
+    return compare_outputs(got, want)[1]
 
 
 def _other_input(tensor):

@@ -115,24 +115,29 @@ class PartitionForDevices:
     def placement(self):
         return self.applied.placement if self.applied else None
 
-    def cost_model(self, extraction: Extraction) -> CostModel:
-        """The prices the solver sees for this module's kernels."""
+    def cost_model(self, extraction: Extraction, mod=None) -> CostModel:
+        """The prices the solver sees for this module's kernels. Measured costs are those of ``diviml
+        run``: kernels timed, and with ``mod`` (the module ``extraction`` came from) calibrated inside
+        the whole model, timed with seeded random weights."""
         if isinstance(self.cost, CostModel):
             return self.cost
         if self.cost == "roofline":
             return RooflineCostModel(extraction.graph, self.platform)
         if self.cost == "measured":
-            from tvm_diviml.cost.cache import ProfileCache
-            from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions
+            from tvm_diviml.workload import measured_costs
 
-            return MeasuredCostModel(extraction.graph, self.platform, extraction.mod, extraction.kernel_func,
-                                     cache=ProfileCache(), options=MeasureOptions(progress=False))
+            from .load import LoadedModel
+            from .run import with_random_weights
+
+            built = None if mod is None else with_random_weights(mod, extraction.entry, self.seed)
+            return measured_costs(extraction.graph, self.platform, LoadedModel(built, extraction, 0.0),
+                                  progress=False, calibrate=mod is not None)
         return TableCostModel.load(self.cost, self.platform, extraction.graph)
 
     def solve(self, extraction: Extraction, mod=None) -> tuple[Plan, Simulation]:
         """The solver's plan for ``extraction``'s graph, scored by the simulator; with ``candidates``,
         the fastest measured of the best plans of ``mod`` (the module ``extraction`` came from) instead."""
-        problem = Problem(extraction.graph, self.platform, self.cost_model(extraction), objective=self.objective,
+        problem = Problem(extraction.graph, self.platform, self.cost_model(extraction, mod), objective=self.objective,
                           stages=self.stages)
         problem.validate()
         name = default_solver(problem) if self.solver == "auto" else self.solver

@@ -9,6 +9,7 @@ candidate plans and keeps the fastest measured (``tvm_diviml.candidates``).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -28,9 +29,9 @@ from tvm_diviml.platform import Device, Platform
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
-from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers.single_device import single_device_plan
+from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
 from .apply_plan import apply_plan
@@ -318,8 +319,6 @@ def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltMo
                        repeats: int) -> dict[tuple, BuildTiming]:
     """One inference at a time, each candidate once per round, ``repeats`` rounds after a warm-up:
     a one-device build in one VM with its thread count, a multi-device build on the concurrent executor."""
-    import contextlib
-
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
     with contextlib.ExitStack() as stack:

@@ -104,6 +104,16 @@ def test_with_candidates_the_pass_keeps_the_fastest_measured_plan(model, referen
     assert_matches(run_placed(executable, partition.placement, model, inputs), outputs)
 
 
+def test_measured_costs_are_calibrated_inside_the_model_as_diviml_run_has_them(model, tmp_path, monkeypatch):
+    monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path / "cache"))
+    partition = PartitionForDevices("cpu2", cost="measured", **OPTIONS)
+    extraction = extract(model.mod, model.entry)
+    costs = partition.cost_model(extraction, model.mod)
+    assert set(costs.in_context_s) == {"cpu0", "cpu1"} and costs.executor_segments
+    uncalibrated = partition.cost_model(extraction)                  # without the module: kernels alone
+    assert not uncalibrated.in_context_s
+
+
 def test_registered_pipeline_outside_the_context_says_what_to_do(model):
     with pytest.raises(DivimlInputError, match="partition_options") as error:
         tvm.compile(model.mod, target=None, relax_pipeline="diviml")
