@@ -317,8 +317,9 @@ def _timing_key(candidate: Candidate) -> tuple:
 
 def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltModel, reference: list[np.ndarray],
                        repeats: int) -> dict[tuple, BuildTiming]:
-    """One inference at a time, each candidate once per round, ``repeats`` rounds after a warm-up:
-    a one-device build in one VM with its thread count, a multi-device build on the concurrent executor."""
+    """One inference at a time, each candidate twice per round (the second timed: warm, as a model run
+    again and again is), ``repeats`` rounds: a one-device build in one VM with its thread count, a
+    multi-device build on the concurrent executor."""
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
     with contextlib.ExitStack() as stack:
@@ -335,6 +336,7 @@ def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltMo
         samples: dict[tuple, list[float]] = {key: [] for key in runners}
         for _ in range(repeats):
             for key, runner in runners.items():
+                runner(inputs)        # untimed: the previous candidate left the caches and thread pool its own
                 began = time.perf_counter()
                 runner(inputs)
                 samples[key].append(time.perf_counter() - began)

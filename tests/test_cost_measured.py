@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
+from tvm_diviml.cost.base import ExecutorOverheads  # noqa: E402
 from tvm_diviml.cost.cache import ProfileCache  # noqa: E402
 from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present  # noqa: E402
 from tvm_diviml.cost.table import TableCostModel  # noqa: E402
@@ -40,7 +41,8 @@ def test_measures_every_kernel_once_then_reads_the_cache(tiny, tmp_path):
         second = measure(tiny, platform, cache)
         assert second.measured_now == 0
         assert all(second.compute_s(k, "cpu0") == first.compute_s(k, "cpu0") for k in tiny.graph.kernels)
-        assert cache.stats()["kernel_rows"] == distinct and cache.stats()["link_rows"] == 2
+        executor_rows = len(ExecutorOverheads.__dataclass_fields__)        # cached beside the kernels
+        assert cache.stats()["kernel_rows"] == distinct + executor_rows and cache.stats()["link_rows"] == 2
 
 
 def test_links_between_present_devices_are_measured(tiny, tmp_path):
@@ -107,14 +109,20 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
         second = measure(loaded.extraction, platform, cache)
         calibrate_in_context(second, None, loaded.extraction)        # no model needed: the cache answers
         assert second.in_context_s == first.in_context_s and second.prediction_error == first.prediction_error
+        overheads = first.executor_overheads
+        assert overheads.run_s > 0 and overheads.segment_s >= 0 and overheads.handoff_s >= 0
+        assert second.executor_overheads == overheads                       # from the cache, not timed again
+        assert first.links[("cpu0", "cpu1")].latency_s >= overheads.handoff_s
     path = tmp_path / "costs.json"
     first.to_table().save(str(path))
     table = TableCostModel.load(str(path), platform, loaded.extraction.graph)
     assert table.executor_segments and table.prediction_error == first.prediction_error
+    assert (table.executor_overheads.run_s, table.executor_overheads.segment_s) == (overheads.run_s, overheads.segment_s)
 
 
 @pytest.mark.parametrize("executor", [[], {"segments": "yes"}, {"prediction_error": -0.1},
-                                      {"prediction_error": float("nan")}])
+                                      {"prediction_error": float("nan")}, {"run_s": -1e-6}, {"segment_s": "fast"},
+                                      {"segment_s": float("inf")}])
 def test_a_cost_table_with_a_bad_executor_field_is_refused(executor):
     with pytest.raises(DivimlInputError, match="executor"):
         TableCostModel.from_json({"kernels": {}, "executor": executor}, get_platform("cpu2"))
@@ -131,6 +139,7 @@ def test_profile_command_and_measured_plan(tmp_path):
     assert profile.returncode == 0, profile.stderr
     assert "link cpu0 -> cpu1" in profile.stdout and "kernels timed now" in profile.stdout
     assert "inside the model, cpu0 adds" in profile.stdout and "a timing of the whole model strays by" in profile.stdout
+    assert "the concurrent executor adds" in profile.stdout and "per segment call" in profile.stdout
     plan = run("plan", model, "--platform", "cpu2", "--cost", "measured", "--json", "-")
     assert plan.returncode == 0, plan.stderr
     row = json.loads(plan.stdout)

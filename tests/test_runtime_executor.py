@@ -295,3 +295,24 @@ def test_bad_segment_lists_and_inputs_are_refused():
         assert info.value.field == "inputs"
         with pytest.raises(DivimlInputError, match="in_flight"):
             executor.stream([], in_flight=0)
+
+
+# ---------------------------------------------------------------------- overheads
+def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
+    from tvm_diviml.runtime.measure import fit_executor_overheads
+
+    def seconds_per_run(segments, devices):       # 50 us per inference, 10 us per call, 40 us per hand-off
+        return 50e-6 + 10e-6 * segments + (40e-6 * (segments - 1) if devices > 1 else 0.0)
+
+    fitted = fit_executor_overheads(seconds_per_run)
+    assert fitted.run_s == pytest.approx(50e-6) and fitted.segment_s == pytest.approx(10e-6)
+    assert fitted.handoff_s == pytest.approx(40e-6)
+    noisy = fit_executor_overheads(lambda segments, devices: 5e-6 if devices > 1 else 40e-6 / segments)
+    assert noisy.run_s == 40e-6 and noisy.segment_s == 0.0 and noisy.handoff_s == 0.0
+
+
+def test_the_real_executor_overheads_are_timed():
+    from tvm_diviml.runtime.measure import executor_overheads
+
+    measured = executor_overheads(repeats=20, rounds=1)
+    assert 0 < measured.run_s < 0.1 and 0 <= measured.segment_s < 0.1 and 0 <= measured.handoff_s < 0.1

@@ -4,6 +4,7 @@ Links cost 1 s + 1 s per byte (``unit_platform``) unless a test says otherwise; 
 """
 import pytest
 
+from tvm_diviml.cost.base import ExecutorOverheads
 from tvm_diviml.plan import Plan, ReplicaGroup
 from tvm_diviml.simulator import PlanError, simulate
 
@@ -250,6 +251,27 @@ def test_executor_charges_each_crossing_its_measured_link_time():
     crossing = run(graph, platform, executor_table(platform, times), {"a": "A", "b": "B", "c": "A"}).value_s
     assert alone == 6
     assert crossing - alone == pytest.approx(platform.transfer_s(2, "A", "B") + platform.transfer_s(3, "B", "A"))
+
+
+def test_executor_charges_its_overheads_per_segment_call_and_per_inference():
+    """a b c d alternating over A and B: four segments and three crossings; two halves: two and one."""
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("b", "c", 3), ("c", "d", 1)])
+    times = {"a": 1, "b": 2, "c": 3, "d": 1}
+    halves, alternating = {"a": "A", "b": "A", "c": "B", "d": "B"}, {"a": "A", "b": "B", "c": "A", "d": "B"}
+    overheads = ExecutorOverheads(run_s=0.25, segment_s=0.5, handoff_s=0.125)
+
+    def priced(assignment, charged):
+        costs = executor_table(platform, times)
+        if charged:
+            costs.executor_overheads = overheads
+        return run(graph, platform, costs, assignment).value_s
+
+    for assignment, segments in ((halves, 2), (alternating, 4)):
+        assert priced(assignment, True) - priced(assignment, False) == pytest.approx(0.25 + segments * 0.5)
+    # two more crossings: their link times (the measured links include the hand-off) and two more calls
+    extra_links = platform.transfer_s(2, "A", "B") + platform.transfer_s(1, "A", "B")
+    assert priced(alternating, True) - priced(halves, True) == pytest.approx(extra_links + 2 * 0.5)
 
 
 def test_executor_copies_a_tensor_once_per_device_and_inputs_from_the_host():

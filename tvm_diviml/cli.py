@@ -326,6 +326,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for (src, dst), link in costs.links.items():
         print(f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
               "(measured)")
+    overheads = costs.executor_overheads
+    if len(costs.platform.devices) - len(costs.absent) > 1:
+        print(f"the concurrent executor adds {format_seconds(overheads.run_s)} per inference, "
+              f"{format_seconds(overheads.segment_s)} per segment call and {format_seconds(overheads.handoff_s)} "
+              "per tensor handed to another device's worker (in the links' latency above)")
     for device, seconds in costs.in_context_s.items():
         print(f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
               "(from the whole model's run)")

@@ -274,13 +274,15 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
     (``runtime.segments``), each one call that starts once its device is free and every segment it
     reads has ended (a segment's tensors leave it when its call returns); the destination's worker
     then copies each tensor it lacks (link time, hand-off included) before its kernels run back to
-    back. Model inputs come from the host, outputs made elsewhere go back to it."""
+    back. Model inputs come from the host, outputs made elsewhere go back to it. Every segment call
+    costs ``executor_overheads.segment_s`` before its kernels, and the inference ``run_s`` more."""
     from .runtime.segments import segment_boundaries, split_segments
 
     segments = split_segments(graph, plan.assignment, run_order(graph, plan))
     boundaries = segment_boundaries(graph, segments)
     host = platform.host
     inputs = {i.name: i.bytes for i in graph.inputs}
+    overheads = costs.executor_overheads
     segment_end: dict[str, float] = {}
     where: dict[str, str] = {}                      # kernel -> device of its segment
     device_free: dict[str, float] = defaultdict(float)
@@ -302,6 +304,7 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
                 seconds = costs.transfer_s(nbytes, src, device)
                 transfers.append(Transfer(tensor, src, device, clock, clock + seconds))
                 clock += seconds
+        clock += overheads.segment_s
         for kernel in seg.kernels:
             seconds = costs.compute_s(kernel, device)
             start[kernel], finish[kernel] = clock, clock + seconds
@@ -317,6 +320,7 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
             seconds = costs.transfer_s(graph.kernels[kernel].output_bytes, where[kernel], host)
             transfers.append(Transfer(kernel, where[kernel], host, finish[kernel], finish[kernel] + seconds))
             makespan = max(makespan, finish[kernel] + seconds)
+    makespan += overheads.run_s
     link_busy: dict[tuple[str, str], float] = defaultdict(float)
     for t in transfers:
         link_busy[(t.src, t.dst)] += t.end_s - t.start_s

@@ -3,8 +3,20 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 from ..platform import Platform
+
+
+@dataclass(frozen=True)
+class ExecutorOverheads:
+    """Seconds the concurrent executor pays beyond kernels and copies (``runtime.measure.executor_overheads``):
+    once per inference (waking the first worker, collecting the outputs), per segment call, and per
+    tensor read on another device's worker (waking that worker; measured links include it in their latency)."""
+
+    run_s: float = 0.0
+    segment_s: float = 0.0
+    handoff_s: float = 0.0
 
 
 class CostModel(ABC):
@@ -21,6 +33,8 @@ class CostModel(ABC):
     # How far a prediction may stray from a measurement (relative), where the costs were measured:
     # ``--solver auto`` splits a model only when the split is predicted faster by more than this.
     prediction_error = 0.0
+    # What the executor adds per inference and per segment call (charged with ``executor_segments``).
+    executor_overheads = ExecutorOverheads()
 
     def __init__(self, platform: Platform):
         self.platform = platform

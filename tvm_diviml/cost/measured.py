@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import platform as host_platform
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 from ..errors import DivimlInputError, first_line
 from ..graph import OpGraph
 from ..platform import Device, Link, Platform
-from .base import CostModel
+from .base import CostModel, ExecutorOverheads
 from .cache import LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey
 from .fit import fit_link
 from .roofline import RooflineCostModel
@@ -144,8 +145,8 @@ def random_arguments(func, device) -> list:
 def set_cpu_threads(device: Device) -> None:
     from ..runtime.vm import set_threads
 
-    if device.kind == "cpu" and device.num_threads:
-        set_threads(device.num_threads)
+    if device.kind == "cpu":
+        set_threads(device.num_threads or 0)      # 0: TVM's default, whatever this thread ran before
 
 
 def time_primfuncs(funcs: dict[str, Any], device: Device, options: MeasureOptions, database=None,
@@ -194,6 +195,10 @@ def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> L
         seconds.append(float(np.median(samples[1:])))
     fit = fit_link(np.asarray(sizes, dtype=float), np.asarray(seconds))
     return LinkMeasurement(fit.latency_s, fit.bandwidth_Bps, fit.max_rel_error)
+
+
+# The runner whose whole-model timings calibrate kernels in context: a cheaper runner makes old figures stale.
+WHOLE_MODEL_RUNNER = "single-vm-2"
 
 
 class MeasuredCostModel(CostModel):
@@ -248,7 +253,7 @@ class MeasuredCostModel(CostModel):
     def whole_model_key(self, device: str) -> ProfileKey:
         """The cache key of this model's whole-model time on ``device`` (the model: its graph's digest)."""
         digest = hashlib.sha256(json.dumps(self.graph.to_json(), sort_keys=True, default=str).encode()).hexdigest()
-        return self._profile_key(self.platform.device(device), f"model:{digest}")
+        return self._profile_key(self.platform.device(device), f"model:{digest}:{WHOLE_MODEL_RUNNER}")
 
     def _measure_device(self, device: Device) -> None:
         tuned = self.tuning.get(device.name)
@@ -309,10 +314,11 @@ class MeasuredCostModel(CostModel):
     def _measure_links(self, present: list[Device]) -> None:
         import tvm
 
-        from ..runtime.measure import executor_handoff_s
         from ..servers import server_of
 
-        self.handoff_s = executor_handoff_s() if len(present) > 1 else 0.0
+        if len(present) > 1:
+            self.executor_overheads = self._executor_overheads()
+        handoff_s = self.executor_overheads.handoff_s
         server = server_of(self.platform)       # devices of two servers share TVM device strings
         for src in present:
             for dst in present:
@@ -329,8 +335,28 @@ class MeasuredCostModel(CostModel):
                         continue
                     if self.cache:
                         self.cache.put_link(key, measured)
-                self.links[(src.name, dst.name)] = Link(src.name, dst.name, measured.latency_s + self.handoff_s,
+                self.links[(src.name, dst.name)] = Link(src.name, dst.name, measured.latency_s + handoff_s,
                                                         measured.bandwidth_Bps)
+
+    def _executor_overheads(self) -> ExecutorOverheads:
+        """The concurrent executor's overheads on this machine (``runtime.measure.executor_overheads``),
+        through the profile cache: a second of timing no-op runs, kept per host and Python version."""
+        import tvm
+
+        from ..runtime.measure import executor_overheads
+
+        names = [name for name in ExecutorOverheads.__dataclass_fields__]
+        where = f"python{sys.version_info.major}.{sys.version_info.minor}/{host_platform.node()}"
+        keys = {name: ProfileKey(f"executor:{name}", "python", where, tvm.__version__, "default") for name in names}
+        cached = self.cache.get_many(list(keys.values())) if self.cache else {}
+        if all(key in cached for key in keys.values()):
+            return ExecutorOverheads(**{name: cached[key].median_s for name, key in keys.items()})
+        log.info("timing the concurrent executor's overheads (no-op segments)")
+        measured = executor_overheads()
+        if self.cache:
+            self.cache.put_many({key: Measurement(getattr(measured, name), 0.0, 1, "measured")
+                                 for name, key in keys.items()})
+        return measured
 
     def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
         if src == dst:
@@ -346,7 +372,8 @@ class MeasuredCostModel(CostModel):
         compute = {k: {d: self.compute_s(k, d) for d in self.platform.device_names} for k in self.graph.kernels}
         sources = {d: self.source(next(iter(self.graph.kernels)), d) for d in self.platform.device_names}
         return TableCostModel(self.platform, compute, dict(self.links), sources,
-                              executor_segments=self.executor_segments, prediction_error=self.prediction_error)
+                              executor_segments=self.executor_segments, prediction_error=self.prediction_error,
+                              executor_overheads=self.executor_overheads)
 
 
 def time_whole_model(mod, entry: str, inputs: list, weights: list, device: Device, options: MeasureOptions,

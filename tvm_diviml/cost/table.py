@@ -12,7 +12,7 @@ from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..jsonio import JsonFile
 from ..platform import Link, Platform
-from .base import CostModel
+from .base import CostModel, ExecutorOverheads
 
 FORMAT = "diviml.costs/1"
 
@@ -20,9 +20,11 @@ FORMAT = "diviml.costs/1"
 class TableCostModel(CostModel, JsonFile):
     def __init__(self, platform: Platform, compute: dict[str, dict[str, float | None]],
                  links: dict[tuple[str, str], Link] | None = None, sources: dict[str, str] | None = None, *,
-                 executor_segments: bool = False, prediction_error: float = 0.0):
+                 executor_segments: bool = False, prediction_error: float = 0.0,
+                 executor_overheads: ExecutorOverheads | None = None):
         super().__init__(platform)
         self.executor_segments, self.prediction_error = executor_segments, prediction_error
+        self.executor_overheads = executor_overheads or ExecutorOverheads()
         self.compute = {k: {d: (math.inf if s is None else float(s)) for d, s in row.items()}
                         for k, row in compute.items()}
         self.links = dict(links or {})
@@ -71,7 +73,8 @@ class TableCostModel(CostModel, JsonFile):
                 "links": [{"src": l.src, "dst": l.dst, "latency_s": l.latency_s, "bandwidth_Bps": l.bandwidth_Bps}
                           for l in self.links.values()],
                 "sources": self.sources,
-                "executor": {"segments": self.executor_segments, "prediction_error": self.prediction_error}}
+                "executor": {"segments": self.executor_segments, "prediction_error": self.prediction_error,
+                             "run_s": self.executor_overheads.run_s, "segment_s": self.executor_overheads.segment_s}}
 
     @classmethod
     def from_json(cls, data: Any, platform: Platform) -> "TableCostModel":
@@ -101,11 +104,14 @@ class TableCostModel(CostModel, JsonFile):
             links[(link.src, link.dst)] = link
         executor = data.get("executor", {})
         if not isinstance(executor, dict) or not isinstance(executor.get("segments", False), bool) or \
-                not _is_fraction(executor.get("prediction_error", 0.0)):
-            raise DivimlInputError("must be {\"segments\": true|false, \"prediction_error\": a fraction >= 0}",
+                not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s")):
+            raise DivimlInputError("must be {\"segments\": true|false, \"prediction_error\": a fraction >= 0, "
+                                   "\"run_s\" and \"segment_s\": seconds >= 0}",
                                    field="executor", hint="as `diviml profile --export` writes it")
+        overheads = ExecutorOverheads(run_s=float(executor.get("run_s", 0.0)),
+                                      segment_s=float(executor.get("segment_s", 0.0)))
         return cls(platform, compute, links, data.get("sources"), executor_segments=executor.get("segments", False),
-                   prediction_error=float(executor.get("prediction_error", 0.0)))
+                   prediction_error=float(executor.get("prediction_error", 0.0)), executor_overheads=overheads)
 
     @classmethod
     def load(cls, path: str, platform: Platform, graph: OpGraph | None = None) -> "TableCostModel":

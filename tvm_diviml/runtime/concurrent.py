@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DivimlInputError
 from .executor import ConcurrentExecutor, SegmentCall
-from .vm import PlacedExecutable, flatten, set_threads, tvm_device
+from .vm import PlacedExecutable, flatten, set_threads, to_device, to_numpy, tvm_device
 
 
 SWITCH_INTERVAL_S = 2e-4
@@ -63,21 +63,19 @@ class ConcurrentRunner:
         return value.copyto(target)
 
     def _inputs(self, arrays: list[np.ndarray]) -> dict:
-        import tvm
-
         names = self.built.placement.inputs
         if len(arrays) != len(names):
             raise DivimlInputError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
                                    f"{len(arrays)} were given", field="inputs")
-        return {f"input:{name}": tvm.runtime.tensor(np.asarray(a), self.host) for name, a in zip(names, arrays)}
+        return {f"input:{name}": to_device(a, self.host) for name, a in zip(names, arrays)}
 
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [t.numpy() for t in self.executor.run(self._inputs(inputs))]
+        return [to_numpy(t) for t in self.executor.run(self._inputs(inputs))]
 
     def stream(self, inputs: Iterable[list[np.ndarray]], in_flight: int = 2) -> Iterator[list[np.ndarray]]:
         """Outputs per input, in input order, with up to ``in_flight`` inputs in the devices at once."""
         for outputs in self.executor.stream((self._inputs(x) for x in inputs), in_flight=in_flight):
-            yield [t.numpy() for t in outputs]
+            yield [to_numpy(t) for t in outputs]
 
     @property
     def busy_s(self) -> dict[str, float]:

@@ -104,7 +104,13 @@ class ConcurrentExecutor:
                             if key not in self._producer and key not in self.input_keys]
         self._readers = Counter(key for seg in self.segments for key in seg.reads) + Counter(self.outputs)
         self._move = move
-        self._cond = threading.Condition()
+        # one lock; each worker and the callers wait on their own condition, so that a segment's end wakes
+        # only the workers whose tasks it may have made ready (waking every thread cost ~30 us a segment)
+        self._lock = threading.Lock()
+        self._wakeup = {device: threading.Condition(self._lock) for device in self.devices}
+        self._finished = threading.Condition(self._lock)
+        self._wakes = _consumer_devices(self.segments)
+        self._starters = {seg.device for seg in self.segments if not any(key in self._producer for key in seg.reads)}
         self._last_progress = time.monotonic()
         self._running: dict[str, tuple[SegmentCall, _InputRun, float]] = {}
         self._moving: dict[str, tuple[SegmentCall, str, _InputRun, float]] = {}   # device -> move under way
@@ -139,19 +145,19 @@ class ConcurrentExecutor:
     @property
     def busy_s(self) -> dict[str, float]:
         """Seconds each device spent inside segment calls during the last run or stream."""
-        with self._cond:
+        with self._lock:
             return dict(self._batch.busy_s)
 
     @property
     def move_s(self) -> dict[str, float]:
         """Seconds each device's worker spent moving tensors to its device during the last run or stream."""
-        with self._cond:
+        with self._lock:
             return dict(self._batch.move_s)
 
     @property
     def segment_s(self) -> dict[str, float]:
         """Seconds inside each segment's calls during the last run or stream, summed over inputs."""
-        with self._cond:
+        with self._lock:
             return dict(self._batch.segment_s)
 
     def close(self) -> None:
@@ -160,11 +166,11 @@ class ConcurrentExecutor:
         A worker inside a call that already ran past ``timeout_s`` is hung: it is not waited for,
         and stays behind as a daemon thread.
         """
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._cond.notify_all()
+            self._notify_everyone()
             now = time.monotonic()
             hung = {f"diviml-{device}" for device, (_, _, started) in self._running.items()
                     if now - started >= self.timeout_s}
@@ -185,7 +191,7 @@ class ConcurrentExecutor:
     # ------------------------------------------------------------------ caller side
     def _stream(self, inputs: Iterator[Mapping[str, Any]], in_flight: int) -> Iterator[list]:
         batch = _Batch(self.devices, self.segments)
-        with self._cond:
+        with self._lock:
             self._batch = batch
         pending: list[_InputRun] = []
         index = 0
@@ -201,9 +207,10 @@ class ConcurrentExecutor:
                     return
                 yield self._collect(pending.pop(0))
         finally:
-            with self._cond:
+            with self._lock:
                 batch.abandoned = True      # a consumer that stopped early leaves nothing running
-                self._cond.notify_all()
+                if pending:
+                    self._notify_everyone()
 
     def _submit(self, batch: _Batch, index: int, inputs: Mapping[str, Any]) -> _InputRun:
         if not isinstance(inputs, Mapping):
@@ -215,17 +222,18 @@ class ConcurrentExecutor:
             raise DivimlInputError(f"input {index} lacks {missing} / has unknown {unknown}", field="inputs",
                                    hint=f"give exactly the model inputs {self.input_keys}")
         run = _InputRun(batch, index, {(key, None): inputs[key] for key in self.input_keys}, self._readers)
-        with self._cond:
+        with self._lock:
             self._check_open()
             for position, seg in enumerate(self.segments):
                 self._pending[seg.device].append((run, position))
             self._progressed()
-            self._cond.notify_all()
+            for device in self._starters:
+                self._wakeup[device].notify()
         return run
 
     def _collect(self, run: _InputRun) -> list:
-        with self._cond:
-            finished = self._wait(lambda: run.segments_done == len(self.segments) or self._stopped(run))
+        with self._lock:
+            finished = self._wait(self._finished, lambda: run.segments_done == len(self.segments) or self._stopped(run))
             if not finished:
                 self._fail(run.batch, self._stall_error(run))
             if run.batch.error is not None:
@@ -266,7 +274,7 @@ class ConcurrentExecutor:
 
     def _next_task(self, device: str) -> tuple[_InputRun, int] | None:
         """The device's ready task of the earliest input and segment; waits for one; None once closed."""
-        with self._cond:
+        with self._lock:
             while not self._closed:
                 pending = self._pending[device]
                 pending[:] = [task for task in pending if not self._stopped(task[0])]
@@ -276,7 +284,7 @@ class ConcurrentExecutor:
                     task = min(ready, key=lambda t: (t[0].index, t[1]))
                     pending.remove(task)
                     return task
-                self._cond.wait()
+                self._wakeup[device].wait()
             return None
 
     def _run_segment(self, caller: Caller, seg: SegmentCall, run: _InputRun) -> None:
@@ -287,7 +295,7 @@ class ConcurrentExecutor:
             if value is _STOPPED:
                 return
             args.append(value)
-        with self._cond:
+        with self._lock:
             if self._stopped(run):
                 return
             started = self._progressed()
@@ -300,10 +308,10 @@ class ConcurrentExecutor:
             self._fail_segment(run, seg, "failed", error)
             return
         finally:
-            with self._cond:
+            with self._lock:
                 self._running.pop(seg.device, None)
         del args
-        with self._cond:
+        with self._lock:
             elapsed = self._progressed() - started
             run.batch.busy_s[seg.device] += elapsed
             run.batch.segment_s[seg.name] += elapsed
@@ -313,12 +321,15 @@ class ConcurrentExecutor:
             for key in seg.reads:
                 self._release(run, key)
             run.segments_done += 1
-            self._cond.notify_all()
+            for device in self._wakes[seg.name]:
+                self._wakeup[device].notify()
+            if run.segments_done == len(self.segments):
+                self._finished.notify_all()
 
     def _fetch(self, seg: SegmentCall, key: str, run: _InputRun) -> Any:
         """The tensor ``key`` (already made: the task is ready) on the segment's device, moved there once per input."""
         origin = self._origin(key)
-        with self._cond:
+        with self._lock:
             if self._stopped(run):
                 return _STOPPED
             if (key, seg.device) in run.values:
@@ -333,22 +344,26 @@ class ConcurrentExecutor:
             self._fail_segment(run, seg, f"could not move tensor '{key}' to the device", error)
             return _STOPPED
         finally:
-            with self._cond:
+            with self._lock:
                 self._moving.pop(seg.device, None)
-        with self._cond:
+        with self._lock:
             run.batch.move_s[seg.device] += self._progressed() - started
             run.values[(key, seg.device)] = moved
         return moved
 
-    # ------------------------------------------------------------------ shared state (under self._cond)
-    def _wait(self, predicate: Callable[[], bool]) -> bool:
-        """Wait until ``predicate`` holds; False once nothing has progressed for ``timeout_s``."""
+    # ------------------------------------------------------------------ shared state (under self._lock)
+    def _wait(self, condition: threading.Condition, predicate: Callable[[], bool]) -> bool:
+        """Wait on ``condition`` until ``predicate`` holds; False once nothing has progressed for ``timeout_s``."""
         while not predicate():
             remaining = self._last_progress + self.timeout_s - time.monotonic()
             if remaining <= 0:
                 return False
-            self._cond.wait(remaining)
+            condition.wait(remaining)
         return True
+
+    def _notify_everyone(self) -> None:
+        for condition in (*self._wakeup.values(), self._finished):
+            condition.notify_all()
 
     def _progressed(self) -> float:
         self._last_progress = time.monotonic()
@@ -369,14 +384,14 @@ class ConcurrentExecutor:
                                f"{type(error).__name__}: {error}", segment=seg.name, device=seg.device,
                                input_index=run.index)
         failure.__cause__ = error
-        with self._cond:
+        with self._lock:
             self._fail(run.batch, failure)
 
     def _fail(self, batch: _Batch, error: SegmentError) -> None:
         if batch.error is None:
             batch.error = error
             log.debug("executor: %s", error)
-        self._cond.notify_all()
+        self._notify_everyone()
 
     def _origin(self, key: str) -> str | None:
         producer = self._producer.get(key)
@@ -385,6 +400,16 @@ class ConcurrentExecutor:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the executor is closed; make a new ConcurrentExecutor")
+
+
+def _consumer_devices(segments: list[SegmentCall]) -> dict[str, set[str]]:
+    """Per segment, the other devices whose segments read what it writes (the workers its end may unblock)."""
+    device_of_reader: dict[str, set[str]] = {}
+    for seg in segments:
+        for key in seg.reads:
+            device_of_reader.setdefault(key, set()).add(seg.device)
+    return {seg.name: {device for key in seg.writes for device in device_of_reader.get(key, ())} - {seg.device}
+            for seg in segments}
 
 
 def _check_segments(segments: list[SegmentCall]) -> dict[str, SegmentCall]:

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..cost.base import ExecutorOverheads
+
 
 def compare_outputs(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float, float]:
     """Max absolute difference, and that divided by the reference's largest magnitude."""
@@ -38,18 +40,38 @@ def time_stream(runner, inputs: list[list], in_flight: int) -> float:
     return (time.perf_counter() - began) / count
 
 
-def executor_handoff_s(repeats: int = 200, rounds: int = 5) -> float:
-    """Seconds the concurrent executor adds when a segment's tensor is read on another device: the
-    median of two no-op segments on two devices, less the same on one device (wake-up of the other
-    worker thread; no copy); the median of ``rounds`` such differences, as one round varies 2x here."""
-    import statistics
+def fit_executor_overheads(seconds_per_run: Callable[[int, int], float]) -> ExecutorOverheads:
+    """The executor's overheads from ``seconds_per_run(segments, devices)``: one run of a chain of
+    ``segments`` no-op segments placed alternately on ``devices`` devices. A chain of one segment is
+    one inference's fixed cost plus one call; three more calls on the same device give the per-call
+    cost; the same four alternating over two devices add three hand-offs. Noise never makes one negative."""
+    one, four, alternating = seconds_per_run(1, 1), seconds_per_run(4, 1), seconds_per_run(4, 2)
+    segment_s = max(0.0, (four - one) / 3)
+    return ExecutorOverheads(run_s=max(0.0, one - segment_s), segment_s=segment_s,
+                             handoff_s=max(0.0, (alternating - four) / 3))
 
+
+def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads:
+    """``fit_executor_overheads`` on the real executor (no-op segments, the runner's thread switch
+    interval), each figure the median of ``rounds`` fits, as one round varies 2x here."""
+    import statistics
+    import sys
+
+    from .concurrent import SWITCH_INTERVAL_S
     from .executor import ConcurrentExecutor, SegmentCall
 
-    def per_run(second_device: str) -> float:
-        calls = [SegmentCall("a", "d0", ["input:x"], ["t"]), SegmentCall("b", second_device, ["t"], ["u"])]
-        with ConcurrentExecutor(calls, ["u"], make_caller=lambda device: lambda name, args: [0],
+    def seconds_per_run(segments: int, devices: int) -> float:
+        calls = [SegmentCall(f"s{i}", f"d{i % devices}", ["input:x" if i == 0 else f"t{i - 1}"], [f"t{i}"])
+                 for i in range(segments)]
+        with ConcurrentExecutor(calls, [f"t{segments - 1}"], make_caller=lambda device: lambda name, args: [0],
                                 move=lambda value, device: value) as executor:
             return statistics.median(time_calls(lambda _: executor.run({"input:x": 0}), [], repeats))
 
-    return max(0.0, statistics.median(per_run("d1") - per_run("d0") for _ in range(rounds)))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_INTERVAL_S))
+    try:
+        fits = [fit_executor_overheads(seconds_per_run) for _ in range(rounds)]
+    finally:
+        sys.setswitchinterval(interval)
+    return ExecutorOverheads(*(statistics.median(getattr(fit, name) for fit in fits)
+                               for name in ("run_s", "segment_s", "handoff_s")))

@@ -1,9 +1,9 @@
 """Run a placed build in one Relax VM: weights uploaded once per device, then one call per inference."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,30 +23,57 @@ def tvm_device(spec: str):
     return tvm.device(kind, int(index))
 
 
+_pool = threading.local()          # .size: the pool size this thread last configured
+
+
 def set_threads(num_threads: int | None) -> None:
-    """The calling thread's TVM CPU thread pool size (TVM's pool is per calling thread; 0: TVM's default).
+    """The calling thread's TVM CPU thread pool size (TVM's pool is per calling thread; 0: TVM's default;
+    None: leave it). A size the thread already has costs nothing (configuring costs ~17 us here).
 
     TVM also pins the calling thread to core 0 when it sizes the pool. Threads inherit their creator's
     pinning, so two device workers would then share one core; the calling thread is unpinned again
     (the kernel keeps it within the CPUs the process may use)."""
     import tvm
 
-    if num_threads is None:
+    if num_threads is None or getattr(_pool, "size", None) == num_threads:
         return
     tvm.get_global_func("runtime.config_threadpool")(0, num_threads)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    _pool.size = num_threads
 
 
-@contextlib.contextmanager
-def threads(num_threads: int | None):
-    """The calling thread's pool sized for a block, then back to TVM's default (about 17 us each way)."""
-    set_threads(num_threads)
-    try:
-        yield
-    finally:
-        if num_threads is not None:
-            set_threads(0)
+def to_device(array, device):
+    """A numpy array as a new TVM tensor on ``device``. On the CPU it is copied into a fresh 64-byte
+    aligned buffer that TVM takes over without a second copy (~3 us against ~18 us for
+    ``tvm.runtime.tensor`` here); never aliased, so a caller may reuse its array at once."""
+    import tvm
+
+    array = np.asarray(array)
+    if device.dlpack_device_type() != _CPU or array.dtype.kind not in "fiuc" or array.size == 0:
+        return tvm.runtime.tensor(array, device)
+    return tvm.runtime.from_dlpack(_aligned_copy(array))
+
+
+def to_numpy(tensor) -> np.ndarray:
+    """A TVM tensor's values as numpy; a CPU tensor is shared, not copied (~0.4 us against ~8 us)."""
+    if tensor.device.dlpack_device_type() == _CPU and str(tensor.dtype) in _SHARED_DTYPES:
+        return np.from_dlpack(tensor)
+    return tensor.numpy()
+
+
+_CPU = 1                   # DLDeviceType kDLCPU
+_ALIGNMENT = 64            # what TVM requires of memory it adopts
+_SHARED_DTYPES = {f"{kind}{bits}" for kind in ("int", "uint") for bits in (8, 16, 32, 64)} | \
+    {"float16", "float32", "float64"}
+
+
+def _aligned_copy(array: np.ndarray) -> np.ndarray:
+    raw = np.empty(array.nbytes + _ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % _ALIGNMENT
+    aligned = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(aligned, array)
+    return aligned
 
 
 def flatten(result) -> list:
@@ -153,14 +180,13 @@ class SingleVMRunner:
         self.weights = [uploaded[tuple(key)] for key in built.placement.weight_params]
         self.host = built.devices()[0]
         self.num_threads = num_threads or max((n for n in built.placement.num_threads if n), default=None)
+        self.entry = self.vm[built.placement.entry]
 
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        import tvm
-
         placement = self.built.placement
         if len(inputs) != len(placement.inputs):
             raise DivimlInputError(f"the model takes {len(placement.inputs)} inputs "
                                    f"({', '.join(placement.inputs)}), {len(inputs)} were given", field="inputs")
-        args = [tvm.runtime.tensor(np.asarray(x), self.host) for x in inputs] + self.weights
-        with threads(self.num_threads):
-            return [t.numpy() for t in flatten(self.vm[placement.entry](*args))]
+        args = [to_device(x, self.host) for x in inputs] + self.weights
+        set_threads(self.num_threads)
+        return [to_numpy(t) for t in flatten(self.entry(*args))]
