@@ -1,6 +1,8 @@
 """The plan report: what it says about a plan beyond its numbers."""
 from __future__ import annotations
 
+import pytest
+
 from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.plan import Plan
 from tvm_diviml.report import format_row, list_scheduling_baselines, report_row
@@ -73,3 +75,27 @@ def test_auto_keeps_the_single_device_unless_the_split_wins_by_more_than_the_mea
     assert row["kept_single_device"] in format_row(row, ["A", "B", "C"])
     chosen, _, row = solve_and_report(twin_branches_problem(0.6), "heft", "twins", "table", time_limit_s=5)
     assert len(chosen.devices_used()) == 2 and row["kept_single_device"] is None      # a named solver is obeyed
+
+
+def forced_split(objective, stages=None):
+    """a may run only on B and c only on C: no single device can run the model."""
+    from tvm_diviml.graph import Kernel, OpGraph
+
+    base = graph_of([("a", "b", 1), ("b", "c", 1)])
+    kernels = [Kernel(k.name, allowed_devices={"a": ("B",), "c": ("C",)}.get(k.name)) for k in base.kernels.values()]
+    graph = OpGraph(kernels, list(base.edges))
+    platform = unit_platform()
+    return Problem(graph, platform, table(platform, {"a": {"B": 1.0}, "b": 1.0, "c": {"C": 1.0}}),
+                   objective=objective, stages=stages)
+
+
+@pytest.mark.parametrize("objective, solver, stages", [
+    ("latency", "auto", None), ("latency", "milp", None), ("latency", "heft", None), ("latency", "cpsat", None),
+    ("throughput", "auto", None), ("throughput", "split", None), ("pipeline", "auto", 2), ("pipeline", "milp", 3)])
+def test_a_model_no_single_device_can_run_is_planned_and_the_missing_baseline_said(objective, solver, stages):
+    from tvm_diviml.report import solve_and_report
+
+    plan, sim, row = solve_and_report(forced_split(objective, stages), solver, "forced", "table", time_limit_s=10)
+    assert sim.feasible and plan.assignment["a"] == "B" and plan.assignment["c"] == "C"
+    assert row["baselines"]["fastest_single_device"] is None and row["speedup_over_fastest_single_device"] is None
+    assert "no single device can run the whole model" in format_row(row, ["A", "B", "C"])

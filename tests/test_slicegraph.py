@@ -201,6 +201,31 @@ def test_a_stage_holds_no_more_weights_than_its_device():
 
 
 # ---------------------------------------------------------------------- the solver
+def activation_heavy_chain(stages):
+    """a -> b -> c, 4 bytes of weights each and 3 of output, every device 10 bytes: two kernels
+    fit by their weights (8) but not with their activations (8 + 6), so each stage holds one."""
+    platform = unit_platform(latency=0.0, memory=10)
+    graph = graph_of([("a", "b", 0), ("b", "c", 0)], weights={"wa": 4, "wb": 4, "wc": 4},
+                     kernel_weights={"a": ["wa"], "b": ["wb"], "c": ["wc"]}, output_bytes={"a": 3, "b": 3, "c": 3})
+    times = {k: {"A": 5.0, "B": 1.0, "C": 1.0} for k in "abc"}
+    return pipeline(graph, platform, table(platform, times), stages)
+
+
+@pytest.mark.parametrize("solver", ["slicegraph", "milp"])
+def test_pipeline_plans_leave_room_for_activations(solver):
+    problem = activation_heavy_chain(3)
+    # by weights alone, [a, b] on B and [c] on C (period 2) would be best; with activations it overflows B
+    plan = get_solver(solver, time_limit_s=10).solve(problem)
+    sim = simulated(problem, plan)
+    assert sim.feasible, sim.problems
+    assert plan.value_s == sim.value_s == 5.0 and sorted(map(len, plan.stages)) == [1, 1, 1]
+
+
+def test_no_slicing_that_fits_with_activations_is_said_so():
+    with pytest.raises(DivimlInputError, match="within its device's memory.*room for the activations"):
+        SliceGraph(time_limit_s=5).solve(activation_heavy_chain(2))
+
+
 def test_slicegraph_finds_the_device_order_no_seed_has():
     # C is the fastest device overall, so the seeds put C first; the best pipeline runs a on B, then b, c on C:
     # [a] on B = 2 + input 2 + out 3 = 7; [b, c] on C = 2 + in 3 + output 2 = 7. C first is at best 15.

@@ -15,6 +15,7 @@ from .errors import DivimlInputError
 from .plan import Plan
 from .simulator import Simulation, simulate
 from .solvers import Problem, default_solver, get_solver
+from .solvers.single_device import single_device_values
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +33,16 @@ def solve_and_report(problem: Problem, solver: str, model: str, cost_source: str
     plan = get_solver(solver, time_limit_s=time_limit_s, seed=seed).solve(problem)
     sim = simulate(problem.graph, problem.platform, problem.costs, plan)
     baselines: dict[str, float | None] = {}
-    single = plan if solver == "fastest_single_device" else get_solver("fastest_single_device").solve(problem)
-    baselines["fastest_single_device"] = simulate(problem.graph, problem.platform, problem.costs, single).value_s
+    single, per_device = single_device_values(problem)     # None: no device holds the model (it must split)
+    baselines["fastest_single_device"] = single.value_s if single else None
     kept_single = None
-    if automatic and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
+    if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
         kept_single = _keep_single_device(plan.solver, sim.value_s, baselines["fastest_single_device"],
                                           problem.costs.prediction_error)
         if kept_single:
+            single.solver = "fastest_single_device"
             plan, sim = single, simulate(problem.graph, problem.platform, problem.costs, single)
-    for device, entry in single.attrs["per_device"].items():
+    for device, entry in per_device.items():
         baselines[f"single:{device}"] = entry["value_s"]
     baselines.update(list_scheduling_baselines(problem, plan if solver in ("heft", "greedy") else None))
     parts = lower_bounds(problem, mip_time_limit_s=bound_time_limit_s)
@@ -122,6 +124,7 @@ def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[
         "memory_bytes": sim.memory_bytes,
         "device_graph_acyclic": sim.device_graph_acyclic,
         "symmetric": plan.attrs.get("symmetric"),
+        "weaker_method": plan.attrs.get("weaker_method"),      # a solver that fell back says so
     }
 
 
@@ -173,6 +176,9 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
         lines.append("baselines: " + ", ".join(f"{name} {format_seconds(value)}" for name, value in others.items()))
     if row["speedup_over_fastest_single_device"] is not None:
         lines.append(f"speed-up over the fastest single device: {row['speedup_over_fastest_single_device']:.2f}x")
+    elif row["baselines"].get("fastest_single_device") is None:
+        lines.append("no single device can run the whole model (memory or allowed devices): no single-device "
+                     "baseline, the plan must split it")
     if row["objective"] == "throughput" and not row["device_graph_acyclic"]:
         lines.append("the device graph has a cycle (tensors return to a device they came from): not a linear "
                      "pipeline; it runs with several inputs in flight")
@@ -180,6 +186,8 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
         lines.append(_symmetric_line(row["symmetric"]))
     if row.get("kept_single_device"):
         lines.append(row["kept_single_device"])
+    if row.get("weaker_method"):
+        lines.append(row["weaker_method"])
     if not row["feasible"]:
         lines.append("INFEASIBLE: " + "; ".join(row["problems"][:5]))
     counts = Counter(row["assignment"].values())

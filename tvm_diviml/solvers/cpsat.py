@@ -131,7 +131,7 @@ class Cpsat(Solver):
         self.check_objective(problem)
         if importlib.util.find_spec("ortools") is None:
             raise DivimlInputError("solver cpsat needs OR-Tools, which is not installed", field="solver",
-                                   hint="pip install tvm-diviml[cpsat]")
+                                   hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
         began = time.perf_counter()
         problem.validate()
         graph, platform, costs = problem.graph, problem.platform, problem.costs
@@ -425,7 +425,7 @@ class CpsatSession:
         answer = json.loads(line)
         if answer["status"] == "NO_ORTOOLS":
             raise DivimlInputError(f"solver cpsat needs OR-Tools: {answer['error']}", field="solver",
-                                   hint="pip install tvm-diviml[cpsat]")
+                                   hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
         return answer
 
     def solve(self, model: TickModel, time_limit_s: float, *, relative_gap: float = PROOF_GAP) -> dict:

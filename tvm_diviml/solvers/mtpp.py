@@ -556,7 +556,11 @@ def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = 
     claim = model.builder.m.objective_value * model.builder.unit if solved else math.inf
     sim = simulate(graph, platform, costs, plan) if plan is not None else None
     # The warm start wins ties, and whenever the MIP's plan overflows a memory with its activations.
+    weaker = None
     if warm_start is not None and (sim is None or not sim.feasible or incumbent_s <= sim.value_s):
+        if sim is not None and not sim.feasible:
+            weaker = ("the pipeline MIP's own plan overflows a memory with its activations (it counts weights "
+                      "only): the plan is its warm start's")
         plan = warm_start.copy()
         sim = simulate(graph, platform, costs, plan)
     if plan is None:
@@ -571,6 +575,8 @@ def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = 
     plan.solve_s = time.perf_counter() - began
     plan.attrs.update({"mip_status": status.name.lower(), "mip_objective_s": claim, "links_exact": model.links_exact,
                        "mip_backend": backend})
+    if weaker:
+        plan.attrs["weaker_method"] = weaker
     log.info("pipeline MIP: %d stages, period %.6g s, bound %s, %s in %.2f s", len(plan.stages), sim.value_s,
              plan.lower_bound_s, status.name, plan.solve_s)
     return plan

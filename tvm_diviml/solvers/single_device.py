@@ -22,27 +22,39 @@ def single_device_plan(problem: Problem, device: str) -> Plan:
                 stage_devices=[device] if stages else None)
 
 
+def single_device_values(problem: Problem) -> tuple[Plan | None, dict[str, dict]]:
+    """The fastest feasible single-device plan (None when no device can run the whole model), and
+    per device its value (None where it does not fit) and first problems."""
+    per_device: dict[str, dict] = {}
+    best: tuple[float, int, Plan] | None = None
+    for index, device in enumerate(problem.platform.device_names):
+        plan = single_device_plan(problem, device)
+        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        per_device[device] = {"value_s": sim.value_s if sim.feasible else None, "problems": sim.problems[:3]}
+        if sim.feasible and (best is None or sim.value_s < best[0]):
+            best = (sim.value_s, index, plan)
+    if best is None:
+        return None, per_device
+    value, _, plan = best
+    plan.value_s = value
+    plan.attrs["per_device"] = per_device
+    return plan, per_device
+
+
+def no_single_device_reasons(per_device: dict[str, dict]) -> str:
+    """Why each device cannot run the whole model, in one line."""
+    return "; ".join(f"{d}: {v['problems'][0] if v['problems'] else 'infeasible'}" for d, v in per_device.items())
+
+
 class FastestSingleDevice(Solver):
     name = "fastest_single_device"
 
     def solve(self, problem: Problem) -> Plan:
         began = time.perf_counter()
-        per_device: dict[str, dict] = {}
-        best: tuple[float, int, Plan] | None = None
-        for index, device in enumerate(problem.platform.device_names):
-            plan = single_device_plan(problem, device)
-            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
-            per_device[device] = {"value_s": sim.value_s if sim.feasible else None,
-                                  "problems": sim.problems[:3]}
-            if sim.feasible and (best is None or sim.value_s < best[0]):
-                best = (sim.value_s, index, plan)
-        if best is None:
-            reasons = "; ".join(f"{d}: {v['problems'][0] if v['problems'] else 'infeasible'}"
-                                for d, v in per_device.items())
-            raise DivimlInputError(f"no single device can run the whole model ({reasons})",
+        plan, per_device = single_device_values(problem)
+        if plan is None:
+            raise DivimlInputError(f"no single device can run the whole model ({no_single_device_reasons(per_device)})",
                                    field="platform", hint="use a solver that splits the model across devices")
-        value, _, plan = best
-        plan.solver, plan.value_s = self.name, value
+        plan.solver = self.name
         plan.solve_s = time.perf_counter() - began
-        plan.attrs["per_device"] = per_device
         return plan

@@ -67,10 +67,13 @@ import numpy as np
 
 from ..errors import DivimlInputError
 from ..plan import Plan
-from ..simulator import simulate
+from ..simulator import format_bytes, simulate
 from .base import Problem, Solver
+from .constraints import activation_overflow
 
 log = logging.getLogger(__name__)
+# Slicings tried while activations overflow a memory: the last keeps room for all activations at once.
+MEMORY_ATTEMPTS = 4
 
 
 # ---------------------------------------------------------------------- segment costs
@@ -166,8 +169,10 @@ class StageCosts:
     on the order is computed here once; ``slice`` then takes milliseconds per order.
     """
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None):
+        """``reserve``: bytes kept free on a device for its activations (the DP counts weights only)."""
         graph, platform, costs = problem.graph, problem.platform, problem.costs
+        reserve = reserve or {}
         self.problem = problem
         self.names = list(graph.topo_order)
         self.n = n = len(self.names)
@@ -208,7 +213,7 @@ class StageCosts:
             capacity = platform.device(device).memory_bytes
             profile = _Profile(work, infeasible, np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0
                                                            for i in model_inputs], dtype=float),
-                               math.inf if capacity is None else float(capacity),
+                               math.inf if capacity is None else float(capacity) - reserve.get(device, 0.0),
                                np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
                                np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]))
             self.profile_of[device] = seen.setdefault(profile.key(), len(self.profiles))
@@ -472,6 +477,11 @@ def traversal_order(successors: list[list[int]], indegree: list[int], depth_firs
 
 
 # ---------------------------------------------------------------------- the solver
+def _all_activation_bytes(graph) -> float:
+    """Every tensor of the model live at once: more than any device's activation peak can be."""
+    return sum(k.output_bytes for k in graph.kernels.values()) + sum(i.bytes for i in graph.inputs)
+
+
 @dataclass
 class _Decoded:
     value: float
@@ -536,8 +546,45 @@ class SliceGraph(Solver):
         if not problem.graph.kernels:
             raise DivimlInputError("the graph has no kernels to place", field="MODEL")
         problem.validate()
-        costs = StageCosts(problem)
         bound = lower_bound(problem)
+        reserve: dict[str, float] = {}
+        for attempt in range(MEMORY_ATTEMPTS):
+            costs = StageCosts(problem, reserve)
+            # a retry (activations overflowed a memory) searches for half the limit again
+            limit_s = self.time_limit_s if attempt == 0 else self.time_limit_s / 2
+            best, searched = self._search(costs, problem, stages, bound, time.perf_counter() + limit_s)
+            if not math.isfinite(best.value):
+                raise DivimlInputError("no slicing into stages lets every kernel run within its device's memory "
+                                       "and keeps co-location groups together"
+                                       + (" (with room for the activations)" if reserve else ""), field="stages",
+                                       hint="allow more devices, or use devices with more memory")
+            order = [costs.names[i] for i in best.order]
+            plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
+            sim = simulate(problem.graph, platform, problem.costs, plan)
+            overflow = activation_overflow(problem, plan, sim)
+            if not overflow:
+                break
+            # weights fit (the DP checked them): the activations took the rest; keep room for them and
+            # slice again, at the last try room for every activation of the model at once
+            for device, peak in overflow.items():
+                reserve[device] = max(reserve.get(device, 0.0), peak) if attempt < MEMORY_ATTEMPTS - 2 \
+                    else _all_activation_bytes(problem.graph)
+                log.info("slicegraph: activations on '%s' need %s beyond its weights; slicing again", device,
+                         format_bytes(peak))
+        plan.solver, plan.value_s = self.name, sim.value_s
+        plan.optimal = sim.feasible and sim.value_s <= bound * (1 + 1e-9)
+        plan.solve_s = time.perf_counter() - began
+        plan.attrs.update({"dp_value_s": best.value, "dp_exact": best.exact, **searched,
+                           "population": self.population, "memory_attempts": attempt + 1})
+        log.info("slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
+                 len(plan.stages), sim.value_s, bound, searched["generations"], searched["decodes"], plan.solve_s,
+                 searched["stopped"])
+        return plan
+
+    def _search(self, costs: StageCosts, problem: Problem, stages: int, bound: float, deadline: float
+                ) -> tuple[_Decoded, dict]:
+        """The BRKGA until ``deadline`` (perf_counter seconds): the best decoded chromosome, and how
+        the search went (generations, decodes, what stopped it)."""
         rng = np.random.default_rng(self.seed)
         decodes = 0
         best: _Decoded | None = None
@@ -553,7 +600,7 @@ class SliceGraph(Solver):
             return value
 
         def out_of_time() -> bool:
-            return time.perf_counter() - began > self.time_limit_s
+            return time.perf_counter() > deadline
 
         population = self._first_population(costs, problem, stages, rng)
         fitness = np.array([decode(keys) for keys in population])
@@ -586,21 +633,7 @@ class SliceGraph(Solver):
             population = np.vstack([population[:self.elites], newcomers[:len(scores)]])
             fitness = np.concatenate([fitness[:self.elites], scores])
             generation += 1
-        if not math.isfinite(best.value):
-            raise DivimlInputError("no slicing into stages lets every kernel run within its device's memory "
-                                   "and keeps co-location groups together", field="stages",
-                                   hint="allow more devices, or use devices with more memory")
-        order = [costs.names[i] for i in best.order]
-        plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
-        sim = simulate(problem.graph, platform, problem.costs, plan)
-        plan.solver, plan.value_s = self.name, sim.value_s
-        plan.optimal = sim.value_s <= bound * (1 + 1e-9)
-        plan.solve_s = time.perf_counter() - began
-        plan.attrs.update({"dp_value_s": best.value, "dp_exact": best.exact, "generations": generation,
-                           "decodes": decodes, "stopped": stopped, "population": self.population})
-        log.info("slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
-                 len(plan.stages), sim.value_s, bound, generation, decodes, plan.solve_s, stopped)
-        return plan
+        return best, {"generations": generation, "decodes": decodes, "stopped": stopped}
 
     def _first_population(self, costs: StageCosts, problem: Problem, stages: int,
                           rng: np.random.Generator) -> np.ndarray:
