@@ -171,7 +171,7 @@ BAD_INPUTS = {
                                              ["carries its own"]),
     "unknown zoo option": lambda t: (["graph", "resnet18:depth=3"], ["model 'resnet18' has no option 'depth'",
                                                                      "resolution=224"]),
-    "bad zoo option value": lambda t: (["graph", "resnet18:resolution=abc"], ["resolution must be a positive"]),
+    "bad zoo option value": lambda t: (["graph", "resnet18:resolution=abc"], ["option 'resolution' of 'resnet18' must be a positive integer"]),
     "unbound symbolic onnx dimension": lambda t: (["graph", _tiny_onnx(t)], ["tiny.onnx", "symbolic dimension 'N'",
                                                                             "--shape N=VALUE"]),
     "shape for a zoo model": lambda t: (["graph", "resnet18", "--shape", "N=2"], ["--shape applies to imported"]),

@@ -86,7 +86,7 @@ def test_randwire_seed_changes_the_wiring_not_just_the_weights():
 
 @pytest.mark.parametrize("name, options, message", [
     ("inception_v3", {"resolution": 74}, "resolution >= 75"),
-    ("resnet18", {"resolution": 0}, "resolution must be a positive integer"),
+    ("resnet18", {"resolution": 0}, "'resolution' of 'resnet18' must be a positive integer"),
     ("randwire_ws", {"nodes": 4}, "nodes > k"),
     ("randwire_ba", {"channels": 1}, "channels must be at least 2"),
 ])

@@ -28,12 +28,16 @@ bound depends on a plan.
 """
 from __future__ import annotations
 
+import logging
+
 import mip
 import numpy as np
 
 from .solvers.base import Problem
 from .solvers.milp import new_model
 from .solvers.mtpp import pipeline_bounds
+
+log = logging.getLogger(__name__)
 
 
 def fastest_times(problem: Problem) -> dict[str, float]:
@@ -198,8 +202,12 @@ def lp_load_bound(problem: Problem) -> float:
     for terms in load.values():
         if terms:
             model += mip.xsum(terms) <= T
-    model.objective = mip.minimize(T)
-    status = model.optimize(relax=True)
+    try:
+        model.objective = mip.minimize(T)
+        status = model.optimize(relax=True)
+    except mip.InterfacingError as error:      # HiGHS refuses coefficients such as 1e300 s: no bound from the LP
+        log.warning("the load LP bound is left out: HiGHS cannot take these costs (%s)", error)
+        return 0.0
     if status != mip.OptimizationStatus.OPTIMAL:
         return 0.0
     # An LP solved to optimality: its value is the bound, less a relative slack for the solver's tolerances.

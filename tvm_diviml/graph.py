@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import networkx as nx
 
 from .errors import DivimlInputError
-from .jsonio import JsonFile
+from .jsonio import MAX_QUANTITY, JsonFile
 
 FORMAT = "diviml.opgraph/1"
 
@@ -240,27 +240,30 @@ class OpGraph(JsonFile):
         by_name = {k.name: k for k in kernels}
         edges = []
         for i, raw in enumerate(_list_field(data, "edges")):
-            src, dst = _required(raw, "src", f"edges[{i}]"), _required(raw, "dst", f"edges[{i}]")
+            src = _name(_required(raw, "src", f"edges[{i}]"), f"edges[{i}].src")
+            dst = _name(_required(raw, "dst", f"edges[{i}]"), f"edges[{i}].dst")
             default = by_name[src].output_bytes if src in by_name else 0.0
-            edges.append(Edge(str(src), str(dst), _number(raw.get("bytes", default), f"edges[{i}].bytes")))
-        inputs = [GraphInput(str(_required(raw, "name", f"inputs[{i}]")),
+            edges.append(Edge(src, dst, _number(raw.get("bytes", default), f"edges[{i}].bytes")))
+        inputs = [GraphInput(_name(_required(raw, "name", f"inputs[{i}]"), f"inputs[{i}].name"),
                              _number(raw.get("bytes", 0.0), f"inputs[{i}].bytes"),
-                             tuple(str(c) for c in raw.get("consumers", ())))
+                             tuple(_names(raw.get("consumers", []), f"inputs[{i}].consumers")))
                   for i, raw in enumerate(_list_field(data, "inputs", required=False))]
         weights = data.get("weights", {})
         if not isinstance(weights, dict):
             raise DivimlInputError("must be an object {weight id: bytes}", field="weights")
         weights = {str(w): _number(b, f"weights[{w}]") for w, b in weights.items()}
         outputs = data.get("outputs")
-        return cls(kernels, edges, inputs=inputs, outputs=[str(o) for o in outputs] if outputs is not None else None,
-                   weights=weights, name=str(data.get("name", "graph")), attrs=data.get("attrs"))
+        return cls(kernels, edges, inputs=inputs, outputs=_names(outputs, "outputs") if outputs is not None else None,
+                   weights=weights, name=str(data.get("name", "graph")),
+                   attrs=_object(data["attrs"], "attrs") if data.get("attrs") is not None else None)
 
 
 # ---------------------------------------------------------------------- helpers
 def _check_size(value: float, where: str) -> None:
-    if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise DivimlInputError(f"must be a non-negative number, got {value!r}", field=where,
-                               hint="sizes, FLOPs and times cannot be negative")
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= MAX_QUANTITY:
+        raise DivimlInputError(f"must be a finite non-negative number up to {MAX_QUANTITY:g}, got {value!r}",
+                               field=where, hint="sizes, FLOPs and times cannot be negative, NaN, infinite or "
+                               "beyond any real kernel")
 
 
 def _number(value: Any, where: str) -> float:
@@ -285,18 +288,39 @@ def _list_field(data: dict, key: str, required: bool = True) -> list:
 
 def _kernel_from_json(raw: Any, index: int) -> Kernel:
     where = f"kernels[{index}]"
-    name = str(_required(raw, "name", where))
+    name = _name(_required(raw, "name", where), f"{where}.name")
     allowed = raw.get("allowed_devices")
     return Kernel(
         name=name,
         flops=_number(raw.get("flops", 0.0), f"kernels[{name}].flops"),
         bytes_moved=_number(raw.get("bytes_moved", 0.0), f"kernels[{name}].bytes_moved"),
         output_bytes=_number(raw.get("output_bytes", 0.0), f"kernels[{name}].output_bytes"),
-        weights=tuple(str(w) for w in raw.get("weights", ())),
-        allowed_devices=tuple(str(d) for d in allowed) if allowed is not None else None,
-        colocate=str(raw["colocate"]) if raw.get("colocate") is not None else None,
-        attrs=dict(raw.get("attrs", {})),
+        weights=tuple(str(w) for w in _names(raw.get("weights", []), f"kernels[{name}].weights")),
+        allowed_devices=tuple(_names(allowed, f"kernels[{name}].allowed_devices")) if allowed is not None else None,
+        colocate=_name(raw["colocate"], f"kernels[{name}].colocate") if raw.get("colocate") is not None else None,
+        attrs=_object(raw.get("attrs", {}), f"kernels[{name}].attrs"),
     )
+
+
+def _names(value: Any, where: str) -> list[str]:
+    """A JSON list of names (a bare string is refused, not split into characters)."""
+    if not isinstance(value, list):
+        raise DivimlInputError(f"must be a list of names, got {value!r}", field=where,
+                               hint=f'write ["{value}"] for one name' if isinstance(value, str) else None)
+    return [_name(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
+def _name(value: Any, where: str) -> str:
+    """A name: a non-empty string (a whole number is taken as its digits)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise DivimlInputError(f"must be a name (a non-empty string), got {value!r}", field=where)
+    return str(value)
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise DivimlInputError(f"must be an object, got {value!r}", field=where)
+    return dict(value)
 
 
 def _find_cycle(graph: OpGraph, stuck: list[str]) -> list[str]:

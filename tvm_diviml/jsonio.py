@@ -6,6 +6,11 @@ from typing import Any
 
 from .errors import DivimlInputError
 
+# Limits on numbers read from files: beyond any real device or kernel, and beyond what the MILP and
+# CP-SAT scale without overflow.
+MAX_QUANTITY = 1e18       # FLOPs, FLOP/s, bytes, bytes/s
+MAX_SECONDS = 1e6         # a kernel time, a launch overhead, a link latency
+
 
 def read_json(path: str) -> Any:
     """Parse a JSON file; a missing or malformed file becomes a DivimlInputError naming it."""
@@ -19,6 +24,9 @@ def read_json(path: str) -> Any:
                                source=path, hint="fix the JSON syntax") from None
     except (OSError, UnicodeDecodeError) as error:
         raise DivimlInputError(f"cannot read: {error}", source=path) from None
+    except RecursionError:
+        raise DivimlInputError("JSON nested too deeply to be a model, platform or cost table", source=path,
+                               hint="check that the file is the one meant") from None
 
 
 class JsonFile:

@@ -20,6 +20,8 @@ those sizes, so activations are zero here.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from .cost.table import TableCostModel
@@ -35,15 +37,21 @@ _EDGE_KEYS = ("sourceId", "destId", "cost")
 
 
 def is_msr_fiddle(data: Any) -> bool:
-    return isinstance(data, dict) and "maxFPGAs" in data and "nodes" in data and "edges" in data
+    """Its keys: 'nodes' and 'edges' (an OpGraph has 'kernels'); a missing count is then named by the reader."""
+    return isinstance(data, dict) and "nodes" in data and "edges" in data and "kernels" not in data
 
 
 def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platform, TableCostModel]:
     """OpGraph, Platform and TableCostModel for one msr-fiddle input file's parsed JSON."""
     for key in ("maxFPGAs", "maxCPUs", "maxSizePerFPGA"):
-        value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise DivimlInputError(f"must be a non-negative number, got {value!r}", field=key)
+        if key not in data:
+            raise DivimlInputError(f"missing '{key}'", field=key,
+                                   hint="an msr-fiddle file gives maxFPGAs, maxCPUs and maxSizePerFPGA")
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise DivimlInputError(f"must be a finite non-negative number, got {value!r}", field=key)
+        if key != "maxSizePerFPGA" and value != int(value):
+            raise DivimlInputError(f"must be a whole number of devices, got {value!r}", field=key)
     accelerators, cpus = int(data["maxFPGAs"]), int(data["maxCPUs"])
     if accelerators + cpus == 0:
         raise DivimlInputError("the file allows no device (maxFPGAs = maxCPUs = 0)", field="maxFPGAs",
@@ -116,8 +124,8 @@ def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platfor
 
 
 def _time(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise DivimlInputError(f"must be a non-negative number, got {value!r}", field=where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise DivimlInputError(f"must be a finite non-negative number, got {value!r}", field=where)
     return float(value)
 
 

@@ -8,12 +8,13 @@ missing bandwidth means the copy is free (two devices that share one memory).
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .errors import DivimlInputError
-from .jsonio import JsonFile
+from .jsonio import MAX_QUANTITY, MAX_SECONDS, JsonFile
 
 FORMAT = "diviml.platform/1"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|rocm|metal|vulkan|opencl|ext_dev):(\d+)$")
@@ -100,19 +101,17 @@ class Platform(JsonFile):
             raise DivimlInputError("a platform needs at least one device", field="devices")
         seen = set()
         for dev in self.devices:
+            _check_device(dev)
             if dev.name in seen:
                 raise DivimlInputError(f"device '{dev.name}' appears twice", field="devices",
                                        hint="device names must be unique")
             seen.add(dev.name)
-            _check_device(dev)
         for (src, dst), link in self.links.items():
             for end in (src, dst):
                 if end not in seen:
                     raise DivimlInputError(f"link {src} -> {dst} names unknown device '{end}'",
                                            field="links", hint=f"known devices: {', '.join(names)}")
-            if link.latency_s < 0 or (link.bandwidth_Bps is not None and link.bandwidth_Bps <= 0):
-                raise DivimlInputError(f"link {src} -> {dst} needs latency >= 0 and bandwidth > 0",
-                                       field="links")
+            check_link(link, f"links[{src}->{dst}]")
         missing = [(a, b) for a in names for b in names if a != b and (a, b) not in self.links]
         if missing:
             a, b = missing[0]
@@ -122,7 +121,7 @@ class Platform(JsonFile):
         if self.host is None:
             cpus = [d.name for d in self.devices if d.kind == "cpu"]
             self.host = cpus[0] if cpus else names[0]
-        if self.host not in seen:
+        if not isinstance(self.host, str) or self.host not in seen:
             raise DivimlInputError(f"host '{self.host}' is not a device", field="host",
                                    hint=f"known devices: {', '.join(names)}")
         if self.transfer_model not in _TRANSFER_MODELS:
@@ -174,13 +173,19 @@ class Platform(JsonFile):
         names = [d.name for d in devices]
         links: dict[tuple[str, str], Link] = {}
         default = data.get("default_link")
+        if default is not None and not isinstance(default, dict):
+            raise DivimlInputError(f"must be an object {{latency_s, bandwidth_Bps}}, got {default!r}",
+                                   field="default_link")
+        if not isinstance(data.get("links", []), list):
+            raise DivimlInputError(f"must be a list of links, got {data.get('links')!r}", field="links",
+                                   hint="leave it out, or give [] when default_link covers every pair")
         if default is not None:
             for a in names:
                 for b in names:
                     if a != b:
-                        links[(a, b)] = _link_from_json({**default, "src": a, "dst": b}, "default_link")
+                        links[(a, b)] = link_from_json({**default, "src": a, "dst": b}, "default_link")
         for i, raw in enumerate(data.get("links", [])):
-            link = _link_from_json(raw, f"links[{i}]")
+            link = link_from_json(raw, f"links[{i}]")
             links[(link.src, link.dst)] = link
             if raw.get("bidirectional"):
                 links[(link.dst, link.src)] = Link(link.dst, link.src, link.latency_s, link.bandwidth_Bps)
@@ -196,8 +201,10 @@ def _attrs_from_json(raw: Any) -> dict:
 
 
 def _check_device(dev: Device) -> None:
+    if not isinstance(dev.name, str) or not dev.name:
+        raise DivimlInputError(f"a device name must be a non-empty string, got {dev.name!r}", field="devices")
     where = f"devices[{dev.name}]"
-    if not _DEVICE_RE.match(dev.device):
+    if not isinstance(dev.device, str) or not _DEVICE_RE.match(dev.device):
         raise DivimlInputError(f"TVM device '{dev.device}' is not of the form kind:index",
                                field=f"{where}.device", hint="for example cpu:0 or cuda:1")
     if isinstance(dev.target, str):
@@ -208,17 +215,40 @@ def _check_device(dev: Device) -> None:
     elif not (isinstance(dev.target, dict) and isinstance(dev.target.get("kind"), str)):
         raise DivimlInputError("target must be a tag string or a dict with 'kind'", field=f"{where}.target")
     for attr in ("peak_flops", "bandwidth_Bps"):
-        if not getattr(dev, attr) > 0:
-            raise DivimlInputError(f"{attr} must be positive", field=f"{where}.{attr}")
-    if not 0 < dev.efficiency <= 1:
+        require_number(getattr(dev, attr), f"{where}.{attr}", above=0.0)
+    require_number(dev.efficiency, f"{where}.efficiency", above=0.0)
+    if not dev.efficiency <= 1:
         raise DivimlInputError(f"efficiency must be in (0, 1], got {dev.efficiency}", field=f"{where}.efficiency",
                                hint="the fraction of the datasheet peak that the built kernels reach")
-    if dev.memory_bytes is not None and dev.memory_bytes <= 0:
-        raise DivimlInputError("memory_bytes must be positive (or null for no limit)", field=f"{where}.memory_bytes")
-    if dev.launch_overhead_s < 0:
-        raise DivimlInputError("launch_overhead_s cannot be negative", field=f"{where}.launch_overhead_s")
-    if dev.num_threads is not None and dev.num_threads < 1:
-        raise DivimlInputError("num_threads must be at least 1", field=f"{where}.num_threads")
+    if dev.memory_bytes is not None:
+        require_number(dev.memory_bytes, f"{where}.memory_bytes", above=0.0, hint="bytes > 0, or null for no limit")
+    require_number(dev.launch_overhead_s, f"{where}.launch_overhead_s", minimum=0.0, maximum=MAX_SECONDS)
+    if dev.num_threads is not None and (isinstance(dev.num_threads, bool) or not isinstance(dev.num_threads, int)
+                                        or dev.num_threads < 1):
+        raise DivimlInputError(f"num_threads must be an integer of at least 1 (or null), got {dev.num_threads!r}",
+                               field=f"{where}.num_threads")
+
+
+def require_number(value: Any, field: str, *, minimum: float | None = None, above: float | None = None,
+                   maximum: float = MAX_QUANTITY, hint: str | None = None) -> float:
+    """``value`` as a finite float, at least ``minimum`` / more than ``above``, at most ``maximum``;
+    else one clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DivimlInputError(f"must be a finite number, got {value!r}", field=field, hint=hint)
+    if value > maximum:
+        raise DivimlInputError(f"{value!r} is beyond any real figure (at most {maximum:g})", field=field, hint=hint)
+    if minimum is not None and value < minimum:
+        raise DivimlInputError(f"must be at least {minimum:g}, got {value!r}", field=field, hint=hint)
+    if above is not None and not value > above:
+        raise DivimlInputError(f"must be more than {above:g}, got {value!r}", field=field, hint=hint)
+    return float(value)
+
+
+def check_link(link: Link, field: str) -> None:
+    """A link's latency is seconds >= 0; its bandwidth bytes/s > 0, or None for unlimited."""
+    require_number(link.latency_s, f"{field}.latency_s", minimum=0.0, maximum=MAX_SECONDS)
+    if link.bandwidth_Bps is not None:
+        require_number(link.bandwidth_Bps, f"{field}.bandwidth_Bps", above=0.0, hint="bytes/s, or null for unlimited")
 
 
 def _device_from_json(raw: Any, index: int) -> Device:
@@ -238,15 +268,17 @@ def _device_from_json(raw: Any, index: int) -> Device:
         raise DivimlInputError(str(error), field=where) from None
 
 
-def _link_from_json(raw: Any, where: str) -> Link:
+def link_from_json(raw: Any, where: str) -> Link:
     if not isinstance(raw, dict) or "src" not in raw or "dst" not in raw:
         raise DivimlInputError("a link needs 'src' and 'dst'", field=where)
     bandwidth = raw.get("bandwidth_Bps")
-    latency = raw.get("latency_s", 0.0)
-    for value, key in ((latency, "latency_s"), (bandwidth, "bandwidth_Bps")):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise DivimlInputError(f"must be a number, got {value!r}", field=f"{where}.{key}")
-    return Link(str(raw["src"]), str(raw["dst"]), float(latency), None if bandwidth is None else float(bandwidth))
+    latency = require_number(raw.get("latency_s", 0.0), f"{where}.latency_s", minimum=0.0, maximum=MAX_SECONDS)
+    if bandwidth is not None:
+        bandwidth = require_number(bandwidth, f"{where}.bandwidth_Bps", above=0.0, hint="bytes/s, or null for unlimited")
+    for end in ("src", "dst"):
+        if not isinstance(raw[end], str):
+            raise DivimlInputError(f"must be a device name, got {raw[end]!r}", field=f"{where}.{end}")
+    return Link(raw["src"], raw["dst"], latency, bandwidth)
 
 
 # ---------------------------------------------------------------------- presets

@@ -9,6 +9,8 @@ models that TVM must build.
 """
 from __future__ import annotations
 
+import inspect
+
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -56,6 +58,17 @@ def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+def check_counts(name: str, options: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Options whose default is a positive integer (layers, heads, branches, seq, ...) must be positive integers."""
+    for key, value in options.items():
+        default = defaults.get(key)
+        if key == "seed" or isinstance(default, bool) or not isinstance(default, int) or default < 1:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DivimlInputError(f"option '{key}' of '{name}' must be a positive integer, got {value!r}",
+                                   field="MODEL", hint=f"the default is {name}:{key}={default}")
+
+
 def format_model_spec(name: str, options: dict[str, Any]) -> str:
     """The inverse of ``parse_model_spec``: ``name:key=value,...`` (the bare name without options)."""
     return name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
@@ -97,8 +110,12 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
             raise error.within(model) from None
     name, options = parse_model_spec(model)
     if name in GENERATORS:
+        generator = GENERATORS[name][0]
+        defaults = {k: p.default for k, p in inspect.signature(generator).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        check_counts(name, options, defaults)
         try:
-            return ModelGraph(GENERATORS[name][0](**options))
+            return ModelGraph(generator(**options))
         except (TypeError, ValueError) as error:
             raise DivimlInputError(f"bad options for '{name}': {error}", field="MODEL",
                                    hint=GENERATORS[name][1]) from None

@@ -139,7 +139,11 @@ class ProfileCache:
                            " FROM wanted JOIN kernel_profile USING (primfunc_hash, target, device, tvm_version,"
                            " schedule)")
                 for row in db.execute(query, [field for key in chunk for field in _columns(key)]):
-                    found[ProfileKey(*row[:5])] = Measurement(*row[5:])
+                    try:
+                        found[ProfileKey(*row[:5])] = Measurement(*row[5:])
+                    except (TypeError, ValueError):         # a row written by hand or another tool
+                        log.warning("profile cache %s: ignoring a damaged row (%s); it will be measured again",
+                                    self.path, row[5:])
             return found
 
         return self._run(read)
@@ -163,7 +167,13 @@ class ProfileCache:
             row = db.execute("SELECT latency_s, bandwidth_Bps, max_rel_error FROM link_profile"
                              " WHERE src = ? AND dst = ? AND host = ? AND tvm_version = ?",
                              _columns(key)).fetchone()
-            return None if row is None else LinkMeasurement(*row)
+            if row is None:
+                return None
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in row) or row[0] < 0 or row[1] <= 0:
+                log.warning("profile cache %s: ignoring a damaged link row (%s); it will be measured again",
+                            self.path, row)
+                return None
+            return LinkMeasurement(*row)
 
         return self._run(read)
 

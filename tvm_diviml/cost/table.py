@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import DivimlInputError
 from ..graph import OpGraph
-from ..jsonio import JsonFile
-from ..platform import Link, Platform
+from ..jsonio import MAX_SECONDS, JsonFile
+from ..platform import Link, Platform, link_from_json, require_number
 from .base import CostModel, ExecutorOverheads
 
 FORMAT = "diviml.costs/1"
@@ -86,22 +86,24 @@ class TableCostModel(CostModel, JsonFile):
             if not isinstance(row, dict):
                 raise DivimlInputError("must be an object {device: seconds}", field=f"kernels.{kernel}")
             for device, seconds in row.items():
-                if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
-                    raise DivimlInputError(f"must be seconds or null, got {seconds!r}",
-                                           field=f"kernels.{kernel}.{device}")
+                if seconds is not None:
+                    require_number(seconds, f"kernels.{kernel}.{device}", minimum=0.0, maximum=MAX_SECONDS,
+                                   hint="seconds >= 0, or null where the device cannot run the kernel")
             compute[str(kernel)] = row
         links = {}
+        if not isinstance(data.get("links", []), list):
+            raise DivimlInputError(f"must be a list of links, got {data.get('links')!r}", field="links")
         for i, raw in enumerate(data.get("links", [])):
-            try:
-                link = Link(str(raw["src"]), str(raw["dst"]), float(raw.get("latency_s", 0.0)),
-                            None if raw.get("bandwidth_Bps") is None else float(raw["bandwidth_Bps"]))
-            except (KeyError, TypeError, ValueError):
-                raise DivimlInputError("a link needs src, dst, latency_s and bandwidth_Bps", field=f"links[{i}]") from None
+            link = link_from_json(raw, f"links[{i}]")
             for end in (link.src, link.dst):
                 if end not in platform.by_name:
                     raise DivimlInputError(f"unknown device '{end}'", field=f"links[{i}]",
                                            hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}")
             links[(link.src, link.dst)] = link
+        sources = data.get("sources") or {}
+        if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+            raise DivimlInputError(f"must be an object {{device: source}}, got {sources!r}", field="sources",
+                                   hint="e.g. {\"cpu0\": \"measured\"}, or leave it out")
         executor = data.get("executor", {})
         if not isinstance(executor, dict) or not isinstance(executor.get("segments", False), bool) or \
                 not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s")):
@@ -110,7 +112,7 @@ class TableCostModel(CostModel, JsonFile):
                                    field="executor", hint="as `diviml profile --export` writes it")
         overheads = ExecutorOverheads(run_s=float(executor.get("run_s", 0.0)),
                                       segment_s=float(executor.get("segment_s", 0.0)))
-        return cls(platform, compute, links, data.get("sources"), executor_segments=executor.get("segments", False),
+        return cls(platform, compute, links, sources, executor_segments=executor.get("segments", False),
                    prediction_error=float(executor.get("prediction_error", 0.0)), executor_overheads=overheads)
 
     @classmethod

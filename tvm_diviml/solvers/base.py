@@ -61,6 +61,9 @@ class Problem:
             device = max(devices, key=lambda d: math.inf if capacity[d] is None else capacity[d])
             return device, math.inf if capacity[device] is None else capacity[device]
 
+        if not self.graph.kernels:
+            raise DivimlInputError(f"graph '{self.graph.name}' has no kernels to place", field="kernels",
+                                   hint="give a model with at least one operator")
         groups: dict[str, list[str]] = {}
         for kernel in self.graph.kernels.values():
             devices = self.feasible_devices(kernel.name)

@@ -129,7 +129,7 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     import tvm
     from tvm.relax.frontend import nn
 
-    from ..workload import format_model_spec
+    from ..workload import check_counts, format_model_spec
 
     _load_all()
     options = dict(options or {})
@@ -145,6 +145,7 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     if unknown:
         raise DivimlInputError(f"model '{name}' has no option '{unknown[0]}'", field="MODEL",
                                hint=f"options: {', '.join(f'{k}={v}' for k, v in allowed.items())}")
+    check_counts(name, options, allowed)
     try:
         module, inputs = entry.builder(**options)
     except (TypeError, ValueError) as error:

@@ -1,0 +1,234 @@
+"""Hostile input (issue 17 items 5-10): a clear DivimlInputError naming the field, or a valid result;
+never a traceback, never NaN. Parametrized cases from the issue, then a hypothesis fuzz over fields."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.cost.cache import LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey
+from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import OpGraph
+from tvm_diviml.msr_fiddle import is_msr_fiddle, read_msr_fiddle
+from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.report import solve_and_report
+from tvm_diviml.solvers import Problem
+from tvm_diviml.synthetic import random_dag
+from tvm_diviml.workload import load_graph
+
+PLATFORM = get_platform("paper-node").to_json()
+GRAPH = random_dag(kernels=6, seed=1).to_json()
+MSR = {"maxFPGAs": 2, "maxCPUs": 1, "maxSizePerFPGA": 100.0,
+       "nodes": [{"id": 1, "cpuLatency": 2.0, "fpgaLatency": 1.0, "supportedOnFpga": 1, "size": 10.0},
+                 {"id": 2, "cpuLatency": 2.0, "fpgaLatency": 1.0, "supportedOnFpga": 1, "size": 10.0}],
+       "edges": [{"sourceId": 1, "destId": 2, "cost": 1.0}]}
+
+
+def platform_with(path, value):
+    data = copy.deepcopy(PLATFORM)
+    target = data
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("devices", 1, "peak_flops"), "fast", "devices[rtx2080ti].peak_flops"),
+    (("devices", 1, "memory_bytes"), "lots", "devices[rtx2080ti].memory_bytes"),
+    (("devices", 1, "memory_bytes"), math.nan, "devices[rtx2080ti].memory_bytes"),
+    (("devices", 1, "efficiency"), "0.5", "devices[rtx2080ti].efficiency"),
+    (("devices", 1, "launch_overhead_s"), math.nan, "devices[rtx2080ti].launch_overhead_s"),
+    (("default_link",), "fast", "default_link"),
+    (("links",), None, "links"),
+    (("links", 0, "latency_s"), math.nan, "latency_s"),
+    (("links", 0, "bandwidth_Bps"), math.inf, "bandwidth_Bps"),
+    (("links", 0, "bandwidth_Bps"), -1e9, "bandwidth_Bps"),
+])
+def test_bad_platform_fields_are_named(path, value, field):
+    with pytest.raises(DivimlInputError) as info:
+        Platform.from_json(platform_with(path, value))
+    assert field in info.value.field
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"kernels": {"a": {"cpu0": 1e300}}}, "kernels.a.cpu0"),
+    ({"kernels": {"a": {"cpu0": math.nan}}}, "kernels.a.cpu0"),
+    ({"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": -1, "bandwidth_Bps": 1e9}]}, "latency_s"),
+    ({"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": 0, "bandwidth_Bps": 0}]}, "bandwidth_Bps"),
+    ({"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": 0, "bandwidth_Bps": -1e9}]},
+     "bandwidth_Bps"),
+    ({"kernels": {}, "sources": [1, 2]}, "sources"),
+])
+def test_bad_cost_tables_are_named(data, field):
+    with pytest.raises(DivimlInputError) as info:
+        TableCostModel.from_json(data, get_platform("cpu2"))
+    assert field in info.value.field
+
+
+def graph_with(change):
+    data = copy.deepcopy(GRAPH)
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["kernels"][0].update(attrs=[1, 2]), "attrs"),
+    (lambda d: d["kernels"][0].update(allowed_devices="cpu"), "allowed_devices"),
+    (lambda d: d["kernels"][0].update(weights="w0"), "weights"),
+    (lambda d: d.update(outputs="k5"), "outputs"),
+    (lambda d: d["kernels"][0].update(flops=math.inf), "flops"),
+    (lambda d: d["edges"][0].update(bytes=math.inf), "bytes"),
+])
+def test_bad_graph_fields_are_named(change, field):
+    with pytest.raises(DivimlInputError) as info:
+        OpGraph.from_json(graph_with(change))
+    assert field in info.value.field
+
+
+def test_an_empty_graph_is_refused_for_every_objective():
+    empty = OpGraph.from_json({"kernels": [], "edges": []})
+    platform = get_platform("paper-node")
+    from tvm_diviml.cost.roofline import RooflineCostModel
+    for objective, stages in (("latency", None), ("throughput", None), ("pipeline", 2)):
+        with pytest.raises(DivimlInputError, match="no kernels to place"):
+            solve_and_report(Problem(empty, platform, RooflineCostModel(empty, platform), objective=objective,
+                                     stages=stages), "auto", "empty", "roofline")
+
+
+def test_json_nested_too_deeply_is_one_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(DivimlInputError, match="nested too deeply"):
+        Platform.load(str(path))
+
+
+@pytest.mark.parametrize("spec", ["llama:layers=-1", "llama:layers=0", "llama:heads=0", "bert_base:seq=0",
+                                  "branchy:branches=0", "random:kernels=0", "llama:layers=2.5"])
+def test_counts_in_model_options_must_be_positive_integers(spec):
+    with pytest.raises(DivimlInputError, match="must be a positive integer"):
+        load_graph(spec)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d.pop("maxFPGAs"), "maxFPGAs"),
+    (lambda d: d.update(maxFPGAs=2.5), "maxFPGAs"),
+    (lambda d: d["nodes"][0].update(fpgaLatency=math.nan), "fpgaLatency"),
+])
+def test_bad_msr_fiddle_files_are_named(change, field):
+    data = copy.deepcopy(MSR)
+    change(data)
+    assert is_msr_fiddle(data)
+    with pytest.raises(DivimlInputError) as info:
+        read_msr_fiddle(data)
+    assert field in info.value.field
+
+
+def test_a_cache_with_bad_rows_measures_them_again(tmp_path, caplog):
+    key = ProfileKey("k", "llvm", "cpu", "0.27", "default")
+    link = LinkKey("cpu:0", "cpu:1", "host", "0.27")
+    path = str(tmp_path / "c.sqlite")
+    with ProfileCache(path) as cache:
+        cache.put_many({key: Measurement(1e-3, 1e-5, 5, "measured")})
+        cache.put_link(link, LinkMeasurement(1e-5, 1e10, 0.01))
+    for median in (-0.5, "text"):
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE kernel_profile SET median_s = ?", (median,))
+            db.execute("UPDATE link_profile SET bandwidth_Bps = ?", (median,))
+        with ProfileCache(path) as cache:
+            assert cache.get_many([key]) == {} and cache.get_link(link) is None
+            cache.put_many({key: Measurement(2e-3, 1e-5, 5, "measured")})        # measured again, replaced
+            assert cache.get_many([key])[key].median_s == 2e-3
+    assert "damaged row" in caplog.text and "damaged link row" in caplog.text
+
+
+# ---------------------------------------------------------------------- fuzz
+BAD_VALUES = st.sampled_from([None, True, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", [], [1, 2],
+                              {}, {"a": 1}, [[[]]]])
+
+
+def paths(data, prefix=()):
+    """Every (path to a value) in nested dicts and lists."""
+    if isinstance(data, dict):
+        items = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
+    else:
+        return [prefix]
+    found = [prefix] if prefix else []
+    for key, value in items:
+        found += paths(value, (*prefix, key))
+    return found
+
+
+def mutated(data, path, value, drop):
+    data = copy.deepcopy(data)
+    target = data
+    for step in path[:-1]:
+        target = target[step]
+    if drop and isinstance(target, dict):
+        target.pop(path[-1])
+    else:
+        target[path[-1]] = value
+    return data
+
+
+def solved_or_refused(graph_json, platform_json, table_json=None):
+    """Reading and planning give a DivimlInputError or a report without NaN; nothing else."""
+    try:
+        graph, platform = OpGraph.from_json(graph_json), Platform.from_json(platform_json)
+        if table_json is None:
+            from tvm_diviml.cost.roofline import RooflineCostModel
+            costs = RooflineCostModel(graph, platform)
+        else:
+            costs = TableCostModel.from_json(table_json, platform)
+            costs.check_covers(graph)
+        _, sim, row = solve_and_report(Problem(graph, platform, costs), SOLVER, "fuzz", "fuzz", time_limit_s=2)
+    except DivimlInputError as error:
+        assert "\n" not in str(error)
+        return
+    json.dumps(row, allow_nan=False) if sim.feasible else None
+    assert not math.isnan(row["value_s"])
+
+
+SOLVER = "auto"           # split with CP-SAT windows for latency: the default path
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SMALL_PLATFORM = get_platform("paper-node").to_json()
+SMALL_GRAPH = random_dag(kernels=4, seed=2).to_json()
+
+
+@FUZZ
+@given(st.data())
+def test_fuzzed_graphs_are_planned_or_refused(data):
+    path = data.draw(st.sampled_from(paths(SMALL_GRAPH)))
+    value, drop = data.draw(BAD_VALUES), data.draw(st.booleans())
+    solved_or_refused(mutated(SMALL_GRAPH, path, value, drop), SMALL_PLATFORM)
+
+
+@FUZZ
+@given(st.data())
+def test_fuzzed_platforms_are_planned_or_refused(data):
+    path = data.draw(st.sampled_from(paths(SMALL_PLATFORM)))
+    value, drop = data.draw(BAD_VALUES), data.draw(st.booleans())
+    solved_or_refused(SMALL_GRAPH, mutated(SMALL_PLATFORM, path, value, drop))
+
+
+@FUZZ
+@given(st.data())
+def test_fuzzed_cost_tables_are_planned_or_refused(data):
+    graph = OpGraph.from_json(SMALL_GRAPH)
+    platform = Platform.from_json(SMALL_PLATFORM)
+    from tvm_diviml.cost.roofline import RooflineCostModel
+    roofline = RooflineCostModel(graph, platform)
+    from tvm_diviml.cost.table import TableCostModel as Table
+    table = Table(platform, {k: {d: roofline.compute_s(k, d) for d in platform.device_names} for k in graph.kernels},
+                  dict(platform.links)).to_json()
+    path = data.draw(st.sampled_from(paths(table)))
+    value, drop = data.draw(BAD_VALUES), data.draw(st.booleans())
+    solved_or_refused(SMALL_GRAPH, SMALL_PLATFORM, mutated(table, path, value, drop))
