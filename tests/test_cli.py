@@ -181,6 +181,10 @@ BAD_INPUTS = {
         {"name": "k0", "weights": ["w"]}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}])),
         "--platform", "paper-node", "--solver", "milp"], ["k0", "needs", "931322.6 GiB", "192.0 GiB"]),
     "unwritable json": lambda t: (["plan", "random", "--json", t / "no" / "such" / "dir.json"], ["cannot write"]),
+    # checked before any solving or building
+    "export into a missing folder": lambda t: (["run", "twin_branch", "--export", t / "nodir" / "x.so"],
+                                               ["cannot write --export", "does not exist"]),
+    "gantt onto a folder": lambda t: (["plan", "random", "--gantt", t], ["cannot write --gantt there"]),
 }
 
 

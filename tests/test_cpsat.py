@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import signal
+
 import pytest
 from hypothesis import given, settings
 
@@ -144,3 +146,40 @@ def test_random_32_kernel_dags_are_proven_optimal(seed):
     plan = solve_checked(workload.graph, workload.platform, workload.costs, time_limit_s=60)
     assert plan.optimal, plan.attrs
     assert plan.lower_bound_s >= plan.value_s / (1 + 1e-9)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_a_stopped_diviml_leaves_no_cpsat_process(how, tmp_path):
+    """SIGTERM and Ctrl-C stop the CP-SAT worker on the way out, at once; SIGKILL takes it along (Linux)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "tvm_diviml.cli", "plan", "random:kernels=120,seed=3", "--platform",
+               "paper-node", "--solver", "cpsat", "--time-limit", "60"]
+    parent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+
+    def workers():
+        found = subprocess.run(["pgrep", "-P", str(parent.pid), "-f", "cpsat_worker"], capture_output=True,
+                               text=True).stdout.split()
+        return [int(pid) for pid in found]
+
+    deadline = time.monotonic() + 60
+    while not workers() and time.monotonic() < deadline and parent.poll() is None:
+        time.sleep(0.1)
+    children = workers()
+    assert children, parent.stderr.read() if parent.poll() is not None else "no CP-SAT worker started"
+    time.sleep(1.0)                                     # the solve is under way
+    stopped = time.monotonic()
+    parent.send_signal(how)
+    parent.wait(timeout=20)
+    if how != signal.SIGKILL:
+        assert time.monotonic() - stopped < 5 and parent.returncode == 130, parent.stderr.read()
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]
+              for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")
+             and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    assert not alive, f"CP-SAT worker {alive} outlived diviml ({how.name})"

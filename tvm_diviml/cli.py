@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 from typing import Any
 
@@ -43,6 +44,25 @@ def write_json(data: Any, destination: str) -> None:
         except OSError as error:
             raise DivimlInputError(f"cannot write: {error.strerror}", source=destination,
                                    hint="check that the folder exists and is writable") from None
+
+
+OUTPUT_FLAGS = ("json", "gantt", "export", "markdown")      # options that name a file to write
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Every file a command will write can be written, checked before any solving or building (a
+    folder that does not exist or is read-only would otherwise fail after minutes of work)."""
+    for flag in OUTPUT_FLAGS:
+        path = getattr(args, flag, None)
+        if not isinstance(path, str) or path == "-":
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise DivimlInputError(f"cannot write --{flag}: folder {folder} does not exist", source=path,
+                                   hint="create the folder first, or write elsewhere")
+        if os.path.isdir(path) or not os.access(path if os.path.exists(path) else folder, os.W_OK):
+            raise DivimlInputError(f"cannot write --{flag} there (a folder, or not writable)", source=path,
+                                   hint="give a file path you may write")
 
 
 # ---------------------------------------------------------------------- commands
@@ -571,13 +591,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "shape", None) is not None:
         args.shape = dict(args.shape)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # SIGTERM unwinds like Ctrl-C, so that subprocesses (CP-SAT, RPC servers) are stopped on the way out
+    signal.signal(signal.SIGTERM, _terminated)
     try:
+        check_output_paths(args)
         return args.run(args)
     except DivimlInputError as error:
         if args.debug:

@@ -384,8 +384,8 @@ class CpsatSession:
         self._start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(at_once=exc_type is not None)     # interrupted or failed: do not wait for the solve to end
 
     def _start(self) -> None:
         self._errors = tempfile.TemporaryFile()    # noqa: SIM115 (lives as long as the process; closed in close())
@@ -393,13 +393,14 @@ class CpsatSession:
                                          stdout=subprocess.PIPE, stderr=self._errors, bufsize=0)
         self._pending = b""
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
+        """End the CP-SAT process: let it finish its answer (up to 10 s), or kill it ``at_once``."""
         process, self._process = self._process, None
         if process is None:
             return
         try:
             process.stdin.close()
-            process.wait(timeout=10)
+            process.wait(timeout=0 if at_once else 10)
         except (OSError, subprocess.TimeoutExpired):
             process.kill()
             process.wait()

@@ -36,6 +36,7 @@ a solution was found, ``bound`` (ticks, CP-SAT's proven lower bound on the optim
 """
 import json
 import math
+import os
 import sys
 import time
 
@@ -148,7 +149,24 @@ def _hint(model, x, start, device: list[int], begin: list[int]) -> None:
         model.add_hint(start[v], begin[v])
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel stops this process when its parent ends, however it ends (SIGKILL included),
+    so a killed diviml leaves no CP-SAT solve running. Elsewhere the closed stdin ends the loop."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))              # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:                               # the parent ended before the call above
+        sys.exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C reaches the parent, which stops this process
+
+
 def main() -> None:
+    _die_with_parent()
     try:
         import ortools.sat.python.cp_model  # noqa: F401  (fail with a clear answer, not a traceback)
     except ImportError as error:
