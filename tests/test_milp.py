@@ -157,3 +157,14 @@ def test_split_rejects_bad_options():
     platform = unit_platform()
     with pytest.raises(DivimlInputError, match="objective"):
         Split().solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="pipeline", stages=2))
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput"])
+def test_constraints_that_cannot_all_hold_are_called_infeasible(objective):
+    """Four co-location groups of 6 bytes, three devices of 10: each device holds one group at most."""
+    kernels = [Kernel(f"k{i}", weights=(f"w{i}",), colocate=f"g{i // 2}") for i in range(8)]
+    graph = OpGraph(kernels, [Edge(f"k{i}", f"k{i + 1}", 1) for i in range(7)], weights={f"w{i}": 3 for i in range(8)})
+    platform = unit_platform(memory=10)
+    problem = Problem(graph, platform, table(platform, {f"k{i}": 1 for i in range(8)}), objective=objective)
+    with pytest.raises(DivimlInputError, match="no plan satisfies the constraints"):
+        get_solver("milp", time_limit_s=20).solve(problem)

@@ -26,7 +26,7 @@ import mip
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate
-from .base import Problem, Solver
+from .base import Problem, Solver, no_plan_exists
 from .constraints import activation_overflow, default_reserve
 
 log = logging.getLogger(__name__)
@@ -335,7 +335,7 @@ class LatencyModel:
         m.threads = threads
         m.max_mip_gap = 1e-9
         m.max_mip_gap_abs = 1e-12
-        status = m.optimize(max_seconds=max(time_limit_s, 0.01))
+        self.status = status = m.optimize(max_seconds=max(time_limit_s, 0.01))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             log.debug("window of %d kernels: status %s", len(self.window), status)
             return None
@@ -441,6 +441,8 @@ class Milp(Solver):
         found = model.solve(time_limit_s, seed=self.seed, threads=self.threads)
         if found is None:
             if incumbent is None:
+                if model.status == mip.OptimizationStatus.INFEASIBLE:
+                    raise no_plan_exists("MILP")
                 raise DivimlInputError("the MILP found no plan within its time limit", field="time_limit",
                                        hint="raise --time-limit or use --solver heft")
             plan = incumbent.copy(self.name)

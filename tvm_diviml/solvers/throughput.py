@@ -44,7 +44,7 @@ import mip
 from ..errors import DivimlInputError
 from ..plan import Plan, ReplicaGroup
 from ..simulator import Simulation, simulate
-from .base import Problem, Solver
+from .base import Problem, Solver, no_plan_exists
 from .constraints import (
     DeviceBudget,
     activation_overflow,
@@ -284,7 +284,7 @@ class ThroughputModel:
         m = self.m
         m.seed, m.threads = seed, threads
         m.max_mip_gap, m.max_mip_gap_abs = 1e-9, 1e-12
-        status = m.optimize(max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes or mip.INT_MAX)
+        self.status = status = m.optimize(max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes or mip.INT_MAX)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             log.debug("throughput window of %d kernels: status %s", len(self.window), status)
             return None
@@ -385,6 +385,8 @@ def _solve_once(problem: Problem, incumbent: Plan | None, reserve: dict[str, flo
     found = model.solve(time_limit_s, seed=seed, threads=threads)
     if found is None:
         if incumbent is None:
+            if model.status == mip.OptimizationStatus.INFEASIBLE:
+                raise no_plan_exists("throughput MILP")
             raise DivimlInputError("the throughput MILP found no plan within its time limit", field="time_limit",
                                    hint="raise --time-limit or use --solver greedy")
         plan = throughput_plan(incumbent.assignment, solver)
