@@ -158,7 +158,9 @@ def test_a_stopped_diviml_leaves_no_cpsat_process(how, tmp_path):
 
     command = [sys.executable, "-m", "tvm_diviml.cli", "plan", "random:kernels=120,seed=3", "--platform",
                "paper-node", "--solver", "cpsat", "--time-limit", "60"]
-    parent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
+    parent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def workers():
         found = subprocess.run(["pgrep", "-P", str(parent.pid), "-f", "cpsat_worker"], capture_output=True,
