@@ -9,7 +9,6 @@ those edges reads).
 from __future__ import annotations
 
 import heapq
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -17,7 +16,7 @@ from typing import Any, Iterable
 import networkx as nx
 
 from .errors import DivimlInputError
-from .jsonio import MAX_QUANTITY, JsonFile
+from .jsonio import JsonFile, require_number
 
 FORMAT = "diviml.opgraph/1"
 
@@ -260,17 +259,12 @@ class OpGraph(JsonFile):
 
 # ---------------------------------------------------------------------- helpers
 def _check_size(value: float, where: str) -> None:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= MAX_QUANTITY:
-        raise DivimlInputError(f"must be a finite non-negative number up to {MAX_QUANTITY:g}, got {value!r}",
-                               field=where, hint="sizes, FLOPs and times cannot be negative, NaN, infinite or "
-                               "beyond any real kernel")
+    _number(value, where)
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DivimlInputError(f"must be a number, got {value!r}", field=where)
-    _check_size(value, where)
-    return float(value)
+    return require_number(value, where, minimum=0.0,
+                          hint="sizes, FLOPs and times are non-negative finite numbers, at most 1e18")
 
 
 def _required(raw: Any, key: str, where: str) -> Any:

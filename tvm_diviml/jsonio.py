@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from .errors import DivimlInputError
@@ -10,6 +11,21 @@ from .errors import DivimlInputError
 # CP-SAT scale without overflow.
 MAX_QUANTITY = 1e18       # FLOPs, FLOP/s, bytes, bytes/s
 MAX_SECONDS = 1e6         # a kernel time, a launch overhead, a link latency
+
+
+def require_number(value: Any, field: str, *, minimum: float | None = None, above: float | None = None,
+                   maximum: float = MAX_QUANTITY, hint: str | None = None) -> float:
+    """``value`` as a finite float, at least ``minimum`` / more than ``above``, at most ``maximum``;
+    else one clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DivimlInputError(f"must be a finite number, got {value!r}", field=field, hint=hint)
+    if value > maximum:
+        raise DivimlInputError(f"{value!r} is beyond any real figure (at most {maximum:g})", field=field, hint=hint)
+    if minimum is not None and value < minimum:
+        raise DivimlInputError(f"must be at least {minimum:g}, got {value!r}", field=field, hint=hint)
+    if above is not None and not value > above:
+        raise DivimlInputError(f"must be more than {above:g}, got {value!r}", field=field, hint=hint)
+    return float(value)
 
 
 def read_json(path: str) -> Any:

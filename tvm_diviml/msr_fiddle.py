@@ -20,13 +20,12 @@ those sizes, so activations are zero here.
 """
 from __future__ import annotations
 
-import math
-
 from typing import Any
 
 from .cost.table import TableCostModel
 from .errors import DivimlInputError
 from .graph import Edge, Kernel, OpGraph
+from .jsonio import require_number
 from .plan import Plan
 from .platform import Device, Link, Platform
 
@@ -47,9 +46,7 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
         if key not in data:
             raise DivimlInputError(f"missing '{key}'", field=key,
                                    hint="an msr-fiddle file gives maxFPGAs, maxCPUs and maxSizePerFPGA")
-        value = data[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise DivimlInputError(f"must be a finite non-negative number, got {value!r}", field=key)
+        value = require_number(data[key], key, minimum=0.0, hint="a non-negative count or size")
         if key != "maxSizePerFPGA" and value != int(value):
             raise DivimlInputError(f"must be a whole number of devices, got {value!r}", field=key)
     accelerators, cpus = int(data["maxFPGAs"]), int(data["maxCPUs"])
@@ -124,9 +121,7 @@ def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platfor
 
 
 def _time(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise DivimlInputError(f"must be a finite non-negative number, got {value!r}", field=where)
-    return float(value)
+    return require_number(value, where, minimum=0.0, hint="times and sizes are non-negative finite numbers")
 
 
 def read_expert_split(data: Any, graph: OpGraph, platform: Platform) -> Plan:

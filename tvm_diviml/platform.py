@@ -8,13 +8,12 @@ missing bandwidth means the copy is free (two devices that share one memory).
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .errors import DivimlInputError
-from .jsonio import MAX_QUANTITY, MAX_SECONDS, JsonFile
+from .jsonio import MAX_SECONDS, JsonFile, require_number
 
 FORMAT = "diviml.platform/1"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|rocm|metal|vulkan|opencl|ext_dev):(\d+)$")
@@ -227,21 +226,6 @@ def _check_device(dev: Device) -> None:
                                         or dev.num_threads < 1):
         raise DivimlInputError(f"num_threads must be an integer of at least 1 (or null), got {dev.num_threads!r}",
                                field=f"{where}.num_threads")
-
-
-def require_number(value: Any, field: str, *, minimum: float | None = None, above: float | None = None,
-                   maximum: float = MAX_QUANTITY, hint: str | None = None) -> float:
-    """``value`` as a finite float, at least ``minimum`` / more than ``above``, at most ``maximum``;
-    else one clear error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise DivimlInputError(f"must be a finite number, got {value!r}", field=field, hint=hint)
-    if value > maximum:
-        raise DivimlInputError(f"{value!r} is beyond any real figure (at most {maximum:g})", field=field, hint=hint)
-    if minimum is not None and value < minimum:
-        raise DivimlInputError(f"must be at least {minimum:g}, got {value!r}", field=field, hint=hint)
-    if above is not None and not value > above:
-        raise DivimlInputError(f"must be more than {above:g}, got {value!r}", field=field, hint=hint)
-    return float(value)
 
 
 def check_link(link: Link, field: str) -> None:

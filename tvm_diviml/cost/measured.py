@@ -11,6 +11,7 @@ sizes and fitted to latency + bytes / bandwidth. A kernel TVM cannot compile is 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -238,6 +239,8 @@ class MeasuredCostModel(CostModel):
             log.warning("devices not present here, priced by the roofline estimate: %s", ", ".join(self.absent))
         for device in present:
             self._measure_device(device)
+        if len(present) > 1:
+            self.executor_overheads = self._executor_overheads()
         self._measure_links(present)
 
     # -------------------------------------------------------------- kernels
@@ -316,8 +319,6 @@ class MeasuredCostModel(CostModel):
 
         from ..servers import server_of
 
-        if len(present) > 1:
-            self.executor_overheads = self._executor_overheads()
         handoff_s = self.executor_overheads.handoff_s
         server = server_of(self.platform)       # devices of two servers share TVM device strings
         for src in present:
@@ -345,7 +346,7 @@ class MeasuredCostModel(CostModel):
 
         from ..runtime.measure import executor_overheads
 
-        names = [name for name in ExecutorOverheads.__dataclass_fields__]
+        names = [f.name for f in dataclasses.fields(ExecutorOverheads)]
         where = f"python{sys.version_info.major}.{sys.version_info.minor}/{host_platform.node()}"
         keys = {name: ProfileKey(f"executor:{name}", "python", where, tvm.__version__, "default") for name in names}
         cached = self.cache.get_many(list(keys.values())) if self.cache else {}

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import DivimlInputError
 from ..graph import OpGraph
-from ..jsonio import MAX_SECONDS, JsonFile
-from ..platform import Link, Platform, link_from_json, require_number
+from ..jsonio import MAX_SECONDS, JsonFile, require_number
+from ..platform import Link, Platform, link_from_json
 from .base import CostModel, ExecutorOverheads
 
 FORMAT = "diviml.costs/1"

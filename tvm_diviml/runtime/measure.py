@@ -2,6 +2,7 @@
 call or per inference of a stream (after a warm-up)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -73,5 +74,5 @@ def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads
         fits = [fit_executor_overheads(seconds_per_run) for _ in range(rounds)]
     finally:
         sys.setswitchinterval(interval)
-    return ExecutorOverheads(*(statistics.median(getattr(fit, name) for fit in fits)
-                               for name in ("run_s", "segment_s", "handoff_s")))
+    return ExecutorOverheads(**{f.name: statistics.median(getattr(fit, f.name) for fit in fits)
+                                for f in dataclasses.fields(ExecutorOverheads)})

@@ -543,8 +543,6 @@ class SliceGraph(Solver):
             raise DivimlInputError(f"{stages} stages need {stages} devices, platform '{platform.name}' has "
                                    f"{len(platform.devices)}", field="stages",
                                    hint=f"use --stages between 1 and {len(platform.devices)}, or a larger platform")
-        if not problem.graph.kernels:
-            raise DivimlInputError("the graph has no kernels to place", field="MODEL")
         problem.validate()
         bound = lower_bound(problem)
         reserve: dict[str, float] = {}
