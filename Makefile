@@ -27,12 +27,13 @@ $(TEST_STAMP): setup.py $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/diviml demo
 
-# The whole suite, slow cases excluded; `make test-all` includes them.
+# The whole suite, slow cases excluded, property tests on fixed examples; `make test-all` includes the
+# slow cases and draws fresh examples, five times as many (HYPOTHESIS_PROFILE=thorough).
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-all: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The whole model-coverage catalogue (torchvision and Hugging Face models through torch.export and ONNX,
 # about 15 minutes; needs EXTRAS with torch): what CI runs after `make test`.

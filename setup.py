@@ -42,5 +42,5 @@ setup(
         "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],
         "cpsat": [],                    # OR-Tools is a core dependency now; kept so old commands still work
     },
-    entry_points={"console_scripts": ["diviml=tvm_diviml.cli:main"]},
+    entry_points={"console_scripts": ["diviml=tvm_diviml.cli:entry"]},
 )

@@ -1,8 +1,11 @@
-"""Brute-force oracle for the latency objective: the exact optimum that exact solvers are tested against.
+"""Brute-force oracles for latency and throughput: the exact optima that exact solvers are tested against.
 
-The optimum is taken over every assignment of kernels to devices (each kernel on a device it may
-run on with a finite cost, co-location groups together) and every per-device run order, scored by
-the simulator's ``latency`` mode (no link contention). Memory limits are ignored.
+The latency optimum is taken over every assignment of kernels to devices (each kernel on a device it
+may run on with a finite cost, co-location groups together, weights within memory) and every
+per-device run order, scored by the simulator's ``latency`` mode (no link contention); a plan counts
+only where the simulator finds it feasible (weights plus the peak of live activations in its run
+order within each device's memory). The throughput optimum (``best_period``) is the least simulated
+period over the same assignments.
 
 A combination of per-device orders runs without deadlock iff it is the restriction of one global
 topological order; enumerating those would repeat each combination many times, so per device we
@@ -27,12 +30,11 @@ from tvm_diviml.platform import Platform
 from tvm_diviml.simulator import PlanError, remote_sends, simulate
 
 
-def best_latency(graph: OpGraph, platform: Platform, costs: CostModel) -> tuple[float, Plan]:
-    """The least simulated latency of any plan, and one plan that reaches it."""
+def best_latency(graph: OpGraph, platform: Platform, costs: CostModel) -> tuple[float, Plan | None]:
+    """The least simulated latency of any feasible plan, and one plan that reaches it; (inf, None)
+    where no plan is feasible."""
     ranked = sorted((compute_lower_bound(graph, costs, assignment), index, assignment)
                     for index, assignment in enumerate(feasible_assignments(graph, platform, costs)))
-    if not ranked:
-        raise ValueError("no assignment lets every kernel run")
     ancestors = _ancestors(graph)
     best_value, best_plan = math.inf, None
     for quick_bound, _, assignment in ranked:
@@ -44,19 +46,35 @@ def best_latency(graph: OpGraph, platform: Platform, costs: CostModel) -> tuple[
         for order in device_order_choices(graph, assignment, ancestors):
             plan = Plan(assignment, order=order)
             try:
-                value = simulate(graph, platform, costs, plan).value_s
+                sim = simulate(graph, platform, costs, plan)
             except PlanError:            # the per-device orders deadlock across devices
                 continue
+            value = sim.value_s if sim.feasible else math.inf
             if value < best_value:
                 best_value, best_plan = value, plan
             if best_value <= bound:
                 break
-    best_plan.value_s = best_value
+    if best_plan is not None:
+        best_plan.value_s = best_value
     return best_value, best_plan
 
 
+def best_period(graph: OpGraph, platform: Platform, costs: CostModel, fixed: dict[str, str] | None = None) -> float:
+    """The least simulated throughput period of any feasible assignment that agrees with ``fixed``
+    (inf where none fits)."""
+    best = math.inf
+    for assignment in feasible_assignments(graph, platform, costs):
+        if fixed and any(assignment[k] != d for k, d in fixed.items()):
+            continue
+        sim = simulate(graph, platform, costs, Plan(assignment, objective="throughput", mode="period_overlap"))
+        if sim.feasible:
+            best = min(best, sim.value_s)
+    return best
+
+
 def feasible_assignments(graph: OpGraph, platform: Platform, costs: CostModel):
-    """Every {kernel: device} with allowed, finite-cost devices and co-location groups kept together."""
+    """Every {kernel: device} with allowed, finite-cost devices, co-location groups kept together and
+    each device's weights within its memory (activations come on top: the simulator judges them)."""
     names = list(graph.kernels)
     choices = []
     for name in names:
@@ -67,8 +85,17 @@ def feasible_assignments(graph: OpGraph, platform: Platform, costs: CostModel):
         assignment = dict(zip(names, devices))
         group_device: dict[str, str] = {}
         if all(group_device.setdefault(graph.kernels[k].colocate, d) == d
-               for k, d in assignment.items() if graph.kernels[k].colocate is not None):
+               for k, d in assignment.items() if graph.kernels[k].colocate is not None) \
+                and _weights_fit(graph, platform, assignment):
             yield assignment
+
+
+def _weights_fit(graph: OpGraph, platform: Platform, assignment: dict[str, str]) -> bool:
+    for device in set(assignment.values()):
+        capacity = platform.device(device).memory_bytes
+        if capacity is not None and graph.weight_bytes([k for k, d in assignment.items() if d == device]) > capacity:
+            return False
+    return True
 
 
 def compute_lower_bound(graph: OpGraph, costs: CostModel, assignment: dict[str, str]) -> float:

@@ -4,12 +4,25 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.platform import Device, Link, Platform
 
 MSR_FIDDLE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "msr-fiddle")
+
+# Property tests draw the same examples on every run (`make test`, CI), so a red run can be rerun;
+# HYPOTHESIS_PROFILE=thorough (`make test-all`) draws fresh ones, five times as many.
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("thorough", derandomize=False)
+settings.load_profile("thorough" if THOROUGH else "repeatable")
+
+
+def examples(count: int) -> int:
+    """``max_examples`` for a property test: ``count`` in the repeatable profile, 5x in the thorough one."""
+    return count * 5 if THOROUGH else count
 
 
 def unit_platform(devices=("A", "B", "C"), latency=1.0, bandwidth=1.0, memory=None, transfer_model="direct"):

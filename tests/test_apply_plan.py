@@ -19,19 +19,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-tvm = pytest.importorskip("tvm")
-from tvm import relax  # noqa: E402
+import tvm
+from tvm import relax
 
-from tvm_diviml.errors import DivimlInputError  # noqa: E402
-from tvm_diviml.passes import ApplyPlan, apply_plan, build, extract, placed_build_pipeline  # noqa: E402
-from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR  # noqa: E402
-from tvm_diviml.plan import Plan, ReplicaGroup  # noqa: E402
-from tvm_diviml.platform import Platform, get_platform  # noqa: E402
-from tvm_diviml.runtime.placement import Placement  # noqa: E402
-from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner  # noqa: E402
-from tvm_diviml.simulator import PlanError  # noqa: E402
-from tvm_diviml.zoo import SMALL_OPTIONS, BuiltModel, build_model, zoo_names  # noqa: E402
-from tvm_diviml.zoo.reference import run_reference  # noqa: E402
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.passes import ApplyPlan, apply_plan, build, extract, placed_build_pipeline
+from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR
+from tvm_diviml.plan import Plan, ReplicaGroup
+from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.runtime.placement import Placement
+from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
+from tvm_diviml.simulator import PlanError
+from tvm_diviml.zoo import SMALL_OPTIONS, BuiltModel, build_model, zoo_names
+from tvm_diviml.zoo.reference import run_reference
+
+from .conftest import examples
 
 CPU2 = get_platform("cpu2")
 PLAN_KINDS = ("cpu1", "alternating", "random")
@@ -128,7 +130,7 @@ def test_zoo_model_matches_single_device_build(zoo, name, kind):
 
 
 # ------------------------------------------------------------------ 2. hypothesis: random assignments
-@settings(max_examples=3, deadline=None, derandomize=True)
+@settings(max_examples=examples(3), deadline=None)
 @given(data=st.data())
 def test_random_assignment_matches_reference(vit, data):
     kernels = vit.extraction.graph.topo_order

@@ -13,7 +13,7 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 
 from .bruteforce import best_latency
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, assignments, dag_problems
 
 
@@ -78,7 +78,7 @@ def every_plan_latency(graph, platform, costs) -> float:
     return best
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(dag_problems(max_kernels=5))
 def test_pruned_search_equals_every_plan(problem):
     graph, platform, costs = problem
@@ -87,7 +87,7 @@ def test_pruned_search_equals_every_plan(problem):
     assert simulate(graph, platform, costs, plan).value_s == value
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(data=st.data())
 def test_no_plan_beats_the_oracle(data):
     graph, platform, costs = data.draw(dag_problems(max_kernels=7))

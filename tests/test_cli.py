@@ -266,3 +266,21 @@ def test_auto_solves_an_msr_fiddle_file_exactly(tmp_path):
     assert row["solver"] == "downsets" and row["optimal"]
     # {1, 2} on one accelerator, {3, 4} (a colour class) on another: 7.75 ms (see test_msr_fiddle)
     assert row["value_s"] == pytest.approx(7.75e-3)
+
+
+def test_a_plan_that_overflows_memory_says_so_and_exits_1(tmp_path):
+    """a -> b -> c -> d with a skip a -> d: each kernel's working set (8 B) fits the 10 B device, but
+    a's tensor stays live across c, so every order peaks at 12 B. HEFT has nowhere else to go: the
+    plan comes back marked INFEASIBLE, naming the device, and the exit status is 1."""
+    from .conftest import graph_of
+
+    graph = graph_of([("a", "b", 4), ("b", "c", 4), ("c", "d", 4), ("a", "d", 4)],
+                     output_bytes={"a": 4, "b": 4, "c": 4})
+    graph_path = tmp_path / "graph.json"
+    graph.save(str(graph_path))
+    platform_path = tmp_path / "small.json"
+    platform_path.write_text(json.dumps({"name": "small", "devices": [
+        {"name": "cpu", "target": {"kind": "llvm"}, "device": "cpu:0", "memory_bytes": 10}]}))
+    done = diviml("plan", graph_path, "--platform", platform_path, "--solver", "heft")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "INFEASIBLE: device 'cpu' needs 12 B, has 10 B" in done.stdout

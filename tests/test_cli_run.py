@@ -11,12 +11,10 @@ import statistics
 
 import pytest
 
-pytest.importorskip("tvm")
+from tvm_diviml.cli import main
+from tvm_diviml.runtime.vm import PlacedExecutable
 
-from tvm_diviml.cli import main  # noqa: E402
-from tvm_diviml.runtime.vm import PlacedExecutable  # noqa: E402
-
-from .conftest import graph_of  # noqa: E402
+from .conftest import graph_of
 
 MODEL = "twin_branch:depth=2,hidden=32,batch=2"
 FAST = ["--platform", "cpu2", "--cost", "roofline", "--repeats", "2", "--inputs", "4", "--time-limit", "5"]
@@ -148,3 +146,17 @@ def test_bad_rtol_is_an_argument_error(capsys, rtol):
     assert exit_.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "--rtol" in errors[0], errors
+
+
+def test_outputs_beyond_rtol_are_called_different_and_exit_1(capsys, monkeypatch):
+    """A reference 1% off: the run reports the outputs DIFFERENT and exits 1; a looser --rtol accepts them."""
+    from tvm_diviml.passes import run as run_module
+
+    real = run_module.run_reference
+    monkeypatch.setattr(run_module, "run_reference", lambda *a, **k: [x * 1.01 for x in real(*a, **k)])
+    code, out, err = diviml_run(capsys, "--objective", "latency")
+    assert code == 1, out + err
+    assert re.search(r"^outputs against the single-device build: .*DIFFERENT \(beyond rtol 0.0001\)$", out,
+                     re.MULTILINE), out
+    code, out, err = diviml_run(capsys, "--objective", "latency", "--rtol", "0.02")
+    assert code == 0 and ": equal" in out, out + err

@@ -211,6 +211,43 @@ def test_damaged_file_is_moved_aside_with_a_warning(tmp_path, caplog, damage):
         assert (aside[0] / "inside").read_text() == "kept"
 
 
+def test_two_processes_recovering_one_damaged_file_both_go_on(tmp_path):
+    """Both open the same damaged file at once: each ends with a working cache, the damaged bytes are kept
+    aside, and every row both wrote is in the file that stays."""
+    path = tmp_path / "c.sqlite"
+    random_bytes(path)
+    damaged = path.read_bytes()
+    context = multiprocessing.get_context("spawn")
+    start_together = context.Barrier(2)
+    writers = [context.Process(target=write_keys, args=(str(path), name, start_together)) for name in "ab"]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(120)
+    assert [process.exitcode for process in writers] == [0, 0]
+    aside = [p for p in tmp_path.glob("c.sqlite.corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
+    assert aside and damaged in [p.read_bytes() for p in aside if p.is_file()]
+    with ProfileCache(str(path)) as cache:
+        found = cache.get_many([key(f"{w}-{i}") for w in "ab" for i in range(300)])
+        assert len(found) == 600, len(found)
+
+
+def test_damage_found_while_a_cache_is_open_is_recovered_and_the_open_cache_follows(tmp_path, caplog):
+    """The file is overwritten while one cache has it open: the next to open it moves it aside with a
+    warning and starts afresh; the open cache then writes to and reads from the new file."""
+    path = tmp_path / "c.sqlite"
+    with ProfileCache(str(path)) as first:
+        first.put_many({key(f"k{i}"): measurement(1e-3) for i in range(500)})
+        with open(path, "r+b") as handle:
+            handle.write(random.Random(1).randbytes(200_000))
+        with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"), ProfileCache(str(path)) as second:
+            assert second.get_many([key("k0")]) == {}
+            second.put_many({key("second"): measurement(3e-3)})
+        assert "is unusable" in caplog.text
+        first.put_many({key("first"): measurement(2e-3)})
+        assert first.get_many([key("first"), key("second")]).keys() == {key("first"), key("second")}
+
+
 def test_an_empty_file_becomes_a_cache_without_a_warning(tmp_path, caplog):
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"")

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from tvm_diviml.cost.fit import fit_link, fit_roofline
 
+from .conftest import examples
+
 PEAK, BANDWIDTH, OVERHEAD = 2e11, 5e10, 4e-6          # ridge at 4 FLOP/byte
 
 
@@ -57,7 +59,7 @@ def test_roofline_recovers_figures_under_noise(seed, noise):
     assert (fit.compute_bound == is_compute).all()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(peak=st.floats(1e9, 1e14), bandwidth=st.floats(1e8, 1e12), overhead=st.sampled_from([0.0, 1e-7, 3e-6, 1e-4]),
        compute_bound=st.integers(2, 10), memory_bound=st.integers(2, 10), seed=st.integers(0, 2**32 - 1))
 def test_roofline_recovers_any_figures_exactly(peak, bandwidth, overhead, compute_bound, memory_bound, seed):
@@ -95,7 +97,7 @@ def test_all_compute_bound_sets_the_bandwidth_to_the_ridge_bound():
 SIZES = np.array([1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20, 128 << 20], dtype=float)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(latency=st.sampled_from([0.0, 1e-6, 8e-6, 1e-3]), bandwidth=st.floats(1e8, 1e12))
 def test_link_recovers_noise_free_figures_exactly(latency, bandwidth):
     fit = fit_link(SIZES, latency + SIZES / bandwidth)

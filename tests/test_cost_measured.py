@@ -4,17 +4,15 @@ import json
 
 import pytest
 
-pytest.importorskip("tvm")
+from tvm_diviml.cost.base import ExecutorOverheads
+from tvm_diviml.cost.cache import ProfileCache
+from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present
+from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.passes.load import load_model
+from tvm_diviml.platform import Device, get_platform
 
-from tvm_diviml.cost.base import ExecutorOverheads  # noqa: E402
-from tvm_diviml.cost.cache import ProfileCache  # noqa: E402
-from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present  # noqa: E402
-from tvm_diviml.cost.table import TableCostModel  # noqa: E402
-from tvm_diviml.errors import DivimlInputError  # noqa: E402
-from tvm_diviml.passes.load import load_model  # noqa: E402
-from tvm_diviml.platform import Device, get_platform  # noqa: E402
-
-from .test_cli import diviml  # noqa: E402
+from .test_cli import diviml
 
 FAST = MeasureOptions(repeats=3, min_repeat_ms=1, progress=False)
 

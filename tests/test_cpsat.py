@@ -22,7 +22,7 @@ from tvm_diviml.solvers.list_scheduling import Heft
 from tvm_diviml.workload import load_workload
 
 from .bruteforce import best_latency
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import dag_problems
 
 
@@ -36,8 +36,7 @@ def solve_checked(graph, platform, costs, **options) -> Plan:
     return plan
 
 
-@pytest.mark.slow
-@settings(max_examples=30, deadline=None)     # 35-50 s: one OR-Tools process per example
+@settings(max_examples=examples(6), deadline=None)     # ~1.3 s an example: one OR-Tools process each
 @given(dag_problems(max_kernels=7))
 def test_cpsat_equals_brute_force(problem):
     graph, platform, costs = problem

@@ -18,7 +18,7 @@ from tvm_diviml.solvers import Problem
 from tvm_diviml.workload import Workload, load_workload
 
 from .bruteforce import best_latency
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
 from .test_cli import diviml
 from .test_msr_fiddle import hand_file
@@ -98,7 +98,7 @@ def test_replicated_costs_price_every_copy_as_the_base_prices_the_kernel():
         costs.compute_s("a", "A")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data(), copies=st.integers(2, 3))
 def test_copies_apart_take_the_slowest_copy_and_together_on_the_host_the_sum(data, copies):
     graph, platform, base = data.draw(dag_problems(max_kernels=5))
@@ -135,7 +135,7 @@ def test_a_splits_own_bound_can_exceed_the_batch_optimum_so_the_minimum_is_repor
     assert problem.graph is unsplit.graph and row["copies"] == {0: ["B"]}
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data(), scale=st.sampled_from([1.0, 1.5, 2.0, 3.0]))
 def test_the_reported_bound_holds_for_every_split_and_the_best_plan_wins(data, scale):
     graph, platform, sub_costs = data.draw(dag_problems(max_kernels=3))

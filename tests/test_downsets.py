@@ -20,6 +20,7 @@ from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.downsets import MaxLoadInstance, enumerate_ideals
 
+from .conftest import examples
 from .strategies import dag_problems
 from .test_msr_fiddle import hand_file
 
@@ -63,7 +64,7 @@ def msr_files(draw, max_nodes=6):
             "nodes": nodes, "edges": edges}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(msr_files())
 def test_dp_equals_brute_force_on_msr_files(data):
     problem = throughput(*read_msr_fiddle(data))
@@ -100,7 +101,7 @@ def staged_problems(draw):
     return throughput(graph, platform, costs)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(staged_problems())
 def test_dp_equals_brute_force_with_model_inputs_outputs_and_unlike_devices(problem):
     plan = get_solver("downsets").solve(problem)

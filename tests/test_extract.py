@@ -2,16 +2,16 @@
 import numpy as np
 import pytest
 
-tvm = pytest.importorskip("tvm")
-from tvm import relax  # noqa: E402
-from tvm.relax.frontend import nn  # noqa: E402
+import tvm
+from tvm import relax
+from tvm.relax.frontend import nn
 
-from tvm_diviml.errors import DivimlInputError  # noqa: E402
-from tvm_diviml.passes.extract import extract  # noqa: E402
-from tvm_diviml.passes.frontends import from_relax, from_torch_export, load_onnx  # noqa: E402
-from tvm_diviml.passes.interpret import run_kernels  # noqa: E402
-from tvm_diviml.zoo import BuiltModel, init_weights  # noqa: E402
-from tvm_diviml.zoo.reference import run_reference  # noqa: E402
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.passes.extract import extract
+from tvm_diviml.passes.frontends import from_relax, from_torch_export, load_onnx
+from tvm_diviml.passes.interpret import run_kernels
+from tvm_diviml.zoo import BuiltModel, init_weights
+from tvm_diviml.zoo.reference import run_reference
 
 
 class Branches(nn.Module):

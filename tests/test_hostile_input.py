@@ -22,6 +22,8 @@ from tvm_diviml.solvers import Problem
 from tvm_diviml.synthetic import random_dag
 from tvm_diviml.workload import load_graph
 
+from .conftest import examples
+
 PLATFORM = get_platform("paper-node").to_json()
 GRAPH = random_dag(kernels=6, seed=1).to_json()
 MSR = {"maxFPGAs": 2, "maxCPUs": 1, "maxSizePerFPGA": 100.0,
@@ -198,7 +200,7 @@ def solved_or_refused(graph_json, platform_json, table_json=None):
 
 
 SOLVER = "auto"           # split with CP-SAT windows for latency: the default path
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(40), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 SMALL_PLATFORM = get_platform("paper-node").to_json()
 SMALL_GRAPH = random_dag(kernels=4, seed=2).to_json()
 
@@ -232,3 +234,57 @@ def test_fuzzed_cost_tables_are_planned_or_refused(data):
     path = data.draw(st.sampled_from(paths(table)))
     value, drop = data.draw(BAD_VALUES), data.draw(st.booleans())
     solved_or_refused(SMALL_GRAPH, SMALL_PLATFORM, mutated(table, path, value, drop))
+
+
+@FUZZ
+@given(st.data())
+def test_fuzzed_msr_fiddle_files_are_planned_or_refused(data):
+    path = data.draw(st.sampled_from(paths(MSR)))
+    value, drop = data.draw(BAD_VALUES), data.draw(st.booleans())
+    try:
+        graph, platform, costs = read_msr_fiddle(mutated(MSR, path, value, drop))
+    except DivimlInputError as error:
+        assert "\n" not in str(error)
+        return
+    for objective in ("latency", "throughput"):
+        try:
+            _, _, row = solve_and_report(Problem(graph, platform, costs, objective=objective), SOLVER, "fuzz", "fuzz",
+                                         time_limit_s=2)
+        except DivimlInputError as error:
+            assert "\n" not in str(error)
+            continue
+        assert not math.isnan(row["value_s"]) and (row["lower_bound_s"] is None or not math.isnan(row["lower_bound_s"]))
+
+
+CACHE_COLUMNS = {"kernel_profile": ["median_s", "spread_s", "repeats", "source", "recorded_at", "primfunc_hash"],
+                 "link_profile": ["latency_s", "bandwidth_Bps", "max_rel_error", "recorded_at", "src"]}
+
+
+@FUZZ
+@given(st.sampled_from(sorted((t, c) for t, cs in CACHE_COLUMNS.items() for c in cs)),
+       st.sampled_from([None, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", b"\x00\xff", 2**62]))
+def test_fuzzed_profile_cache_rows_are_measured_again_or_served_whole(tmp_path_factory, column, value):
+    """A row whose field is damaged is dropped (and measured again), never served and never a traceback;
+    what is served is a whole, finite, positive measurement."""
+    table_name, name = column
+    key = ProfileKey("k", "llvm", "cpu", "0.27", "default")
+    link = LinkKey("cpu:0", "cpu:1", "host", "0.27")
+    path = str(tmp_path_factory.mktemp("cache") / "c.sqlite")
+    with ProfileCache(path) as cache:
+        cache.put_many({key: Measurement(1e-3, 1e-5, 5, "measured")})
+        cache.put_link(link, LinkMeasurement(1e-5, 1e10, 0.01))
+    with sqlite3.connect(path) as db:
+        try:
+            db.execute(f"UPDATE {table_name} SET {name} = ?", (value,))
+        except sqlite3.IntegrityError:         # NOT NULL: SQLite itself keeps the row whole
+            return
+    with ProfileCache(path) as cache:
+        served = cache.get_many([key]).get(key)
+        served_link = cache.get_link(link)
+        if served is not None:
+            assert math.isfinite(served.median_s) and served.median_s > 0 and served.repeats >= 1
+        if served_link is not None:
+            assert served_link.bandwidth_Bps > 0 and math.isfinite(served_link.bandwidth_Bps)
+            assert served_link.latency_s >= 0 and math.isfinite(served_link.latency_s)
+        cache.put_many({key: Measurement(2e-3, 1e-5, 5, "measured")})
+        assert cache.get_many([key])[key].median_s == 2e-3

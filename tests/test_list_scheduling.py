@@ -16,7 +16,7 @@ from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.constraints import DeviceBudget, default_reserve
 from tvm_diviml.solvers.list_scheduling import upward_ranks
 
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import dag_problems
 
 BOTH = ("greedy", "heft")
@@ -197,17 +197,20 @@ def test_default_reserve_is_the_largest_working_set_a_device_may_receive():
     assert reserve == {"A": 15, "B": 17, "C": 15}      # a: 10 out + 5 in; b: 7 out + 10 in
 
 
-def test_the_activation_reserve_counts_against_memory():
+def test_a_default_reserve_that_leaves_no_room_gives_way_to_the_working_sets():
     platform = unit_platform(memory=100)
-    # big's 50-byte output makes the default reserve 50 everywhere: a's 90 B of weights fit nowhere
+    # big's 50-byte output makes the default reserve 50 everywhere, and a's 90 B of weights fit nowhere
+    # with it; yet big can go elsewhere: the budget then keeps free only the working sets placed
     graph = graph_of([], kernels=["a", "big"], weights={"w": 90}, kernel_weights={"a": ["w"]},
                      output_bytes={"big": 50})
     costs = table(platform, {"a": 1, "big": {"A": 5, "B": 1, "C": 1}})
-    with pytest.raises(DivimlInputError, match="kernel 'a' fits on no device.*50 B reserved for activations"):
-        get_solver("greedy").solve(Problem(graph, platform, costs))
-    plan = get_solver("greedy", reserve={"A": 0}).solve(Problem(graph, platform, costs))
-    assert plan.assignment == {"a": "A", "big": "B"}
-    assert simulate(graph, platform, costs, plan).feasible
+    for reserve in (None, {"A": 0}):
+        plan = get_solver("greedy", reserve=reserve).solve(Problem(graph, platform, costs))
+        assert plan.assignment == {"a": "A", "big": "B"}
+        assert simulate(graph, platform, costs, plan).feasible
+    small = unit_platform(memory=80)
+    with pytest.raises(DivimlInputError, match="kernel 'a' needs 90 B of weights"):
+        get_solver("greedy").solve(Problem(graph, small, table(small, {"a": 1, "big": 1})))
     with pytest.raises(DivimlInputError, match="unknown device 'Z'"):
         get_solver("greedy", reserve={"Z": 1}).solve(Problem(graph, platform, costs))
 
@@ -288,7 +291,7 @@ def test_validate_compares_all_weights_with_all_memory():
 
 
 # ---------------------------------------------------------------------- properties
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(data=st.data(), name=st.sampled_from(BOTH))
 def test_claims_equal_the_simulator(data, name):
     graph, platform, costs = data.draw(dag_problems())
@@ -302,7 +305,7 @@ def test_claims_equal_the_simulator(data, name):
     assert get_solver(name).solve(problem).order == plan.order          # deterministic
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(problem=dag_problems())
 def test_greedy_puts_every_kernel_on_a_fastest_device(problem):
     graph, platform, costs = problem
@@ -311,7 +314,7 @@ def test_greedy_puts_every_kernel_on_a_fastest_device(problem):
         assert costs.compute_s(kernel, device) == min(costs.compute_s(kernel, d) for d in platform.device_names)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(problem=dag_problems())
 def test_heft_estimate_is_the_simulated_value_when_each_tensor_has_one_size(problem):
     graph, platform, costs = problem
@@ -333,7 +336,7 @@ def test_upward_rank_is_the_mean_cost_path_to_the_end():
     assert ranks["a"] == pytest.approx(2 + (1 + 2) + ranks["b"])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(problem=dag_problems())
 def test_upward_ranks_decrease_along_every_edge(problem):
     graph, platform, costs = problem

@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from tvm_diviml.solvers.louvain import louvain
 
+from .conftest import examples
+
 
 def test_ends_on_the_graph_where_float_gains_loop_forever():
     # networkx 3.6.1's louvain_communities never returns on these weights (0.001048437444210477 each)
@@ -28,7 +30,7 @@ def test_two_cliques_joined_by_one_edge_are_two_communities():
     assert sorted(sorted(c) for c in louvain(left + right, edges, seed=1)) == [left, right]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(2, 12).flatmap(lambda n: st.tuples(
     st.just(n), st.dictionaries(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda e: e[0] < e[1]),
                                 st.integers(1, 9), max_size=30), st.integers(0, 3))))

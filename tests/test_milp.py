@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from tvm_diviml.bounds import lower_bounds, lp_load_bound
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, Kernel, OpGraph
+from tvm_diviml.platform import Device, Link, Platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.milp import Context, LatencyModel, list_schedule
@@ -15,7 +16,7 @@ from tvm_diviml.solvers.split import Split, modules
 from tvm_diviml.synthetic import random_dag
 
 from .bruteforce import best_latency
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import dag_problems
 
 
@@ -28,7 +29,7 @@ def solve(problem, solver="milp", **options):
     return plan, sim
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dag_problems(max_kernels=7))
 def test_milp_equals_brute_force_and_bounds_stay_below(case):
     graph, platform, costs = case
@@ -93,6 +94,24 @@ def test_milp_honours_memory_allowed_devices_and_colocation():
         assert plan.assignment["b"] in ("B", "C")
         assert plan.assignment["c"] == plan.assignment["d"]
         assert plan.assignment["a"] != plan.assignment["b"]     # 60 + 60 bytes of weights do not fit in 100
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput"])
+def test_a_default_reserve_that_leaves_no_plan_gives_way_to_the_weights(objective):
+    """q (6 B of weights) may run only on B (10 B). r, which may run on A or B, makes an 8 B tensor, so
+    the default activation reserve keeps 8 B free on B and leaves q no room: a plan exists all the same
+    (r on A, the host without a limit). The exact models solve again with weights alone and find it."""
+    graph = OpGraph([Kernel("p", output_bytes=8, allowed_devices=("A",)), Kernel("q", weights=("wq",),
+                     allowed_devices=("B",)), Kernel("r", output_bytes=8, allowed_devices=("A", "B"))],
+                    [], weights={"wq": 6})
+    devices = [Device("A", {"kind": "llvm"}, "cpu:0"), Device("B", {"kind": "cuda"}, "cuda:0", memory_bytes=10)]
+    platform = Platform("two", devices, {(a, b): Link(a, b, 0.0, 1.0) for a in "AB" for b in "AB" if a != b})
+    problem = Problem(graph, platform, table(platform, {"p": 1, "q": 1, "r": 1}), objective=objective)
+    names = ("milp", "split") + (("cpsat",) if objective == "latency" else ())
+    for name in names:
+        plan = get_solver(name, time_limit_s=20).solve(problem)
+        assert simulate(graph, platform, problem.costs, plan).feasible, name
+        assert plan.assignment == {"p": "A", "q": "B", "r": "A"}, name
 
 
 def test_impossible_memory_names_device_need_and_capacity():

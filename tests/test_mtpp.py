@@ -27,7 +27,7 @@ from tvm_diviml.solvers.mtpp import (PipelineData, cheapest_pricing, pipeline_bo
 from tvm_diviml.solvers.slicegraph import slice_order
 from tvm_diviml.workload import load_workload
 
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
 from .test_slicegraph import hand_chain as slicegraph_chain
 from .test_slicegraph import pipeline, simulated
@@ -75,7 +75,7 @@ def pipeline_problems(draw, max_kernels=5, uneven_links=False):
 
 
 # ---------------------------------------------------------------------- the exact MIP
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(pipeline_problems())
 def test_mip_optimum_is_brute_force_and_the_dp_over_every_order(problem):
     optimum = best_pipeline(problem)
@@ -90,7 +90,7 @@ def test_mip_optimum_is_brute_force_and_the_dp_over_every_order(problem):
     assert close(dp, optimum)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(pipeline_problems(max_kernels=4, uneven_links=True))
 def test_uneven_links_leave_a_valid_bound_and_claim_only_what_the_simulator_agrees_to(problem):
     optimum = best_pipeline(problem)
@@ -119,7 +119,7 @@ def constrained_problems(draw):
     return pipeline(graph, platform, costs, problem.stages)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(constrained_problems())
 def test_mip_and_bounds_keep_allowed_devices_groups_and_memory(problem):
     optimum = best_pipeline(problem)
@@ -176,7 +176,7 @@ def test_mip_refuses_other_objectives_and_too_many_stages():
 
 
 # ---------------------------------------------------------------------- lower bounds
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.one_of(pipeline_problems(), pipeline_problems(max_kernels=4, uneven_links=True)))
 def test_every_bound_lies_below_the_optimum(problem):
     optimum = best_pipeline(problem)
@@ -229,7 +229,7 @@ def test_bounds_stay_cheap_without_a_mip_budget():
     assert parts["average_load"] == 3.0 and parts["largest_kernel"] == 4.0
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(dag_problems(max_kernels=5, transfer_model="host_staged"))
 def test_lp_load_bounds_host_staged_plans(case):
     graph, platform, costs = case

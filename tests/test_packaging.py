@@ -36,4 +36,4 @@ def test_regular_wheel_contains_the_passes_package(tmp_path):
     assert "tvm_diviml/passes/__init__.py" in names and "tvm_diviml/simulator.py" in names
     assert not any(n.startswith("passes/") or n.startswith("tests/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "diviml = tvm_diviml.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "diviml = tvm_diviml.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()

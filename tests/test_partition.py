@@ -9,21 +9,21 @@ import math
 import numpy as np
 import pytest
 
-tvm = pytest.importorskip("tvm")
+import tvm
 
-from tvm_diviml.cost import RooflineCostModel, TableCostModel  # noqa: E402
-from tvm_diviml.errors import DivimlInputError  # noqa: E402
-from tvm_diviml.passes import extract  # noqa: E402
-from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR  # noqa: E402
-from tvm_diviml.passes.partition import PLAN_ATTR, PartitionForDevices, partition_options  # noqa: E402
-from tvm_diviml.plan import Plan  # noqa: E402
-from tvm_diviml.platform import Platform, get_platform  # noqa: E402
-from tvm_diviml.runtime.placement import Placement  # noqa: E402
-from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner  # noqa: E402
-from tvm_diviml.simulator import simulate  # noqa: E402
-from tvm_diviml.solvers import Problem, get_solver  # noqa: E402
-from tvm_diviml.zoo import SMALL_OPTIONS, build_model  # noqa: E402
-from tvm_diviml.zoo.reference import run_reference  # noqa: E402
+from tvm_diviml.cost import RooflineCostModel, TableCostModel
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.passes import extract
+from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR
+from tvm_diviml.passes.partition import PLAN_ATTR, PartitionForDevices, partition_options
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.runtime.placement import Placement
+from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.zoo import SMALL_OPTIONS, build_model
+from tvm_diviml.zoo.reference import run_reference
 
 # vit_b16 (small): 34 kernels that HEFT spreads over both CPUs of cpu2 under roofline costs, so the
 # build has real cross-device copies.

@@ -7,6 +7,7 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem
 
+from .conftest import examples
 from .strategies import DEVICES, assignments, dag_problems
 
 
@@ -18,7 +19,7 @@ def critical_path_at_fastest(graph, costs):
     return max(finish.values())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), contention=st.booleans())
 def test_latency_between_critical_path_and_total_work(data, contention):
     graph, platform, costs = data.draw(dag_problems())
@@ -34,7 +35,7 @@ def test_latency_between_critical_path_and_total_work(data, contention):
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data())
 def test_contention_never_makes_latency_shorter(data):
     graph, platform, costs = data.draw(dag_problems())
@@ -55,7 +56,7 @@ def _random_stage_plan(data, graph):
     return Plan(assignment, objective="pipeline", mode="stage_serial", stages=slices, stage_devices=list(devices))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), objective=st.sampled_from(["latency", "throughput", "pipeline", "host_staged"]))
 def test_every_lower_bound_is_below_every_plan(data, objective):
     transfer_model = "host_staged" if objective == "host_staged" else "direct"

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from tvm_diviml.zoo.randwire_graph import GENERATORS, random_undirected_graph, stage_graph
 
+from .conftest import examples
+
 generators = st.sampled_from(GENERATORS)
 node_counts = st.integers(5, 40)      # WS needs nodes > k = 4
 seeds = st.integers(0, 2**31 - 1)
@@ -22,7 +24,7 @@ def as_digraph(graph):
     return digraph
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(generator=generators, nodes=node_counts, seed=seeds)
 def test_same_seed_gives_the_same_graph(generator, nodes, seed):
     assert stage_graph(generator, nodes, seed) == stage_graph(generator, nodes, seed)
@@ -34,7 +36,7 @@ def test_different_seeds_give_different_graphs(generator):
     assert len(graphs) == 10
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(generator=generators, nodes=node_counts, seed=seeds)
 def test_stage_graph_is_a_dag_with_one_source_and_one_sink_that_all_nodes_connect(generator, nodes, seed):
     graph = stage_graph(generator, nodes, seed)
@@ -49,7 +51,7 @@ def test_stage_graph_is_a_dag_with_one_source_and_one_sink_that_all_nodes_connec
     assert all(list(preds) == sorted(set(preds)) for preds in graph.predecessors)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(generator=generators, nodes=node_counts, seed=seeds)
 def test_orientation_keeps_every_generated_edge_once(generator, nodes, seed):
     undirected = random_undirected_graph(generator, nodes, seed)
@@ -57,14 +59,14 @@ def test_orientation_keeps_every_generated_edge_once(generator, nodes, seed):
     assert sorted(stage_graph(generator, nodes, seed).random_edges) == expected
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(nodes=node_counts, seed=seeds)
 def test_watts_strogatz_keeps_mean_degree_k(nodes, seed):
     edges = stage_graph("ws", nodes, seed).random_edges
     assert 2 * len(edges) / nodes == 4
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(nodes=st.integers(2, 40), seed=seeds)
 def test_barabasi_albert_has_m_times_n_minus_m_edges(nodes, seed):
     m = min(5, nodes - 1)

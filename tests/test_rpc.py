@@ -17,14 +17,12 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-
-from tvm_diviml.errors import DivimlInputError  # noqa: E402
-from tvm_diviml.plan import Plan  # noqa: E402
-from tvm_diviml.platform import Link, get_platform  # noqa: E402
-from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServerTimeoutError  # noqa: E402
-from tvm_diviml.runtime.rpc_hops import DriverHop, driver_hop_platform, measure_driver_hops, network_hop  # noqa: E402
-from tvm_diviml.runtime.rpc_servers import connect_servers, parse_addresses, start_local_servers  # noqa: E402
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Link, get_platform
+from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServerTimeoutError
+from tvm_diviml.runtime.rpc_hops import DriverHop, driver_hop_platform, measure_driver_hops, network_hop
+from tvm_diviml.runtime.rpc_servers import connect_servers, parse_addresses, start_local_servers
 
 TWIN = ("twin_branch", {"depth": 2, "hidden": 32, "batch": 2})
 TINY_LLAMA = ("llama", {"layers": 2, "hidden": 32, "heads": 2, "kv_heads": 1, "intermediate": 64, "vocab": 100,
@@ -298,7 +296,8 @@ def test_cli_runs_over_given_servers(servers, tmp_path, capsys):
 
     addresses = ",".join(f"{host}:{port}" for host, port in servers.addresses[:2])
     # heft, not auto: a list schedule plans in milliseconds, whatever hop figures this run measures
-    code = main(["run", "twin_branch:depth=2,hidden=32,batch=2", "--platform", "servers:2xcpu1", "--rpc", addresses,
+    code = main(["run", "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
+                 "servers:2xcpu1", "--rpc", addresses,
                  "--cost", "roofline", "--solver", "heft", "--repeats", "2", "--json", str(tmp_path / "row.json"),
                  "--export", str(tmp_path / "builds")])
     out, err = capsys.readouterr()
@@ -331,7 +330,8 @@ def test_cli_starts_local_servers_and_plans_with_the_measured_hops(tmp_path, cap
 
     from tvm_diviml.cli import main
 
-    code = main(["run", "twin_branch:depth=2,hidden=32,batch=2", "--platform", "servers:2xcpu1", "--rpc", "local",
+    code = main(["run", "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
+                 "servers:2xcpu1", "--rpc", "local",
                  "--objective", "throughput", "--cost", "roofline", "--solver", "milp", "--inputs", "4",
                  "--time-limit", "5", "--json", str(tmp_path / "row.json")])
     out, err = capsys.readouterr()
@@ -358,3 +358,71 @@ def test_server_dead_before_setup_is_named(servers, victim, models):
             RpcRunner(built, remotes, [w for _, w in model.params], timeout_s=10)
     finally:
         remotes["s0"].close()
+
+
+@pytest.mark.parametrize("fault", ["killed", "stopped"])
+def test_cli_names_a_server_that_fails_mid_run_and_releases_the_others(servers, victim, monkeypatch, capsys, fault):
+    """A server killed (SIGKILL) or stopped (SIGSTOP) while a stream runs: one line naming the server, its
+    address and the segment, exit status 3, no traceback; the other server takes a new session at once."""
+    from tvm_diviml.cli import main
+    from tvm_diviml.runtime.rpc import RpcRunner
+
+    signum = signal.SIGKILL if fault == "killed" else signal.SIGSTOP
+    original = RpcRunner.stream
+
+    def stream_then_fault(self, inputs, in_flight=2):
+        for count, outputs in enumerate(original(self, inputs, in_flight), start=1):
+            if count == 3:
+                os.killpg(victim.processes[0].pid, signum)
+            yield outputs
+
+    monkeypatch.setattr(RpcRunner, "stream", stream_then_fault)
+    addresses = [servers.addresses[0], victim.addresses[0]]
+    code = main(["run", "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
+                 "servers:2xcpu1", "--rpc",
+                 ",".join(f"{host}:{port}" for host, port in addresses), "--objective", "throughput", "--cost",
+                 "roofline", "--solver", "greedy", "--inputs", "200", "--rpc-timeout", "2"])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("diviml: error:")]
+    assert code == 3, out + err
+    assert len(lines) == 1 and "Traceback" not in err
+    assert f"server s1 (127.0.0.1:{victim.addresses[0][1]})" in lines[0] and "segment '" in lines[0]
+    assert ("did not answer" if fault == "stopped" else "failed") in lines[0]
+    connect_servers(get_platform("servers:1xcpu1"), addresses[:1], timeout_s=10)["s0"].close()
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
+def test_a_stopped_rpc_run_exits_cleanly_and_leaves_no_server(how, tmp_path):
+    """Ctrl-C (or SIGTERM) while `diviml run --rpc local` streams: 'interrupted', exit 130, no abort from a
+    thread left inside TVM, and the local servers it started are gone (checked by pid)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "tvm_diviml.cli", "run",
+               "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
+               "servers:2xcpu1", "--rpc", "local", "--objective", "throughput", "--cost", "roofline", "--solver",
+               "greedy", "--inputs", "1000000"]
+    # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in driver.stdout:                       # the stream starts right after the build
+            if line.startswith("built for servers"):
+                break
+        servers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(driver.pid), "-f", "rpc_servers"],
+                                                      capture_output=True, text=True).stdout.split()]
+        assert len(servers) == 2, driver.stderr.read() if driver.poll() is not None else "no servers found"
+        time.sleep(1.0)
+        stopped = time.monotonic()
+        driver.send_signal(how)
+        driver.wait(timeout=30)
+    finally:
+        driver.kill()
+    err = driver.stderr.read()
+    assert driver.returncode == 130 and "diviml: interrupted" in err, err[-2000:]
+    assert "terminate called" not in err and time.monotonic() - stopped < 15
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in servers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in servers if os.path.exists(f"/proc/{pid}")], "an RPC server outlived diviml"

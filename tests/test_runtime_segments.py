@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.runtime.segments import segment_boundaries, segment_graph, split_segments
 
-from .conftest import graph_of
+from .conftest import examples, graph_of
 from .strategies import assignments, dag_problems
 
 
@@ -48,7 +48,7 @@ def with_succession(graph, segments):
     return result
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(placed_graphs())
 def test_segments_partition_the_kernels_in_a_runnable_order(problem):
     graph, assignment, order = problem
@@ -67,7 +67,7 @@ def test_segments_partition_the_kernels_in_a_runnable_order(problem):
         assert concatenated == [k for k in order if assignment[k] == device]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(placed_graphs())
 def test_no_two_consecutive_segments_of_a_device_could_merge(problem):
     """The greedy closes a segment only when keeping it open would have made a cycle, or would have
@@ -84,7 +84,7 @@ def test_no_two_consecutive_segments_of_a_device_could_merge(problem):
             assert waits_longer or not nx.is_directed_acyclic_graph(merged)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(placed_graphs())
 def test_boundaries_are_exactly_the_tensors_that_cross(problem):
     graph, assignment, order = problem

@@ -11,15 +11,13 @@ import networkx as nx
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-
-from tvm_diviml.passes import apply_plan, build, extract  # noqa: E402
-from tvm_diviml.plan import Plan  # noqa: E402
-from tvm_diviml.platform import get_platform  # noqa: E402
-from tvm_diviml.runtime.concurrent import ConcurrentRunner  # noqa: E402
-from tvm_diviml.runtime.vm import PlacedExecutable  # noqa: E402
-from tvm_diviml.zoo import SMALL_OPTIONS, build_model  # noqa: E402
-from tvm_diviml.zoo.reference import run_reference  # noqa: E402
+from tvm_diviml.passes import apply_plan, build, extract
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import get_platform
+from tvm_diviml.runtime.concurrent import ConcurrentRunner
+from tvm_diviml.runtime.vm import PlacedExecutable
+from tvm_diviml.zoo import SMALL_OPTIONS, build_model
+from tvm_diviml.zoo.reference import run_reference
 
 CPU2 = get_platform("cpu2")
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}

@@ -23,7 +23,7 @@ from tvm_diviml.solvers.base import Problem
 from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
 from tvm_diviml.workload import load_workload
 
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
 
 
@@ -86,7 +86,7 @@ def dp_against_every_cut(problem, devices, rng):
     return order, value, cuts
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sliced_problems(max_kernels=7), st.randoms(use_true_random=False))
 def test_dp_is_the_best_slicing_of_one_order(case, rng):
     problem, devices = case
@@ -96,7 +96,7 @@ def test_dp_is_the_best_slicing_of_one_order(case, rng):
     assert close(period(problem, order, devices, cuts), value)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(sliced_problems(max_kernels=5))
 def test_dp_over_all_orders_reaches_the_best_ordered_split(case):
     problem, devices = case
@@ -168,7 +168,7 @@ def constrained_problems(draw):
     return pipeline(graph, problem.platform, problem.costs, problem.stages), devices
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(constrained_problems())
 def test_dp_keeps_kernels_on_allowed_devices_and_groups_together(case):
     problem, devices = case
@@ -242,7 +242,7 @@ def test_the_first_population_holds_the_program_order_on_the_fastest_devices():
     assert (plan.value_s, plan.stage_devices, plan.attrs["generations"]) == (8.0, ["B", "C"], 0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(sliced_problems(max_kernels=5), st.integers(0, 3))
 def test_slicegraph_claims_the_simulated_value_and_repeats_itself(case, seed):
     problem, _ = case
@@ -255,7 +255,7 @@ def test_slicegraph_claims_the_simulated_value_and_repeats_itself(case, seed):
     assert first.value_s >= lower_bound(problem) * (1 - 1e-12)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(sliced_problems(max_kernels=5))
 def test_pipeline_bounds_lie_below_the_optimum(case):
     problem, _ = case
@@ -316,7 +316,7 @@ def host_staged_problems(draw, max_kernels):
     return Problem(graph, platform, costs, objective="throughput"), devices
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(host_staged_problems(max_kernels=7), st.randoms(use_true_random=False))
 def test_host_staged_dp_is_the_best_slicing_of_one_order(case, rng):
     """Each stage priced as host_staged charges it: the DP's value is the simulated one, and the best."""
@@ -327,7 +327,7 @@ def test_host_staged_dp_is_the_best_slicing_of_one_order(case, rng):
     assert close(simulated(problem, plan).value_s, value)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(host_staged_problems(max_kernels=6), st.integers(0, 3))
 def test_slicegraph_host_staged_claim_is_the_simulated_value(case, seed):
     problem, _ = case
@@ -344,7 +344,7 @@ def test_slicegraph_refuses_period_overlap_throughput_and_points_to_its_solvers(
     assert all(name in error.value.hint for name in ("milp", "split", "greedy", "replicas"))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(1, 9).flatmap(lambda n: st.tuples(
     st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n),
     st.lists(st.integers(0, 3), min_size=n, max_size=n),

@@ -8,11 +8,11 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver, mode_for
 
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), objective=st.sampled_from(["latency", "throughput", "pipeline"]))
 def test_fastest_single_device_is_the_best_device_alone(data, objective):
     graph, platform, costs = data.draw(dag_problems())

@@ -19,7 +19,7 @@ from tvm_diviml.solvers.split import Split, plan_tails
 from tvm_diviml.synthetic import random_dag
 
 from .bruteforce import best_latency
-from .conftest import graph_of, table, unit_platform
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
 
 
@@ -115,10 +115,9 @@ def test_split_equals_brute_force_when_one_window_is_the_whole_graph():
     assert plan.value_s == pytest.approx(optimum, rel=1e-9)
 
 
-@pytest.mark.slow
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dag_problems(max_kernels=6))
-def test_split_equals_brute_force_on_tiny_graphs(case):    # 20-30 s: one OR-Tools process per example
+def test_split_equals_brute_force_on_tiny_graphs(case):    # ~1.2 s an example: one OR-Tools process each
     graph, platform, costs = case
     optimum, _ = best_latency(graph, platform, costs)
     plan = solve(Problem(graph, platform, costs), module_size=6)
@@ -136,7 +135,7 @@ def problems_with_free_kernels(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems_with_free_kernels(), st.integers(2, 3))
 def test_many_small_windows_keep_every_promise(case, module_size):    # 20-30 s
     graph, platform, costs = case

@@ -17,7 +17,7 @@ from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.blocks import find_blocks, longest_repeat
 from tvm_diviml.solvers.symmetric import Symmetric
 
-from .conftest import table
+from .conftest import examples, table
 
 
 def kind(name: str, speeds: dict[str, float], memory: dict[str, float] | None = None, link=(0.1, 100.0)) -> Platform:
@@ -187,9 +187,13 @@ def test_symmetric_breaks_ties_between_identical_servers_in_order():
 
 
 # ---------------------------------------------------------------------- against the full solver
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# How much worse than the full solver the symmetric plan may be on these 2-3 block graphs over two
+# servers: whole blocks per server cannot balance a period (worst measured over 150 drawn instances:
+# 1.60x for throughput, 1.12x for latency). Issue 19 is to bring both within 1%.
+SLACK_OVER_FULL = {"latency": 1.15, "throughput": 1.65}
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_symmetric_is_within_its_gap_of_the_full_solver(data):
+def test_symmetric_is_within_a_known_factor_of_the_full_solver(data):
     speeds = {"A": 0, "B": 0}
     platform = servers((kind("node", speeds, link=(data.draw(st.sampled_from([0.1, 1.0])), 10.0)), 2),
                        latency=data.draw(st.sampled_from([0.5, 3.0])))
@@ -207,8 +211,7 @@ def test_symmetric_is_within_its_gap_of_the_full_solver(data):
     plan = Symmetric().solve(problem)
     assert plan.value_s == pytest.approx(simulate(graph, platform, problem.costs, plan).value_s)
     assert plan.lower_bound_s <= full.value_s * (1 + 1e-9)
-    gap = plan.value_s / plan.lower_bound_s - 1
-    assert plan.value_s <= full.value_s * (1 + gap) + 1e-9
+    assert plan.value_s <= full.value_s * SLACK_OVER_FULL[objective]
 
 
 # ---------------------------------------------------------------------- fallback, errors, determinism

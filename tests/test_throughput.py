@@ -3,8 +3,6 @@
 Links cost latency + bytes / bandwidth (``unit_platform``: 1 s + 1 s per byte unless told); A is
 the host. The brute force enumerates every assignment and takes the simulator's period.
 """
-import math
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,22 +16,13 @@ from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.throughput import ThroughputModel, whole_model_replicas
 from tvm_diviml.synthetic import random_dag
 
-from .bruteforce import feasible_assignments
-from .conftest import graph_of, table, unit_platform
+from .bruteforce import best_period
+from .conftest import examples, graph_of, table, unit_platform
 from .strategies import dag_problems
 
 
-def best_period(problem, fixed=None):
-    """The least simulated period over every assignment (that agrees with ``fixed``) that fits."""
-    best = math.inf
-    for assignment in feasible_assignments(problem.graph, problem.platform, problem.costs):
-        if fixed and any(assignment[k] != d for k, d in fixed.items()):
-            continue
-        sim = simulate(problem.graph, problem.platform, problem.costs,
-                       Plan(assignment, objective="throughput", mode="period_overlap"))
-        if sim.feasible:
-            best = min(best, sim.value_s)
-    return best
+def period_optimum(problem, fixed=None):
+    return best_period(problem.graph, problem.platform, problem.costs, fixed)
 
 
 def solve(problem, solver, **options):
@@ -46,7 +35,7 @@ def solve(problem, solver, **options):
     return plan
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dag_problems(max_kernels=6), st.sampled_from([1.0, 0.25]))
 def test_milp_equals_brute_force_and_every_claim_is_simulated(case, compute_scale):
     graph, platform, costs = case
@@ -54,7 +43,7 @@ def test_milp_equals_brute_force_and_every_claim_is_simulated(case, compute_scal
     costs = table(platform, {k: {d: costs.compute_s(k, d) * compute_scale for d in platform.device_names}
                              for k in graph.kernels})
     problem = Problem(graph, platform, costs, objective="throughput")
-    optimum = best_period(problem)
+    optimum = period_optimum(problem)
     plan = solve(problem, "milp", time_limit_s=60)
     assert plan.optimal
     assert plan.value_s == pytest.approx(optimum, rel=1e-6, abs=1e-9)
@@ -78,7 +67,7 @@ def test_a_tensor_crosses_once_per_device_at_its_largest_edge():
                              "w": {"A": 10, "B": 1, "C": 10}})
     problem = Problem(graph, platform, costs, objective="throughput")
     plan = solve(problem, "milp")
-    assert plan.optimal and plan.value_s == pytest.approx(6.0) == pytest.approx(best_period(problem))
+    assert plan.optimal and plan.value_s == pytest.approx(6.0) == pytest.approx(period_optimum(problem))
     assert plan.assignment == {"u": "A", "v": "B", "w": "B"}
 
 
@@ -106,7 +95,7 @@ def test_memory_allowed_devices_and_colocation_are_respected():
     problem = Problem(graph, platform, costs, objective="throughput")
     plan = solve(problem, "milp")
     assert plan.assignment["r"] == "C" and plan.assignment["p"] == plan.assignment["q"] != plan.assignment["s"] != "C"
-    assert plan.value_s == pytest.approx(best_period(problem)) == pytest.approx(7.0)
+    assert plan.value_s == pytest.approx(period_optimum(problem)) == pytest.approx(7.0)
     # Memory can bind, so the model is a restriction: no bound and no proof.
     assert plan.attrs["memory_restricts_bound"] and not plan.optimal and plan.lower_bound_s is None
     for name in ("greedy", "split", "replicas"):
@@ -156,7 +145,7 @@ def test_window_model_with_the_rest_fixed_equals_brute_force():
     plan = Plan({**fixed, **found.assignment}, objective="throughput", mode="period_overlap")
     value = simulate(graph, platform, problem.costs, plan).value_s
     assert found.period_s == pytest.approx(value, rel=1e-6)
-    assert value == pytest.approx(best_period(problem, fixed), rel=1e-6)
+    assert value == pytest.approx(period_optimum(problem, fixed), rel=1e-6)
 
 
 def test_split_is_deterministic_and_never_worse_than_greedy():

@@ -12,14 +12,14 @@ import shutil
 import numpy as np
 import pytest
 
-tvm = pytest.importorskip("tvm")
+import tvm
 
-import tvm_ffi  # noqa: E402
-from tvm import relax, te  # noqa: E402
-from tvm.s_tir import meta_schedule as ms  # noqa: E402
+import tvm_ffi
+from tvm import relax, te
+from tvm.s_tir import meta_schedule as ms
 
-from tvm_diviml.cost import tuning  # noqa: E402
-from tvm_diviml.errors import DivimlInputError  # noqa: E402
+from tvm_diviml.cost import tuning
+from tvm_diviml.errors import DivimlInputError
 
 TRIALS = 4
 

@@ -7,8 +7,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("tvm")
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIALS = sorted(glob.glob(os.path.join(REPO, "tutorials", "*.py")))
 TIMEOUT_S = 120

@@ -3,15 +3,13 @@ what its weights say: the properties the concurrent executor's two-device demons
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-
-from tvm_diviml.cost import RooflineCostModel  # noqa: E402
-from tvm_diviml.passes.extract import extract  # noqa: E402
-from tvm_diviml.plan import Plan  # noqa: E402
-from tvm_diviml.platform import get_platform  # noqa: E402
-from tvm_diviml.simulator import simulate  # noqa: E402
-from tvm_diviml.zoo import build_model  # noqa: E402
-from tvm_diviml.zoo.reference import run_reference  # noqa: E402
+from tvm_diviml.cost import RooflineCostModel
+from tvm_diviml.passes.extract import extract
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import get_platform
+from tvm_diviml.simulator import simulate
+from tvm_diviml.zoo import build_model
+from tvm_diviml.zoo.reference import run_reference
 
 SHAPES = [{"branches": 2, "depth": 3, "hidden": 16, "batch": 4},
           {"branches": 3, "depth": 2, "hidden": 8, "batch": 2}]

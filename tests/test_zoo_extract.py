@@ -2,12 +2,10 @@
 one reproduces the whole model (small sizes: CPU kernels are unscheduled, see DESIGN.md)."""
 import pytest
 
-pytest.importorskip("tvm")
+from tvm_diviml.passes.load import load_model
+from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
 
-from tvm_diviml.passes.load import load_model  # noqa: E402
-from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names  # noqa: E402
-
-from .test_extract import assert_faithful  # noqa: E402
+from .test_extract import assert_faithful
 
 SMALL = SMALL_OPTIONS
 FAST = {"resnet18", "randwire_ws", "bert_base"}

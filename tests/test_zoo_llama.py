@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes.extract import extract
 from tvm_diviml.plan import Plan

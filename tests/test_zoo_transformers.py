@@ -4,8 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.zoo import BuiltModel, build_model, init_weights
 from tvm_diviml.zoo.reference import run_reference

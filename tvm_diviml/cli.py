@@ -8,11 +8,12 @@ import math
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from . import __version__
 from .dataparallel import format_batch_splits, plan_with_batch_splits
-from .errors import DivimlInputError
+from .errors import DivimlInputError, ServerFailure
 from .plan import OBJECTIVES
 from .platform import PRESETS, get_platform, preset_names
 from .report import format_row, format_seconds, solve_and_report
@@ -611,6 +612,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"diviml: error: {error}", file=sys.stderr)
         return 2
+    except ServerFailure as error:        # the other servers were released on the way out
+        if args.debug:
+            raise
+        print(f"diviml: error: {error}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("diviml: interrupted", file=sys.stderr)
         return 130
@@ -619,5 +625,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The ``diviml`` command. A thread left inside a TVM call (an upload cut short by Ctrl-C, a server
+    that stopped answering) aborts the interpreter's shutdown when it returns ("terminate called without
+    an active exception"). With any thread but this one left (alive or not: a join cut short by Ctrl-C
+    marks a running thread stopped), everything is already cleaned up: exit at once."""
+    code = main()
+    if threading.active_count() > 1:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -32,3 +32,9 @@ def first_line(error: BaseException, limit: int = 300) -> str:
     """The first non-empty line of an error's message (a library's error may carry a whole dump)."""
     lines = [line.strip(" :") for line in str(error).splitlines() if line.strip(" :")]
     return lines[0][:limit] if lines else "no message"
+
+
+class ServerFailure(RuntimeError):
+    """A remote server died or stopped answering in the middle of a run: neither bad input nor a bug
+    of ours. The CLI prints ``str(error)`` (which names the server, its address and the segment) as
+    one line and exits with status 3, after releasing the other servers."""

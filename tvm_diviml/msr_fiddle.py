@@ -57,9 +57,9 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
     cpu_names = [f"cpu{i}" for i in range(cpus)]
     acc_names = [d.name for d in platform.devices if d.kind != "cpu"]
 
-    nodes = data["nodes"]
+    nodes = data.get("nodes")
     if not isinstance(nodes, list):
-        raise DivimlInputError("must be a list", field="nodes")
+        raise DivimlInputError("must be a list of nodes" if "nodes" in data else "missing", field="nodes")
     kernels, weights, compute = [], {}, {}
     for index, raw in enumerate(nodes):
         where = f"nodes[{index}]"
@@ -83,9 +83,9 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
         row.update({d: (acc_s * MILLISECOND if supported else None) for d in acc_names})
         compute[kid] = row
     edges = []
-    raw_edges = data["edges"]
+    raw_edges = data.get("edges")
     if not isinstance(raw_edges, list):
-        raise DivimlInputError("must be a list", field="edges")
+        raise DivimlInputError("must be a list of edges" if "edges" in data else "missing", field="edges")
     for index, raw in enumerate(raw_edges):
         where = f"edges[{index}]"
         if not isinstance(raw, dict) or any(k not in raw for k in _EDGE_KEYS):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DivimlInputError
+from ..errors import DivimlInputError, ServerFailure
 from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
 from .placement import Placement
 from .rpc_servers import RemoteServer, _first_line, within
@@ -89,7 +89,7 @@ class ServersBuild:
 
 
 # ---------------------------------------------------------------------- running it
-class ServerError(SegmentError):
+class ServerError(SegmentError, ServerFailure):
     """A server died, hung or failed while running a segment (or handing on a tensor)."""
 
     def __init__(self, message: str, *, server: str, address: str, segment: str, device: str, input_index: int):

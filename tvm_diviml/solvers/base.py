@@ -128,9 +128,12 @@ class Solver(ABC):
         """Return a Plan in ``problem.mode`` with ``value_s`` set to the solver's claim."""
 
 
-def no_plan_exists(method: str) -> DivimlInputError:
-    """The error for a problem an exact method proved infeasible (not one it ran out of time on)."""
-    return DivimlInputError(f"no plan satisfies the constraints: the {method} proves that memory (weights plus "
-                            "each device's activation reserve), allowed devices and co-location cannot all hold",
-                            field="memory_bytes",
-                            hint="use devices with more memory, allow kernels on more devices, or co-locate less")
+class NoPlanError(DivimlInputError):
+    """An exact method proved that no plan satisfies the constraints (not: ran out of time)."""
+
+
+def no_plan_exists(method: str) -> NoPlanError:
+    """The error for a problem an exact method proved infeasible with weights alone in memory."""
+    return NoPlanError(f"no plan satisfies the constraints: the {method} proves that the weights within each "
+                       "device's memory, allowed devices and co-location cannot all hold", field="memory_bytes",
+                       hint="use devices with more memory, allow kernels on more devices, or co-locate less")

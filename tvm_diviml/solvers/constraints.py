@@ -25,7 +25,7 @@ from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..plan import Plan
 from ..simulator import Simulation, format_bytes, simulate
-from .base import Problem
+from .base import NoPlanError, Problem
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ class DeviceBudget:
     """What is already placed, and where the next kernel may go without breaking a constraint.
 
     ``reserve`` (device -> bytes kept free for activations) overrides ``default_reserve`` for the
-    devices it names.
+    devices it names. A device never keeps less free than the largest working set of the kernels
+    placed on it (or being placed): the simulator charges at least that.
     """
 
     def __init__(self, problem: Problem, reserve: dict[str, float] | None = None):
@@ -87,6 +88,8 @@ class DeviceBudget:
         self.device_of: dict[str, str] = {}
         self._weights_on: dict[str, set[str]] = {d: set() for d in names}
         self._weight_bytes_on = {d: 0.0 for d in names}
+        self._working_on = {d: 0.0 for d in names}          # largest working set placed there
+        self._inputs_of = model_inputs_of(problem.graph)
         self._groups: dict[str, list[str]] = {}
         for kernel in problem.graph.kernels.values():
             if kernel.colocate is not None:
@@ -120,13 +123,14 @@ class DeviceBudget:
         fits, shortfalls = [], []
         for device in candidates:
             extra = self._new_weight_bytes(members, device)
-            need = self._weight_bytes_on[device] + extra + self.reserve[device]
+            kept = self._kept_free(device, members)
+            need = self._weight_bytes_on[device] + extra + kept
             if need <= self.capacity[device]:
                 fits.append(device)
             else:
                 shortfalls.append(
                     f"'{device}' needs {format_bytes(need)} ({format_bytes(self._weight_bytes_on[device])} of weights "
-                    f"already placed + {format_bytes(extra)} new weights + {format_bytes(self.reserve[device])} "
+                    f"already placed + {format_bytes(extra)} new weights + {format_bytes(kept)} "
                     f"reserved for activations), capacity {format_bytes(self.capacity[device])}")
         if not fits:
             raise DivimlInputError(f"{what} fits on no device it may run on: {'; '.join(shortfalls)}",
@@ -146,10 +150,16 @@ class DeviceBudget:
                 if weight not in self._weights_on[device]:
                     self._weights_on[device].add(weight)
                     self._weight_bytes_on[device] += self.problem.graph.weights[weight]
+        self._working_on[device] = self._kept_free(device, self.moving_with(kernel))
         group = self.problem.graph.kernels[kernel].colocate
         if group is not None:
             self._group_device[group] = device
         self.device_of[kernel] = device
+
+    def _kept_free(self, device: str, kernels: list[str]) -> float:
+        """Bytes kept free for activations on ``device`` once ``kernels`` join it."""
+        working = max(working_set_bytes(self.problem.graph, k, self._inputs_of) for k in kernels)
+        return max(self.reserve[device], self._working_on[device], working)
 
     def _common_feasible(self, kernels: list[str]) -> list[str]:
         common = set(self._feasible_devices(kernels[0]))
@@ -179,22 +189,32 @@ def place_within_memory(problem: Problem, place: Callable[[DeviceBudget], Plan],
     budget_reserve = {**default_reserve(problem), **(reserve or {})}
     plan: Plan | None = None
     sim: Simulation | None = None
-    for attempt in range(attempts):
+    lowered = False
+    attempt = 0
+    while attempt < attempts:
         try:
             candidate = place(DeviceBudget(problem, budget_reserve))
         except DivimlInputError as error:
+            if plan is None and not lowered and error.field == "memory_bytes":
+                # the reserve stood in for activations a device may never hold: keep free only the
+                # working sets of what is placed there, and let the simulation below raise it
+                log.info("no placement with the default activation reserve (%s); placing with the working sets "
+                         "of the kernels placed", error)
+                budget_reserve, lowered = dict.fromkeys(budget_reserve, 0.0), True
+                continue
             if plan is None:
                 raise
             log.warning("a larger activation reserve leaves no placement (%s); keeping the plan that overflows",
                         error)
             break
+        attempt += 1
         plan, sim = candidate, simulate(problem.graph, problem.platform, problem.costs, candidate)
         overflow = activation_overflow(problem, plan, sim)
         if not overflow:
             break
         for device, peak in overflow.items():
             log.info("attempt %d: activations on '%s' peak at %s, above the %s reserved; placing again",
-                     attempt + 1, device, format_bytes(peak), format_bytes(budget_reserve[device]))
+                     attempt, device, format_bytes(peak), format_bytes(budget_reserve[device]))
             budget_reserve[device] = peak
     assert plan is not None and sim is not None
     return plan, sim
@@ -210,3 +230,31 @@ def activation_overflow(problem: Problem, plan: Plan, sim: Simulation) -> dict[s
             weights = problem.graph.weight_bytes(k for k, d in plan.assignment.items() if d == device)
             over[device] = used - weights
     return over
+
+
+def solve_within_memory(problem: Problem, solve_once: Callable[[dict[str, float]], Plan], attempts: int = 3) -> Plan:
+    """An exact model of weights plus a per-device activation reserve, solved by ``solve_once(reserve)``:
+    first with ``default_reserve``; where that model has no plan, with no reserve (weights alone: a
+    relaxation, so its proof of infeasibility holds for the problem); then, up to ``attempts`` solves
+    in all, with the reserve raised where the simulator saw activations outgrow it. The last plan
+    may still overflow (the simulator then says so); a raised reserve that leaves no plan keeps it."""
+    reserve = default_reserve(problem)
+    try:
+        plan = solve_once(reserve)
+    except NoPlanError:
+        log.info("no plan with the default activation reserve; solving with weights alone, then repairing")
+        reserve = dict.fromkeys(reserve, 0.0)
+        plan = solve_once(reserve)
+    for _ in range(attempts - 1):
+        overflow = activation_overflow(problem, plan, simulate(problem.graph, problem.platform, problem.costs, plan))
+        if not overflow or all(peak <= reserve[d] for d, peak in overflow.items()):
+            break
+        reserve.update(overflow)
+        try:
+            plan = solve_once(reserve)
+        except NoPlanError:
+            log.warning("activations overflow %s, and no plan keeps them free; keeping the plan that overflows",
+                        ", ".join(sorted(overflow)))
+            break
+    return plan
+

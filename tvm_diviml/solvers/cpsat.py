@@ -33,7 +33,8 @@ consumer runs, a model input where a consumer runs) must fit. The simulator char
 live activations, never more than their sum, so every plan the model accepts fits. Where memory
 can bind at all, the model is a restriction of the problem and its bound is no bound for the
 problem: ``lower_bound_s`` is then the combinatorial bound (``bounds.lower_bound``) and
-``optimal`` is False.
+``optimal`` is False. Where this restriction leaves no plan at all, the MILP (whose memory model is
+the activation peak, found by repair) places the model, and the plan says so (``weaker_method``).
 
 Warm start: the ``hint`` plan, else HEFT's. Its assignment and start times become CP-SAT solution
 hints, its latency the horizon, and it is the answer when CP-SAT finds nothing better in time.
@@ -80,7 +81,7 @@ from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem, Solver
 from .list_scheduling import Heft
-from .milp import Context, WindowSolution, order_by_start, trivial_horizon_s
+from .milp import Context, Milp, WindowSolution, order_by_start, trivial_horizon_s
 
 log = logging.getLogger(__name__)
 
@@ -145,10 +146,8 @@ class Cpsat(Solver):
         with CpsatSession(workers=self.workers, seed=self.seed) as session:
             answer = session.solve(model, self.time_limit_s)
         status = answer["status"]
-        if status == "INFEASIBLE":
-            raise DivimlInputError("no plan fits the devices' memory (weights plus every activation a device "
-                                   "would hold)", field="memory_bytes",
-                                   hint="use devices with more memory, or allow kernels on more devices")
+        if status == "INFEASIBLE":                # memory held every activation at once: a restriction
+            return self._exact_memory_fallback(problem, began)
         if "device" in answer:
             assignment = {k: model.devices[d] for k, d in zip(model.kernels, answer["device"])}
             start = dict(zip(model.kernels, answer["start"]))
@@ -174,6 +173,18 @@ class Cpsat(Solver):
         plan.attrs.update({"cpsat_status": status, "cpsat_wall_s": answer["wall_s"], "cpsat_bound_s": bound_s,
                            "ticks_per_s": model.scale, "memory_restricts_bound": model.memory_binds})
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
+        return plan
+
+    def _exact_memory_fallback(self, problem: Problem, began: float) -> Plan:
+        """No plan holds weights plus every activation a device could receive: the MILP's memory model
+        (the live activations' peak, found by repair) may still find one, or prove that none exists."""
+        weaker = ("CP-SAT's memory model (every activation a device receives held at once) leaves no plan: "
+                  "the MILP placed the model instead")
+        log.warning("cpsat: %s", weaker)
+        plan = Milp(time_limit_s=max(self.time_limit_s - (time.perf_counter() - began), 1.0),
+                    seed=self.seed).solve(problem)
+        plan.solver, plan.solve_s = self.name, time.perf_counter() - began
+        plan.attrs["weaker_method"] = weaker
         return plan
 
     def _starting_plan(self, problem: Problem, hint: Plan | None) -> Plan | None:

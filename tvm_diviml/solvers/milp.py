@@ -27,7 +27,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem, Solver, no_plan_exists
-from .constraints import activation_overflow, default_reserve
+from .constraints import solve_within_memory
 
 log = logging.getLogger(__name__)
 
@@ -419,14 +419,8 @@ class Milp(Solver):
         began = time.perf_counter()
         problem.validate()
         incumbent = best_heuristic(problem) if self.use_warm_start else None
-        reserve = default_reserve(problem)
-        for _ in range(3):                    # raise the activation reserve where the simulator saw more
-            remaining = self.time_limit_s - (time.perf_counter() - began)
-            plan = self._solve_once(problem, incumbent, reserve, remaining)
-            overflow = activation_overflow(problem, plan, simulate(problem.graph, problem.platform, problem.costs, plan))
-            if not overflow or all(peak <= reserve[d] for d, peak in overflow.items()):
-                break
-            reserve.update(overflow)
+        plan = solve_within_memory(problem, lambda reserve: self._solve_once(
+            problem, incumbent, reserve, self.time_limit_s - (time.perf_counter() - began)))
         plan.solve_s = time.perf_counter() - began
         return plan
 

@@ -67,6 +67,7 @@ from .milp import BACKENDS as MILP_BACKENDS
 from .milp import (
     Context,
     LatencyModel,
+    Milp,
     WindowSolution,
     best_heuristic,
     list_schedule,
@@ -277,9 +278,9 @@ class Split(Solver):
         pieces = modules(problem, communities(problem, self.seed), self.module_size)
         log.info("split: %d kernels in %d modules of at most %d", len(graph), len(pieces), self.module_size)
         fallback = best_heuristic(problem)
-        if fallback is None:
-            raise DivimlInputError("no heuristic found a feasible plan to start the split heuristic from",
-                                   field="solver", hint="check memory and allowed devices; try --solver milp")
+        if fallback is None:        # the list schedules found no room: the exact model (or its proof) starts it
+            log.info("split: no heuristic plan fits memory; the MILP gives the starting plan")
+            fallback = Milp(time_limit_s=max(windows.deadline - time.perf_counter(), 1.0), seed=self.seed).solve(problem)
         improving = self.improve and len(graph) > self.module_size
         sweep = len(improvement_windows(len(graph), self.module_size)) if improving else 0
         plan, value = self._forward(problem, pieces, fallback, windows, sweep)

@@ -17,7 +17,8 @@ Solvers (every claim is the simulator's value of the plan):
 - ``solve_throughput_milp`` (``--solver milp``): ``ThroughputModel`` over the whole graph, warm-started
   from the best heuristic. Proven optimal only when HiGHS proves it and the simulator agrees; the
   bound is ``objective_bound`` (never above the value). Memory is weights once per device plus an
-  activation reserve (``constraints.default_reserve``, raised where the simulator saw more): where
+  activation reserve (``constraints.solve_within_memory``: the default reserve, none where that leaves
+  no plan, raised where the simulator saw more): where
   memory can bind the model is a restriction, so the plan carries neither bound nor proof.
 - ``balance_greedy`` (``--solver greedy``): kernels in topological order, each to the device that
   gives the least period so far (transfers included), ties to the least added load.
@@ -33,6 +34,7 @@ max-load): these solvers refuse them and point to ``downsets``.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -47,9 +49,9 @@ from ..simulator import Simulation, simulate
 from .base import Problem, Solver, no_plan_exists
 from .constraints import (
     DeviceBudget,
-    activation_overflow,
     default_reserve,
     place_within_memory,
+    solve_within_memory,
 )
 from .milp import best_heuristic, check_backend, colocation_leaders, new_model
 from .single_device import single_device_plan
@@ -364,15 +366,8 @@ def solve_throughput_milp(problem: Problem, *, time_limit_s: float, backend: str
     began = time.perf_counter()
     problem.validate()
     incumbent = best_heuristic(problem) if warm_start else None
-    reserve = default_reserve(problem)
-    for _ in range(3):
-        remaining = time_limit_s - (time.perf_counter() - began)
-        plan = _solve_once(problem, incumbent, reserve, remaining, backend, seed, threads, solver)
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
-        overflow = activation_overflow(problem, plan, sim)
-        if not overflow or all(peak <= reserve[d] for d, peak in overflow.items()):
-            break
-        reserve.update(overflow)
+    plan = solve_within_memory(problem, lambda reserve: _solve_once(
+        problem, incumbent, reserve, time_limit_s - (time.perf_counter() - began), backend, seed, threads, solver))
     plan.solve_s = time.perf_counter() - began
     return plan
 
@@ -423,7 +418,13 @@ def split_throughput(problem: Problem, *, time_limit_s: float, seed: int = 0, mo
     deadline = began + time_limit_s
     problem.validate()
     graph = problem.graph
-    greedy = greedy_throughput(problem)
+    greedy = None
+    with contextlib.suppress(DivimlInputError):
+        greedy = greedy_throughput(problem)
+    if greedy is None or not simulate(graph, problem.platform, problem.costs, greedy).feasible:
+        log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
+        greedy = solve_throughput_milp(problem, time_limit_s=max(deadline - time.perf_counter(), 1.0), seed=seed,
+                                       backend=backend, solver=solver)
     reserve = default_reserve(problem)
     pieces = modules(problem, communities(problem, seed), module_size)
     spans = improvement_windows(len(graph), module_size) if len(graph) > module_size else []
