@@ -184,9 +184,11 @@ def test_weights_that_fit_nowhere_name_device_need_and_capacity(name):
     problem = Problem(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1}))
     problem.validate()                                 # each kernel fits alone, and 180 B < 200 B in all
     with pytest.raises(DivimlInputError, match="kernel 'c' fits on no device") as error:
-        get_solver(name).solve(problem)
+        get_solver(name, exact_fallback=False).solve(problem)
     assert "'A' needs 120 B" in str(error.value) and "'B' needs 120 B" in str(error.value)
     assert "capacity 100 B" in str(error.value)
+    with pytest.raises(DivimlInputError, match="the MILP proves that the weights"):   # no placement at all
+        get_solver(name).solve(problem)
 
 
 def test_default_reserve_is_the_largest_working_set_a_device_may_receive():
@@ -236,11 +238,16 @@ def test_activations_above_the_reserve_are_repaired():
 
 def test_a_plan_that_still_overflows_is_returned_for_the_simulator_to_flag():
     graph, platform, costs = skip_connection()
-    plan, sim = solve("heft", graph, platform, costs)
+    plan, sim = solve("heft", graph, platform, costs, exact_fallback=False)
     # HEFT keeps b, c, d beside a each time; A, then B, get a 30 B reserve, and the third try uses C
     assert set(plan.assignment.values()) == {"C"}
     assert plan.value_s == sim.value_s
     assert sim.problems == ["device 'C' needs 105 B, has 100 B"]
+    # the MILP it then hands the model to repairs a per-device reserve too: a plan exists (a alone on
+    # one device), but a reserve raised for a device blocks a from it as well; the overflow is flagged
+    plan, sim = solve("heft", graph, platform, costs)
+    assert "the exact MILP placed the model" in plan.attrs["weaker_method"]
+    assert sim.feasible or sim.problems == [f"device '{plan.assignment['a']}' needs 105 B, has 100 B"]
 
 
 def test_other_objectives_are_refused_with_a_pointer():

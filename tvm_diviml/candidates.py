@@ -67,7 +67,7 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
         raise DivimlInputError(f"must be at least 1, got {count}", field="--candidates")
     plans = [(f"{chosen.solver or 'given'} plan", chosen)]
     if problem.objective == "latency":
-        plans += [(f"{name} plan", get_solver(name).solve(problem)) for name in ("heft", "greedy")]
+        plans += [(f"{name} plan", get_solver(name, exact_fallback=False).solve(problem)) for name in ("heft", "greedy")]
     plans += [(f"{device} alone", single_device_plan(problem, device)) for device in problem.platform.device_names]
     scored: dict[tuple, Candidate] = {}
     for label, plan in plans:

@@ -75,13 +75,14 @@ def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> d
             plan = solved
         elif problem.objective == "latency" or name == "greedy":
             try:
-                plan = get_solver(name).solve(problem)
+                plan = get_solver(name, exact_fallback=False).solve(problem)
             except DivimlInputError as error:         # greedy does not place for host_staged copies
                 log.debug("baseline %s skipped: %s", name, error)
                 continue
         else:
             latency = Problem(problem.graph, problem.platform, problem.costs, objective="latency")
-            plan = Plan(get_solver(name).solve(latency).assignment, objective=problem.objective, mode=problem.mode)
+            placed = get_solver(name, exact_fallback=False).solve(latency)
+            plan = Plan(placed.assignment, objective=problem.objective, mode=problem.mode)
         values[name] = simulate(problem.graph, problem.platform, problem.costs, plan).value_s
     return values
 

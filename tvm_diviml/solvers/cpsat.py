@@ -194,7 +194,7 @@ class Cpsat(Solver):
         if not self.warm_start:
             return None
         try:
-            return Heft().solve(problem)
+            return Heft(exact_fallback=False).solve(problem)
         except DivimlInputError as error:
             log.info("cpsat: no HEFT warm start (%s)", error)
             return None

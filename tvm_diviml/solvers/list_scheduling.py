@@ -30,8 +30,9 @@ import logging
 import time
 from abc import abstractmethod
 
+from ..errors import DivimlInputError
 from ..plan import Plan
-from ..simulator import device_orders
+from ..simulator import device_orders, simulate
 from .base import Problem, Solver
 from .constraints import DeviceBudget, model_inputs_of, place_within_memory
 
@@ -39,23 +40,50 @@ log = logging.getLogger(__name__)
 
 
 class _ListScheduler(Solver):
-    """Shared by both baselines: latency only, memory repair, the simulator's value as the claim."""
+    """Shared by both baselines: memory repair, the simulator's value as the claim. Where the list
+    schedule finds no placement within memory (its commitments can leave no room although a plan
+    exists), the exact MILP places the model, or proves that nothing fits, and the plan says so;
+    ``exact_fallback=False`` (the MILP's own warm start) returns the overflowing plan instead."""
 
     objectives = ("latency",)
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, reserve: dict[str, float] | None = None):
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, reserve: dict[str, float] | None = None,
+                 exact_fallback: bool = True):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
-        self.reserve = reserve
+        self.reserve, self.exact_fallback = reserve, exact_fallback
 
     def solve(self, problem: Problem) -> Plan:
         self.check_objective(problem)
         began = time.perf_counter()
         problem.validate()
+        try:
+            plan = self.schedule(problem)
+        except DivimlInputError as error:
+            if error.field != "memory_bytes" or not self.exact_fallback:
+                raise
+            return self._exact_fallback(problem, began, error.detail)
+        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        if not sim.feasible and self.exact_fallback:
+            return self._exact_fallback(problem, began, "; ".join(sim.problems))
+        plan.solve_s = time.perf_counter() - began
+        return plan
+
+    def schedule(self, problem: Problem) -> Plan:
+        """The list schedule under the memory budget (latency)."""
         plan, sim = place_within_memory(problem, self.place, self.reserve)
         plan.solver, plan.value_s, plan.optimal = self.name, sim.value_s, False
-        plan.solve_s = time.perf_counter() - began
         log.info("%s: %.6g s, kernels per device %s%s", self.name, sim.value_s,
                  {d: len(v) for d, v in plan.order.items()}, "" if sim.feasible else f"; {'; '.join(sim.problems)}")
+        return plan
+
+    def _exact_fallback(self, problem: Problem, began: float, why: str) -> Plan:
+        from .milp import Milp                # the MILP warm-starts from these schedules
+
+        note = f"{self.name} found no placement within memory ({why}): the exact MILP placed the model"
+        log.warning("%s", note)
+        plan = Milp(time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
+        plan.solver, plan.solve_s = self.name, time.perf_counter() - began
+        plan.attrs["weaker_method"] = note
         return plan
 
     @abstractmethod
@@ -69,12 +97,12 @@ class Greedy(_ListScheduler):
     name = "greedy"
     objectives = ("latency", "throughput")
 
-    def solve(self, problem: Problem) -> Plan:
+    def schedule(self, problem: Problem) -> Plan:
         if problem.objective == "throughput":
             from .throughput import greedy_throughput          # it imports the split heuristic
 
             return greedy_throughput(problem, self.reserve, self.name)
-        return super().solve(problem)
+        return super().schedule(problem)
 
     def place(self, budget: DeviceBudget) -> Plan:
         """Fastest allowed device per kernel; at a co-location group's first member, the device

@@ -470,8 +470,9 @@ def best_heuristic(problem: Problem) -> Plan | None:
     for name in ("heft", "greedy", "fastest_single_device"):
         if name not in SOLVERS:
             continue
-        try:
-            plan = SOLVERS[name]().solve(problem)
+        try:                                  # a list schedule that overflows stays one (no MILP in a MILP)
+            plan = SOLVERS[name](**({} if name == "fastest_single_device" else {"exact_fallback": False})
+                                 ).solve(problem)
         except DivimlInputError:
             continue
         sim = simulate(problem.graph, problem.platform, problem.costs, plan)
