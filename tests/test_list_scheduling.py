@@ -243,11 +243,11 @@ def test_a_plan_that_still_overflows_is_returned_for_the_simulator_to_flag():
     assert set(plan.assignment.values()) == {"C"}
     assert plan.value_s == sim.value_s
     assert sim.problems == ["device 'C' needs 105 B, has 100 B"]
-    # the MILP it then hands the model to repairs a per-device reserve too: a plan exists (a alone on
-    # one device), but a reserve raised for a device blocks a from it as well; the overflow is flagged
+    # by default the MILP then places the model: each overflow it sees excludes that set of kernels on
+    # that device, and a plan with a's weights apart from the skip connection's tensors fits
     plan, sim = solve("heft", graph, platform, costs)
     assert "the exact MILP placed the model" in plan.attrs["weaker_method"]
-    assert sim.feasible or sim.problems == [f"device '{plan.assignment['a']}' needs 105 B, has 100 B"]
+    assert sim.feasible and len(set(plan.assignment.values())) > 1
 
 
 def test_other_objectives_are_refused_with_a_pointer():

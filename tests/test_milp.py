@@ -114,6 +114,21 @@ def test_a_default_reserve_that_leaves_no_plan_gives_way_to_the_weights(objectiv
         assert plan.assignment == {"p": "A", "q": "B", "r": "A"}, name
 
 
+@pytest.mark.parametrize("objective", ["latency", "throughput"])
+def test_an_overflow_excludes_its_kernel_set_not_the_device(objective):
+    """a -> b -> c -> d and a -> d, 10 B tensors, a with 75 B of weights, 100 B devices: with everything
+    on one device a's tensor is live across c (30 B of activations): 105 B. Raising that device's
+    reserve to 30 B would keep a (85 B alone) off it; excluding the set that overflowed does not."""
+    graph = graph_of([("a", "b", 10), ("b", "c", 10), ("c", "d", 10), ("a", "d", 10)], weights={"w": 75},
+                     kernel_weights={"a": ["w"]}, output_bytes={"a": 10, "b": 10, "c": 10, "d": 1})
+    platform = unit_platform(memory=100, latency=0.0)
+    problem = Problem(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1, "d": 1}), objective=objective)
+    plan = get_solver("milp", time_limit_s=20, warm_start=False).solve(problem)
+    sim = simulate(graph, platform, problem.costs, plan)
+    assert sim.feasible, sim.problems
+    assert len(set(plan.assignment.values())) > 1 and not plan.optimal       # memory binds: no proof claimed
+
+
 def test_impossible_memory_names_device_need_and_capacity():
     graph = OpGraph([Kernel("a", weights=("w",))], [], weights={"w": 500})
     platform = unit_platform(memory=100)

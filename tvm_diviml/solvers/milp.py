@@ -27,7 +27,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem, Solver, no_plan_exists
-from .constraints import solve_within_memory
+from .constraints import PeakCut, add_peak_cuts, solve_within_memory
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class LatencyModel:
 
     def __init__(self, problem: Problem, window: list[str] | None = None, context: Context | None = None, *,
                  backend: str = "highs", upper_bound_s: float | None = None, reserve: dict[str, float] | None = None,
-                 descendants: dict[str, int] | None = None, tie_break: bool = False,
+                 cuts: tuple[PeakCut, ...] = (), descendants: dict[str, int] | None = None, tie_break: bool = False,
                  tail_s: dict[str, float] | None = None):
         """``tie_break``: also minimise (slightly) the mean start time, so that kernels off the critical
         path still finish early. ``tail_s``: per kernel, work that must still follow it outside the window
@@ -173,7 +173,7 @@ class LatencyModel:
         self._edges(host)
         self._inputs_and_outputs(host)
         self._disjunctions(descendants if descendants is not None else reachability(problem))
-        self._memory(reserve or {})
+        self._memory(reserve or {}, cuts)
         spread = mip.xsum(self.s.values()) * (1e-3 / len(self.window)) if tie_break and self.window else 0
         m.objective = mip.minimize(self.C + spread)
 
@@ -279,9 +279,9 @@ class LatencyModel:
                     self.m += self.s[w] >= self.s[v] + self.p[v, d] - M * (1 - o) - (M + self.p[v, d]) * apart
                     self.m += self.s[v] >= self.s[w] + self.p[w, d] - M * o - (M + self.p[w, d]) * apart
 
-    def _memory(self, reserve: dict[str, float]) -> None:
-        """Weights once per device (shared ids once) + an activation reserve <= capacity, on each device
-        that cannot hold everything it might be given (elsewhere memory cannot bind)."""
+    def _memory(self, reserve: dict[str, float], cuts: tuple[PeakCut, ...]) -> None:
+        """Weights once per device (shared ids once) + an activation reserve <= capacity, and the peak
+        cuts, on each device that cannot hold everything it might be given (elsewhere memory cannot bind)."""
         graph, platform = self.problem.graph, self.problem.platform
         users: dict[str, list[str]] = {}
         for v in self.window:
@@ -304,9 +304,10 @@ class LatencyModel:
                 for var in on:
                     self.m += holds >= var
                 terms.append(graph.weights.get(weight, 0.0) * holds)
-            budget = device.memory_bytes - sum(graph.weights.get(w, 0.0) for w in fixed) - reserve.get(device.name, 0.0)
+            room = device.memory_bytes - sum(graph.weights.get(w, 0.0) for w in fixed)
             if terms:
-                self.m += mip.xsum(terms) <= budget
+                self.m += mip.xsum(terms) <= room - reserve.get(device.name, 0.0)
+            add_peak_cuts(self.m, self.x, device.name, terms, room, cuts, self.context.assignment)
 
     def _everything_fits(self, device: str, capacity: float) -> bool:
         graph = self.problem.graph
@@ -419,16 +420,16 @@ class Milp(Solver):
         began = time.perf_counter()
         problem.validate()
         incumbent = best_heuristic(problem) if self.use_warm_start else None
-        plan = solve_within_memory(problem, lambda reserve: self._solve_once(
-            problem, incumbent, reserve, self.time_limit_s - (time.perf_counter() - began)))
+        plan = solve_within_memory(problem, lambda reserve, cuts: self._solve_once(
+            problem, incumbent, reserve, cuts, self.time_limit_s - (time.perf_counter() - began)))
         plan.solve_s = time.perf_counter() - began
         return plan
 
     def _solve_once(self, problem: Problem, incumbent: Plan | None, reserve: dict[str, float],
-                    time_limit_s: float) -> Plan:
+                    cuts: tuple[PeakCut, ...], time_limit_s: float) -> Plan:
         graph = problem.graph
         upper = incumbent.value_s if incumbent is not None and math.isfinite(incumbent.value_s) else None
-        model = LatencyModel(problem, backend=self.backend, upper_bound_s=upper, reserve=reserve)
+        model = LatencyModel(problem, backend=self.backend, upper_bound_s=upper, reserve=reserve, cuts=cuts)
         if incumbent is not None:
             sim = simulate(graph, problem.platform, problem.costs, incumbent)
             model.warm_start(incumbent.assignment, sim.start_s, sim.value_s)

@@ -18,7 +18,7 @@ Solvers (every claim is the simulator's value of the plan):
   from the best heuristic. Proven optimal only when HiGHS proves it and the simulator agrees; the
   bound is ``objective_bound`` (never above the value). Memory is weights once per device plus an
   activation reserve (``constraints.solve_within_memory``: the default reserve, none where that leaves
-  no plan, raised where the simulator saw more): where
+  no plan, then each kernel set that overflowed a device excluded there): where
   memory can bind the model is a restriction, so the plan carries neither bound nor proof.
 - ``balance_greedy`` (``--solver greedy``): kernels in topological order, each to the device that
   gives the least period so far (transfers included), ties to the least added load.
@@ -49,6 +49,8 @@ from ..simulator import Simulation, simulate
 from .base import Problem, Solver, no_plan_exists
 from .constraints import (
     DeviceBudget,
+    PeakCut,
+    add_peak_cuts,
     default_reserve,
     place_within_memory,
     solve_within_memory,
@@ -117,7 +119,8 @@ class ThroughputModel:
     """
 
     def __init__(self, problem: Problem, window: list[str] | None = None, fixed: dict[str, str] | None = None, *,
-                 backend: str = "highs", reserve: dict[str, float] | None = None, tie_break: bool = False):
+                 backend: str = "highs", reserve: dict[str, float] | None = None, cuts: tuple[PeakCut, ...] = (),
+                 tie_break: bool = False):
         self.problem = problem
         graph = problem.graph
         self.window = list(window) if window is not None else list(graph.topo_order)
@@ -137,7 +140,7 @@ class ThroughputModel:
         self._compute()
         self._tensors()
         self._inputs_and_outputs()
-        self._memory(reserve or {})
+        self._memory(reserve or {}, cuts)
         self.T = m.add_var(lb=0.0)
         for terms in self.load.values():
             m += self.T >= mip.xsum(terms)
@@ -238,9 +241,9 @@ class ThroughputModel:
                 if d != host and out > 0:
                     self.load["link", d, host].append(self._seconds(out, d, host) * self._x(v, d))
 
-    def _memory(self, reserve: dict[str, float]) -> None:
-        """Weights once per device (shared ids once) + an activation reserve <= capacity, on each device
-        that could be given more than it holds (elsewhere memory cannot bind)."""
+    def _memory(self, reserve: dict[str, float], cuts: tuple[PeakCut, ...]) -> None:
+        """Weights once per device (shared ids once) + an activation reserve <= capacity, and the peak
+        cuts, on each device that could be given more than it holds (elsewhere memory cannot bind)."""
         graph = self.problem.graph
         activations = sum(k.output_bytes for k in graph.kernels.values()) + sum(i.bytes for i in graph.inputs)
         self.memory_binds = False
@@ -258,9 +261,10 @@ class ThroughputModel:
                         users[weight].append(v)
             terms = [graph.weights[w] * self._indicator([self.x[v, name] for v in kernels])
                      for w, kernels in users.items()]
-            budget = capacity - sum(graph.weights[w] for w in resident) - reserve.get(name, 0.0)
+            room = capacity - sum(graph.weights[w] for w in resident)
             if terms:
-                self.m += mip.xsum(terms) <= budget
+                self.m += mip.xsum(terms) <= room - reserve.get(name, 0.0)
+            add_peak_cuts(self.m, self.x, name, terms, room, cuts, self.fixed)
 
     # ------------------------------------------------------------------ solving
     def warm_start(self, assignment: dict[str, str]) -> None:
@@ -360,21 +364,22 @@ def greedy_throughput(problem: Problem, reserve: dict[str, float] | None = None,
 # ---------------------------------------------------------------------- exact solver
 def solve_throughput_milp(problem: Problem, *, time_limit_s: float, backend: str = "highs", seed: int = 0,
                           threads: int = 1, warm_start: bool = True, solver: str = "milp") -> Plan:
-    """The exact model over the whole graph (module docstring); the activation reserve is raised, up
-    to three solves, where the simulator saw activations outgrow it."""
+    """The exact model over the whole graph (module docstring), repaired where the simulator saw
+    activations overflow a device (``constraints.solve_within_memory``)."""
     require_period_overlap(problem, solver)
     began = time.perf_counter()
     problem.validate()
     incumbent = best_heuristic(problem) if warm_start else None
-    plan = solve_within_memory(problem, lambda reserve: _solve_once(
-        problem, incumbent, reserve, time_limit_s - (time.perf_counter() - began), backend, seed, threads, solver))
+    plan = solve_within_memory(problem, lambda reserve, cuts: _solve_once(
+        problem, incumbent, reserve, cuts, time_limit_s - (time.perf_counter() - began), backend, seed, threads,
+        solver))
     plan.solve_s = time.perf_counter() - began
     return plan
 
 
-def _solve_once(problem: Problem, incumbent: Plan | None, reserve: dict[str, float], time_limit_s: float,
-                backend: str, seed: int, threads: int, solver: str) -> Plan:
-    model = ThroughputModel(problem, backend=backend, reserve=reserve)
+def _solve_once(problem: Problem, incumbent: Plan | None, reserve: dict[str, float], cuts: tuple[PeakCut, ...],
+                time_limit_s: float, backend: str, seed: int, threads: int, solver: str) -> Plan:
+    model = ThroughputModel(problem, backend=backend, reserve=reserve, cuts=cuts)
     if incumbent is not None:
         model.warm_start(incumbent.assignment)
     found = model.solve(time_limit_s, seed=seed, threads=threads)
