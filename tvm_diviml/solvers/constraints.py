@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..plan import Plan
 from ..simulator import Simulation, format_bytes, simulate
-from .base import NoPlanError, Problem
+from .base import Problem
 
 log = logging.getLogger(__name__)
 
@@ -232,60 +231,3 @@ def activation_overflow(problem: Problem, plan: Plan, sim: Simulation) -> dict[s
             over[device] = used - weights
     return over
 
-
-@dataclass(frozen=True)
-class PeakCut:
-    """The simulator saw ``peak_bytes`` of activations on ``device`` while it held ``kernels``. Every
-    plan that puts all of them there again needs their weights plus at least that peak (on a device,
-    activations only grow as kernels join it), so an exact model may exclude those plans."""
-
-    device: str
-    kernels: frozenset[str]
-    peak_bytes: float
-
-
-def add_peak_cuts(model, x: dict, device: str, weight_terms: list, room: float, cuts: Iterable[PeakCut],
-                  fixed: dict[str, str]) -> None:
-    """On ``model`` (python-mip): for each cut of ``device``, weights + the cut's peak <= ``room`` (the
-    capacity left by fixed weights) whenever every kernel of the cut is there (``x[kernel, device]``
-    binary, or ``fixed`` kernel -> device); cuts that a fixed kernel elsewhere already satisfies are skipped."""
-    import mip
-
-    for cut in cuts:
-        if cut.device != device or any(fixed.get(k, device) != device for k in cut.kernels if (k, device) not in x):
-            continue
-        free = [x[k, device] for k in cut.kernels if (k, device) in x]
-        if len(free) + sum(1 for k in cut.kernels if fixed.get(k) == device) < len(cut.kernels):
-            continue                              # a kernel of the cut is outside this model: it cannot hold
-        model += mip.xsum(weight_terms) + cut.peak_bytes * (mip.xsum(free) - len(free) + 1) <= room
-
-
-def solve_within_memory(problem: Problem, solve_once: Callable[[dict[str, float], tuple[PeakCut, ...]], Plan],
-                        attempts: int = 8) -> Plan:
-    """An exact model of weights plus a per-device activation reserve, solved by ``solve_once(reserve,
-    cuts)``: first with ``default_reserve``; where that model has no plan, with no reserve (weights
-    alone: a relaxation, so its proof of infeasibility holds for the problem); then, up to
-    ``attempts`` solves in all, with a ``PeakCut`` for each device the simulator saw overflow. The
-    last plan may still overflow (the simulator then says so)."""
-    reserve = default_reserve(problem)
-    cuts: tuple[PeakCut, ...] = ()
-    try:
-        plan = solve_once(reserve, cuts)
-    except NoPlanError:
-        log.info("no plan with the default activation reserve; solving with weights alone, then repairing")
-        reserve = dict.fromkeys(reserve, 0.0)
-        plan = solve_once(reserve, cuts)
-    for _ in range(attempts - 1):
-        overflow = activation_overflow(problem, plan, simulate(problem.graph, problem.platform, problem.costs, plan))
-        new = {PeakCut(device, frozenset(k for k, d in plan.assignment.items() if d == device), peak)
-               for device, peak in overflow.items()} - set(cuts)
-        if not new:
-            break
-        cuts = (*cuts, *sorted(new, key=lambda cut: (cut.device, sorted(cut.kernels))))
-        try:
-            plan = solve_once(reserve, cuts)
-        except NoPlanError:
-            log.warning("activations overflow %s, and no plan avoids the sets that overflowed; keeping the plan "
-                        "that overflows", ", ".join(sorted(overflow)))
-            break
-    return plan

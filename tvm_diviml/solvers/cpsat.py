@@ -81,7 +81,7 @@ from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem, Solver
 from .list_scheduling import Heft
-from .milp import Context, Milp, WindowSolution, order_by_start, trivial_horizon_s
+from .milp import Context, WindowSolution, milp_instead, order_by_start, trivial_horizon_s
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,8 @@ class Cpsat(Solver):
             answer = session.solve(model, self.time_limit_s)
         status = answer["status"]
         if status == "INFEASIBLE":                # memory held every activation at once: a restriction
-            return self._exact_memory_fallback(problem, began)
+            return milp_instead(problem, self, began, "CP-SAT's memory model (every activation a device receives "
+                                "held at once) leaves no plan: the MILP placed the model instead")
         if "device" in answer:
             assignment = {k: model.devices[d] for k, d in zip(model.kernels, answer["device"])}
             start = dict(zip(model.kernels, answer["start"]))
@@ -173,18 +174,6 @@ class Cpsat(Solver):
         plan.attrs.update({"cpsat_status": status, "cpsat_wall_s": answer["wall_s"], "cpsat_bound_s": bound_s,
                            "ticks_per_s": model.scale, "memory_restricts_bound": model.memory_binds})
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
-        return plan
-
-    def _exact_memory_fallback(self, problem: Problem, began: float) -> Plan:
-        """No plan holds weights plus every activation a device could receive: the MILP's memory model
-        (the live activations' peak, found by repair) may still find one, or prove that none exists."""
-        weaker = ("CP-SAT's memory model (every activation a device receives held at once) leaves no plan: "
-                  "the MILP placed the model instead")
-        log.warning("cpsat: %s", weaker)
-        plan = Milp(time_limit_s=max(self.time_limit_s - (time.perf_counter() - began), 1.0),
-                    seed=self.seed).solve(problem)
-        plan.solver, plan.solve_s = self.name, time.perf_counter() - began
-        plan.attrs["weaker_method"] = weaker
         return plan
 
     def _starting_plan(self, problem: Problem, hint: Plan | None) -> Plan | None:

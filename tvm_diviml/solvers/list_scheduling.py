@@ -77,14 +77,10 @@ class _ListScheduler(Solver):
         return plan
 
     def _exact_fallback(self, problem: Problem, began: float, why: str) -> Plan:
-        from .milp import Milp                # the MILP warm-starts from these schedules
+        from .milp import milp_instead        # the MILP warm-starts from these schedules
 
-        note = f"{self.name} found no placement within memory ({why}): the exact MILP placed the model"
-        log.warning("%s", note)
-        plan = Milp(time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
-        plan.solver, plan.solve_s = self.name, time.perf_counter() - began
-        plan.attrs["weaker_method"] = note
-        return plan
+        return milp_instead(problem, self, began,
+                            f"{self.name} found no placement within memory ({why}): the exact MILP placed the model")
 
     @abstractmethod
     def place(self, budget: DeviceBudget) -> Plan:

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import mip
@@ -26,8 +27,8 @@ import mip
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate
-from .base import Problem, Solver, no_plan_exists
-from .constraints import PeakCut, add_peak_cuts, solve_within_memory
+from .base import NoPlanError, Problem, Solver, no_plan_exists
+from .constraints import activation_overflow, default_reserve
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,30 @@ def colocation_leaders(graph, window) -> list[tuple[str, str]]:
         if group is not None and first.setdefault(group, v) != v:
             pairs.append((v, first[group]))
     return pairs
+
+
+@dataclass(frozen=True)
+class PeakCut:
+    """The simulator saw ``peak_bytes`` of activations on ``device`` while it held ``kernels``. Every
+    plan that puts all of them there again needs their weights plus at least that peak (on a device,
+    activations only grow as kernels join it), so an exact model may exclude those plans."""
+
+    device: str
+    kernels: frozenset[str]
+    peak_bytes: float
+
+
+def add_peak_cuts(model: mip.Model, x: dict, device: str, weight_terms: list, room: float,
+                  cuts: tuple[PeakCut, ...], fixed: dict[str, str]) -> None:
+    """For each cut of ``device``: weights + the cut's peak <= ``room`` (the capacity left by fixed
+    weights) whenever every kernel of the cut is there, each either free (``x[kernel, device]``) or
+    ``fixed`` there; a cut with a kernel that cannot be there in this model cannot bind, and is skipped."""
+    for cut in cuts:
+        if cut.device != device or any((k, device) not in x and fixed.get(k) != device for k in cut.kernels):
+            continue
+        free = [x[k, device] for k in cut.kernels if (k, device) in x]
+        model += mip.xsum(weight_terms) + cut.peak_bytes * (mip.xsum(free) - len(free) + 1) <= room
+
 
 
 class LatencyModel:
@@ -483,3 +508,45 @@ def best_heuristic(problem: Problem) -> Plan | None:
                 plan.order = order_by_start(problem.graph, plan.assignment, sim.start_s)
             best = plan
     return best
+
+
+def solve_within_memory(problem: Problem, solve_once: Callable[[dict[str, float], tuple[PeakCut, ...]], Plan],
+                        attempts: int = 8) -> Plan:
+    """An exact model of weights plus a per-device activation reserve, solved by ``solve_once(reserve,
+    cuts)``: first with ``default_reserve``; where that model has no plan, with no reserve (weights
+    alone: a relaxation, so its proof of infeasibility holds for the problem); then, up to
+    ``attempts`` solves in all, with a ``PeakCut`` for each device the simulator saw overflow. The
+    last plan may still overflow (the simulator then says so)."""
+    reserve = default_reserve(problem)
+    cuts: tuple[PeakCut, ...] = ()
+    try:
+        plan = solve_once(reserve, cuts)
+    except NoPlanError:
+        log.info("no plan with the default activation reserve; solving with weights alone, then repairing")
+        reserve = dict.fromkeys(reserve, 0.0)
+        plan = solve_once(reserve, cuts)
+    for _ in range(attempts - 1):
+        overflow = activation_overflow(problem, plan, simulate(problem.graph, problem.platform, problem.costs, plan))
+        new = {PeakCut(device, frozenset(k for k, d in plan.assignment.items() if d == device), peak)
+               for device, peak in overflow.items()} - set(cuts)
+        if not new:
+            break
+        cuts = (*cuts, *sorted(new, key=lambda cut: (cut.device, sorted(cut.kernels))))
+        try:
+            plan = solve_once(reserve, cuts)
+        except NoPlanError:
+            log.warning("activations overflow %s, and no plan avoids the sets that overflowed; keeping the plan "
+                        "that overflows", ", ".join(sorted(overflow)))
+            break
+    return plan
+
+
+def milp_instead(problem: Problem, solver: Solver, began: float, note: str) -> Plan:
+    """``solver`` found no plan within memory by its own method: the MILP (its memory repaired by what
+    the simulator sees) places the model, or proves that nothing fits; the plan says so in ``note``."""
+    log.warning("%s: %s", solver.name, note)
+    plan = Milp(time_limit_s=max(solver.time_limit_s - (time.perf_counter() - began), 1.0),
+                seed=solver.seed).solve(problem)
+    plan.solver, plan.solve_s = solver.name, time.perf_counter() - began
+    plan.attrs["weaker_method"] = note
+    return plan

@@ -17,7 +17,7 @@ Solvers (every claim is the simulator's value of the plan):
 - ``solve_throughput_milp`` (``--solver milp``): ``ThroughputModel`` over the whole graph, warm-started
   from the best heuristic. Proven optimal only when HiGHS proves it and the simulator agrees; the
   bound is ``objective_bound`` (never above the value). Memory is weights once per device plus an
-  activation reserve (``constraints.solve_within_memory``: the default reserve, none where that leaves
+  activation reserve (``milp.solve_within_memory``: the default reserve, none where that leaves
   no plan, then each kernel set that overflowed a device excluded there): where
   memory can bind the model is a restriction, so the plan carries neither bound nor proof.
 - ``balance_greedy`` (``--solver greedy``): kernels in topological order, each to the device that
@@ -47,15 +47,16 @@ from ..errors import DivimlInputError
 from ..plan import Plan, ReplicaGroup
 from ..simulator import Simulation, simulate
 from .base import Problem, Solver, no_plan_exists
-from .constraints import (
-    DeviceBudget,
+from .constraints import DeviceBudget, default_reserve, place_within_memory
+from .milp import (
     PeakCut,
     add_peak_cuts,
-    default_reserve,
-    place_within_memory,
+    best_heuristic,
+    check_backend,
+    colocation_leaders,
+    new_model,
     solve_within_memory,
 )
-from .milp import best_heuristic, check_backend, colocation_leaders, new_model
 from .single_device import single_device_plan
 from .split import communities, improvement_windows, modules
 
@@ -365,7 +366,7 @@ def greedy_throughput(problem: Problem, reserve: dict[str, float] | None = None,
 def solve_throughput_milp(problem: Problem, *, time_limit_s: float, backend: str = "highs", seed: int = 0,
                           threads: int = 1, warm_start: bool = True, solver: str = "milp") -> Plan:
     """The exact model over the whole graph (module docstring), repaired where the simulator saw
-    activations overflow a device (``constraints.solve_within_memory``)."""
+    activations overflow a device (``milp.solve_within_memory``)."""
     require_period_overlap(problem, solver)
     began = time.perf_counter()
     problem.validate()
