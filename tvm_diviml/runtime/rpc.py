@@ -301,15 +301,15 @@ class RpcRunner:
             self._finished(failed)
 
     def _server_error(self, error: SegmentError, server: str | None = None) -> ServerError:
-        """``error`` restated with the server to blame: the one a download failed from, else the one a
-        hung hop waits on, else the segment's."""
+        """``error`` restated with the server to blame: the one a download failed from, else (a stall)
+        the one a hop still out waits on, else the segment's."""
         if isinstance(error, ServerError):
             return error
         detail = str(error)
         if server is None and isinstance(error.__cause__, _RemoteOpFailed):
             server = error.__cause__.server
-        if server is None and not error.segment:           # a stall outside segment calls: a move hangs
-            with self._lock:
+        if server is None and isinstance(error, SegmentTimeoutError):   # a stall: a hop still out names the
+            with self._lock:                                             # server it waits on (not the reader's)
                 server, what = next(iter(self._remote_ops.values()), (None, ""))
             detail += f"; {what} waits on it" if what else ""
         if server is None:
