@@ -40,6 +40,10 @@ from .extract import Extraction
 
 log = logging.getLogger(__name__)
 
+# Timings continue past their ``repeats`` until they took this long (at most 2,000 calls): a model of
+# tens of microseconds timed 5 or 10 times gave medians 1.5x apart between processes.
+SETTLE_S = 0.25
+
 
 @dataclass
 class RunMeasurement:
@@ -131,7 +135,7 @@ def single_device_samples(model: BuiltModel, extraction: Extraction, platform: P
             builds[device.name] = build(apply_plan(model.mod, plan, platform, extraction=extraction,
                                                    database=database))
         runner = SingleVMRunner(builds[device.name], params, num_threads=threads)
-        out[name] = time_calls(runner, inputs, repeats)
+        out[name] = time_calls(runner, inputs, repeats, SETTLE_S)
         log.info("single device %s: %.4f s", name, statistics.median(out[name]))
     return out
 
@@ -210,7 +214,7 @@ def time_build(built: PlacedExecutable, model: BuiltModel, objective: str, refer
             (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
     if not concurrent:
         single = SingleVMRunner(built, params, num_threads=threads)
-        samples = time_calls(single, inputs, repeats)
+        samples = time_calls(single, inputs, repeats, SETTLE_S)
         measured, flight = statistics.median(samples), 1
         busy = {built.placement.devices[0]: measured}
     return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", abs_diff, rel_diff)
@@ -268,6 +272,22 @@ def calibrate_in_context(costs, model: BuiltModel, extraction: Extraction, *, re
     return dict(costs.in_context_s)
 
 
+def runner_overhead_s(model: BuiltModel, extraction: Extraction, platform: Platform, device, *,
+                      repeats: int = 20) -> float:
+    """What ``SingleVMRunner`` adds to one inference of the single-device build on ``device`` (inputs
+    uploaded, outputs to numpy): its median call less the bare VM call's, timed alternately."""
+    built = build(apply_plan(model.mod, Plan({k: device.name for k in extraction.graph.kernels}), platform,
+                             extraction=extraction))
+    runner = SingleVMRunner(built, [w for _, w in model.params], num_threads=device.num_threads)
+    inputs = model.sample_inputs()
+    bare = runner.bare_call(inputs)
+    with_runner, alone = [], []
+    for _ in range(repeats):
+        with_runner += time_calls(runner, inputs, 1, SETTLE_S / repeats)
+        alone += time_calls(lambda _: bare(), [], 1, SETTLE_S / repeats)
+    return max(0.0, statistics.median(with_runner) - statistics.median(alone))
+
+
 def _relative_spread(samples: list[float]) -> float:
     """Half the range between the first and third quartiles, over the median: how far one timing
     of the same build strays (a prediction cannot be trusted closer than that)."""
@@ -318,8 +338,9 @@ def _timing_key(candidate: Candidate) -> tuple:
 def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltModel, reference: list[np.ndarray],
                        repeats: int) -> dict[tuple, BuildTiming]:
     """One inference at a time, each candidate twice per round (the second timed: warm, as a model run
-    again and again is), ``repeats`` rounds: a one-device build in one VM with its thread count, a
-    multi-device build on the concurrent executor."""
+    again and again is), ``repeats`` rounds or more, until the fastest candidate too was timed for
+    ``SETTLE_S``: a one-device build in one VM with its thread count, a multi-device build on the
+    concurrent executor."""
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
     with contextlib.ExitStack() as stack:
@@ -334,7 +355,8 @@ def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltMo
             checks[key] = compare_outputs(runners[key](inputs), reference)
             busy[key] = Counter()
         samples: dict[tuple, list[float]] = {key: [] for key in runners}
-        for _ in range(repeats):
+        rounds = repeats
+        while len(next(iter(samples.values()))) < rounds:
             for key, runner in runners.items():
                 runner(inputs)        # untimed: the previous candidate left the caches and thread pool its own
                 began = time.perf_counter()
@@ -342,12 +364,15 @@ def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltMo
                 samples[key].append(time.perf_counter() - began)
                 if isinstance(runner, ConcurrentRunner):
                     busy[key].update(runner.busy_s)
+            done, fastest = len(samples[key]), min(sum(x) for x in samples.values())
+            if fastest < SETTLE_S:          # rounds until every candidate was timed for SETTLE_S
+                rounds = max(rounds, min(200 * repeats, math.ceil(done * SETTLE_S / max(fastest, 1e-9))))
     out = {}
     for key, runner in runners.items():
         measured = statistics.median(samples[key])
         concurrent = isinstance(runner, ConcurrentRunner)
         devices = builds[key[0]][0].placement.devices
-        per_run = {d: s / repeats for d, s in busy[key].items()} if concurrent else {devices[0]: measured}
+        per_run = {d: s / len(samples[key]) for d, s in busy[key].items()} if concurrent else {devices[0]: measured}
         out[key] = BuildTiming(measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM",
                                *checks[key])
     return out
@@ -396,8 +421,8 @@ def _concurrent_latency(runner: ConcurrentRunner, inputs: list[np.ndarray], repe
         busy_total.update(runner.busy_s)                 # busy_s covers the last run only
         return outputs
 
-    samples = time_calls(run_once, inputs, repeats)
-    return statistics.median(samples), samples, {d: s / (repeats + 1) for d, s in busy_total.items()}
+    samples = time_calls(run_once, inputs, repeats, SETTLE_S)
+    return statistics.median(samples), samples, {d: s / (len(samples) + 1) for d, s in busy_total.items()}
 
 
 def headline(run, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:

@@ -5,6 +5,7 @@ with several inputs in flight, in input order; and an exported build runs the sa
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 
 import networkx as nx
@@ -15,6 +16,8 @@ from tvm_diviml.passes import apply_plan, build, extract
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import get_platform
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
+from tvm_diviml.runtime import vm
+from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.vm import PlacedExecutable
 from tvm_diviml.zoo import SMALL_OPTIONS, build_model
 from tvm_diviml.zoo.reference import run_reference
@@ -165,3 +168,30 @@ def test_busy_time_is_positive_for_each_device_used_and_only_those(chain, chain_
         assert_matches(runner(chain.model.sample_inputs(0)), chain.references[0])
         busy = runner.busy_s
     assert set(busy) == used and all(seconds > 0 for seconds in busy.values())
+
+
+def placement_of(devices: list[tuple[str, str, int | None]]) -> Placement:
+    names, specs, threads = (list(x) for x in zip(*devices))
+    return Placement(entry="main", devices=names, tvm_devices=specs, num_threads=threads, inputs=[], weight_params=[],
+                     num_params=0, weight_ids=[], transform_params=None, constant_ids=[], constants_func=None,
+                     num_outputs=1, copies_per_run=0)
+
+
+def test_cpu_workers_get_cores_of_their_own_when_they_fit(monkeypatch):
+    monkeypatch.setattr(vm, "_ALLOWED_CPUS", frozenset({2, 3, 5}))
+    two = placement_of([("cpu0", "cpu:0", 1), ("gpu", "cuda:0", None), ("cpu1", "cpu:0", 2)])
+    assert vm.worker_cores(two) == {"cpu0": [2], "cpu1": [3, 5]}      # the GPU's worker stays free
+    assert vm.worker_cores(placement_of([("cpu0", "cpu:0", 2), ("cpu1", "cpu:0", 2)])) == {}   # 4 threads, 3 cores
+    monkeypatch.setattr(vm, "_ALLOWED_CPUS", None)                     # an OS that cannot pin
+    assert vm.worker_cores(two) == {}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin two workers apart")
+def test_running_workers_are_pinned_apart_and_the_caller_stays_free(chain, chain_latency_build):
+    """Unpinned, both workers were often woken on one core and ran one after the other."""
+    caller = os.sched_getaffinity(0)
+    with ConcurrentRunner(chain_latency_build, chain.weights) as runner:
+        assert_matches(runner(chain.model.sample_inputs(0)), chain.references[0])
+        cores = [os.sched_getaffinity(t.native_id) for t in runner.executor._threads]
+    assert len(cores) == 2 and all(len(c) == 1 for c in cores) and cores[0] != cores[1]
+    assert os.sched_getaffinity(0) == caller

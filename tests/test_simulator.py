@@ -274,6 +274,32 @@ def test_executor_charges_its_overheads_per_segment_call_and_per_inference():
     assert priced(alternating, True) - priced(halves, True) == pytest.approx(extra_links + 2 * 0.5)
 
 
+def test_streams_charge_each_device_a_segment_call_per_segment():
+    """In period modes every device pays segment_s per segment call of one inference, one device or
+    several (a stream always runs on the executor); costs not measured here pay nothing."""
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("b", "c", 3), ("c", "d", 1)])
+    times = {"a": 1, "b": 2, "c": 3, "d": 1}
+    halves, alternating = {"a": "A", "b": "A", "c": "B", "d": "B"}, {"a": "A", "b": "B", "c": "A", "d": "B"}
+
+    def loads(assignment, mode, costs, **fields):
+        return run(graph, platform, costs, assignment, mode=mode, **fields).device_busy_s
+
+    charged = executor_table(platform, times)
+    charged.executor_overheads = ExecutorOverheads(run_s=0.25, segment_s=0.5, handoff_s=0.125)
+    plain = table(platform, times)
+    for assignment, per_device in ((halves, {"A": 1, "B": 1}), (alternating, {"A": 2, "B": 2}),
+                                   (dict.fromkeys(times, "A"), {"A": 1})):
+        with_calls, without = loads(assignment, "period_overlap", charged), loads(assignment, "period_overlap", plain)
+        assert {d: with_calls[d] - without[d] for d in with_calls} == pytest.approx(
+            {d: 0.5 * n for d, n in per_device.items()})
+    stages = {"stages": [["a", "b"], ["c", "d"]], "stage_devices": ["A", "B"]}
+    with_calls = run(graph, platform, charged, halves, mode="stage_serial", **stages)
+    without = run(graph, platform, plain, halves, mode="stage_serial", **stages)
+    assert [x - y for x, y in zip(with_calls.stage_cost_s, without.stage_cost_s)] == pytest.approx([0.5, 0.5])
+    assert with_calls.value_s == pytest.approx(without.value_s + 0.5)
+
+
 def test_executor_copies_a_tensor_once_per_device_and_inputs_from_the_host():
     platform = unit_platform()
     graph = graph_of([("a", "b", 4), ("a", "c", 4), ("b", "d", 1), ("c", "d", 1)], inputs=[("x", 2, ("a",))])

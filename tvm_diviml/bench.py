@@ -76,8 +76,9 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
                 tune_trials: int = 32) -> Iterator[Row]:
     """Cost-model accuracy on this machine's CPU, per zoo model at a small size: the sum of the
     measured kernel times, alone and as calibrated inside the model (``calibrate_in_context``: the
-    placed single-device build timed whole, a separate run), against the measured whole-model run
-    (the lowered module by TVM's default pipeline, same schedules), the roofline's
+    placed single-device build timed whole, a separate run, less the runner's Python work around the
+    call, ``runner_overhead_s``), against the measured whole-model run (the lowered module by TVM's
+    default pipeline and ``time_evaluator``, same schedules), the roofline's
     per-kernel error after fitting it to those measurements, and untuned against tuned times."""
     import tempfile
 
@@ -88,7 +89,7 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
     from .cost.measured import MeasureOptions, MeasuredCostModel, time_whole_model, tune_for_devices
     from .passes.interpret import transformed_weights
     from .passes.load import load_model
-    from .passes.run import calibrate_in_context
+    from .passes.run import calibrate_in_context, runner_overhead_s
     from .platform import get_platform
     from .workload import format_model_spec
     from .zoo import SMALL_OPTIONS
@@ -107,12 +108,13 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
                 kernel_s = np.array([costs.compute_s(k, device.name) for k in graph.kernels])
                 calibrate_in_context(costs, built, extraction)
                 in_context_s = sum(costs.compute_s(k, device.name) for k in graph.kernels)
+            runner_s = runner_overhead_s(built, extraction, platform, device)
             weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
             whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options)
             row = {"suite": "costs", "model": format_model_spec(name, SMALL_OPTIONS[name]),
                    "kernels": len(graph), "sum_kernels_s": float(kernel_s.sum()), "whole_model_s": whole.median_s,
-                   "sum_over_whole": float(kernel_s.sum()) / whole.median_s,
-                   "in_context_over_whole": in_context_s / whole.median_s}
+                   "sum_over_whole": float(kernel_s.sum()) / whole.median_s, "runner_overhead_s": runner_s,
+                   "in_context_over_whole": (in_context_s - runner_s) / whole.median_s}
             try:
                 fit = costs.roofline_fit(device.name)
                 row.update(fit_gflops=fit.peak_flops / 1e9, fit_gbps=fit.bandwidth_Bps / 1e9,

@@ -388,8 +388,25 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
             if device != platform.host:
                 link_load[(platform.host, device)] += probability * costs.transfer_s(
                     graph_input.bytes, platform.host, device)
+    if not plan.replicas:
+        for device, seconds in _segment_charges(graph, costs, plan).items():
+            device_load[device] += seconds
     period = max([0.0, *device_load.values(), *link_load.values()])
     return Simulation("period_overlap", period, device_busy_s=dict(device_load), link_busy_s=dict(link_load))
+
+
+def _segment_charges(graph: OpGraph, costs: CostModel, plan: Plan) -> dict[str, float]:
+    """What a stream of ``plan`` pays each device per inference beyond its kernels when its costs
+    describe the concurrent executor (``executor_segments``): ``segment_s`` per segment call. A
+    stream always runs on that executor, one device or several."""
+    if not costs.executor_segments or costs.executor_overheads.segment_s <= 0:
+        return {}
+    from .runtime.segments import split_segments
+
+    charges: dict[str, float] = defaultdict(float)
+    for seg in split_segments(graph, plan.assignment, run_order(graph, plan)):
+        charges[seg.device] += costs.executor_overheads.segment_s
+    return charges
 
 
 # ---------------------------------------------------------------------- stage_serial
@@ -437,6 +454,8 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
             cost[home] += costs.transfer_s(graph.kernels[kernel].output_bytes, assign[kernel], platform.host)
     for _name, device, nbytes in input_sends(graph, assign):
         cost[devices.index(device)] += costs.transfer_s(nbytes, platform.host, device)
+    for device, seconds in _segment_charges(graph, costs, plan).items():
+        cost[devices.index(device)] += seconds
     device_load: dict[str, float] = defaultdict(float)
     for index, device in enumerate(devices):
         device_load[device] += cost[index]

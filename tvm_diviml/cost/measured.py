@@ -198,8 +198,9 @@ def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> L
     return LinkMeasurement(fit.latency_s, fit.bandwidth_Bps, fit.max_rel_error)
 
 
-# The runner whose whole-model timings calibrate kernels in context: a cheaper runner makes old figures stale.
-WHOLE_MODEL_RUNNER = "single-vm-2"
+# The runner and build whose whole-model timings calibrate kernels in context: a cheaper runner, a
+# one-device build with static memory planning or a timing that runs until it settles makes old figures stale.
+WHOLE_MODEL_RUNNER = "single-vm-3"
 
 
 class MeasuredCostModel(CostModel):

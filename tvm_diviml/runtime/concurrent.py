@@ -3,7 +3,8 @@
 ``ConcurrentExecutor`` does the scheduling; this module adapts it to TVM: each worker creates its own
 ``VirtualMachine`` over the shared executable, sizes its thread's CPU pool from the platform, and
 calls segment functions with the device's copies of the weights appended; tensors read on another
-device are copied by TVM (``Tensor.copyto``).
+device are copied by TVM (``Tensor.copyto``). The workers of CPU devices are pinned to cores of their
+own where they fit (``vm.worker_cores``).
 
 While a runner is open, Python's thread switch interval is 0.2 ms instead of 5 ms: a worker woken to
 start its segment otherwise waited up to 5 ms for the interpreter lock (measured here: one device's
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..errors import DivimlInputError
 from .executor import ConcurrentExecutor, SegmentCall
-from .vm import PlacedExecutable, flatten, set_threads, to_device, to_numpy, tvm_device
+from .vm import PlacedExecutable, flatten, pin_thread, set_threads, to_device, to_numpy, tvm_device, worker_cores
 
 
 SWITCH_INTERVAL_S = 2e-4
@@ -37,6 +38,7 @@ class ConcurrentRunner:
         self._weights = {seg["name"]: [uploaded[tuple(key)] for key in seg["weights"]] for seg in placement.segments}
         self._threads = dict(zip(placement.devices, placement.num_threads, strict=True))
         self._devices = dict(zip(placement.devices, placement.tvm_devices, strict=True))
+        self._cores = worker_cores(placement)
         self.host = built.devices()[0]
         calls = [SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"]))
                  for seg in placement.segments]
@@ -47,6 +49,8 @@ class ConcurrentRunner:
 
     def _make_caller(self, device: str):
         set_threads(self._threads[device])
+        if device in self._cores:
+            pin_thread(self._cores[device])
         vm = self.built.new_vm()
         functions = {seg["name"]: vm[seg["name"]] for seg in self.built.placement.segments if seg["device"] == device}
         weights = self._weights

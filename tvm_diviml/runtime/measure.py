@@ -21,11 +21,14 @@ def compare_outputs(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[floa
     return abs_diff, abs_diff / scale if scale > 0 else abs_diff
 
 
-def time_calls(call: Callable[[list], object], inputs: list, repeats: int) -> list[float]:
-    """Seconds per ``call(inputs)``, after one warm-up call."""
+def time_calls(call: Callable[[list], object], inputs: list, repeats: int, min_seconds: float = 0.0,
+               most: int = 2000) -> list[float]:
+    """Seconds per ``call(inputs)``, after one warm-up call: ``repeats`` calls, more until they took
+    ``min_seconds`` (at most ``most``), so a model of microseconds is timed as often as it takes for
+    its median to settle."""
     call(inputs)
-    samples = []
-    for _ in range(repeats):
+    samples: list[float] = []
+    while len(samples) < repeats or (sum(samples) < min_seconds and len(samples) < most):
         began = time.perf_counter()
         call(inputs)
         samples.append(time.perf_counter() - began)
