@@ -238,6 +238,11 @@ def test_bad_shape_syntax_is_an_argument_error():
     assert result.returncode == 2 and "NAME=VALUE" in result.stderr
 
 
+def test_a_stream_of_one_input_is_an_argument_error():
+    result = diviml("run", "twin_branch", "--objective", "throughput", "--inputs", "1")
+    assert result.returncode == 2 and "--inputs: must be at least 2" in result.stderr
+
+
 @pytest.mark.parametrize("objective, extra, solver", [
     ("throughput", [], "milp"),
     ("pipeline", ["--stages", "2", "--bound-time-limit", "2"], "slicegraph"),

@@ -400,3 +400,21 @@ def test_the_real_executor_overheads_are_timed():
 
     measured = executor_overheads(repeats=20, rounds=1)
     assert 0 < measured.run_s < 0.1 and 0 <= measured.segment_s < 0.1 and 0 <= measured.handoff_s < 0.1
+
+
+def test_a_streams_period_is_timed_between_its_outputs_not_from_the_start(monkeypatch):
+    """A fake stream on a fake clock: the devices fill in 50 ms, then an output every 10 ms."""
+    from tvm_diviml.runtime import measure
+
+    clock = [0.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+
+    class FakeRunner:
+        def stream(self, inputs, in_flight):
+            for index, _ in enumerate(inputs):
+                clock[0] += 0.050 if index == 0 else 0.010
+                yield []
+
+    assert measure.time_stream(FakeRunner(), [[]] * 16, in_flight=2) == pytest.approx(0.010)
+    with pytest.raises(ValueError, match="two inputs"):
+        measure.time_stream(FakeRunner(), [[]], in_flight=1)

@@ -492,8 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "or a cost table .json")
     run.add_argument("--tuning-db", metavar="DIR", help="build and price with an existing MetaSchedule database")
     run.add_argument("--repeats", type=_positive_int, default=10, help="timed inferences (latency; default 10)")
-    run.add_argument("--inputs", type=_positive_int, default=16,
-                     help="inputs streamed (throughput and pipeline; default 16)")
+    run.add_argument("--inputs", type=_at_least_two, default=16,
+                     help="inputs streamed (throughput and pipeline; default 16; the period is timed from "
+                          "the first output to the last)")
     run.add_argument("--in-flight", type=_positive_int, metavar="N",
                      help="inputs in flight when streaming (default: two per device)")
     run.add_argument("--candidates", type=_positive_int, metavar="N",
@@ -589,6 +590,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError("must be at least 2: a stream's period is timed between its outputs")
     return value
 
 
