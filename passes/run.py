@@ -238,29 +238,30 @@ def candidate_set(problem, chosen: Plan, count: int) -> list[Candidate]:
 
 
 def calibrate_in_context(costs, model: BuiltModel, extraction: Extraction, *, repeats: int = 5,
-                         database=None) -> dict[str, float]:
+                         database=None, fresh: bool = False) -> dict[str, float]:
     """Time the whole model once per present device configuration (as the platform has it; through
-    the profile cache, like kernels), and have ``costs`` (a MeasuredCostModel) price every device of
-    that configuration as its kernels run inside the model, with the timing's spread as its
-    ``prediction_error``. Returns the per-kernel figures by device."""
+    the profile cache, like kernels, unless ``fresh``: timed again and the cache updated), and have
+    ``costs`` (a MeasuredCostModel) price every device of that configuration as its kernels run
+    inside the model, with the timing's spread as its ``prediction_error``. Returns the per-kernel
+    figures by device."""
     from tvm_diviml.cost.cache import Measurement
 
     platform = costs.platform
     configurations = {label: (device, threads) for label, (device, threads)
                       in single_device_configurations(platform).items() if threads == device.num_threads}
     keys = {label: costs.whole_model_key(device.name) for label, (device, _) in configurations.items()}
-    found = costs.cache.get_many(list(keys.values())) if costs.cache else {}
+    found = costs.cache.get_many(list(keys.values())) if costs.cache and not fresh else {}
     missing = {label: configurations[label] for label, key in keys.items() if key not in found}
     if missing:
         if costs.options.progress:
             print(f"timing the whole model on {', '.join(missing)} to price kernels as they run inside it "
-                  f"({repeats} inferences each, then cached)", file=sys.stderr, flush=True)
+                  f"(at least {repeats} inferences and {SETTLE_S:g} s each, then cached)", file=sys.stderr, flush=True)
         samples = single_device_samples(model, extraction, platform, model.sample_inputs(), repeats, database, missing)
-        fresh = {keys[label]: Measurement(statistics.median(seconds), _relative_spread(seconds) * statistics.median(seconds),
+        timed = {keys[label]: Measurement(statistics.median(seconds), _relative_spread(seconds) * statistics.median(seconds),
                                           len(seconds), "measured") for label, seconds in samples.items()}
         if costs.cache:
-            costs.cache.put_many(fresh)
-        found.update(fresh)
+            costs.cache.put_many(timed)
+        found.update(timed)
     costs.prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
     for label, (device, _) in configurations.items():
         whole = found[keys[label]].median_s

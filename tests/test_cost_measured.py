@@ -107,6 +107,10 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
         second = measure(loaded.extraction, platform, cache)
         calibrate_in_context(second, None, loaded.extraction)        # no model needed: the cache answers
         assert second.in_context_s == first.in_context_s and second.prediction_error == first.prediction_error
+        key = first.whole_model_key("cpu0")
+        before = cache.get_many([key])[key]
+        calibrate_in_context(second, loaded.built, loaded.extraction, repeats=3, fresh=True)   # timed again
+        assert cache.get_many([key])[key] != before
         overheads = first.executor_overheads
         assert overheads.run_s > 0 and overheads.segment_s >= 0 and overheads.handoff_s >= 0
         assert second.executor_overheads == overheads                       # from the cache, not timed again
