@@ -119,12 +119,13 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
     first.to_table().save(str(path))
     table = TableCostModel.load(str(path), platform, loaded.extraction.graph)
     assert table.executor_segments and table.prediction_error == first.prediction_error
-    assert (table.executor_overheads.run_s, table.executor_overheads.segment_s) == (overheads.run_s, overheads.segment_s)
+    assert (table.executor_overheads.run_s, table.executor_overheads.segment_s, table.executor_overheads.corun_factor) \
+        == (overheads.run_s, overheads.segment_s, overheads.corun_factor) and overheads.corun_factor >= 1
 
 
 @pytest.mark.parametrize("executor", [[], {"segments": "yes"}, {"prediction_error": -0.1},
                                       {"prediction_error": float("nan")}, {"run_s": -1e-6}, {"segment_s": "fast"},
-                                      {"segment_s": float("inf")}])
+                                      {"segment_s": float("inf")}, {"corun_factor": 0.5}, {"corun_factor": "2"}])
 def test_a_cost_table_with_a_bad_executor_field_is_refused(executor):
     with pytest.raises(DivimlInputError, match="executor"):
         TableCostModel.from_json({"kernels": {}, "executor": executor}, get_platform("cpu2"))

@@ -395,6 +395,24 @@ def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
     assert noisy.run_s == 40e-6 and noisy.segment_s == 0.0 and noisy.handoff_s == 0.0
 
 
+def test_the_corun_fit_is_a_ratio_of_medians_never_below_one():
+    from tvm_diviml.runtime.measure import fit_corun_factor
+
+    assert fit_corun_factor([1.0, 1.0, 9.0], [1.5, 1.5, 2.0]) == 1.5
+    assert fit_corun_factor([1.0, 1.0], [0.9, 0.9]) == 1.0
+
+
+def test_the_corun_measurement_sees_two_workers_on_one_core(monkeypatch):
+    """Pinned to the same core, the pair takes turns: each call about twice as long."""
+    from tvm_diviml.runtime import measure, vm
+
+    core = vm.usable_cores()[:1]
+    if not core:
+        pytest.skip("this OS cannot pin threads")
+    monkeypatch.setattr(vm, "usable_cores", lambda: core * 2)
+    assert measure.corun_factor(samples=4, rounds=1) > 1.4
+
+
 def test_the_real_executor_overheads_are_timed():
     from tvm_diviml.runtime.measure import executor_overheads
 

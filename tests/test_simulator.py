@@ -6,6 +6,7 @@ import pytest
 
 from tvm_diviml.cost.base import ExecutorOverheads
 from tvm_diviml.plan import Plan, ReplicaGroup
+from tvm_diviml.platform import Device, Link, Platform
 from tvm_diviml.simulator import PlanError, simulate
 
 from .conftest import graph_of, table, unit_platform
@@ -298,6 +299,57 @@ def test_streams_charge_each_device_a_segment_call_per_segment():
     without = run(graph, platform, plain, halves, mode="stage_serial", **stages)
     assert [x - y for x, y in zip(with_calls.stage_cost_s, without.stage_cost_s)] == pytest.approx([0.5, 0.5])
     assert with_calls.value_s == pytest.approx(without.value_s + 0.5)
+
+
+def two_cpus():
+    """Two CPU devices of one machine (A the host), 1 s + 1 s per byte between them."""
+    devices = [Device(name, {"kind": "llvm"}, "cpu:0") for name in ("A", "B")]
+    return Platform("cpus", devices, {(a, b): Link(a, b, 1.0, 1.0) for a in "AB" for b in "AB" if a != b})
+
+
+def corun_table(platform, times, factor):
+    costs = executor_table(platform, times)
+    costs.executor_overheads = ExecutorOverheads(corun_factor=factor)
+    return costs
+
+
+def test_co_running_cpu_workers_stretch_only_the_time_they_overlap():
+    """Two branches of the input, one per CPU device: where b1 and b2 run at once they take 1.5x; in a
+    chain across the devices nothing overlaps and nothing is stretched; GPUs never co-run."""
+    platform = two_cpus()
+    graph = graph_of([("b1", "c", 1), ("b2", "c", 1)], inputs=[("x", 1, ("b1", "b2"))])
+    times = {"b1": 4, "b2": 4, "c": 1}
+    split = {"b1": "A", "b2": "B", "c": "A"}
+    plain = run(graph, platform, corun_table(platform, times, 1.0), split)
+    stretched = run(graph, platform, corun_table(platform, times, 1.5), split)
+    # b1 0-4 on A; B copies x (1 + 1 s): 0-2, b2 2-6; they overlap 2-4, half of each: x1.25 each
+    assert (plain.finish_s["b1"], plain.finish_s["b2"]) == (4, 6)
+    assert (stretched.finish_s["b1"], stretched.finish_s["b2"]) == pytest.approx((5, 7))
+    assert stretched.value_s - plain.value_s == pytest.approx(1.0)      # c waits for b2's copy: 1 s later
+    chain = graph_of([("a", "b", 1), ("b", "c", 1)])
+    across = {"a": "A", "b": "B", "c": "A"}
+    chain_times = {"a": 1, "b": 4, "c": 1}
+    assert run(chain, platform, corun_table(platform, chain_times, 1.5), across).value_s == \
+        run(chain, platform, corun_table(platform, chain_times, 1.0), across).value_s
+    gpus = unit_platform(("A", "B"))                    # A a CPU, B a GPU
+    assert run(graph, gpus, corun_table(gpus, times, 1.5), split).value_s == \
+        run(graph, gpus, corun_table(gpus, times, 1.0), split).value_s
+
+
+def test_streams_on_two_busy_cpu_devices_pay_the_corun_factor_on_their_kernels():
+    platform = two_cpus()
+    graph = graph_of([("a", "b", 1), ("b", "c", 1)])
+    times = {"a": 1, "b": 2, "c": 3}
+    halves = {"a": "A", "b": "A", "c": "B"}
+    stages = {"stages": [["a", "b"], ["c"]], "stage_devices": ["A", "B"]}
+    for mode, fields in (("period_overlap", {}), ("stage_serial", stages)):
+        plain = run(graph, platform, corun_table(platform, times, 1.0), halves, mode=mode, **fields)
+        stretched = run(graph, platform, corun_table(platform, times, 1.5), halves, mode=mode, **fields)
+        assert {d: stretched.device_busy_s[d] - plain.device_busy_s[d] for d in "AB"} == \
+            pytest.approx({"A": 0.5 * 3, "B": 0.5 * 3}), mode
+    alone = dict.fromkeys(times, "A")                   # one device: nothing co-runs
+    assert run(graph, platform, corun_table(platform, times, 1.5), alone, mode="period_overlap").value_s == \
+        run(graph, platform, corun_table(platform, times, 1.0), alone, mode="period_overlap").value_s
 
 
 def test_executor_copies_a_tensor_once_per_device_and_inputs_from_the_host():

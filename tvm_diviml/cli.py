@@ -352,6 +352,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"the concurrent executor adds {format_seconds(overheads.run_s)} per inference, "
               f"{format_seconds(overheads.segment_s)} per segment call and {format_seconds(overheads.handoff_s)} "
               "per tensor handed to another device's worker (in the links' latency above)")
+        print(f"a CPU kernel takes {overheads.corun_factor:.2f}x as long while another CPU device's worker computes "
+              "(each worker pinned to cores of its own)")
     for device, seconds in costs.in_context_s.items():
         print(f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
               "(from the whole model's run)")

@@ -275,15 +275,33 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
     reads has ended (a segment's tensors leave it when its call returns); the destination's worker
     then copies each tensor it lacks (link time, hand-off included) before its kernels run back to
     back. Model inputs come from the host, outputs made elsewhere go back to it. Every segment call
-    costs ``executor_overheads.segment_s`` before its kernels, and the inference ``run_s`` more."""
+    costs ``executor_overheads.segment_s`` before its kernels, and the inference ``run_s`` more.
+
+    Where the CPU devices of one server slow each other (``corun_factor`` > 1), a segment's kernels
+    are stretched by the factor over the share of their time that another of those devices computes
+    too (that share read from the schedule without the stretch: one correction, not a fixed point)."""
     from .runtime.segments import segment_boundaries, split_segments
 
     segments = split_segments(graph, plan.assignment, run_order(graph, plan))
     boundaries = segment_boundaries(graph, segments)
+    sim, spans = _run_segments(graph, platform, costs, segments, boundaries, {})
+    factor = costs.executor_overheads.corun_factor
+    if factor > 1.0:
+        stretch = {name: 1.0 + (factor - 1.0) * share for name, share in _corun_shares(platform, spans).items()}
+        if any(x > 1.0 for x in stretch.values()):
+            sim, _ = _run_segments(graph, platform, costs, segments, boundaries, stretch)
+    return sim
+
+
+def _run_segments(graph: OpGraph, platform: Platform, costs: CostModel, segments, boundaries,
+                  stretch: dict[str, float]) -> tuple[Simulation, dict[str, tuple[str, float, float]]]:
+    """``_latency_as_executed``'s schedule, each segment's kernels taking ``stretch`` times their cost;
+    also each segment's device and the span its kernels run in."""
     host = platform.host
     inputs = {i.name: i.bytes for i in graph.inputs}
     overheads = costs.executor_overheads
     segment_end: dict[str, float] = {}
+    spans: dict[str, tuple[str, float, float]] = {}
     where: dict[str, str] = {}                      # kernel -> device of its segment
     device_free: dict[str, float] = defaultdict(float)
     busy: dict[str, float] = defaultdict(float)
@@ -305,14 +323,16 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
                 transfers.append(Transfer(tensor, src, device, clock, clock + seconds))
                 clock += seconds
         clock += overheads.segment_s
+        first = clock
         for kernel in seg.kernels:
-            seconds = costs.compute_s(kernel, device)
+            seconds = costs.compute_s(kernel, device) * stretch.get(seg.name, 1.0)
             start[kernel], finish[kernel] = clock, clock + seconds
             clock += seconds
             busy[device] += seconds
             where[kernel] = device
         for kernel in seg.kernels:                   # its tensors are handed on when the call returns
             finish[kernel] = clock
+        spans[seg.name] = (device, first, clock)
         segment_end[seg.name] = device_free[device] = clock
     makespan = max(segment_end.values(), default=0.0)
     for kernel in graph.outputs:
@@ -324,8 +344,35 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
     link_busy: dict[tuple[str, str], float] = defaultdict(float)
     for t in transfers:
         link_busy[(t.src, t.dst)] += t.end_s - t.start_s
-    return Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
-                      start_s=start, finish_s=finish, transfers=transfers)
+    sim = Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
+                     start_s=start, finish_s=finish, transfers=transfers)
+    return sim, spans
+
+
+def corun_groups(platform: Platform) -> list[set[str]]:
+    """The CPU devices of each server: the devices whose workers share that machine's cores and
+    memory (``executor_overheads.corun_factor`` prices how much they slow each other)."""
+    from .servers import server_of
+
+    groups: dict[str, set[str]] = defaultdict(set)
+    for device, server in server_of(platform).items():
+        if platform.device(device).kind == "cpu":
+            groups[server].add(device)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _corun_shares(platform: Platform, spans: dict[str, tuple[str, float, float]]) -> dict[str, float]:
+    """Per segment on a CPU device: the share of its kernels' span during which another CPU device
+    of its server runs kernels too."""
+    group_of = {device: index for index, group in enumerate(corun_groups(platform)) for device in group}
+    shares = {}
+    for name, (device, begin, end) in spans.items():
+        if device not in group_of or end <= begin:
+            continue
+        overlap = sum(max(0.0, min(end, e) - max(begin, b)) for other, (d, b, e) in spans.items()
+                      if other != name and d != device and group_of.get(d) == group_of[device])
+        shares[name] = min(1.0, overlap / (end - begin))
+    return shares
 
 
 # ---------------------------------------------------------------------- period_overlap
@@ -388,11 +435,28 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
             if device != platform.host:
                 link_load[(platform.host, device)] += probability * costs.transfer_s(
                     graph_input.bytes, platform.host, device)
+    for device, seconds in _corun_charges(platform, costs, dict(device_load)).items():
+        device_load[device] += seconds
     if not plan.replicas:
         for device, seconds in _segment_charges(graph, costs, plan).items():
             device_load[device] += seconds
     period = max([0.0, *device_load.values(), *link_load.values()])
     return Simulation("period_overlap", period, device_busy_s=dict(device_load), link_busy_s=dict(link_load))
+
+
+def _corun_charges(platform: Platform, costs: CostModel, work: dict[str, float]) -> dict[str, float]:
+    """What a stream's co-running costs each device on top of its kernels' ``work``: in a stream every
+    device computes all the time, so where two CPU devices of one server both work, each one's
+    kernels take ``corun_factor`` times as long."""
+    factor = costs.executor_overheads.corun_factor
+    if factor <= 1.0:
+        return {}
+    charges = {}
+    for group in corun_groups(platform):
+        working = [d for d in group if work.get(d, 0.0) > 0]
+        if len(working) > 1:
+            charges.update({d: (factor - 1.0) * work[d] for d in working})
+    return charges
 
 
 def _segment_charges(graph: OpGraph, costs: CostModel, plan: Plan) -> dict[str, float]:
@@ -438,9 +502,11 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
                             f"stage {stage_of[edge.dst]}", field="stages", hint="stages must be ordered")
     assign = plan.assignment
     cost = [0.0] * len(plan.stages)
+    work: dict[str, float] = defaultdict(float)
     for kernel in graph.kernels:
         home = stage_of[kernel]
         cost[home] += costs.compute_s(kernel, assign[kernel])
+        work[assign[kernel]] += costs.compute_s(kernel, assign[kernel])
         inbound: dict[int, float] = {}
         for edge in graph.succ[kernel]:
             there = stage_of[edge.dst]
@@ -454,6 +520,11 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
             cost[home] += costs.transfer_s(graph.kernels[kernel].output_bytes, assign[kernel], platform.host)
     for _name, device, nbytes in input_sends(graph, assign):
         cost[devices.index(device)] += costs.transfer_s(nbytes, platform.host, device)
+    stretched = _corun_charges(platform, costs, work)
+    for index, stage in enumerate(plan.stages):
+        device = devices[index]
+        if device in stretched:
+            cost[index] += stretched[device] * sum(costs.compute_s(k, device) for k in stage) / work[device]
     for device, seconds in _segment_charges(graph, costs, plan).items():
         cost[devices.index(device)] += seconds
     device_load: dict[str, float] = defaultdict(float)

@@ -12,11 +12,14 @@ from ..platform import Platform
 class ExecutorOverheads:
     """Seconds the concurrent executor pays beyond kernels and copies (``runtime.measure.executor_overheads``):
     once per inference (waking the first worker, collecting the outputs), per segment call, and per
-    tensor read on another device's worker (waking that worker; measured links include it in their latency)."""
+    tensor read on another device's worker (waking that worker; measured links include it in their
+    latency); and ``corun_factor``, how many times as long a CPU kernel takes while another CPU
+    device's worker of the same machine computes (1: not at all; ``runtime.measure.corun_factor``)."""
 
     run_s: float = 0.0
     segment_s: float = 0.0
     handoff_s: float = 0.0
+    corun_factor: float = 1.0
 
 
 class CostModel(ABC):

@@ -74,7 +74,8 @@ class TableCostModel(CostModel, JsonFile):
                           for l in self.links.values()],
                 "sources": self.sources,
                 "executor": {"segments": self.executor_segments, "prediction_error": self.prediction_error,
-                             "run_s": self.executor_overheads.run_s, "segment_s": self.executor_overheads.segment_s}}
+                             "run_s": self.executor_overheads.run_s, "segment_s": self.executor_overheads.segment_s,
+                             "corun_factor": self.executor_overheads.corun_factor}}
 
     @classmethod
     def from_json(cls, data: Any, platform: Platform) -> "TableCostModel":
@@ -106,12 +107,14 @@ class TableCostModel(CostModel, JsonFile):
                                    hint="e.g. {\"cpu0\": \"measured\"}, or leave it out")
         executor = data.get("executor", {})
         if not isinstance(executor, dict) or not isinstance(executor.get("segments", False), bool) or \
-                not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s")):
+                not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s")) \
+                or not (_is_fraction(executor.get("corun_factor", 1.0)) and executor.get("corun_factor", 1.0) >= 1):
             raise DivimlInputError("must be {\"segments\": true|false, \"prediction_error\": a fraction >= 0, "
-                                   "\"run_s\" and \"segment_s\": seconds >= 0}",
+                                   "\"run_s\" and \"segment_s\": seconds >= 0, \"corun_factor\": >= 1}",
                                    field="executor", hint="as `diviml profile --export` writes it")
         overheads = ExecutorOverheads(run_s=float(executor.get("run_s", 0.0)),
-                                      segment_s=float(executor.get("segment_s", 0.0)))
+                                      segment_s=float(executor.get("segment_s", 0.0)),
+                                      corun_factor=float(executor.get("corun_factor", 1.0)))
         return cls(platform, compute, links, sources, executor_segments=executor.get("segments", False),
                    prediction_error=float(executor.get("prediction_error", 0.0)), executor_overheads=overheads)
 

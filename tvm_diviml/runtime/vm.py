@@ -44,6 +44,11 @@ def set_threads(num_threads: int | None) -> None:
     _pool.size = num_threads
 
 
+def usable_cores() -> list[int]:
+    """The CPUs this process may use, in order (none where the OS cannot say or pin)."""
+    return [] if _ALLOWED_CPUS is None else sorted(_ALLOWED_CPUS)
+
+
 def worker_cores(placement: Placement) -> dict[str, list[int]]:
     """Disjoint cores for the workers of a placement's CPU devices, in device order, as many as each
     device has threads; empty when they do not all fit in the cores this process may use.
@@ -52,9 +57,7 @@ def worker_cores(placement: Placement) -> dict[str, list[int]]:
     a woken thread beside its waker, and load balancing takes milliseconds to move it (measured here:
     a two-branch split ran 1.9x slower than predicted in about half the processes, one worker's busy
     time doubled while the other idled)."""
-    if _ALLOWED_CPUS is None:
-        return {}
-    free = sorted(_ALLOWED_CPUS)
+    free = usable_cores()
     cpu = [(d, n or 1) for d, spec, n in zip(placement.devices, placement.tvm_devices, placement.num_threads,
                                               strict=True) if spec.startswith("cpu:")]
     if sum(n for _, n in cpu) > len(free):
