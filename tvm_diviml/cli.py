@@ -9,14 +9,15 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import __version__
 from .dataparallel import format_batch_splits, plan_with_batch_splits
 from .errors import DivimlInputError, ServerFailure
-from .plan import OBJECTIVES
+from .plan import OBJECTIVES, Plan
 from .platform import PRESETS, get_platform, preset_names
 from .report import format_row, format_seconds, solve_and_report
+from .simulator import Simulation
 from .solvers import SOLVERS, Problem
 from .workload import GENERATORS, load_graph, load_workload
 
@@ -144,8 +145,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if row["feasible"] else 1
 
 
-def _solve(args: argparse.Namespace, workload) -> tuple:
-    """Place ``workload`` as the plan/run options say: (plan, simulation, report row, problem)."""
+class Solved(NamedTuple):
+    """A placement as ``plan`` and ``run`` report it."""
+    plan: Plan
+    sim: Simulation
+    row: dict
+    problem: Problem
+
+
+def _solve(args: argparse.Namespace, workload) -> Solved:
+    """Place ``workload`` as the plan/run options say."""
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -153,7 +162,7 @@ def _solve(args: argparse.Namespace, workload) -> tuple:
     plan, sim, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
                                       time_limit_s=args.time_limit, seed=args.seed,
                                       bound_time_limit_s=args.bound_time_limit)
-    return plan, sim, row, problem
+    return Solved(plan, sim, row, problem)
 
 
 def _runnable_workload(args: argparse.Namespace):
@@ -456,19 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="place a model's kernels and report value, bound and gap")
     _model_arguments(plan)
-    plan.add_argument("--platform", help=f"a preset ({', '.join(preset_names())}) or a platform .json "
-                      "(default paper-node; msr-fiddle files bring their own)")
-    plan.add_argument("--objective", choices=OBJECTIVES,
-                      help="default latency; throughput (their max-load problem) for msr-fiddle files")
-    plan.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
-    plan.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto",
-                      help="default auto: symmetric on several servers (latency, throughput), else split for "
-                      "latency, milp for throughput, slicegraph for pipelines, downsets for msr-fiddle files")
-    plan.add_argument("--time-limit", type=_positive_float, default=60.0, metavar="S",
-                      help="solver time limit in seconds")
-    plan.add_argument("--bound-time-limit", type=_non_negative_float, default=10.0, metavar="S",
-                      help="pipelines: seconds for the MIP lower bounds (default 10; 0: combinatorial bounds only)")
-    plan.add_argument("--seed", type=int, default=0)
+    _problem_arguments(plan, platform=None, platform_help=f"a preset ({', '.join(preset_names())}) or a platform "
+                       ".json (default paper-node; msr-fiddle files bring their own)",
+                       objective=None, objective_help="default latency; throughput (their max-load problem) for "
+                       "msr-fiddle files", time_limit=60.0, bound_time_limit=10.0)
     plan.add_argument("--batch-split", type=_positive_int, default=1, metavar="R",
                       help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
                       "of B as sub-batch copies placed together; the best plan wins, the bound is the minimum")
@@ -481,19 +481,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="plan, build and execute on this machine's devices; measured vs predicted")
     _model_arguments(run)
-    run.add_argument("--platform", default="cpu2", help="a preset or platform .json whose devices this machine has "
-                     "(default cpu2: this CPU as two single-thread devices)")
-    run.add_argument("--objective", choices=OBJECTIVES, default="latency")
-    run.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
-    run.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto", help="as for plan")
-    run.add_argument("--time-limit", type=_positive_float, default=30.0, metavar="S", help="solver time limit")
-    run.add_argument("--bound-time-limit", type=_non_negative_float, default=0.0, metavar="S",
-                     help="pipelines: seconds for the MIP lower bounds (default 0: combinatorial bounds only)")
-    run.add_argument("--seed", type=int, default=0)
+    _problem_arguments(run, platform="cpu2", platform_help="a preset or platform .json whose devices this machine "
+                       "has (default cpu2: this CPU as two single-thread devices)",
+                       objective="latency", objective_help="default latency", time_limit=30.0, bound_time_limit=0.0)
     run.add_argument("--cost", default="measured", help="measured (default: time the kernels here), roofline, "
                      "or a cost table .json")
     run.add_argument("--tuning-db", metavar="DIR", help="build and price with an existing MetaSchedule database")
-    run.add_argument("--repeats", type=_positive_int, default=10, help="timed inferences (latency; default 10)")
+    run.add_argument("--repeats", type=_positive_int, default=10,
+                     help="timed inferences (latency; default 10, more until they took 0.25 s)")
     run.add_argument("--inputs", type=_at_least_two, default=16,
                      help="inputs streamed (throughput and pipeline; default 16; the period is timed from "
                           "the first output to the last)")
@@ -551,6 +546,24 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bind a symbolic dimension of an imported model (repeatable)")
     parser.add_argument("--granularity", choices=["fused", "operator"], default="fused",
                         help="one node per fused kernel (default) or per operator")
+
+
+def _problem_arguments(parser: argparse.ArgumentParser, *, platform: str | None, platform_help: str,
+                       objective: str | None, objective_help: str, time_limit: float, bound_time_limit: float) -> None:
+    """The flags ``plan`` and ``run`` share: where, what for, and how the placement is solved (their
+    defaults differ: ``run`` plans for this machine and spends less time on solving)."""
+    parser.add_argument("--platform", default=platform, help=platform_help)
+    parser.add_argument("--objective", choices=OBJECTIVES, default=objective, help=objective_help)
+    parser.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
+    parser.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto",
+                        help="default auto: symmetric on several servers (latency, throughput), else split for "
+                        "latency, milp for throughput, slicegraph for pipelines, downsets for msr-fiddle files")
+    parser.add_argument("--time-limit", type=_positive_float, default=time_limit, metavar="S",
+                        help=f"solver time limit in seconds (default {time_limit:g})")
+    parser.add_argument("--bound-time-limit", type=_non_negative_float, default=bound_time_limit, metavar="S",
+                        help=f"pipelines: seconds for the MIP lower bounds (default {bound_time_limit:g}; 0: "
+                        "combinatorial bounds only)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 
 
 def _tuning_arguments(parser: argparse.ArgumentParser) -> None:
