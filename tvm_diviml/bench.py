@@ -398,9 +398,9 @@ def suite_msr_fiddle(time_limit_s: float = 300.0, slicegraph_time_limit_s: float
     the same simulator beside ours, matched to the graph file that has exactly its node ids. ``quick``:
     the two smallest graphs, SliceGraph for 2 s."""
     import glob
-    import json
 
     from .bounds import lower_bound
+    from .jsonio import read_json
     from .msr_fiddle import read_expert_split, read_msr_fiddle
     from .simulator import simulate
     from .solvers import Problem, get_solver
@@ -410,12 +410,12 @@ def suite_msr_fiddle(time_limit_s: float = 300.0, slicegraph_time_limit_s: float
         log.warning("msr-fiddle suite: no files under %s; skipped", msr_fiddle_dir)
         return
     if quick:
-        files = sorted(files, key=lambda path: len(json.load(open(path))["nodes"]))[:2]
+        files = sorted(files, key=lambda path: len(read_json(path)["nodes"]))[:2]
         slicegraph_time_limit_s = min(slicegraph_time_limit_s, 2.0)
     ours: dict[frozenset, tuple[str, float, object]] = {}       # node ids -> (file, our best value, graph data)
     for path in files:
         name = os.path.relpath(path, os.path.join(msr_fiddle_dir, "throughput-inputs"))
-        data = json.load(open(path))
+        data = read_json(path)
         graph, platform, costs = read_msr_fiddle(data, name)
         problem = Problem(graph, platform, costs, objective="throughput")
         downsets = get_solver("downsets", time_limit_s=time_limit_s, max_ideals=max_ideals,
@@ -435,7 +435,7 @@ def suite_msr_fiddle(time_limit_s: float = 300.0, slicegraph_time_limit_s: float
                "contiguous_optimum_s": downsets.value_s if exact else None, "best_bound_s": best_bound,
                "gap": best / best_bound - 1 if best_bound > 0 else None}
     for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "human-experts", "*_inference_expert.json"))):
-        split = json.load(open(path))
+        split = read_json(path)
         ids = frozenset(str(n) for key in ("cpus", "fpgas") for group in split.get(key, []) for n in group["nodes"])
         if ids not in ours:
             log.warning("msr-fiddle suite: no inference graph has exactly the %d nodes of %s; skipped", len(ids),

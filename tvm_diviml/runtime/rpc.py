@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import DivimlInputError, ServerFailure
 from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
 from .placement import Placement
-from .rpc_servers import RemoteServer, _first_line, within
+from .rpc_servers import RemoteServer, last_line, within
 from .vm import PlacedExecutable
 
 
@@ -127,7 +127,7 @@ class _RemoteOpFailed(RuntimeError):
     """A move's remote operation failed: ``server`` is the one to name."""
 
     def __init__(self, server: str, what: str, error: BaseException):
-        super().__init__(f"{what}: {type(error).__name__}: {_first_line(error)}")
+        super().__init__(f"{what}: {type(error).__name__}: {last_line(error)}")
         self.server = server
 
 
@@ -158,7 +158,7 @@ class RpcRunner:
                     within(timeout_s, f"setting up {remote.name}",
                            lambda built=built, remote=remote: self._set_up(built, remote, params, scratch))
                 except (RuntimeError, TimeoutError) as error:   # TVM's errors are RuntimeErrors
-                    raise ServerError(f"{remote.name} failed while taking its build and weights: {_first_line(error)}",
+                    raise ServerError(f"{remote.name} failed while taking its build and weights: {last_line(error)}",
                                       server=sid, address=remote.address, segment="", device="",
                                       input_index=-1) from error
         calls = [SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"]))

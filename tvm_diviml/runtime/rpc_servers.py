@@ -250,7 +250,7 @@ def connect_servers(platform: Platform, addresses: list[tuple[str, int]], *, tim
             raise DivimlInputError(f"{error}: is it busy with another session, or stopped?", field="--rpc",
                                    hint="a TVM RPC server serves one session at a time") from None
         except RuntimeError as error:
-            raise DivimlInputError(f"cannot connect to {where}: {_first_line(error)}", field="--rpc",
+            raise DivimlInputError(f"cannot connect to {where}: {last_line(error)}", field="--rpc",
                                    hint=f"start one there with `{server_command(host, port)}`, "
                                    "or use --rpc local") from None
         remotes[sid] = RemoteServer(sid, host, port, session)
@@ -278,7 +278,9 @@ def within(timeout_s: float, what: str, call: Callable[[], Any]) -> Any:
     return outcome["value"]
 
 
-def _first_line(error: BaseException) -> str:
+def last_line(error: BaseException) -> str:
+    """The last non-empty line of an error's message: a TVM RPC error ends with the remote's own
+    message, after the traceback it carries."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
 

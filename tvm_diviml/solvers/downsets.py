@@ -222,7 +222,8 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
 
 # ---------------------------------------------------------------------- the DP
 @dataclass
-class Split:
+class Partition:
+    """The DP's answer: its period and the ordered kernel sets with the device class of each."""
     value_s: float
     sets: list[tuple[np.ndarray, int]]      # (kernel ids, class index), first set first
 
@@ -242,7 +243,7 @@ def by_cheapest_work(ideals: Ideals, classes: list[DeviceClass]) -> tuple[Ideals
 
 
 def max_load_dp(ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.ndarray, *, key: np.ndarray,
-                quantum: float, bound_s: float = math.inf, deadline: float = math.inf) -> Split:
+                quantum: float, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
     """The DP over ``ideals`` (ordered by ``by_cheapest_work``). Sets whose cheapest work exceeds
     ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. ``deadline``
     (perf_counter seconds) raises TimeoutError when passed."""
@@ -312,7 +313,7 @@ def max_load_dp(ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.nda
         j, c = int(came_from[i, state]), int(via[i, state])
         sets.append((np.flatnonzero(members[i] & ~members[j]), c))
         i, state = j, state - strides[c]
-    return Split(value, sets[::-1])
+    return Partition(value, sets[::-1])
 
 
 # ---------------------------------------------------------------------- one problem, ready for the DP
@@ -348,11 +349,11 @@ class MaxLoadInstance:
         weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
         return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes)
 
-    def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Split:
+    def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
         return max_load_dp(self.ideals, self.classes, self.weight_bytes, key=self.key, quantum=self.quantum,
                            bound_s=bound_s, deadline=deadline)
 
-    def search(self, deadline: float = math.inf) -> tuple[Split, int]:
+    def search(self, deadline: float = math.inf) -> tuple[Partition, int]:
         """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
         raised until the DP's value lies within it (then no skipped set could have helped): start at
         1.25 x the average-load bound and grow by 1.5 (or to the value found, if less) each time."""

@@ -65,7 +65,7 @@ from ..plan import Plan
 from ..simulator import simulate
 from .base import Problem
 from .milp import check_backend, new_model
-from .slicegraph import _tensor_layers
+from .slicegraph import tensor_layers
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class PipelineData:
         names = list(graph.topo_order)
         index = {k: i for i, k in enumerate(names)}
         edges = [(index[e.src], index[e.dst]) for e in graph.edges]
-        layers = _tensor_layers([s for s, _ in edges], [d for _, d in edges], [e.bytes for e in graph.edges])
+        layers = tensor_layers([s for s, _ in edges], [d for _, d in edges], [e.bytes for e in graph.edges])
         ends = list(layers.start[1:]) + [len(layers.consumer)]
         consumers = [sorted(set(layers.consumer[a:b].tolist())) for a, b in zip(layers.start, ends)]
         producers = layers.producer.tolist()

@@ -89,7 +89,7 @@ class _Layers:
     layer: np.ndarray         # (M,) the layer of each consumer entry
 
 
-def _tensor_layers(producers: Sequence[int], consumers: Sequence[int], prices: Sequence[float]) -> _Layers:
+def tensor_layers(producers: Sequence[int], consumers: Sequence[int], prices: Sequence[float]) -> _Layers:
     """Layers for (producer, consumer, price) reads: a producer's tensor costs its dearest read."""
     reads: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for producer, consumer, price in zip(producers, consumers, prices):
@@ -254,7 +254,7 @@ class StageCosts:
             edge_price = dearest[self._edge_byte] if len(self._edge_src) else np.zeros(0)
             cache = edge_price.tobytes()
             if cache not in self._layers_by_price:
-                self._layers_by_price[cache] = _tensor_layers(self._edge_src, self._edge_dst, edge_price.tolist())
+                self._layers_by_price[cache] = tensor_layers(self._edge_src, self._edge_dst, edge_price.tolist())
             self._edge_layers[key] = (self._layers_by_price[cache], exact)
         return self._edge_layers[key]
 
@@ -264,9 +264,9 @@ class StageCosts:
         if profile_id not in self._profile_layers:
             profile, (returned, _) = self.profiles[profile_id], self._returned
             size_id = np.concatenate([self._edge_byte, len(self._byte_values) + np.arange(len(returned))])
-            leaving = _tensor_layers(self._edge_src + returned.tolist(), self._edge_dst + [self.n] * len(returned),
+            leaving = tensor_layers(self._edge_src + returned.tolist(), self._edge_dst + [self.n] * len(returned),
                                      profile.send[size_id.astype(np.int64)].tolist())
-            entering = _tensor_layers(self._edge_src, self._edge_dst, profile.receive[self._edge_byte].tolist())
+            entering = tensor_layers(self._edge_src, self._edge_dst, profile.receive[self._edge_byte].tolist())
             self._profile_layers[profile_id] = (leaving, entering)
         return self._profile_layers[profile_id]
 
