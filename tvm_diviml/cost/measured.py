@@ -241,7 +241,7 @@ class MeasuredCostModel(CostModel):
         for device in present:
             self._measure_device(device)
         if len(present) > 1:
-            self.executor_overheads = self._executor_overheads()
+            self.executor_overheads = self._executor_overheads(present)
         self._measure_links(present)
 
     # -------------------------------------------------------------- kernels
@@ -340,25 +340,35 @@ class MeasuredCostModel(CostModel):
                 self.links[(src.name, dst.name)] = Link(src.name, dst.name, measured.latency_s + handoff_s,
                                                         measured.bandwidth_Bps)
 
-    def _executor_overheads(self) -> ExecutorOverheads:
+    def _executor_overheads(self, present: list[Device]) -> ExecutorOverheads:
         """The concurrent executor's overheads on this machine (``runtime.measure.executor_overheads``),
-        through the profile cache: a second of timing no-op runs, kept per host and Python version."""
+        through the profile cache: a second of timing no-op runs, kept per host and Python version.
+        The co-run factor is timed afresh in every process whose platform has two CPU devices here
+        (~1 s): it is the host's doing and moves with it (this VM: 1.00 most of the time, a twin-branch
+        plan's kernels 1.55x slower on both workers for minutes at a time while one device alone
+        kept its speed)."""
         import tvm
 
-        from ..runtime.measure import executor_overheads
+        from ..runtime.measure import corun_factor, executor_overheads
+        from ..simulator import corun_groups
 
-        names = [f.name for f in dataclasses.fields(ExecutorOverheads)]
+        names = [f.name for f in dataclasses.fields(ExecutorOverheads) if f.name != "corun_factor"]
         where = f"python{sys.version_info.major}.{sys.version_info.minor}/{host_platform.node()}"
         keys = {name: ProfileKey(f"executor:{name}", "python", where, tvm.__version__, "default") for name in names}
         cached = self.cache.get_many(list(keys.values())) if self.cache else {}
         if all(key in cached for key in keys.values()):
-            return ExecutorOverheads(**{name: cached[key].median_s for name, key in keys.items()})
-        log.info("timing the concurrent executor's overheads (no-op segments)")
-        measured = executor_overheads()
-        if self.cache:
-            self.cache.put_many({key: Measurement(getattr(measured, name), 0.0, 1, "measured")
-                                 for name, key in keys.items()})
-        return measured
+            overheads = ExecutorOverheads(**{name: cached[key].median_s for name, key in keys.items()})
+        else:
+            log.info("timing the concurrent executor's overheads (no-op segments)")
+            overheads = executor_overheads()
+            if self.cache:
+                self.cache.put_many({key: Measurement(getattr(overheads, name), 0.0, 1, "measured")
+                                     for name, key in keys.items()})
+        here = {d.name for d in present}
+        if any(len(group & here) > 1 for group in corun_groups(self.platform)):
+            log.info("timing how much two CPU workers slow each other here")
+            return dataclasses.replace(overheads, corun_factor=corun_factor())
+        return dataclasses.replace(overheads, corun_factor=1.0)
 
     def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
         if src == dst:

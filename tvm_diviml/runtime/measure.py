@@ -86,8 +86,7 @@ def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads
     finally:
         sys.setswitchinterval(interval)
     return ExecutorOverheads(**{f.name: statistics.median(getattr(fit, f.name) for fit in fits)
-                                for f in dataclasses.fields(ExecutorOverheads) if f.name != "corun_factor"},
-                             corun_factor=corun_factor())
+                                for f in dataclasses.fields(ExecutorOverheads) if f.name != "corun_factor"})
 
 
 def fit_corun_factor(alone: list[float], together: list[float]) -> float:
