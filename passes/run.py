@@ -365,7 +365,7 @@ def _time_side_by_side(candidates: list[Candidate], builds: dict, model: BuiltMo
                 samples[key].append(time.perf_counter() - began)
                 if isinstance(runner, ConcurrentRunner):
                     busy[key].update(runner.busy_s)
-            done, fastest = len(samples[key]), min(sum(x) for x in samples.values())
+            done, fastest = len(next(iter(samples.values()))), min(sum(x) for x in samples.values())
             if fastest < SETTLE_S:          # rounds until every candidate was timed for SETTLE_S
                 rounds = max(rounds, min(200 * repeats, math.ceil(done * SETTLE_S / max(fastest, 1e-9))))
     out = {}

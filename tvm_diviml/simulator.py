@@ -435,8 +435,9 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
             if device != platform.host:
                 link_load[(platform.host, device)] += probability * costs.transfer_s(
                     graph_input.bytes, platform.host, device)
-    for device, seconds in _corun_charges(platform, costs, dict(device_load)).items():
-        device_load[device] += seconds
+    stretch = _corun_stretch(platform, costs, device_load)
+    for device, extra in stretch.items():
+        device_load[device] *= 1.0 + extra
     if not plan.replicas:
         for device, seconds in _segment_charges(graph, costs, plan).items():
             device_load[device] += seconds
@@ -444,19 +445,19 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
     return Simulation("period_overlap", period, device_busy_s=dict(device_load), link_busy_s=dict(link_load))
 
 
-def _corun_charges(platform: Platform, costs: CostModel, work: dict[str, float]) -> dict[str, float]:
-    """What a stream's co-running costs each device on top of its kernels' ``work``: in a stream every
-    device computes all the time, so where two CPU devices of one server both work, each one's
-    kernels take ``corun_factor`` times as long."""
+def _corun_stretch(platform: Platform, costs: CostModel, work: dict[str, float]) -> dict[str, float]:
+    """How much longer each device's kernels take in a stream: every device computes all the time,
+    so where two CPU devices of one server both have ``work``, each one's kernels take
+    ``corun_factor`` times as long (the value is the factor less one)."""
     factor = costs.executor_overheads.corun_factor
     if factor <= 1.0:
         return {}
-    charges = {}
+    stretch = {}
     for group in corun_groups(platform):
         working = [d for d in group if work.get(d, 0.0) > 0]
         if len(working) > 1:
-            charges.update({d: (factor - 1.0) * work[d] for d in working})
-    return charges
+            stretch.update(dict.fromkeys(working, factor - 1.0))
+    return stretch
 
 
 def _segment_charges(graph: OpGraph, costs: CostModel, plan: Plan) -> dict[str, float]:
@@ -502,11 +503,11 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
                             f"stage {stage_of[edge.dst]}", field="stages", hint="stages must be ordered")
     assign = plan.assignment
     cost = [0.0] * len(plan.stages)
-    work: dict[str, float] = defaultdict(float)
+    work = [0.0] * len(plan.stages)
     for kernel in graph.kernels:
         home = stage_of[kernel]
         cost[home] += costs.compute_s(kernel, assign[kernel])
-        work[assign[kernel]] += costs.compute_s(kernel, assign[kernel])
+        work[home] += costs.compute_s(kernel, assign[kernel])
         inbound: dict[int, float] = {}
         for edge in graph.succ[kernel]:
             there = stage_of[edge.dst]
@@ -520,11 +521,12 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
             cost[home] += costs.transfer_s(graph.kernels[kernel].output_bytes, assign[kernel], platform.host)
     for _name, device, nbytes in input_sends(graph, assign):
         cost[devices.index(device)] += costs.transfer_s(nbytes, platform.host, device)
-    stretched = _corun_charges(platform, costs, work)
-    for index, stage in enumerate(plan.stages):
-        device = devices[index]
-        if device in stretched:
-            cost[index] += stretched[device] * sum(costs.compute_s(k, device) for k in stage) / work[device]
+    device_work: dict[str, float] = defaultdict(float)
+    for index, device in enumerate(devices):
+        device_work[device] += work[index]
+    stretch = _corun_stretch(platform, costs, device_work)
+    for index, device in enumerate(devices):
+        cost[index] += stretch.get(device, 0.0) * work[index]
     for device, seconds in _segment_charges(graph, costs, plan).items():
         cost[devices.index(device)] += seconds
     device_load: dict[str, float] = defaultdict(float)
