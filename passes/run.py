@@ -30,7 +30,7 @@ from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.simulator import simulate
-from tvm_diviml.solvers.single_device import single_device_plan
+from tvm_diviml.toolkit.single_device import single_device_plan
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 

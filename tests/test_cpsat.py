@@ -18,7 +18,7 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.cpsat import Cpsat
-from tvm_diviml.solvers.list_scheduling import Heft
+from tvm_diviml.solvers.heft import Heft
 from tvm_diviml.workload import load_workload
 
 from .bruteforce import best_latency

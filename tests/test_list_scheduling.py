@@ -13,8 +13,8 @@ from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.constraints import DeviceBudget, default_reserve
-from tvm_diviml.solvers.list_scheduling import upward_ranks
+from tvm_diviml.toolkit.constraints import DeviceBudget, default_reserve
+from tvm_diviml.toolkit.list_scheduling import upward_ranks
 
 from .conftest import examples, graph_of, table, unit_platform
 from .strategies import dag_problems

@@ -5,7 +5,7 @@ import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tvm_diviml.solvers.louvain import louvain
+from tvm_diviml.toolkit.louvain import louvain
 
 from .conftest import examples
 

@@ -11,8 +11,10 @@ from tvm_diviml.graph import Edge, Kernel, OpGraph
 from tvm_diviml.platform import Device, Link, Platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.milp import Context, LatencyModel, list_schedule
-from tvm_diviml.solvers.split import Split, modules
+from tvm_diviml.toolkit.latency_model import LatencyModel
+from tvm_diviml.toolkit.windows import Context, list_schedule
+from tvm_diviml.solvers.split import Split
+from tvm_diviml.toolkit.communities import modules
 from tvm_diviml.synthetic import random_dag
 
 from .bruteforce import best_latency

@@ -21,9 +21,10 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Link
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
-from tvm_diviml.solvers.base import Problem
-from tvm_diviml.solvers.mtpp import (PipelineData, cheapest_pricing, pipeline_bounds, solve_pipeline_mip,
-                                     superblock_bound)
+from tvm_diviml.problem import Problem
+from tvm_diviml.bounds.pipeline import pipeline_bounds, superblock_bound
+from tvm_diviml.solvers.pipeline_mip import solve_pipeline_mip
+from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
 from tvm_diviml.solvers.slicegraph import slice_order
 from tvm_diviml.workload import load_workload
 

@@ -19,7 +19,7 @@ from tvm_diviml.graph import OpGraph
 from tvm_diviml.platform import Link, Platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
-from tvm_diviml.solvers.base import Problem
+from tvm_diviml.problem import Problem
 from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
 from tvm_diviml.workload import load_workload
 

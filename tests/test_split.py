@@ -12,9 +12,10 @@ from tvm_diviml.graph import Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem
-from tvm_diviml.solvers.cpsat import CpsatSession
-from tvm_diviml.solvers.list_scheduling import Heft
-from tvm_diviml.solvers.milp import Context, LatencyModel, list_schedule
+from tvm_diviml.toolkit.cpsat_session import CpsatSession
+from tvm_diviml.solvers.heft import Heft
+from tvm_diviml.toolkit.latency_model import LatencyModel
+from tvm_diviml.toolkit.windows import Context, list_schedule
 from tvm_diviml.solvers.split import Split, plan_tails
 from tvm_diviml.synthetic import random_dag
 

@@ -14,7 +14,7 @@ from tvm_diviml.platform import Device, Link, Platform
 from tvm_diviml.servers import Network, ServerGroup, build_servers
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.blocks import find_blocks, longest_repeat
+from tvm_diviml.toolkit.blocks import find_blocks, longest_repeat
 from tvm_diviml.solvers.symmetric import Symmetric
 
 from .conftest import examples, table

@@ -13,7 +13,8 @@ from tvm_diviml.graph import Edge, Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.throughput import ThroughputModel, whole_model_replicas
+from tvm_diviml.solvers.replicas import whole_model_replicas
+from tvm_diviml.toolkit.throughput_model import ThroughputModel
 from tvm_diviml.synthetic import random_dag
 
 from .bruteforce import best_period

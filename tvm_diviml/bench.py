@@ -321,7 +321,8 @@ def suite_pipeline(time_limit_s: float = 10.0, bound_time_limit_s: float = 10.0,
     from .cost.roofline import RooflineCostModel
     from .platform import gpu_k
     from .solvers import Problem, get_solver
-    from .solvers.mtpp import pipeline_bounds, solve_pipeline_mip
+    from .bounds.pipeline import pipeline_bounds
+    from .solvers.pipeline_mip import solve_pipeline_mip
 
     from .workload import load_graph
 

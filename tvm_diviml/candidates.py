@@ -16,7 +16,7 @@ from .errors import DivimlInputError
 from .plan import Plan
 from .simulator import simulate
 from .solvers import Problem, get_solver
-from .solvers.single_device import single_device_plan
+from .toolkit.single_device import single_device_plan
 
 
 @dataclass

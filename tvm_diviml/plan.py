@@ -6,14 +6,16 @@ The simulator (``tvm_diviml.simulator``) scores every Plan; a Plan carries the s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .errors import DivimlInputError
 from .jsonio import JsonFile
 
 FORMAT = "diviml.plan/1"
-OBJECTIVES = ("latency", "throughput", "pipeline")
-MODES = ("latency", "period_overlap", "stage_serial", "host_staged")
+Objective = Literal["latency", "throughput", "pipeline"]
+Mode = Literal["latency", "period_overlap", "stage_serial", "host_staged"]   # the simulator's cost modes
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass
@@ -31,8 +33,8 @@ class ReplicaGroup:
 @dataclass
 class Plan(JsonFile):
     assignment: dict[str, str]                       # kernel -> device (primary device for replicas)
-    objective: str = "latency"
-    mode: str = "latency"
+    objective: Objective = "latency"
+    mode: Mode = "latency"
     order: dict[str, list[str]] | None = None        # device -> kernels in run order (latency)
     stages: list[list[str]] | None = None            # pipeline stages, first to last
     stage_devices: list[str] | None = None           # device of each stage

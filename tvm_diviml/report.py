@@ -15,7 +15,7 @@ from .errors import DivimlInputError
 from .plan import Plan
 from .simulator import Simulation, simulate
 from .solvers import Problem, default_solver, get_solver
-from .solvers.single_device import single_device_values
+from .toolkit.single_device import single_device_values
 
 log = logging.getLogger(__name__)
 

@@ -1,35 +1,25 @@
-"""Placement solvers: one module per method, all behind ``Solver.solve(Problem) -> Plan``."""
+"""Placement solvers: one module per registry name, all behind ``Solver.solve(Problem) -> Plan``,
+loaded lazily (``catalog``); the methods they share live in ``tvm_diviml.toolkit``."""
 from __future__ import annotations
 
 from ..errors import DivimlInputError
-from .base import Problem, Solver, mode_for
-from .cpsat import Cpsat
-from .downsets import Downsets
-from .list_scheduling import Greedy, Heft
-from .milp import Milp
-from .single_device import FastestSingleDevice
-from .slicegraph import SliceGraph
-from .split import Split
-from .symmetric import Symmetric
-from .throughput import Replicas
-
-SOLVERS: dict[str, type[Solver]] = {cls.name: cls for cls in (FastestSingleDevice, Milp, Greedy, Heft, Split,
-                                                                    Cpsat, SliceGraph, Replicas, Downsets, Symmetric)}
+from ..problem import Problem, mode_for
+from .base import Solver
+from .catalog import SOLVERS
 
 
 def get_solver(name: str, **options) -> Solver:
-    try:
-        return SOLVERS[name](**options)
-    except KeyError:
-        raise DivimlInputError(f"unknown solver '{name}'", field="solver",
-                               hint=f"available: {', '.join(SOLVERS)}") from None
+    """A solver by registry name with its options."""
+    if name not in SOLVERS:
+        raise DivimlInputError(f"unknown solver '{name}'", field="solver", hint=f"available: {', '.join(SOLVERS)}")
+    return SOLVERS[name](**options)
 
 
 def default_solver(problem: Problem) -> str:
     """What ``--solver auto`` runs: on several servers the symmetric solver (it falls back to the
     whole graph by itself when the model has no repeated blocks), else ``full_graph_solver``."""
     servers = problem.platform.attrs.get("servers") or {}
-    if len(servers) > 1 and problem.objective in Symmetric.objectives and problem.mode != "host_staged":
+    if len(servers) > 1 and problem.objective in SOLVERS["symmetric"].objectives and problem.mode != "host_staged":
         return "symmetric"
     return full_graph_solver(problem)
 

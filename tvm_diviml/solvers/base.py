@@ -1,139 +1,90 @@
-"""The interface every solver shares: a Problem in, a Plan out.
+"""The contract every solver keeps: a Problem in, a Plan out, checked, timed and scored the same way.
 
-Options are keyword arguments with defaults (scikit-learn style); every random choice takes a
-seed. A solver's claimed ``value_s`` must equal the simulator's value of its plan in the plan's
-cost mode (tests check that).
+``Solver.solve`` is a template: it refuses objectives and cost modes the solver does not declare and
+problems no plan can satisfy, sets one ``Deadline`` for the whole solve (sub-solves get it too), calls
+the solver's ``place`` and ends with ``finish``, which names the solver, times the solve and makes the
+claimed value the simulator's. Options are keyword arguments with defaults; every random choice takes
+a seed.
 """
 from __future__ import annotations
 
+import logging
 import math
+import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from typing import ClassVar
 
-from ..cost.base import CostModel
 from ..errors import DivimlInputError
-from ..graph import OpGraph
-from ..plan import OBJECTIVES, Plan
-from ..platform import Platform
-from ..simulator import format_bytes
+from ..plan import MODES, OBJECTIVES, Mode, Objective, Plan
+from ..problem import Problem
+from ..simulator import simulate
+from ..tolerances import ABSOLUTE_SLACK, SOLVER_SLACK
+from ..toolkit.deadline import Deadline
+from ..toolkit.pipeline_model import stage_count
+from .catalog import solvers_for
 
-
-def mode_for(objective: str, platform: Platform) -> str:
-    """The simulator's cost mode for an objective on a platform."""
-    if objective == "latency":
-        return "latency"
-    if objective == "pipeline":
-        return "stage_serial"
-    if objective == "throughput":
-        return "host_staged" if platform.transfer_model == "host_staged" else "period_overlap"
-    raise DivimlInputError(f"unknown objective '{objective}'", field="objective",
-                           hint=f"use one of {', '.join(OBJECTIVES)}")
-
-
-@dataclass
-class Problem:
-    """What to place (graph), where (platform), at what prices (costs), for which objective."""
-
-    graph: OpGraph
-    platform: Platform
-    costs: CostModel
-    objective: str = "latency"
-    stages: int | None = None          # pipeline: the most stages to use
-
-    @property
-    def mode(self) -> str:
-        return mode_for(self.objective, self.platform)
-
-    def feasible_devices(self, kernel: str) -> list[str]:
-        """Devices that may run ``kernel`` and have a finite cost for it."""
-        allowed = self.graph.kernels[kernel].allowed_devices
-        return [d for d in self.platform.device_names
-                if (allowed is None or d in allowed) and not math.isinf(self.costs.compute_s(kernel, d))]
-
-
-    def validate(self) -> None:
-        """Fail early, naming the kernel or group, when no plan at all can satisfy the constraints:
-        no device may run a kernel, a co-location group has no common device, the weights of one
-        kernel or group exceed every device that may hold them, or the model's weights exceed all
-        devices together."""
-        def roomiest(devices: list[str]) -> tuple[str, float]:
-            capacity = {d: self.platform.device(d).memory_bytes for d in devices}
-            device = max(devices, key=lambda d: math.inf if capacity[d] is None else capacity[d])
-            return device, math.inf if capacity[device] is None else capacity[device]
-
-        if not self.graph.kernels:
-            raise DivimlInputError(f"graph '{self.graph.name}' has no kernels to place", field="kernels",
-                                   hint="give a model with at least one operator")
-        groups: dict[str, list[str]] = {}
-        for kernel in self.graph.kernels.values():
-            devices = self.feasible_devices(kernel.name)
-            if not devices:
-                raise DivimlInputError(f"kernel '{kernel.name}' can run on no device of '{self.platform.name}'",
-                                       field="allowed_devices", hint="allow a device, or give it a finite cost")
-            need = self.graph.weight_bytes([kernel.name])
-            device, capacity = roomiest(devices)
-            if need > capacity:
-                raise DivimlInputError(f"kernel '{kernel.name}' needs {format_bytes(need)} of weights, but the "
-                                       f"largest device it may run on, '{device}', has {format_bytes(capacity)}",
-                                       field="memory_bytes", hint="allow the kernel on a device with more memory")
-            if kernel.colocate is not None:
-                groups.setdefault(kernel.colocate, []).append(kernel.name)
-        for group, members in groups.items():
-            common = set(self.feasible_devices(members[0]))
-            for member in members[1:]:
-                common &= set(self.feasible_devices(member))
-            if not common:
-                raise DivimlInputError(f"co-location group '{group}' ({', '.join(members[:4])}"
-                                       f"{', ...' if len(members) > 4 else ''}) has no device that can run all of "
-                                       "its kernels", field="colocate",
-                                       hint="allow a common device for those kernels, or split the group")
-            need = self.graph.weight_bytes(members)
-            device, capacity = roomiest([d for d in self.platform.device_names if d in common])
-            if need > capacity:
-                raise DivimlInputError(f"co-location group '{group}' needs {format_bytes(need)} of weights, but the "
-                                       f"largest device that can run all of it, '{device}', has "
-                                       f"{format_bytes(capacity)}", field="colocate",
-                                       hint="split the group or use a device with more memory")
-        total = self.graph.weight_bytes(self.graph.kernels)
-        capacities = [d.memory_bytes for d in self.platform.devices]
-        if None not in capacities and total > sum(capacities):
-            each = ", ".join(f"'{d.name}' {format_bytes(d.memory_bytes)}" for d in self.platform.devices[:8])
-            raise DivimlInputError(f"the model's weights need {format_bytes(total)}, more than all devices hold "
-                                   f"together: {format_bytes(sum(capacities))} ({each}"
-                                   f"{', ...' if len(capacities) > 8 else ''})", field="memory_bytes",
-                                   hint="add devices or use devices with more memory")
+log = logging.getLogger(__name__)
 
 
 class Solver(ABC):
-    name: str = ""
-    objectives: tuple[str, ...] = OBJECTIVES       # the objectives this solver can place for
-
-    def check_objective(self, problem: Problem) -> None:
-        """Refuse an objective this solver does not do, naming the solvers that do it."""
-        if problem.objective in self.objectives:
-            return
-        from . import SOLVERS                      # the registry imports the solver modules
-
-        others = [name for name, cls in SOLVERS.items() if problem.objective in cls.objectives]
-        raise DivimlInputError(f"solver {self.name} does {' and '.join(self.objectives)}, not '{problem.objective}'",
-                               field="objective", hint=f"for {problem.objective} use --solver "
-                               + " or ".join(others) + (" (with --stages K)" if problem.objective == "pipeline" else ""))
+    name: ClassVar[str] = ""
+    objectives: ClassVar[tuple[Objective, ...]] = OBJECTIVES     # the objectives this solver places for
+    modes: ClassVar[tuple[Mode, ...]] = MODES                    # the simulator's cost modes it places in
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
         self.time_limit_s = time_limit_s
         self.seed = seed
 
+    def solve(self, problem: Problem, *, deadline: Deadline | None = None) -> Plan:
+        """A plan for ``problem`` within ``time_limit_s`` of wall time (and ``deadline``, when a caller
+        solving a larger problem passes its own)."""
+        began = time.perf_counter()
+        self.check(problem)
+        own = Deadline.after(self.time_limit_s)
+        plan = self.place(problem, own if deadline is None else Deadline(min(own.at, deadline.at)))
+        return self.finish(problem, plan, began)
+
+    def check(self, problem: Problem) -> None:
+        """Refuse, naming what would work, a problem this solver cannot place or no plan satisfies."""
+        self.check_objective(problem)
+        self.check_mode(problem)
+        if problem.objective == "pipeline":
+            stage_count(problem)
+        problem.validate()
+
+    def check_objective(self, problem: Problem) -> None:
+        if problem.objective in self.objectives:
+            return
+        raise DivimlInputError(f"solver {self.name} does {' and '.join(self.objectives)}, not '{problem.objective}'",
+                               field="objective", hint=f"for {problem.objective} use --solver "
+                               + " or ".join(solvers_for(problem.objective))
+                               + (" (with --stages K)" if problem.objective == "pipeline" else ""))
+
+    def check_mode(self, problem: Problem) -> None:
+        mode = problem.mode
+        if mode in self.modes:
+            return
+        if mode == "host_staged":
+            raise DivimlInputError(f"solver {self.name} does not place on platforms that stage transfers through "
+                                   f"host memory (host_staged), as '{problem.platform.name}' does", field="solver",
+                                   hint="use --solver downsets (throughput) or slicegraph for host_staged platforms")
+        raise DivimlInputError(f"solver {self.name} places in cost modes {', '.join(self.modes)}; platform "
+                               f"'{problem.platform.name}' prices {problem.objective} as '{mode}'", field="solver",
+                               hint="for period_overlap throughput use --solver milp, split, greedy or replicas")
+
     @abstractmethod
-    def solve(self, problem: Problem) -> Plan:
-        """Return a Plan in ``problem.mode`` with ``value_s`` set to the solver's claim."""
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
+        """A plan in ``problem.mode``, with ``lower_bound_s``, ``optimal`` and ``attrs`` as known."""
 
-
-class NoPlanError(DivimlInputError):
-    """An exact method proved that no plan satisfies the constraints (not: ran out of time)."""
-
-
-def no_plan_exists(method: str) -> NoPlanError:
-    """The error for a problem an exact method proved infeasible with weights alone in memory."""
-    return NoPlanError(f"no plan satisfies the constraints: the {method} proves that the weights within each "
-                       "device's memory, allowed devices and co-location cannot all hold", field="memory_bytes",
-                       hint="use devices with more memory, allow kernels on more devices, or co-locate less")
+    def finish(self, problem: Problem, plan: Plan, began: float) -> Plan:
+        """Name the solver, time the solve and make the claim the simulator's value of the plan."""
+        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        claim = plan.value_s
+        if sim.feasible and claim is not None and math.isfinite(claim) and not (
+                abs(claim - sim.value_s) <= max(abs(sim.value_s) * SOLVER_SLACK, ABSOLUTE_SLACK)):
+            log.warning("%s claimed %.9g s, the simulator says %.9g s: reporting the simulator's", self.name,
+                        claim, sim.value_s)
+        plan.value_s = sim.value_s
+        plan.solver = self.name
+        plan.solve_s = time.perf_counter() - began
+        return plan

@@ -1,116 +1,29 @@
-"""Exact latency placement with OR-Tools CP-SAT: optional interval variables, one per (kernel, device).
-
-Model (built in ``cpsat_worker.solve``): x[v,d] = 1 when kernel v runs on device d, exactly one per
-kernel; an optional interval of v's time on d, present iff x[v,d]; NoOverlap per device; precedence
-with transfers charged exactly as the simulator's ``latency`` mode charges them (transfers do not
-contend):
-
-- model inputs start on the host and cross once to each device that reads them: a consumer on e
-  starts at or after c(bytes, host, e);
-- a producer u's tensor crosses to a device e once, carrying the LARGEST edge any of u's consumers
-  on e reads (and u's ``output_bytes`` too when e is the host and u is a model output): a consumer
-  w on e waits for c(bytes(u,w), d, e), and for c(bytes(u,w'), d, e) whenever a sibling w' that
-  reads more bytes is on e as well (one constraint per such pair; exact because a link's time
-  α + b/β grows with the bytes b);
-- outputs (``graph.output_set`` with ``output_bytes`` > 0) made off the host return to it before
-  the makespan ends.
-
-CP-SAT needs integers. Seconds become ticks of 1/scale seconds, every duration rounded DOWN, so the
-model's optimum / scale is a lower bound on the true optimum and CP-SAT's best bound / scale is a
-valid ``lower_bound_s``. The scale is a power of two (exact for the binary fractions test costs
-use, such as 0.5 s) that puts the horizon at most 2**40 ticks: within int64 with room for sums, and
-fine enough that rounding costs under 1e-9 of the makespan unless a path holds hundreds of kernels.
-The horizon is the warm start's simulated latency when that plan is feasible (the model's optimum
-is no longer), else the trivial one (every kernel and transfer one after another, each at its
-dearest), which can be a thousand times the optimum when a slow CPU may run every kernel. The plan
-(assignment, per-device order by start time) is re-scored by the simulator: ``value_s`` is the
-simulated latency, and ``optimal`` needs both CP-SAT's proof and a simulated value within 1e-9 of
-the bound, so rounding cannot fake a proof.
-
-Memory, conservatively: on each device with a capacity, the weights used there (a shared weight
-once) plus EVERY activation tensor that would ever live there (a kernel's output where it or a
-consumer runs, a model input where a consumer runs) must fit. The simulator charges the peak of
-live activations, never more than their sum, so every plan the model accepts fits. Where memory
-can bind at all, the model is a restriction of the problem and its bound is no bound for the
-problem: ``lower_bound_s`` is then the combinatorial bound (``bounds.lower_bound``) and
-``optimal`` is False. Where this restriction leaves no plan at all, the MILP (whose memory model is
-the activation peak, found by repair) places the model, and the plan says so (``weaker_method``).
-
-Warm start: the ``hint`` plan, else HEFT's. Its assignment and start times become CP-SAT solution
-hints, its latency the horizon, and it is the answer when CP-SAT finds nothing better in time.
-
-OR-Tools runs in a subprocess (``cpsat_worker.py``) that exchanges plain JSON numbers with this
-process, which never imports OR-Tools (it cannot share a process with python-mip's CBC). A
-``CpsatSession`` keeps one such process for many solves: the splitting heuristic solves hundreds
-of windows and pays the OR-Tools import (about 1.5 s) once.
-
-Windows (``tick_model(problem, window, context, ...)``): the same model over some kernels while
-the kernels of ``context`` stay where and when they are. A fixed producer's tensor is a release
-time (its finish plus the transfer to the window kernel's device, by the same largest-edge rule,
-fixed consumers on that device included); each fixed kernel's run is a fixed interval in its
-device's NoOverlap, so window kernels may fill idle gaps between fixed ones; ``tail_s`` adds
-C >= end + tail (work that must follow outside the window). The whole-graph model is the window
-of every kernel with an empty context. Times from fixed kernels are rounded outwards (starts
-down, finishes and releases up), so a window kernel that the model puts after a fixed one starts
-no earlier than it in seconds too, and ordering by start time never deadlocks.
-Determinism: ``seed`` is CP-SAT's random seed; a run that ends before its time limit with one
-worker is reproducible. With more workers CP-SAT first runs alone for a quarter of the limit (see
-``cpsat_worker``), so a proof found then is reproducible too; later, a proven optimum has the same
-value but may be reached by another plan. Speed (random_dag(kernels=32) on paper-node, roofline
-costs): proven optimal in 0.4-3 s of CP-SAT with the default 2 workers, plus about 1.5 s to start
-OR-Tools; one worker alone left one of three seeds unproven after 60 s, so the default is two.
+"""Exact latency placement with OR-Tools CP-SAT (``toolkit.cpsat_session``): proven optima for graphs of
+tens of kernels where the MILP stalls. The plan is re-scored by the simulator, and ``optimal`` needs
+both CP-SAT's proof and a simulated value that meets its bound, so tick rounding cannot fake a proof.
+Where memory can bind, CP-SAT's model (every activation a device receives held at once) is a
+restriction: its bound is then no bound, and where it leaves no plan the MILP places the model
+(docs/solvers.md#cp-sat).
 """
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
-import math
-import os
-import select
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import dataclass
-from typing import Self
 
-from .. import bounds  # a module, not its names: bounds imports this package
+from ..bounds import lower_bound
 from ..errors import DivimlInputError
 from ..plan import Plan
+from ..problem import Problem
 from ..simulator import simulate
-from .base import Problem, Solver
-from .list_scheduling import Heft
-from .milp import Context, WindowSolution, milp_instead, order_by_start, trivial_horizon_s
+from ..tolerances import meets
+from ..toolkit.cpsat_session import CpsatSession, tick_model
+from ..toolkit.deadline import Deadline
+from ..toolkit.windows import WindowSolution, order_by_start
+from .base import Solver
+from .heft import Heft
+from .milp import exact_instead
 
 log = logging.getLogger(__name__)
-
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpsat_worker.py")
-HORIZON_TICKS = 2**40
-OPTIMAL_GAP = 1e-9             # a plan is proven optimal when its simulated value is this close to the bound
-PROOF_GAP = 1e-10              # CP-SAT stops here: closing the last ticks of a 2**40-tick gap can take minutes
-WORKER_STARTUP_S = 60.0        # import of OR-Tools and model building, beyond CP-SAT's own limit
-
-
-@dataclass
-class TickModel:
-    """The problem in integer ticks, as the worker reads it, with what maps its answer back."""
-
-    data: dict
-    scale: float                 # ticks per second
-    kernels: list[str]           # the window's kernels, in the worker's order
-    devices: list[str]
-    memory_binds: bool           # memory can cut plans: the model is a restriction of the problem
-
-    def solution(self, problem: Problem, answer: dict) -> WindowSolution | None:
-        """The worker's answer in seconds (None when it found no solution)."""
-        if "device" not in answer:
-            return None
-        assignment = {k: self.devices[d] for k, d in zip(self.kernels, answer["device"])}
-        start = {k: tick / self.scale for k, tick in zip(self.kernels, answer["start"])}
-        finish = {k: start[k] + problem.costs.compute_s(k, assignment[k]) for k in self.kernels}
-        return WindowSolution(assignment, start, finish, answer["objective"] / self.scale,
-                              answer["bound"] / self.scale, answer["status"] == "OPTIMAL")
 
 
 class Cpsat(Solver):
@@ -118,6 +31,7 @@ class Cpsat(Solver):
 
     name = "cpsat"
     objectives = ("latency",)
+    modes = ("latency",)
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, workers: int = 2,
                  hint: Plan | None = None, warm_start: bool = True):
@@ -125,18 +39,25 @@ class Cpsat(Solver):
         if workers < 1:
             raise DivimlInputError("workers must be at least 1", field="workers")
         self.workers, self.hint, self.warm_start = workers, hint, warm_start
+        self.call_hint: Plan | None = None
 
-    def solve(self, problem: Problem, hint: Plan | None = None) -> Plan:
+    def solve(self, problem: Problem, hint: Plan | None = None, *, deadline: Deadline | None = None) -> Plan:
         """The best plan CP-SAT finds in the time limit; ``hint`` (else ``self.hint``, else HEFT's plan
         when ``warm_start``) seeds the search and stands in if CP-SAT finds nothing in time."""
+        self.call_hint = hint
+        return super().solve(problem, deadline=deadline)
+
+    def check(self, problem: Problem) -> None:
         self.check_objective(problem)
         if importlib.util.find_spec("ortools") is None:
             raise DivimlInputError("solver cpsat needs OR-Tools, which is not installed", field="solver",
                                    hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
-        began = time.perf_counter()
-        problem.validate()
+        super().check(problem)
+
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
         graph, platform, costs = problem.graph, problem.platform, problem.costs
-        fallback = self._starting_plan(problem, hint if hint is not None else self.hint)
+        hint = self.call_hint if self.call_hint is not None else self.hint
+        fallback = self._starting_plan(problem, hint, deadline)
         warm = horizon = None
         if fallback is not None:
             hinted = simulate(graph, platform, costs, fallback)
@@ -144,10 +65,10 @@ class Cpsat(Solver):
             horizon = hinted.value_s if hinted.feasible else None   # the optimum is no longer than a feasible plan
         model = tick_model(problem, hint=warm, horizon_s=horizon)
         with CpsatSession(workers=self.workers, seed=self.seed) as session:
-            answer = session.solve(model, self.time_limit_s)
+            answer = session.solve(model, deadline.left())
         status = answer["status"]
         if status == "INFEASIBLE":                # memory held every activation at once: a restriction
-            return milp_instead(problem, self, began, "CP-SAT's memory model (every activation a device receives "
+            return exact_instead(problem, self, deadline, "CP-SAT's memory model (every activation a device receives "
                                 "held at once) leaves no plan: the MILP placed the model instead")
         if "device" in answer:
             assignment = {k: model.devices[d] for k, d in zip(model.kernels, answer["device"])}
@@ -166,303 +87,23 @@ class Cpsat(Solver):
             if sim_fallback.feasible and sim_fallback.value_s < sim.value_s:   # rounding can lose a tie
                 plan, sim = Plan(dict(fallback.assignment), order=fallback.order), sim_fallback
         bound_s = answer["bound"] / model.scale
-        combinatorial = bounds.lower_bound(problem)
+        combinatorial = lower_bound(problem)
         plan.solver, plan.value_s = self.name, sim.value_s
         plan.lower_bound_s = combinatorial if model.memory_binds else max(bound_s, combinatorial)
-        plan.optimal = status == "OPTIMAL" and not model.memory_binds and sim.value_s <= bound_s * (1 + OPTIMAL_GAP)
-        plan.solve_s = time.perf_counter() - began
+        plan.optimal = status == "OPTIMAL" and not model.memory_binds and meets(sim.value_s, bound_s)
         plan.attrs.update({"cpsat_status": status, "cpsat_wall_s": answer["wall_s"], "cpsat_bound_s": bound_s,
                            "ticks_per_s": model.scale, "memory_restricts_bound": model.memory_binds})
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
         return plan
 
-    def _starting_plan(self, problem: Problem, hint: Plan | None) -> Plan | None:
+    def _starting_plan(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan | None:
         if hint is not None:
             simulate(problem.graph, problem.platform, problem.costs, hint)    # a plan for another graph fails here
             return hint
         if not self.warm_start:
             return None
         try:
-            return Heft(exact_fallback=False).solve(problem)
+            return Heft(exact_fallback=False).solve(problem, deadline=deadline)
         except DivimlInputError as error:
             log.info("cpsat: no HEFT warm start (%s)", error)
             return None
-
-
-def tick_model(problem: Problem, window: list[str] | None = None, context: Context | None = None, *,
-               fixed_start_s: dict[str, float] | None = None, tail_s: dict[str, float | dict[str, float]] | None = None,
-               hint: WindowSolution | None = None, horizon_s: float | None = None) -> TickModel:
-    """The worker's input for ``window`` (default: every kernel) with ``context`` fixed: durations and
-    transfers in ticks, rounded down. ``fixed_start_s``: start times of fixed kernels, whose runs
-    (to their ``context.finish_s``) then occupy their devices; ``tail_s``: per window kernel, time
-    that must follow its end before the makespan (seconds, or {device: seconds} where it depends on
-    the kernel's device); ``hint``: a schedule to start from; ``horizon_s``: a known upper bound on the
-    window's optimum (ignored where memory binds: the model may then exclude the plan that gave it).
-    ``window`` lists its kernels in a topological order, and each predecessor of a window kernel is
-    in the window or in ``context``."""
-    graph, platform, costs = problem.graph, problem.platform, problem.costs
-    host = platform.host
-    context = context or Context()
-    kernels = list(window) if window is not None else list(graph.topo_order)
-    inside = set(kernels)
-    devices = platform.device_names
-    k_index = {k: i for i, k in enumerate(kernels)}
-    d_index = {d: i for i, d in enumerate(devices)}
-    feasible = {k: window_devices(problem, k, context) for k in kernels}
-    memory, memory_binds = memory_items(problem, feasible, k_index, d_index, context)
-    busy = {k: (s, context.finish_s[k]) for k, s in (fixed_start_s or {}).items()}
-    horizon = trivial_horizon_s(problem, kernels, context, tail_s)
-    if horizon_s is not None and not memory_binds:
-        horizon = min(horizon, max(horizon_s, *context.finish_s.values()) if context.finish_s else horizon_s)
-    scale = tick_scale(horizon)
-
-    def ticks(seconds: float) -> int:
-        return math.floor(seconds * scale)
-
-    def ticks_up(seconds: float) -> int:          # a time set by a fixed kernel: never earlier than it
-        return math.ceil(seconds * scale)
-
-    def transfer(nbytes: float, src: str, dst: str) -> int:
-        return ticks(costs.transfer_s(nbytes, src, dst))
-
-    def on(kernel: str, device: str) -> list[int]:
-        return [k_index[kernel], d_index[device]]
-
-    duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
-    precedences, delays, releases = [], [], []
-    for w in kernels:
-        for edge in graph.pred[w]:
-            u = edge.src
-            if u not in inside and u not in context.assignment:
-                raise ValueError(f"window kernel '{w}' reads '{u}', which is neither in the window nor fixed")
-            output = graph.kernels[u].output_bytes if u in graph.output_set else 0.0
-            siblings = [s for s in graph.succ[u] if s.dst != w]
-            if u in inside:
-                precedences.append([k_index[u], k_index[w]])
-                origins = [(d, None) for d in feasible[u]]
-            else:
-                finish = context.finish_s[u]
-                releases.append([k_index[w], ticks_up(finish), []])
-                origins = [(context.assignment[u], finish)]
-            for d, finish in origins:
-                for e in feasible[w]:
-                    if d == e:
-                        continue
-                    fixed_there = [s.bytes for s in siblings if s.dst not in inside
-                                   and context.assignment.get(s.dst) == e]
-                    nbytes = max([edge.bytes, *fixed_there, *([output] if e == host else [])])
-                    for larger, condition in [(nbytes, [on(w, e)])] + [
-                            (s.bytes, [on(w, e), on(s.dst, e)]) for s in siblings
-                            if s.dst in inside and e in feasible[s.dst] and s.bytes > nbytes]:
-                        delay = costs.transfer_s(larger, d, e)
-                        if finish is not None:          # a fixed producer: a release time
-                            releases.append([k_index[w], ticks_up(finish + delay), condition])
-                        elif ticks(delay) > 0:
-                            delays.append([k_index[u], k_index[w], ticks(delay), [on(u, d), *condition]])
-    releases += [[k_index[w], transfer(graph_input.bytes, host, e), [on(w, e)]]
-                 for graph_input in graph.inputs for w in dict.fromkeys(graph_input.consumers) if w in inside
-                 for e in feasible[w] if e != host and transfer(graph_input.bytes, host, e) > 0]
-    tails = [[k_index[u], transfer(graph.kernels[u].output_bytes, d, host), [on(u, d)]]
-             for u in kernels if u in graph.output_set and graph.kernels[u].output_bytes > 0
-             for d in feasible[u] if d != host]
-    for u, tail in (tail_s or {}).items():
-        by_device = tail if isinstance(tail, dict) else {None: tail}
-        tails += [[k_index[u], ticks(t), [on(u, d)] if d is not None else []]
-                  for d, t in by_device.items() if ticks(t) > 0 and (d is None or d in feasible[u])]
-    groups: dict[str, str] = {}
-    same_device = [[k_index[groups.setdefault(graph.kernels[k].colocate, k)], k_index[k]]
-                   for k in kernels if graph.kernels[k].colocate is not None]
-    earliest = min(earliest_starts(kernels, precedences, releases, duration), default=0)
-    busy_ticks = merged_intervals([(d_index[context.assignment[k]], ticks(s), ticks_up(f)) for k, (s, f) in busy.items()
-                                   if ticks_up(f) > max(ticks(s), earliest)])
-    latest = max([math.ceil(horizon * scale), *(b + size for _, b, size in busy_ticks),
-                  *(t for _, t, _ in releases)])
-    data = {"duration": duration, "horizon": latest + len(kernels), "precedences": precedences,
-            "delays": delays, "releases": releases, "tails": tails, "busy": busy_ticks,
-            "same_device": [pair for pair in same_device if pair[0] != pair[1]], "memory": memory, "hint": None}
-    if hint is not None:
-        data["hint"] = {"device": [d_index[hint.assignment[k]] for k in kernels],
-                        "start": [min(ticks_up(hint.start_s[k]), data["horizon"]) for k in kernels]}
-    return TickModel(data, scale, kernels, devices, memory_binds)
-
-
-def window_devices(problem: Problem, kernel: str, context: Context) -> list[str]:
-    """Where ``kernel`` may run: its feasible devices, and the device of a fixed member of its group."""
-    devices = problem.feasible_devices(kernel)
-    group = problem.graph.kernels[kernel].colocate
-    if group is not None:
-        placed = {d for k, d in context.assignment.items() if problem.graph.kernels[k].colocate == group}
-        devices = [d for d in devices if not placed or d in placed]
-    if not devices:
-        raise DivimlInputError(f"kernel '{kernel}' has no device left that satisfies its constraints",
-                               field="allowed_devices", hint="allow another device or split its co-location group")
-    return devices
-
-
-def merged_intervals(runs: list[tuple[int, int, int]]) -> list[list[int]]:
-    """(device, begin, end) runs as [device, begin, size], overlapping runs of a device merged: fixed
-    runs rounded outwards may overlap by a tick, which NoOverlap would reject."""
-    merged: list[list[int]] = []
-    for device, begin, end in sorted(runs):
-        if merged and merged[-1][0] == device and begin <= merged[-1][1] + merged[-1][2]:
-            merged[-1][2] = max(merged[-1][2], end - merged[-1][1])
-        else:
-            merged.append([device, begin, end - begin])
-    return merged
-
-
-def earliest_starts(kernels: list[str], precedences: list, releases: list, duration: list) -> list[int]:
-    """Per window kernel, in ticks: no start can be earlier (unconditional releases along paths,
-    fastest durations). Fixed runs that end before the earliest of these cannot matter."""
-    earliest = [0] * len(kernels)
-    for w, t, condition in releases:
-        if not condition:
-            earliest[w] = max(earliest[w], t)
-    before: dict[int, list[int]] = {}
-    for u, w in precedences:
-        before.setdefault(w, []).append(u)
-    for w in range(len(kernels)):                 # window order is topological
-        for u in before.get(w, ()):
-            earliest[w] = max(earliest[w], earliest[u] + min(p for p in duration[u] if p is not None))
-    return earliest
-
-
-def memory_items(problem: Problem, feasible: dict[str, list[str]], k_index: dict[str, int],
-                 d_index: dict[str, int], context: Context | None = None) -> tuple[list[dict], bool]:
-    """Per device with a capacity, what it holds when given window kernels run there: each weight
-    (once), and each activation tensor (a kernel's output where it or a consumer runs, a model input
-    where a consumer runs), bytes rounded up. What a fixed kernel of ``context`` already holds on a
-    device takes its room there; kernels neither in the window nor fixed hold nothing yet. Also
-    whether memory can cut any plan at all."""
-    graph = problem.graph
-    fixed = context.assignment if context is not None else {}
-    items: list[tuple[float, list[str]]] = []
-    users: dict[str, list[str]] = {}
-    for kernel in graph.topo_order:
-        for weight in graph.kernels[kernel].weights:
-            users.setdefault(weight, []).append(kernel)
-        items.append((graph.kernels[kernel].output_bytes, [kernel, *(e.dst for e in graph.succ[kernel])]))
-    items += [(graph.weights[weight], kernels) for weight, kernels in users.items()]
-    items += [(graph_input.bytes, list(graph_input.consumers)) for graph_input in graph.inputs]
-    everything = sum(math.ceil(nbytes) for nbytes, _ in items)
-    out, binds = [], False
-    for device in problem.platform.devices:
-        d = device.name
-        if device.memory_bytes is None or everything <= device.memory_bytes:
-            continue                                # even the whole graph fits: no constraint
-        held = sum(math.ceil(nbytes) for nbytes, kernels in items if any(fixed.get(k) == d for k in kernels))
-        here = [[math.ceil(nbytes), [k_index[k] for k in kernels if k in k_index and d in feasible[k]]]
-                for nbytes, kernels in items if not any(fixed.get(k) == d for k in kernels)]
-        here = [item for item in here if item[0] > 0 and item[1]]
-        capacity = math.floor(device.memory_bytes) - held
-        if sum(nbytes for nbytes, _ in here) <= capacity:
-            continue                                # everything fits: no constraint
-        binds = True
-        out.append({"device": d_index[d], "capacity": capacity, "items": here})
-    return out, binds
-
-
-def tick_scale(horizon: float) -> float:
-    """Ticks per second: the power of two that puts ``horizon`` seconds at most HORIZON_TICKS."""
-    exponent = 40 if horizon <= 0 else math.floor(math.log2(HORIZON_TICKS / horizon))
-    return math.ldexp(1.0, max(-60, min(exponent, 60)))
-
-
-class CpsatSession:
-    """One OR-Tools process (``cpsat_worker.py``) for many solves, as a context manager: JSON lines
-    of plain numbers go in and come back, and the parent never imports OR-Tools. The process starts
-    on entry (importing OR-Tools while the caller prepares its first model) and ends on exit; one
-    that overran its time is stopped, and the next request starts another."""
-
-    def __init__(self, *, workers: int = 1, seed: int = 0):
-        self.workers, self.seed = workers, seed
-        self._process: subprocess.Popen | None = None
-        self._errors = None
-        self._pending = b""
-
-    def __enter__(self) -> Self:
-        self._start()
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        self.close(at_once=exc_type is not None)     # interrupted or failed: do not wait for the solve to end
-
-    def _start(self) -> None:
-        self._errors = tempfile.TemporaryFile()    # noqa: SIM115 (lives as long as the process; closed in close())
-        self._process = subprocess.Popen([sys.executable, "-P", WORKER], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self._errors, bufsize=0)
-        self._pending = b""
-
-    def close(self, at_once: bool = False) -> None:
-        """End the CP-SAT process: let it finish its answer (up to 10 s), or kill it ``at_once``."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        try:
-            process.stdin.close()
-            process.wait(timeout=0 if at_once else 10)
-        except (OSError, subprocess.TimeoutExpired):
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        self._errors.close()
-
-    def request(self, data: dict, timeout_s: float) -> dict:
-        """Send one request (``cpsat_worker``'s format) and wait at most ``timeout_s`` (plus time for
-        OR-Tools' start-up and the model's building) for its answer."""
-        if self._process is None:
-            self._start()
-        deadline = time.monotonic() + timeout_s + WORKER_STARTUP_S
-        try:
-            self._process.stdin.write(json.dumps(data).encode() + b"\n")
-        except BrokenPipeError:
-            self._failed()
-        line = self._read_line(deadline)
-        if line is None:
-            log.warning("cpsat: the CP-SAT process ran past %.3g s and was stopped", timeout_s)
-            self._process.kill()
-            self.close()
-            return {"status": "TIMEOUT", "bound": 0, "wall_s": timeout_s}
-        answer = json.loads(line)
-        if answer["status"] == "NO_ORTOOLS":
-            raise DivimlInputError(f"solver cpsat needs OR-Tools: {answer['error']}", field="solver",
-                                   hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
-        return answer
-
-    def solve(self, model: TickModel, time_limit_s: float, *, relative_gap: float = PROOF_GAP) -> dict:
-        """The worker's answer for ``model`` after at most ``time_limit_s`` of CP-SAT."""
-        data = {**model.data, "time_limit_s": time_limit_s, "seed": self.seed, "workers": self.workers,
-                "relative_gap": relative_gap}
-        return self.request(data, time_limit_s)
-
-    def solve_window(self, problem: Problem, window: list[str], context: Context, *,
-                     fixed_start_s: dict[str, float] | None = None,
-                     tail_s: dict[str, float | dict[str, float]] | None = None,
-                     hint: WindowSolution | None = None, time_limit_s: float) -> WindowSolution | None:
-        """The best schedule of ``window`` found around ``context`` (see ``tick_model``); None when
-        CP-SAT found none in time. ``hint`` (a list schedule) seeds the search, and its makespan
-        (window tails included) bounds the horizon."""
-        model = tick_model(problem, window, context, fixed_start_s=fixed_start_s, tail_s=tail_s, hint=hint,
-                           horizon_s=hint.objective_s if hint is not None else None)
-        return model.solution(problem, self.solve(model, time_limit_s))
-
-    def _read_line(self, deadline: float) -> bytes | None:
-        stdout = self._process.stdout
-        while b"\n" not in self._pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
-                return None
-            chunk = os.read(stdout.fileno(), 1 << 16)
-            if not chunk:
-                self._failed()
-            self._pending += chunk
-        line, _, self._pending = self._pending.partition(b"\n")
-        return line
-
-    def _failed(self) -> None:
-        process = self._process
-        process.wait()
-        self._errors.seek(0)
-        detail = self._errors.read().decode(errors="replace")[-2000:]
-        self.close()
-        raise RuntimeError(f"the CP-SAT process failed (exit {process.returncode}): {detail}")

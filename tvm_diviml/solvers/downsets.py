@@ -1,33 +1,14 @@
 """The exact max-load split over downsets (Tarnawski et al., NeurIPS 2020, "Efficient Algorithms for
 Device Placement of DNN Graph Operators"), for ``host_staged`` platforms (the msr-fiddle model).
 
-Each device takes a contiguous set of kernels and the sets are ordered: S_1 = I_1, S_2 = I_2 \\ I_1, ...
-for a chain of ideals (downsets) I_1 ⊂ I_2 ⊂ ... of the DAG. A set's load on its device is what the
-simulator's ``host_staged`` mode charges: its work, plus on a paying device (not a CPU) one copy to the
-host of every tensor that leaves it and one copy from the host of every tensor that enters it. So
+Each device takes a contiguous set of kernels and the sets are ordered, so a plan is a chain of
+downsets; a DP over downsets and counts of identical devices used minimises the largest
+``host_staged`` load, pricing each pair of downsets in O(frontier width) with numpy. Co-location
+groups, memory and allowed devices restrict which sets are feasible. A bound on the answer prunes
+the pairs and is raised until the DP proves nothing skipped helps. Past ``max_ideals`` downsets or
+the time limit the solver falls back to SliceGraph and says so in ``plan.attrs``.
 
-    dp[I, n] = min over ideals I' ⊊ I and device classes c with n_c >= 1 of max(dp[I', n - e_c], load_c(I \\ I'))
-
-where n counts the devices used per class of identical devices (identical devices are counted, not
-named), and the answer is min_n dp[V, n]. With S = I \\ I' both downsets, a tensor of u ∈ S leaves S iff
-a consumer of u lies outside I, and a tensor enters S only from I': with D[J, u] the number of consumers
-of u inside J, u enters S iff u ∈ I' and D[I, u] > D[I', u]. Only u on the frontier of I' (a consumer
-outside I') can do either, so a pair costs O(frontier width), and for one I all its sub-ideals are
-priced at once with numpy (sub-ideals found by a bitwise test on packed members).
-
-Co-location groups must share a device, so only ideals that hold every group whole or not at all can
-start or end a set: those are enumerated directly (each step adds one kernel and closes the result
-under predecessors and groups). Memory (each kernel's weights summed) and kernels a device may not run
-make a set infeasible. The ideals can be exponentially many on wide graphs: past ``max_ideals``, or
-past the time limit, the solver falls back to SliceGraph and says so in ``plan.attrs`` and the log.
-
-Pruning keeps the pair loop small: a set costs at least its work at each kernel's cheapest device, so
-with a bound B on the answer only sub-ideals within B of work below I matter. B is guessed (1.25 x the
-average load) and raised until the DP's value lies within it, which proves that nothing skipped helps.
-
-The optimum is among ordered splits into contiguous sets, the problem Tarnawski et al. define, which
-are exactly the assignments whose device graph is acyclic; a split whose device graph has a cycle is
-not considered.
+The recurrence, the pricing and the pruning: docs/solvers.md#downsets.
 """
 from __future__ import annotations
 
@@ -42,7 +23,11 @@ import numpy as np
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate
-from .base import Problem, Solver
+from ..problem import Problem
+from ..toolkit.deadline import Deadline
+from ..toolkit.device_classes import identical_devices
+from .base import Solver
+from .slicegraph import SliceGraph
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 10.0
@@ -197,11 +182,10 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
     sent = [max((e.bytes for e in graph.succ[k]), default=0.0) for k in names]
     exact = all(len({e.bytes for e in graph.succ[k]}) <= 1 for k in names)
     returned = [graph.kernels[k].output_bytes if k in graph.output_set else 0.0 for k in names]
-    classes: dict[tuple, DeviceClass] = {}
-    for device in platform.device_names:
+    able = [d for d in platform.device_names if any(d in problem.feasible_devices(k) for k in names)]
+
+    def describe(device: str) -> tuple:                  # a device no kernel may use takes only the empty set
         feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
-        if not feasible.any():
-            continue                            # takes only the empty set
         pays = platform.device(device).kind != "cpu"
         base = np.array([costs.transfer_s(r, device, host) if pays and r > 0 else 0.0 for r in returned])
         full = np.array([costs.transfer_s(max(s, r), device, host) if pays else 0.0 for s, r in zip(sent, returned)])
@@ -209,15 +193,10 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
         enter += [costs.transfer_s(i.bytes, host, device) if pays else 0.0 for i in inputs]
         work = np.array([costs.compute_s(k, device) if feasible[i] else 0.0 for i, k in enumerate(names)]) + base
         capacity = platform.device(device).memory_bytes
-        leave = np.concatenate([full - base, np.zeros(len(inputs) + 1)])
-        entry = DeviceClass([device], work, ~feasible, leave, np.array(enter + [0.0]),
-                            math.inf if capacity is None else float(capacity))
-        key = (work.tobytes(), entry.infeasible.tobytes(), leave.tobytes(), entry.enter.tobytes(), entry.memory_bytes)
-        if key in classes:
-            classes[key].devices.append(device)
-        else:
-            classes[key] = entry
-    return list(classes.values()), exact
+        return (work, ~feasible, np.concatenate([full - base, np.zeros(len(inputs) + 1)]), np.array(enter + [0.0]),
+                math.inf if capacity is None else float(capacity))
+
+    return [DeviceClass(devices, *description) for devices, description in identical_devices(able, describe)], exact
 
 
 # ---------------------------------------------------------------------- the DP
@@ -380,6 +359,7 @@ class Downsets(Solver):
 
     name = "downsets"
     objectives = ("throughput",)
+    modes = ("host_staged",)
     DP_SHARE = 0.8
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, max_ideals: int = 20_000,
@@ -390,17 +370,7 @@ class Downsets(Solver):
         self.max_ideals = max_ideals
         self.fallback_options = dict(fallback_options or {})
 
-    def solve(self, problem: Problem) -> Plan:
-        self.check_objective(problem)
-        if problem.mode != "host_staged":
-            raise DivimlInputError(f"solver downsets solves the msr-fiddle max-load problem (mode host_staged); "
-                                   f"platform '{problem.platform.name}' prices throughput as '{problem.mode}'",
-                                   field="solver", hint="for period_overlap throughput use --solver milp, split, "
-                                   "greedy or replicas; downsets needs a platform with transfer_model host_staged "
-                                   "(an msr-fiddle file)")
-        if not problem.graph.kernels:
-            raise DivimlInputError("the graph has no kernels to place", field="MODEL")
-        problem.validate()
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
         began = time.perf_counter()
         graph = problem.graph
         try:
@@ -408,9 +378,9 @@ class Downsets(Solver):
             classes = instance.classes
             log.info("downsets: %d kernels, %d group-closed ideals, device classes %s", len(graph),
                      len(instance.ideals), ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes))
-            split, passes = instance.search(began + self.DP_SHARE * self.time_limit_s)
+            split, passes = instance.search(deadline.at - (1 - self.DP_SHARE) * self.time_limit_s)
         except (TooManyIdeals, TimeoutError) as stop:
-            return self._fall_back(problem, began, str(stop))
+            return self._fall_back(problem, deadline, str(stop))
         if not math.isfinite(split.value_s):
             raise DivimlInputError("no ordered split into contiguous sets keeps every kernel on a device it may run "
                                    "on, within memory, with co-location groups whole", field="platform",
@@ -428,24 +398,19 @@ class Downsets(Solver):
         memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
         plan.value_s = sim.value_s
         plan.optimal = instance.prices_exact and memory_exact and sim.feasible
-        plan.solve_s = time.perf_counter() - began
         plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes,
                            "dp_value_s": split.value_s,
                            "optimal_among": "ordered splits into contiguous sets (Tarnawski et al.)",
                            "prices_exact": instance.prices_exact, "memory_exact": memory_exact})
         log.info("downsets: max load %.6g s over %d sets, %d ideals, %.2f s (exact DP)", sim.value_s,
-                 len(stages), len(instance.ideals), plan.solve_s)
+                 len(stages), len(instance.ideals), time.perf_counter() - began)
         return plan
 
-    def _fall_back(self, problem: Problem, began: float, reason: str) -> Plan:
-        from .slicegraph import SliceGraph
-
-        left = max(self.time_limit_s - (time.perf_counter() - began), 1.0)
+    def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
+        left = max(deadline.left(), 1.0)
         log.warning("downsets: %s; falling back to SliceGraph for %.0f s (not proven optimal)", reason, left)
         options = {"time_limit_s": left, "seed": self.seed, **self.fallback_options}
-        plan = SliceGraph(**options).solve(problem)
-        plan.solver = self.name
-        plan.solve_s = time.perf_counter() - began
+        plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(left))
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
         return plan
 

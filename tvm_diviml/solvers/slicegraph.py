@@ -1,57 +1,15 @@
-"""SliceGraph: a k-stage pipeline found by slicing topological orders (Archer, Fahrbach, Liu and
-Prabhu, ICML 2024, "Practical Performance Guarantees for Pipelined DNN Inference"; DESIGN.md "MTPP").
+"""SliceGraph: a pipeline of at most K stages found by slicing topological orders (Archer, Fahrbach,
+Liu and Prabhu, ICML 2024), with stages on different devices.
 
-Stages S_1..S_K run on distinct devices d_1..d_K and no edge runs back to an earlier stage, so a
-plan is one topological order cut into K contiguous segments; a segment may be empty, which gives
-"at most K stages" (empty stages are dropped from the plan). A stage costs what the simulator's
-``stage_serial`` mode charges: its work on its device, each tensor that enters it once (the largest
-edge it reads), each tensor that leaves it once (the largest edge read outside, at the dearest
-destination link), model inputs from the host and model outputs back to it.
+Every valid pipeline is one topological order cut into contiguous segments, so ``slice_order``
+solves one order exactly by a DP over cuts, each segment priced as the simulator's
+``stage_serial`` mode charges it; ``StageCosts`` prices all segments of an order at once with
+numpy (prefix sums and a 2-D difference array of tensor layers). ``SliceGraph`` searches orders and
+stage devices with a biased random-key genetic algorithm seeded with program, depth-first and
+breadth-first orders. On ``host_staged`` platforms the same DP solves the msr-fiddle max-load
+problem (``throughput``). Segments that break memory, allowed devices or co-location cost infinity.
 
-``slice_order`` is the exact DP over one order: dp_b(y) = min_{x <= y} max(dp_{b-1}(x), f_b(order[x:y])),
-with f_b(empty) = 0. f is not monotone along a segment (a later cut can save a transfer), so
-greedy slicing is wrong and every segment is priced. ``StageCosts`` prices all of them at once with
-numpy, as a matrix grid[y, x] = f(order[x:y]):
-
-- work and output returns: prefix sums along the order, grid = P[y] - P[x];
-- transfers: the price of a tensor is a maximum over the edges that count, and a maximum is a sum
-  of indicator layers (with the producer's distinct edge prices v_1 < ... < v_r: max = sum_l
-  (v_l - v_{l-1}) [an edge of price >= v_l counts]); each layer l has a consumer set C_l. For the
-  producer at position a:
-  out of [x, y): [x <= a < y <= max C_l]; into [x, y): [a < x and C_l meets [x, y)], and with the
-  members c_1 < c_2 < ... of C_l (c_0 = a) that is: x in (c_{k-1}, c_k] and y > c_k for one k.
-  Each is a rectangle of (x, y), i.e. four (out) or two (in) +-w entries of a 2-D difference
-  array, so all layers together cost one scatter-add and two cumulative sums: O(n^2 + edges x
-  layers) per order (one layer per tensor when every edge carries its producer's whole output, the
-  usual case);
-- model inputs: "into" rectangles with the producer before the first position, added directly
-  and priced per device (nothing on the host).
-
-Transfers are priced exactly when every link between the stage devices prices each tensor alike
-(true on every preset); otherwise at the dearest such link, an upper bound on the simulated cost
-(``exact`` says which).
-
-For ``throughput`` on a ``host_staged`` platform (the msr-fiddle max-load problem: each device takes
-a contiguous set, the sets ordered) the same DP slices an order over all devices, with each stage
-priced as that mode charges it: the sender pays one copy to the host of each tensor that leaves
-(its largest remote edge, or its size as a model output if larger), the receiver one copy from the
-host of each tensor that enters, CPUs pay none. Prices then depend on the stage's device but not on
-the others, so each device profile gets transfer layers of its own and the DP is exact.
-
-Prices must not decrease with bytes (latency + bytes / bandwidth), since the simulator prices the
-largest edge. Segments that hold a kernel its device may not run, weights
-beyond the device's memory (each kernel's weights summed: a shared weight may be counted twice, so
-this errs safe) or part of a co-location group are priced as infinite.
-
-``SliceGraph`` searches over orders with a biased random-key genetic algorithm (Goncalves and
-Resende, J. Heuristics 2011): a chromosome is one key per kernel plus one per device; the kernel
-keys decode to an order by Kahn's algorithm taking the ready kernel of smallest key (keeping
-co-location groups together where it can, since no cut may fall inside a group's span), the device
-keys to the stage devices (the K devices of smallest key, in key order), then the DP slices. So the
-search also chooses which device takes which stage (identical devices decode alike; the host can
-matter, because inputs and outputs are free on it). The population starts from the program order,
-a depth-first and a breadth-first order, each with three device orders (fastest first; the host
-first; the host last), and random keys.
+The DP, the pricing and the search: docs/solvers.md#slicegraph.
 """
 from __future__ import annotations
 
@@ -65,50 +23,24 @@ from typing import Sequence
 
 import numpy as np
 
+from ..bounds import lower_bound
 from ..errors import DivimlInputError
 from ..plan import Plan
+from ..problem import Problem
 from ..simulator import format_bytes, simulate
-from .base import Problem, Solver
-from .constraints import activation_overflow
+from ..tolerances import meets
+from ..toolkit.constraints import activation_overflow
+from ..toolkit.deadline import Deadline
+from ..toolkit.device_classes import identical_devices
+from ..toolkit.pipeline_model import TensorLayers, tensor_layers
+from .base import Solver
 
 log = logging.getLogger(__name__)
 # Slicings tried while activations overflow a memory: the last keeps room for all activations at once.
 MEMORY_ATTEMPTS = 4
 
 
-# ---------------------------------------------------------------------- segment costs
-@dataclass(frozen=True)
-class _Layers:
-    """Tensor prices as indicator layers: layer l weighs ``weight[l]``, belongs to the producer
-    ``producer[l]`` and counts where one of its consumers ``consumer[start[l]:start[l + 1]]`` does."""
-
-    producer: np.ndarray      # (L,) kernel ids
-    weight: np.ndarray        # (L,) seconds
-    start: np.ndarray         # (L,) offsets into consumer
-    consumer: np.ndarray      # (M,) kernel ids, grouped by layer
-    layer: np.ndarray         # (M,) the layer of each consumer entry
-
-
-def tensor_layers(producers: Sequence[int], consumers: Sequence[int], prices: Sequence[float]) -> _Layers:
-    """Layers for (producer, consumer, price) reads: a producer's tensor costs its dearest read."""
-    reads: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for producer, consumer, price in zip(producers, consumers, prices):
-        reads[producer].append((consumer, price))
-    owner, weight, start, members = [], [], [], []
-    for producer, edges in reads.items():
-        below = 0.0
-        for level in sorted({price for _, price in edges if price > 0}):
-            owner.append(producer)
-            weight.append(level - below)
-            start.append(len(members))
-            members.extend(consumer for consumer, price in edges if price >= level)
-            below = level
-    sizes = np.diff(np.array(start + [len(members)], dtype=np.int64))
-    return _Layers(np.array(owner, dtype=np.int64), np.array(weight, dtype=float), np.array(start, dtype=np.int64),
-                   np.array(members, dtype=np.int64), np.repeat(np.arange(len(start)), sizes))
-
-
-def _out_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: _Layers):
+def _out_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers):
     """(x, y, w) difference entries for [x <= a < y <= last consumer of the layer]."""
     last = np.maximum.reduceat(pos[layers.consumer], layers.start)
     after, w, zero = producer_pos + 1, layers.weight, np.zeros_like(producer_pos)
@@ -116,7 +48,7 @@ def _out_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: _Layers):
             np.concatenate([w, -w, -w, w]))
 
 
-def _in_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: _Layers):
+def _in_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers):
     """(x, y, w) difference entries for [a < x and a consumer of the layer lies in [x, y)]."""
     at = pos[layers.consumer]
     sort = np.lexsort((at, layers.layer))
@@ -156,9 +88,6 @@ class _Profile:
     send: np.ndarray          # host_staged: seconds to copy each distinct tensor size to the host (else empty)
     receive: np.ndarray       # host_staged: and from the host
 
-    def key(self) -> tuple:
-        return (self.work.tobytes(), self.infeasible.tobytes(), self.input_price.tobytes(), self.memory_bytes,
-                self.send.tobytes(), self.receive.tobytes())
 
 
 class StageCosts:
@@ -190,19 +119,17 @@ class StageCosts:
         self._returned = (np.array(returned, dtype=np.int64),
                           np.array([graph.kernels[self.names[i]].output_bytes for i in returned], dtype=float))
         self._link_prices: dict[tuple[str, str], np.ndarray] = {}
-        self._edge_layers: dict[frozenset, tuple[_Layers, bool]] = {}
-        self._profile_layers: dict[int, tuple[_Layers, _Layers]] = {}
-        self._layers_by_price: dict[bytes, _Layers] = {}
+        self._edge_layers: dict[frozenset, tuple[TensorLayers, bool]] = {}
+        self._profile_layers: dict[int, tuple[TensorLayers, TensorLayers]] = {}
+        self._layers_by_price: dict[bytes, TensorLayers] = {}
 
         host = platform.host
         model_inputs = [i for i in graph.inputs if i.consumers]
         self._input_consumers = [np.array([index[c] for c in set(i.consumers)], dtype=np.int64) for i in model_inputs]
         self.weight_bytes = np.array([graph.weight_bytes([k]) for k in self.names], dtype=float)
         feasible = {k: set(problem.feasible_devices(k)) for k in self.names}
-        self.profile_of: dict[str, int] = {}
-        self.profiles: list[_Profile] = []
-        seen: dict[tuple, int] = {}
-        for device in self.devices:
+
+        def describe(device: str) -> tuple:
             infeasible = np.array([device not in feasible[k] for k in self.names], dtype=bool)
             work = np.array([0.0 if infeasible[i] else costs.compute_s(k, device) for i, k in enumerate(self.names)])
             pays = not self.host_staged or platform.device(device).kind != "cpu"
@@ -211,14 +138,15 @@ class StageCosts:
                          else 0.0 for k in self.names]
             sizes = np.concatenate([self._byte_values, self._returned[1]]) if self.host_staged else []
             capacity = platform.device(device).memory_bytes
-            profile = _Profile(work, infeasible, np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0
-                                                           for i in model_inputs], dtype=float),
-                               math.inf if capacity is None else float(capacity) - reserve.get(device, 0.0),
-                               np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
-                               np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]))
-            self.profile_of[device] = seen.setdefault(profile.key(), len(self.profiles))
-            if self.profile_of[device] == len(self.profiles):
-                self.profiles.append(profile)
+            return (work, infeasible, np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0
+                                                for i in model_inputs], dtype=float),
+                    math.inf if capacity is None else float(capacity) - reserve.get(device, 0.0),
+                    np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
+                    np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]))
+
+        classes = identical_devices(self.devices, describe)
+        self.profiles = [_Profile(*description) for _, description in classes]
+        self.profile_of = {device: index for index, (devices, _) in enumerate(classes) for device in devices}
         groups: dict[str, list[int]] = defaultdict(list)
         for name in self.names:
             if graph.kernels[name].colocate is not None:
@@ -243,7 +171,7 @@ class StageCosts:
                                                       for b in self._byte_values], dtype=float)
         return self._link_prices[(src, dst)]
 
-    def edge_layers(self, stage_devices: Sequence[str]) -> tuple[_Layers, bool]:
+    def edge_layers(self, stage_devices: Sequence[str]) -> tuple[TensorLayers, bool]:
         """Tensor layers priced at the dearest link between two stage devices, and whether every
         such link prices alike (then the DP is exact)."""
         key = frozenset(stage_devices)
@@ -259,7 +187,7 @@ class StageCosts:
         return self._edge_layers[key]
 
     # ------------------------------------------------------------------ segment grids
-    def host_staged_layers(self, profile_id: int) -> tuple[_Layers, _Layers]:
+    def host_staged_layers(self, profile_id: int) -> tuple[TensorLayers, TensorLayers]:
         """(leaving, entering) tensor layers priced as host_staged charges a device of this profile."""
         if profile_id not in self._profile_layers:
             profile, (returned, _) = self.profiles[profile_id], self._returned
@@ -270,7 +198,7 @@ class StageCosts:
             self._profile_layers[profile_id] = (leaving, entering)
         return self._profile_layers[profile_id]
 
-    def transfer_grid(self, pos: np.ndarray, leaving: _Layers, entering: _Layers, key: object = "transfers"
+    def transfer_grid(self, pos: np.ndarray, leaving: TensorLayers, entering: TensorLayers, key: object = "transfers"
                       ) -> np.ndarray:
         """grid[y, x]: the seconds of tensors (``leaving`` layers) leaving and (``entering`` layers)
         entering order[x:y] between stages, and inf where x > y (no segment). ``pos`` has one extra
@@ -504,6 +432,7 @@ class SliceGraph(Solver):
 
     name = "slicegraph"
     objectives = ("pipeline", "throughput")       # throughput only on host_staged platforms
+    modes = ("stage_serial", "host_staged")
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, population: int = 48,
                  elite_fraction: float = 0.2, mutant_fraction: float = 0.15, inheritance_bias: float = 0.7,
@@ -527,30 +456,16 @@ class SliceGraph(Solver):
         self.inheritance_bias = inheritance_bias
         self.generations, self.stall_generations = generations, stall_generations
 
-    def solve(self, problem: Problem) -> Plan:
-        from ..bounds import lower_bound      # bounds imports this package: import it when solving
-
-        self.check_objective(problem)
-        if problem.objective == "throughput" and problem.mode != "host_staged":
-            raise DivimlInputError(f"solver slicegraph does throughput only on host_staged platforms (msr-fiddle "
-                                   f"files), where each device takes a contiguous set; platform "
-                                   f"'{problem.platform.name}' prices it as '{problem.mode}'", field="solver",
-                                   hint="for period_overlap throughput use --solver milp, split, greedy or replicas")
-        began = time.perf_counter()
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
         platform = problem.platform
         stages = (problem.stages if problem.objective == "pipeline" else None) or len(platform.devices)
-        if not 1 <= stages <= len(platform.devices):
-            raise DivimlInputError(f"{stages} stages need {stages} devices, platform '{platform.name}' has "
-                                   f"{len(platform.devices)}", field="stages",
-                                   hint=f"use --stages between 1 and {len(platform.devices)}, or a larger platform")
-        problem.validate()
         bound = lower_bound(problem)
         reserve: dict[str, float] = {}
         for attempt in range(MEMORY_ATTEMPTS):
             costs = StageCosts(problem, reserve)
-            # a retry (activations overflowed a memory) searches for half the limit again
-            limit_s = self.time_limit_s if attempt == 0 else self.time_limit_s / 2
-            best, searched = self._search(costs, problem, stages, bound, time.perf_counter() + limit_s)
+            # a retry (activations overflowed a memory) searches for half the limit again, within the deadline
+            search_until = deadline if attempt == 0 else deadline.within(self.time_limit_s / 2)
+            best, searched = self._search(costs, problem, stages, bound, search_until.at)
             if not math.isfinite(best.value):
                 raise DivimlInputError("no slicing into stages lets every kernel run within its device's memory "
                                        "and keeps co-location groups together"
@@ -570,13 +485,11 @@ class SliceGraph(Solver):
                 log.info("slicegraph: activations on '%s' need %s beyond its weights; slicing again", device,
                          format_bytes(peak))
         plan.solver, plan.value_s = self.name, sim.value_s
-        plan.optimal = sim.feasible and sim.value_s <= bound * (1 + 1e-9)
-        plan.solve_s = time.perf_counter() - began
+        plan.optimal = sim.feasible and meets(sim.value_s, bound)
         plan.attrs.update({"dp_value_s": best.value, "dp_exact": best.exact, **searched,
                            "population": self.population, "memory_attempts": attempt + 1})
         log.info("slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
-                 len(plan.stages), sim.value_s, bound, searched["generations"], searched["decodes"], plan.solve_s,
-                 searched["stopped"])
+                 len(plan.stages), sim.value_s, bound, searched["generations"], searched["decodes"], searched["stopped"])
         return plan
 
     def _search(self, costs: StageCosts, problem: Problem, stages: int, bound: float, deadline: float
@@ -607,7 +520,7 @@ class SliceGraph(Solver):
         while generation < self.generations:
             if best.value < best_so_far:
                 improved_at, best_so_far = generation, best.value
-            if best.value <= bound * (1 + 1e-9):
+            if meets(best.value, bound):
                 stopped = "lower_bound"
                 break
             if generation - improved_at >= self.stall_generations:

@@ -1,53 +1,8 @@
-"""DiviML's splitting heuristic: exact solves of small windows of the graph, the rest held fixed.
-
-1. Communities by modularity (Louvain, seeded, with exact gains: ``louvain.py``) on the undirected
-   graph weighted by transfer time: kernels that exchange big tensors end up together, so the cuts
-   between modules are cheap.
-2. Modules: a topological order that keeps each community's kernels together (Kahn's algorithm that
-   stays in the current community while it can), cut where the community changes or a module reaches
-   ``module_size``. Contiguous pieces of a topological order always form an acyclic quotient.
-3. Forward pass: each module is solved with the modules before it fixed (finish times of placed
-   producers are release times) and ``tails`` (the least work that must follow a kernel outside
-   the module: bottom levels at fastest-device times) keeping it from ending critical kernels late.
-   A module's solution is kept only when it beats the list schedule of the best heuristic's devices
-   for it, and the whole plan only when it beats the best heuristic's plan.
-4. Improvement sweeps (an LNS): windows of ``module_size`` kernels along the plan's start order, each
-   overlapping the next by half, are re-solved with the kernels before the window fixed and those
-   after it keeping their devices and run order. Their part of the makespan is a per-device tail of
-   each window kernel (``plan_tails``: the longest path from a successor, or from the next kernel on
-   the device, to the plan's end). A change is kept only when the simulator says the whole plan got
-   faster; sweeps repeat until one improves nothing or time runs out.
-
-Backends for the windows:
-- ``cpsat`` (default): ``cpsat.tick_model`` over the window, in one OR-Tools process for the whole
-  run (``CpsatSession``). Every fixed kernel's run is a fixed interval on its device, so window
-  kernels may fill idle gaps between fixed ones; the plan's run order is then by start time.
-  Without OR-Tools installed, split says so in the log and uses HiGHS.
-- ``highs``/``cbc``: the MILP of ``milp.LatencyModel``. A device is busy until its last fixed kernel
-  ends (big-M disjunctions cannot see gaps), so each window runs after the kernels before it, and
-  each kernel gets its least tail over devices.
-
-Choices, measured on paper-node with roofline costs (random DAGs of 12-32 kernels, randwire graphs
-of 141-150 kernels, inception_v3, a 2,000-kernel random DAG; numbers in the task report):
-- CP-SAT windows: with HiGHS nearly every 16-kernel window ran into its time limit and the plan
-  often equalled HEFT's; CP-SAT proves most windows in a fraction of a second.
-- ``module_size=32``: a graph of at most 32 kernels is one window, the exact model, which CP-SAT
-  solves to the optimum in 1-3.5 s (all 15 random DAGs tried); 24 missed one of them by 0.3%, 16 by
-  up to 4%. On the 120-150-kernel graphs 32 was best or equal, and 2-4x slower than 16.
-- ``module_time_limit_s=2`` for a module, half of it for an improvement window (which starts from
-  the plan itself and either improves quickly or not at all): 2 s for both gave no better plans.
-- ``workers=2``: one CP-SAT worker got stuck 1-10% above the best on some windows whatever its seed
-  or restarts; two workers never did (``cpsat_worker`` runs one alone first, for reproducibility).
-- The forward pass before the sweeps, rather than sweeps from the best heuristic's plan: equal on
-  three graphs of four, 0.6% better on randwire_ba, 0.03% worse on randwire_er.
-- Tails from the plan, per device, in the sweeps: windows with bottom-level tails improved randwire
-  plans only now and then. A second solve that ended kernels off the critical path early (keeping
-  the makespan) cost time and gained nothing, so there is none.
-
-The plan's value is the simulator's. Window bounds are not bounds of the whole problem, so the plan
-carries none (the report adds the problem's own bounds). Determinism: a run whose windows are all
-proven by CP-SAT's single-worker phase (always, with ``workers=1``) is reproducible for its seed; a
-window cut by the clock, or proven only by the parallel phase, may make another plan.
+"""DiviML's splitting heuristic: Louvain communities cut into modules of at most ``module_size`` kernels
+in topological order, each solved exactly with the modules before it fixed (latency: CP-SAT windows, or
+the latency MILP; throughput: the period MILP), then sweeps of overlapping windows re-solved while the
+simulator says the whole plan improves. It never returns worse than the best heuristic it started
+from (docs/solvers.md#split).
 """
 from __future__ import annotations
 
@@ -55,88 +10,34 @@ import contextlib
 import importlib.util
 import logging
 import time
-from collections import defaultdict
 
 from ..errors import DivimlInputError
 from ..plan import Plan
+from ..problem import Problem
 from ..simulator import simulate
-from .base import Problem, Solver
-from .cpsat import CpsatSession
-from .louvain import louvain
-from .milp import BACKENDS as MILP_BACKENDS
-from .milp import (
-    Context,
-    LatencyModel,
-    Milp,
-    WindowSolution,
-    best_heuristic,
-    list_schedule,
-    order_by_start,
-    reachability,
-)
+from ..tolerances import improves
+from ..toolkit.communities import communities, improvement_windows, modules
+from ..toolkit.constraints import default_reserve
+from ..toolkit.cpsat_session import CpsatSession
+from ..toolkit.deadline import Deadline
+from ..toolkit.heuristics import best_heuristic
+from ..toolkit.latency_model import LatencyModel
+from ..toolkit.list_scheduling import greedy_throughput
+from ..toolkit.mip_backend import BACKENDS as MILP_BACKENDS
+from ..toolkit.throughput_model import ThroughputModel, score, throughput_plan
+from ..toolkit.windows import Context, WindowSolution, list_schedule, order_by_start, reachability
+from .base import Solver
+from .milp import Milp, exact_throughput
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("cpsat", *MILP_BACKENDS)
-LOUVAIN_SCALE = 10**6            # edge weights in millionths of the largest: integers for exact gains
 IMPROVEMENT_SHARE = 0.5          # of the window time limit, for a window of the improvement sweeps
-
-
-def communities(problem: Problem, seed: int) -> dict[str, int]:
-    """Kernel -> community id, by Louvain modularity on edges weighted by mean transfer time (in
-    integer millionths of the largest, each edge at least 1: ``louvain`` compares gains exactly)."""
-    graph, costs, devices = problem.graph, problem.costs, problem.platform.device_names
-    pairs = [(a, b) for a in devices for b in devices if a != b] or [(devices[0], devices[0])]
-    seconds: dict[tuple[str, str], float] = defaultdict(float)
-    for edge in graph.edges:
-        seconds[min(edge.src, edge.dst), max(edge.src, edge.dst)] += \
-            sum(costs.transfer_s(edge.bytes, a, b) for a, b in pairs) / len(pairs)
-    largest = max(seconds.values(), default=0.0) or 1.0
-    weights = {pair: max(1, round(s / largest * LOUVAIN_SCALE)) for pair, s in seconds.items()}
-    found = louvain(graph.topo_order, weights, seed)
-    return {kernel: index for index, members in enumerate(found) for kernel in members}
-
-
-def modules(problem: Problem, community: dict[str, int], module_size: int) -> list[list[str]]:
-    """Contiguous pieces of a community-keeping topological order, at most ``module_size`` each."""
-    graph = problem.graph
-    indegree = {k: len(graph.pred[k]) for k in graph.kernels}
-    ready: dict[int, list[str]] = defaultdict(list)
-    for kernel in graph.topo_order:
-        if indegree[kernel] == 0:
-            ready[community[kernel]].append(kernel)
-    pieces: list[list[str]] = []
-    current: list[str] = []
-    here = None
-    while any(ready.values()):
-        if here is None or not ready[here]:
-            here = min((c for c, members in ready.items() if members),
-                       key=lambda c: graph.position[ready[c][0]])
-        kernel = ready[here].pop(0)
-        if current and (community[current[-1]] != here or len(current) >= module_size):
-            pieces.append(current)
-            current = []
-        current.append(kernel)
-        for edge in graph.succ[kernel]:
-            indegree[edge.dst] -= 1
-            if indegree[edge.dst] == 0:
-                bucket = ready[community[edge.dst]]
-                bucket.append(edge.dst)
-                bucket.sort(key=graph.position.__getitem__)
-    if current:
-        pieces.append(current)
-    return _merge_small(pieces, module_size)
-
-
-def _merge_small(pieces: list[list[str]], module_size: int) -> list[list[str]]:
-    """Neighbouring pieces merge while they fit: fewer, fuller windows see more of the trade-offs."""
-    merged: list[list[str]] = []
-    for piece in pieces:
-        if merged and len(merged[-1]) + len(piece) <= module_size:
-            merged[-1].extend(piece)
-        else:
-            merged.append(list(piece))
-    return merged
+# Split's windows stop after this many branch-and-bound nodes. On inception_v3 (paper-node, roofline)
+# windows cut by the clock alone made plans that differed from run to run (periods within 0.03%);
+# with 200 nodes (or 1,000) every run made the same plan, within 0.03% of the best clock-cut run, in
+# 17-26 s against 26-30 s (a shared two-core machine).
+WINDOW_NODES = 200
 
 
 def bottom_levels(problem: Problem) -> dict[str, float]:
@@ -223,6 +124,7 @@ class Split(Solver):
 
     name = "split"
     objectives = ("latency", "throughput")
+    modes = ("latency", "period_overlap")
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, module_size: int = 32,
                  module_time_limit_s: float = 2.0, improve: bool = True, backend: str = "cpsat",
@@ -239,16 +141,11 @@ class Split(Solver):
         self.module_size, self.module_time_limit_s = module_size, module_time_limit_s
         self.improve, self.backend, self.workers = improve, backend, workers
 
-    def solve(self, problem: Problem) -> Plan:
-        self.check_objective(problem)
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
         if problem.objective == "throughput":             # windows of the throughput MILP (HiGHS unless cbc)
-            from .throughput import split_throughput
-
-            return split_throughput(problem, time_limit_s=self.time_limit_s, seed=self.seed,
-                                    module_size=self.module_size, module_time_limit_s=self.module_time_limit_s,
+            return split_throughput(problem, deadline, seed=self.seed, module_size=self.module_size,
+                                    module_time_limit_s=self.module_time_limit_s,
                                     backend="cbc" if self.backend == "cbc" else "highs")
-        began = time.perf_counter()
-        problem.validate()
         backend = self.backend
         weaker = None
         if backend == "cpsat" and importlib.util.find_spec("ortools") is None:
@@ -263,10 +160,9 @@ class Split(Solver):
         else:
             opened = CpsatSession(workers=self.workers, seed=self.seed)
         with opened as session:
-            windows = WindowSolver(problem, backend, session, deadline=began + self.time_limit_s,
+            windows = WindowSolver(problem, backend, session, deadline=deadline.at,
                                    window_time_limit_s=self.module_time_limit_s, seed=self.seed)
             plan = self._solve(problem, windows)
-        plan.solve_s = time.perf_counter() - began
         plan.attrs.update({"module_size": self.module_size, "split_backend": backend,
                            "windows_solved": windows.solved, "windows_proven": windows.proven})
         if weaker:
@@ -355,19 +251,78 @@ class Split(Solver):
                 candidate = Plan(assignment, objective="latency", mode="latency",
                                  order=order_by_start(graph, assignment, start, phase), solver=self.name)
                 candidate_sim = simulate(graph, problem.platform, problem.costs, candidate)
-                if candidate_sim.feasible and candidate_sim.value_s < value * (1 - 1e-9):
+                if candidate_sim.feasible and improves(candidate_sim.value_s, value):
                     plan, sim, value, improved = candidate, candidate_sim, candidate_sim.value_s, improved + 1
             if improved == before_sweep:
                 return plan, value, improved
 
 
-def improvement_windows(kernels: int, size: int) -> list[tuple[int, int]]:
-    """[first, last) spans of ``size`` along an order of ``kernels``, each overlapping the next by half."""
-    step = max(size // 2, 1)
-    firsts = list(range(0, max(kernels - size, 0) + 1, step))
-    if firsts[-1] + size < kernels:
-        firsts.append(kernels - size)
-    return [(first, min(first + size, kernels)) for first in firsts]
+# ---------------------------------------------------------------------- splitting heuristic
+def split_throughput(problem: Problem, deadline: Deadline, *, seed: int = 0, module_size: int = 32,
+                     module_time_limit_s: float = 2.0, window_nodes: int | None = WINDOW_NODES,
+                     backend: str = "highs", solver: str = "split") -> Plan:
+    """Modules forward, then improvement sweeps (module docstring). Each window stops at
+    ``window_nodes`` branch-and-bound nodes or its share of the clock, whichever comes first; the
+    node limit keeps the run deterministic for a seed wherever the clock does not cut in first."""
+    graph = problem.graph
+    greedy = None
+    with contextlib.suppress(DivimlInputError):
+        greedy = greedy_throughput(problem)
+    if greedy is None or not simulate(graph, problem.platform, problem.costs, greedy).feasible:
+        log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
+        greedy = exact_throughput(problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend,
+                                  solver=solver)
+    reserve = default_reserve(problem)
+    pieces = modules(problem, communities(problem, seed), module_size)
+    spans = improvement_windows(len(graph), module_size) if len(graph) > module_size else []
+    solved = proven = 0
+
+    def solve_window(window: list[str], fixed: dict[str, str], hint: dict[str, str], windows_left: int):
+        nonlocal solved, proven
+        remaining = deadline.left()
+        if remaining <= 0:
+            return None
+        try:
+            model = ThroughputModel(problem, window, fixed, backend=backend, reserve=reserve, tie_break=True)
+        except DivimlInputError as error:         # e.g. a co-location group left without a device
+            log.debug("split: window of %d kernels skipped: %s", len(window), error)
+            return None
+        model.warm_start(hint)
+        found = model.solve(min(module_time_limit_s, remaining / max(windows_left, 1)), seed=seed,
+                            max_nodes=window_nodes)
+        solved += 1
+        proven += bool(found is not None and found.optimal)
+        return None if found is None else found.assignment
+
+    assignment: dict[str, str] = {}
+    for index, piece in enumerate(pieces):
+        found = solve_window(piece, assignment, greedy.assignment, len(pieces) - index + len(spans))
+        assignment.update(found or {k: greedy.assignment[k] for k in piece})
+    plan = throughput_plan(assignment, solver)
+    sim = score(problem, plan)
+    started_from = "modules"
+    if not sim.feasible or greedy.value_s < plan.value_s:
+        plan, started_from = throughput_plan(greedy.assignment, solver), "greedy"
+        score(problem, plan)
+    improvements = 0
+    while spans and not deadline.passed():
+        before = improvements
+        for index, (first, last) in enumerate(spans):
+            window = graph.topo_order[first:last]
+            fixed = {k: d for k, d in plan.assignment.items() if k not in set(window)}
+            found = solve_window(window, fixed, plan.assignment, len(spans) - index)
+            if found is None:
+                continue
+            candidate = throughput_plan({**plan.assignment, **found}, solver)
+            candidate_sim = score(problem, candidate)
+            if candidate_sim.feasible and improves(candidate.value_s, plan.value_s):
+                plan, improvements = candidate, improvements + 1
+        if improvements == before:
+            break
+    plan.attrs.update({"modules": len(pieces), "module_size": module_size, "windows_solved": solved,
+                       "windows_proven": proven, "improvements": improvements, "started_from": started_from,
+                       "greedy_value_s": greedy.value_s})
+    return plan
 
 
 def plan_tails(problem: Problem, plan: Plan, sim, window: list[str], after: list[str]) -> dict[str, dict[str, float]]:

@@ -1,34 +1,15 @@
-"""The symmetric solver: a model of repeated blocks on servers of a few kinds (DiviML's LLM case study).
+"""The symmetric solver: a model of repeated blocks on servers of a few kinds (DiviML's LLM case).
 
-Transformer layers are identical and so are the servers of one kind, so the placement of one block
-inside one server is solved once and reused (DESIGN.md "LLM across servers"):
+Transformer layers are identical and so are the servers of one kind, so groups of blocks are placed
+inside one server once (``toolkit.blocks.find_blocks`` finds them) and a small integer program decides how
+many consecutive blocks each server takes, paying the network only at server boundaries; the head
+and tail kernels are then placed where the simulator says the whole plan is best.
 
-1. ``blocks.find_blocks`` finds the repeated blocks, the *head* before them and the *tail* after.
-2. Candidates: for each server kind, each *anchor* device and each group size g, g consecutive
-   blocks on one server of that kind are a problem of their own, solved by the objective's full-graph
-   solver (split for latency, the MILP for throughput); a single block also whole on its anchor (it
-   spares the other devices' memory). Their input arrives on the anchor and their output leaves from
-   it (zero-time ``entry``/``exit`` kernels pinned there), so groups chain on one server and the
-   network is met only at server boundaries. Identical devices (same figures, links and times) share
-   one solve, mirrored onto each of them.
-   Latency takes g = 1 (a chain of blocks runs one after the other anyway); throughput also tries g up
-   to the server's devices, which lets one server pipeline its blocks over its devices.
-3. A small integer program picks, for each server, how many blocks each candidate runs there
-   (blocks run through the servers in server order, and through a server's candidates in turn):
-   latency = the blocks' times, plus a hop from the server's host to each candidate's anchor and a
-   network hop into each server used; throughput = the busiest device or link (per-block loads times
-   blocks), or a network hop. Every device's memory holds its blocks' weights (a server whose first
-   GPU is full goes on on its second). Of identical servers an earlier one takes
-   at least as many blocks (symmetry breaking); across kinds the program follows their speed.
-4. The head starts on the first server's anchor, the tail on the last one's; then each of their
-   kernels moves to the device where the simulator says the whole plan is best. The program runs
-   again knowing where they went (their time and weights on those devices), and the better plan stays.
+The plan's value is the simulator's on the whole graph, and its bound is the full problem's, never
+the restriction's. Models without repeated blocks and ``host_staged`` platforms fall back to the
+full-graph solver (``attrs["symmetric"]["fallback"]``); pipelines are refused.
 
-The plan's value is the simulator's on the whole graph. Its lower bound is the full problem's
-(``bounds.lower_bound``), never the restricted problem's, so the gap says how far the restriction
-can be from any plan. Models without repeated blocks and platforms that stage transfers through host
-memory fall back to the full-graph solver, and the plan says so in ``attrs["symmetric"]["fallback"]``;
-pipelines are refused (SliceGraph places them).
+The steps and the integer program: docs/solvers.md#symmetric.
 """
 from __future__ import annotations
 
@@ -48,10 +29,15 @@ from ..plan import Plan
 from ..platform import Platform
 from ..servers import identical_servers, server_devices, server_platform
 from ..simulator import memory_per_device, simulate
-from .base import Problem, Solver
-from .blocks import Blocks, find_blocks
-from .cpsat import CpsatSession
-from .milp import new_model
+from ..bounds import lower_bound
+from ..problem import Problem
+from ..tolerances import meets
+from ..toolkit.blocks import Blocks, find_blocks
+from ..toolkit.cpsat_session import CpsatSession
+from ..toolkit.deadline import Deadline
+from ..toolkit.mip_backend import new_model
+from . import full_graph_solver, get_solver
+from .base import Solver
 from .split import Split
 
 log = logging.getLogger(__name__)
@@ -133,26 +119,22 @@ class Symmetric(Solver):
 
     name = "symmetric"
     objectives = ("latency", "throughput")
+    modes = ("latency", "period_overlap", "host_staged")     # host_staged: the whole-graph fallback
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, max_group: int = MAX_GROUP,
                  group_time_limit_s: float = 1.0):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.max_group, self.group_time_limit_s = max_group, group_time_limit_s
 
-    def solve(self, problem: Problem) -> Plan:
-        from .. import bounds  # bounds imports this package
-
-        self.check_objective(problem)
-        problem.validate()
-        began = time.perf_counter()
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
         blocks, found = find_blocks(problem.graph, problem.costs, problem.platform)
         if blocks is None or problem.mode == "host_staged":
             reason = found if blocks is None else "platforms that stage transfers through host memory"
-            return self._fall_back(problem, reason, began)
+            return self._fall_back(problem, reason, deadline)
         log.info("symmetric: %s", found)
         problem = Problem(problem.graph, problem.platform, _RememberedCosts(problem.costs, problem.platform),
                           objective=problem.objective)
-        candidates = self._candidates(problem, blocks)
+        candidates = self._candidates(problem, blocks, deadline)
         best, ends = None, None
         for _ in range(ROUNDS):
             allocation, memory_binds = self._allocate(problem, blocks, candidates, ends)
@@ -166,9 +148,8 @@ class Symmetric(Solver):
             ends = _end_loads(problem, blocks, plan)
         sim, plan, allocation = best
         plan.value_s = sim.value_s
-        plan.lower_bound_s = min(bounds.lower_bound(problem), sim.value_s)     # the whole problem's
-        plan.optimal = sim.value_s <= plan.lower_bound_s * (1 + 1e-9)
-        plan.solve_s = time.perf_counter() - began
+        plan.lower_bound_s = min(lower_bound(problem), sim.value_s)     # the whole problem's
+        plan.optimal = meets(sim.value_s, plan.lower_bound_s)
         plan.attrs["symmetric"] = {
             "blocks": len(blocks.blocks), "block_kernels": blocks.block_size, "head": len(blocks.head),
             "tail": len(blocks.tail), "candidates": sum(len(c) for c in candidates.values()),
@@ -177,33 +158,28 @@ class Symmetric(Solver):
         return plan
 
     # ------------------------------------------------------------------ fallback
-    def _fall_back(self, problem: Problem, reason: str, began: float) -> Plan:
-        from . import full_graph_solver, get_solver      # the registry imports this module
-
+    def _fall_back(self, problem: Problem, reason: str, deadline: Deadline) -> Plan:
         name = full_graph_solver(problem)
         log.warning("%s; solving the whole graph with %s instead", reason, name)
-        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
-        plan.solver, plan.solve_s = self.name, time.perf_counter() - began
+        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem, deadline=deadline)
         plan.attrs["symmetric"] = {"fallback": f"{reason}; solved by {name}"}
         return plan
 
     # ------------------------------------------------------------------ 2. candidates
-    def _candidates(self, problem: Problem, blocks: Blocks) -> dict[str, list[Candidate]]:
+    def _candidates(self, problem: Problem, blocks: Blocks, deadline: Deadline) -> dict[str, list[Candidate]]:
         """Kind -> its candidates (every anchor and group size that gave a plan)."""
         out: dict[str, list[Candidate]] = {}
         with contextlib.ExitStack() as stack:        # one OR-Tools process for all latency groups
             session = stack.enter_context(CpsatSession(seed=self.seed, workers=2)) \
                 if problem.objective == "latency" and importlib.util.find_spec("ortools") else None
             for servers in identical_servers(problem.platform):
-                kind, found = self._kind_candidates(problem, blocks, servers[0], session)
+                kind, found = self._kind_candidates(problem, blocks, servers[0], session, deadline)
                 out[kind] = found
         return out
 
-    def _kind_candidates(self, problem: Problem, blocks: Blocks, first: str, session
+    def _kind_candidates(self, problem: Problem, blocks: Blocks, first: str, session, deadline: Deadline
                          ) -> tuple[str, list[Candidate]]:
-        """The candidates of the kind of server ``first``."""
-        from . import full_graph_solver, get_solver
-
+        """The candidates of the kind of server ``first``, each group solve within the whole deadline."""
         devices = server_devices(problem.platform)
         groups = [1] if problem.objective == "latency" else \
             list(range(1, min(self.max_group, len(blocks.blocks)) + 1))
@@ -226,7 +202,7 @@ class Symmetric(Solver):
                 name = full_graph_solver(sub)
                 solver = Split(time_limit_s=self.group_time_limit_s, seed=self.seed, session=session) \
                     if name == "split" else get_solver(name, time_limit_s=self.group_time_limit_s, seed=self.seed)
-                plans = [solver.solve(sub)]
+                plans = [solver.solve(sub, deadline=deadline)]
                 if group == 1:       # the block whole on the anchor: it spares the other devices' memory
                     plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
                 solved = None

@@ -1,16 +1,12 @@
-"""Baseline: the whole model on one device, for each device; the best one wins.
-
-Every device's value is kept in ``plan.attrs["per_device"]`` (None where the model does not fit
-or a kernel cannot run there, with the reason), because users compare against all of them.
+"""The whole model on one device, for each device: the baseline every report compares against, kept
+per device (None where it does not fit, with the reason).
 """
 from __future__ import annotations
 
-import time
-
 from ..errors import DivimlInputError
 from ..plan import Plan
+from ..problem import Problem
 from ..simulator import simulate
-from .base import Problem, Solver
 
 
 def single_device_plan(problem: Problem, device: str) -> Plan:
@@ -46,15 +42,11 @@ def no_single_device_reasons(per_device: dict[str, dict]) -> str:
     return "; ".join(f"{d}: {v['problems'][0] if v['problems'] else 'infeasible'}" for d, v in per_device.items())
 
 
-class FastestSingleDevice(Solver):
-    name = "fastest_single_device"
-
-    def solve(self, problem: Problem) -> Plan:
-        began = time.perf_counter()
-        plan, per_device = single_device_values(problem)
-        if plan is None:
-            raise DivimlInputError(f"no single device can run the whole model ({no_single_device_reasons(per_device)})",
-                                   field="platform", hint="use a solver that splits the model across devices")
-        plan.solver = self.name
-        plan.solve_s = time.perf_counter() - began
-        return plan
+def fastest_single_device(problem: Problem) -> Plan:
+    """The best single-device plan, or an error naming why each device cannot run the whole model."""
+    plan, per_device = single_device_values(problem)
+    if plan is None:
+        raise DivimlInputError(f"no single device can run the whole model ({no_single_device_reasons(per_device)})",
+                               field="platform", hint="use a solver that splits the model across devices")
+    plan.solver = "fastest_single_device"
+    return plan

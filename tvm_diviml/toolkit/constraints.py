@@ -1,19 +1,14 @@
 """The placement constraints every heuristic shares, kept while kernels are placed one by one.
 
-A heuristic asks ``DeviceBudget.allowed(kernel)`` for the devices where placing the kernel now
-keeps the problem feasible, picks one, and calls ``place``. The budget tracks:
+A heuristic asks ``DeviceBudget.allowed(kernel)`` for the devices where placing the kernel now keeps
+the problem feasible, picks one, and calls ``place``. The budget tracks allowed devices and infinite
+costs, co-location (the first member of a group decides, and the whole group's weights are reserved
+at once) and memory (weights once per device plus a per-device activation reserve). The reserve
+stands in for the peak of live activations, which depends on a run order not yet fixed;
+``place_within_memory`` simulates the plan and places again with a reserve raised where a device's
+activations outgrew it.
 
-- allowed devices and infinite costs (``Problem.feasible_devices``);
-- co-location: the first member of a ``colocate`` group decides the device of the whole group, so
-  that device must run every member and hold the weights of the whole group (reserved at once,
-  so that later kernels cannot take the room the rest of the group needs);
-- memory: the weight bytes used on each device, a weight shared by several kernels counted once
-  per device (as ``OpGraph.weight_bytes`` does), plus a per-device *activation reserve*.
-
-The simulator charges weights plus the peak of live activations, which depends on the run order a
-heuristic has not fixed yet; the reserve stands in for that peak. ``place_within_memory`` closes
-the loop: it simulates the plan and, where a device's activations outgrew its reserve, places again
-with that device's reserve raised to the peak the simulator measured.
+Details: docs/solvers.md#constraints.
 """
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..plan import Plan
 from ..simulator import Simulation, format_bytes, simulate
-from .base import Problem
+from ..problem import Problem
 
 log = logging.getLogger(__name__)
 

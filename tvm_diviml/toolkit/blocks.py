@@ -1,19 +1,12 @@
 """Repeated blocks: the transformer layers of a model, found in its kernel graph (TVM-free).
 
-A block is a run of consecutive kernels in the graph's topological order; the blocks of a model are
-the longest run of *identical* consecutive blocks there. Two kernels are identical when they compute
-the same thing at the same price: the same PrimFunc (``attrs["primfunc_hash"]``, what the extractor
-records; graphs without it compare flops, bytes and output size), the same weight sizes, the same
-allowed devices, and the same compute time on every device. Two blocks are identical when their
-kernels are, position by position, and are wired alike: the same edges inside (with the same bytes),
-the same tensor sizes arriving from outside and leaving. Blocks must form a chain: a block reads from the
-kernels before the first block (the *head*: embedding, rotary tables) or from the block before it,
-and feeds the block after it or the kernels after the last block (the *tail*: final norm, LM head).
+A block is a run of consecutive kernels in topological order; the blocks of a model are the longest
+run of identical, chained consecutive blocks (same PrimFuncs, weights, devices, times and wiring),
+between a *head* (embedding) and a *tail* (final norm, LM head). The symmetric solver places one
+block once and reuses it. ``find_blocks`` returns None, with the reason, when blocks cover less than
+half of the kernels; the symmetric solver then falls back.
 
-Among runs that cover equally many kernels the shortest block wins (24 layers, not 12 pairs of
-layers), then the earliest start. Blocks must cover at least half of the kernels (ResNet-18 repeats
-two 2-kernel blocks among 23 kernels: that is no layer structure to exploit). ``find_blocks`` returns None, with the reason, when the model has
-no such structure; the symmetric solver then falls back.
+What "identical" means and how ties are broken: docs/solvers.md#blocks.
 """
 from __future__ import annotations
 

@@ -1,38 +1,17 @@
-"""The CP-SAT side of the ``cpsat`` solver and of ``split``'s windows, run in a process of its own
-(see ``cpsat.py``).
+"""The CP-SAT side of the ``cpsat`` solver and of ``split``'s windows, run in a process of its own.
 
-OR-Tools and CBC (python-mip) clash when loaded into one process, so the parent never imports
-OR-Tools: it writes JSON objects to this script's stdin, one a line, and reads one answer a line
-back from its stdout, in order, until it closes stdin. OR-Tools is imported once per process, so a
-session of many small solves (the windows of one ``split`` run) pays the import once.
-The script imports nothing from ``tvm_diviml`` (whose solver registry loads python-mip); it is run
-by path (``python -P cpsat_worker.py``). Everything it reads is numbers, indices and 0/1 choices.
-A request places and times the kernels of one window (the whole graph: a window with nothing around
-it); a *condition* is a list of [k, d] pairs that all hold when every window kernel k runs on its d
-(an empty condition always holds):
+OR-Tools and python-mip's CBC clash when loaded into one process, so the parent never imports
+OR-Tools: it writes one JSON request a line to this script's stdin and reads one answer a line from
+its stdout, until it closes stdin; OR-Tools is imported once per process. The script imports nothing
+from ``tvm_diviml`` and is run by path (``python -P cpsat_worker.py``). Requests hold only numbers,
+indices and 0/1 choices (durations in ticks, precedences, conditional delays, releases and tails,
+busy intervals, co-location, memory items, a hint); answers give ``status``, ``device``, ``start``,
+``objective`` and ``bound`` in ticks.
 
-- ``duration[v][d]``: integer ticks of window kernel v on device d, or null where v may not run on d;
-- ``horizon``: no start, end or makespan exceeds it;
-- ``precedences``: [u, w] means start[w] >= end[u];
-- ``delays``: [u, w, t, condition] means start[w] >= end[u] + t under the condition;
-- ``releases``: [w, t, condition] means start[w] >= t under the condition (tensors from kernels
-  outside the window, model inputs);
-- ``tails``: [u, t, condition] means makespan >= end[u] + t under the condition;
-- ``busy``: [d, start, size]: device d is taken by a fixed kernel during [start, start + size);
-- ``same_device``: [a, b] means a and b run on one device;
-- ``memory``: per device d, items [bytes, [kernels]]: an item is held on d (once) when any of its
-  kernels runs there, and the items held must fit in ``capacity``;
-- ``hint``: a device and a start per kernel (optional); ``time_limit_s``, ``seed``, ``workers``;
-  ``relative_gap``: stop, reporting OPTIMAL, once (objective - bound) / objective is this small.
+With several workers CP-SAT first runs alone for a quarter of the time limit, so a proof found then
+is reproducible for its seed.
 
-With several workers, CP-SAT first runs alone for a quarter of the time limit: a single worker is
-deterministic for its seed, so a request it proves has a reproducible answer; one it does not prove
-goes on with every worker (a portfolio, faster on hard instances, but timing-dependent) from the
-best solution found.
-
-Variables, named as in the math: x[v][d] (v runs on d), start[v], end[v], one optional interval
-per (v, d), makespan C. Answer: ``status``, and ``device``, ``start``, ``objective`` (ticks) when
-a solution was found, ``bound`` (ticks, CP-SAT's proven lower bound on the optimum) always.
+The request fields and the model: docs/solvers.md#cpsat.
 """
 import json
 import math

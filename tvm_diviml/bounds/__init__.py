@@ -1,0 +1,50 @@
+"""Lower bounds on the best value any plan can reach (TVM-free).
+
+Each part is a valid bound on its own and the reported bound is their maximum; kernels are priced
+at their fastest feasible device, so no bound depends on a plan. Latency gets the critical path
+(also with transfers priced), the largest kernel, the average load and the LP load bound; period
+modes the load bounds that stay valid with replicas; pipelines (``stage_serial``) the MTPP bounds
+of ``bounds.pipeline.pipeline_bounds``, with MIP bounds when given ``mip_time_limit_s``; every mode the
+largest co-location group. Reports print the gap value / bound - 1 with every plan.
+
+Each part and why it is valid: docs/solvers.md#bounds; the rules that keep bounds valid:
+docs/design.md#lower-bounds.
+"""
+from __future__ import annotations
+
+from ..problem import Problem
+from .common import fastest_times, largest_group
+from .latency import critical_path_bound, transfer_path_bound
+from .pipeline import pipeline_bounds
+from .throughput import lp_load_bound
+
+
+def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, float]:
+    """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
+    adds the MIP bounds of pipelines (seconds shared among them); 0 keeps every bound cheap."""
+    mode = problem.mode
+    fastest = fastest_times(problem)
+    parts: dict[str, float] = {}
+    if mode == "stage_serial":
+        parts.update(pipeline_bounds(problem, mip_time_limit_s))
+    else:
+        parts["average_load"] = sum(fastest.values()) / len(problem.platform.devices)
+        if mode != "period_overlap":
+            parts["largest_kernel"] = max(fastest.values(), default=0.0)
+    parts["lp_load"] = lp_load_bound(problem)
+    group = largest_group(problem)
+    if group > 0:
+        parts["largest_group"] = group
+    if mode == "latency":
+        parts["critical_path"] = critical_path_bound(problem)
+        parts["transfer_path"] = transfer_path_bound(problem)
+    return parts
+
+
+def lower_bound(problem: Problem, mip_time_limit_s: float = 0.0) -> float:
+    """The largest of ``lower_bounds``."""
+    return max(lower_bounds(problem, mip_time_limit_s).values(), default=0.0)
+
+
+__all__ = ["critical_path_bound", "fastest_times", "largest_group", "lower_bound", "lower_bounds", "lp_load_bound",
+           "pipeline_bounds", "transfer_path_bound"]

@@ -1,0 +1,150 @@
+"""Lower bounds on the best ``stage_serial`` period (pipelines of at most K stages): the combinatorial
+ones (average load, the dearest kernel, a kernel's neighbourhood) and the MIP relaxations of Archer et
+al. (three superblocks; guess the bottleneck block), each from a time-limited MIP's proven bound only
+(docs/solvers.md#pipeline-bounds).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+import mip
+
+from ..problem import Problem
+from ..toolkit.mip_backend import check_backend
+from ..toolkit.pipeline_model import BlockPricing, MipBuilder, PipelineData, PipelineModel, cheapest_pricing, \
+    optimize, time_unit
+
+log = logging.getLogger(__name__)
+
+
+def pipeline_bounds(problem: Problem, time_limit_s: float = 0.0, *, backend: str = "highs", seed: int = 0,
+                    superblock_positions: int = 16, exact_mip: bool = True) -> dict[str, float]:
+    """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
+
+    With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise also the MIP bounds, in
+    this order, each MIP with a share of the time still left: three_superblock (at most
+    ``superblock_positions`` positions, spread evenly), guess_bottleneck (all K positions) and, if
+    ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
+    superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
+    kernel at its cheapest, three_superblock), the exact MIP every one."""
+    began = time.perf_counter()
+    data = PipelineData.of(problem)
+    devices = len(problem.platform.devices)
+    stages = min(problem.stages or devices, devices)
+    cheap = cheapest_pricing(problem, data)
+    parts = combinatorial_bounds(problem, data, cheap, stages)
+    if time_limit_s <= 0 or not parts or not math.isfinite(parts["largest_kernel"]):
+        return parts
+    # Middle positions first: they tend to give the best bound, which the later MIPs may then assume.
+    step = max(1, math.ceil(stages / superblock_positions))
+    positions = sorted(set(range(1, stages + 1, step)) | {stages}, key=lambda i: (abs(2 * i - stages - 1), i))
+    # (name, position, weight): time shares in proportion to the weights, the guesses (which add to
+    # the three-superblock bound only when every one of them does) weighing least.
+    runs = [("three_superblock", i, 4.0) for i in positions] + [("guess_bottleneck", i, 1.0)
+                                                                for i in range(1, stages + 1)]
+    runs += [("exact_mip", 0, float(len(positions)))] * exact_mip
+    relaxed = max(parts["average_load"], float(cheap.work.max()), parts["neighbourhood"])
+    found: dict[str, list[float]] = defaultdict(list)
+    spent: dict[str, float] = defaultdict(float)
+    for done, (name, i, weight) in enumerate(runs):
+        relaxed = max([relaxed, *found["three_superblock"]])
+        mark = time.perf_counter()
+        share = (time_limit_s - (mark - began)) * weight / sum(w for *_, w in runs[done:])
+        if name == "exact_mip":
+            known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
+            model = PipelineModel(problem, stages, backend, max(b for b in known if math.isfinite(b)), None)
+            optimize(model.builder, share, seed)
+            bound = model.builder.bound_s()
+        else:
+            bound = superblock_bound(data, [cheap] * 3, (i - 1, stages - i), guess=name == "guess_bottleneck",
+                                     time_limit_s=share, floor_s=relaxed, backend=backend, seed=seed)
+        if name == "guess_bottleneck":       # valid only as the minimum over every i: a gap keeps the floor
+            found[name].append(relaxed if bound is None else max(bound, relaxed))
+        elif bound is not None and math.isfinite(bound):
+            found[name].append(bound)
+        spent[name] += time.perf_counter() - mark
+    if found["guess_bottleneck"] and math.isfinite(min(found["guess_bottleneck"])):
+        parts["guess_bottleneck"] = min(found["guess_bottleneck"])
+    for name in ("three_superblock", "exact_mip"):
+        if found[name]:
+            parts[name] = max(found[name])
+    log.info("pipeline bounds in %.2f s: %s", time.perf_counter() - began,
+             ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()))
+    return parts
+
+
+def combinatorial_bounds(problem: Problem, data: PipelineData, cheap: BlockPricing, stages: int) -> dict[str, float]:
+    """LB0: the work at its cheapest over the stages, and the dearest kernel with the model inputs it
+    reads, each on its cheapest device (inf where a kernel can run nowhere)."""
+    if not data.n:
+        return {}
+    host, costs = problem.platform.host, problem.costs
+    reads = [[b for b, members in zip(data.input_bytes, data.input_consumers) if v in members] for v in range(data.n)]
+    alone = [min((costs.compute_s(k, d) + problem.output_return_s(k, d, empty_pays_latency=True) + sum(costs.transfer_s(b, host, d) for b in reads[v])
+                  for d in problem.feasible_devices(k)), default=math.inf) for v, k in enumerate(data.names)]
+    return {"average_load": float(cheap.work.sum()) / stages, "largest_kernel": max(alone),
+            "neighbourhood": neighbourhood_bound(data, cheap)}
+
+
+def neighbourhood_bound(data: PipelineData, pricing: BlockPricing) -> float:
+    """The stage that holds kernel v pays v's work; for each producer u of v, u's work (u inside) or
+    u's tensor entering (u outside, at least the layers v reads); and v's tensor leaving (at least
+    the layers one consumer reads) or every consumer's work (all inside). The largest over v bounds
+    the period for any number of stages: a bottleneck no extra stage removes (a heavy kernel with
+    heavy tensors around it)."""
+    entering: dict[tuple[int, int], float] = defaultdict(float)
+    leaving: dict[tuple[int, int], float] = defaultdict(float)
+    for layer, (u, members) in enumerate(zip(data.producers, data.consumers)):
+        for v in members:
+            entering[u, v] += pricing.in_price[layer]
+            leaving[u, v] += pricing.out_price[layer]
+    producers: dict[int, set[int]] = defaultdict(set)
+    consumers: dict[int, set[int]] = defaultdict(set)
+    for u, v in data.edges:
+        producers[v].add(u)
+        consumers[u].add(v)
+    work, best = pricing.work, 0.0
+    for v in range(data.n):
+        bound = work[v] + sum(min(work[u], entering[u, v]) for u in producers[v])
+        if consumers[v]:
+            bound += min(min(leaving[v, w] for w in consumers[v]), sum(work[w] for w in consumers[v]))
+        best = max(best, float(bound))
+    return best
+
+
+# ---------------------------------------------------------------------- superblock bounds
+def superblock_bound(data: PipelineData, pricings: Sequence[BlockPricing], capacities: tuple[float, float], *,
+                     guess: bool, time_limit_s: float, floor_s: float = 0.0, backend: str = "highs",
+                     seed: int = 0) -> float | None:
+    """One superblock MIP, A | B | C priced by ``pricings``, capacities (a, c) = (i - 1, K - i).
+
+    ``guess=False`` (three-superblock): min T s.t. f(A) <= a T, f(B) <= T, f(C) <= c T.
+    ``guess=True`` (B is the bottleneck): min f(B) s.t. f(A) <= a f(B), f(C) <= c f(B), f(B) exact.
+    ``floor_s``: a lower bound on the optimum *of the priced problem* (the bottleneck of its best
+    plan is at least that), which the MIP may assume. Returns the MIP's certified bound in seconds:
+    None when the solver certified none, inf when it proved that no plan fits."""
+    check_backend(backend)
+    builder = MipBuilder("superblocks", backend, time_unit(pricings[1]))
+    m = builder.m
+    x = [[m.add_var(var_type=mip.BINARY) for _ in range(data.n)] for _ in range(3)]
+    for v in range(data.n):
+        m += x[0][v] + x[1][v] + x[2][v] == 1
+    builder.ordered(x, data)
+    builder.together(x, data)
+    cost = [builder.block_cost(x[s], data, pricings[s], exact=guess and s == 1) for s in range(3)]
+    if guess:
+        target = cost[1]
+        m += target >= floor_s / builder.unit
+    else:
+        target = m.add_var(lb=floor_s / builder.unit)
+        m += cost[1] <= target
+    m += cost[0] <= capacities[0] * target
+    m += cost[2] <= capacities[1] * target
+    m.objective = mip.minimize(target)
+    if optimize(builder, time_limit_s, seed) == mip.OptimizationStatus.INFEASIBLE:
+        return math.inf
+    return builder.bound_s()

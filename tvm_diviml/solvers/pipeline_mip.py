@@ -1,0 +1,107 @@
+"""The exact pipeline MIP (MTPP of Archer et al., ICML 2024, with stage devices chosen too) as a solver
+of its own, warm-started from SliceGraph: a plan in mode ``stage_serial`` whose bound is the MIP's
+(docs/solvers.md#pipeline-mip).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import mip
+
+from ..bounds import lower_bound
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..problem import Problem
+from ..simulator import simulate
+from ..tolerances import ABSOLUTE_SLACK, PIPELINE_AGREEMENT
+from ..toolkit.deadline import Deadline
+from ..toolkit.mip_backend import check_backend
+from ..toolkit.pipeline_model import PipelineModel, optimize, stage_count
+from .base import Solver
+from .slicegraph import SliceGraph
+
+log = logging.getLogger(__name__)
+
+
+class PipelineMip(Solver):
+    """``warm_start``: SliceGraph's plan (a quarter of the time limit) as the incumbent."""
+
+    name = "pipeline_mip"
+    objectives = ("pipeline",)
+    modes = ("stage_serial",)
+
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, backend: str = "highs",
+                 warm_start: bool = True):
+        super().__init__(time_limit_s=time_limit_s, seed=seed)
+        self.backend, self.use_warm_start = check_backend(backend), warm_start
+
+    def place(self, problem: Problem, deadline: Deadline) -> Plan:
+        incumbent = SliceGraph(time_limit_s=self.time_limit_s / 4, seed=self.seed).solve(problem, deadline=deadline) \
+            if self.use_warm_start else None
+        return solve_pipeline_mip(problem, time_limit_s=deadline.left(), backend=self.backend, seed=self.seed,
+                                  warm_start=incumbent)
+
+
+def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = "highs", seed: int = 0,
+                       warm_start: Plan | None = None, floor_s: float = 0.0) -> Plan:
+    """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial``.
+
+    ``value_s`` is the simulator's value, ``lower_bound_s`` the MIP's certified bound (never above
+    the value), ``optimal`` only when the MIP proved its optimum and the simulator agrees with it.
+    ``warm_start``: a pipeline plan (SliceGraph's) offered as the incumbent and returned if the MIP
+    finds nothing better. ``floor_s``: a known lower bound on the optimum (the cheap bounds are
+    always assumed), which sharpens the MIP's own bound."""
+    began = time.perf_counter()
+    if problem.objective != "pipeline":
+        raise DivimlInputError(f"the pipeline MIP places for objective 'pipeline', not '{problem.objective}'",
+                               field="objective", hint="use --objective pipeline --stages K")
+    stages = stage_count(problem)
+    problem.validate()
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    incumbent_s = None
+    if warm_start is not None:
+        if warm_start.mode != "stage_serial" or len(warm_start.stages or ()) > stages:
+            raise DivimlInputError(f"the warm start must be a stage_serial plan of at most {stages} stages",
+                                   field="warm_start")
+        sim = simulate(graph, platform, costs, warm_start)
+        if sim.feasible:
+            incumbent_s = sim.value_s
+        else:
+            log.warning("the warm start breaks a constraint (%s); solving without it", "; ".join(sim.problems))
+            warm_start = None
+    model = PipelineModel(problem, stages, backend, max(floor_s, lower_bound(problem)), incumbent_s)
+    if warm_start is not None:
+        model.warm_start(warm_start)
+    status = optimize(model.builder, time_limit_s, seed)
+    bound = model.builder.bound_s()
+    solved = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
+    plan = model.plan() if solved else None
+    claim = model.builder.m.objective_value * model.builder.unit if solved else math.inf
+    sim = simulate(graph, platform, costs, plan) if plan is not None else None
+    # The warm start wins ties, and whenever the MIP's plan overflows a memory with its activations.
+    weaker = None
+    if warm_start is not None and (sim is None or not sim.feasible or incumbent_s <= sim.value_s):
+        if sim is not None and not sim.feasible:
+            weaker = ("the pipeline MIP's own plan overflows a memory with its activations (it counts weights "
+                      "only): the plan is its warm start's")
+        plan = warm_start.copy()
+        sim = simulate(graph, platform, costs, plan)
+    if plan is None:
+        raise DivimlInputError("the pipeline MIP found no plan within its time limit", field="time_limit",
+                               hint="raise --time-limit, or use --solver slicegraph")
+    if not sim.feasible:
+        log.warning("the pipeline MIP's plan breaks a constraint the MIP does not model: %s", "; ".join(sim.problems))
+    plan.solver, plan.value_s = PipelineMip.name, sim.value_s
+    plan.lower_bound_s = None if bound is None else min(bound, sim.value_s)
+    plan.optimal = (status == mip.OptimizationStatus.OPTIMAL and sim.feasible
+                    and sim.value_s <= claim * (1 + PIPELINE_AGREEMENT) + ABSOLUTE_SLACK)
+    plan.solve_s = time.perf_counter() - began
+    plan.attrs.update({"mip_status": status.name.lower(), "mip_objective_s": claim, "links_exact": model.links_exact,
+                       "mip_backend": backend})
+    if weaker:
+        plan.attrs["weaker_method"] = weaker
+    log.info("pipeline MIP: %d stages, period %.6g s, bound %s, %s in %.2f s", len(plan.stages), sim.value_s,
+             plan.lower_bound_s, status.name, plan.solve_s)
+    return plan

@@ -1,0 +1,350 @@
+"""CP-SAT for latency windows, in integer ticks, solved in an OR-Tools subprocess (``cpsat_worker.py``).
+
+``tick_model`` states a window (default: the whole graph) as the worker reads it: optional intervals
+per (kernel, device), NoOverlap per device, transfers priced as the simulator's ``latency`` mode prices
+them, memory held conservatively (every activation a device receives, at once). Seconds become ticks
+rounded down, so the model's optimum and bound are lower bounds in seconds. ``CpsatSession`` keeps one
+worker process for many solves; this process never imports OR-Tools, which cannot share a process with
+python-mip's CBC (docs/solvers.md#cp-sat).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Self
+
+from ..errors import DivimlInputError
+from ..problem import Problem
+from .windows import Context, WindowSolution, trivial_horizon_s, window_devices
+
+log = logging.getLogger(__name__)
+
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpsat_worker.py")
+
+
+HORIZON_TICKS = 2**40
+
+
+PROOF_GAP = 1e-10              # CP-SAT stops here: closing the last ticks of a 2**40-tick gap can take minutes
+
+
+WORKER_STARTUP_S = 60.0        # import of OR-Tools and model building, beyond CP-SAT's own limit
+
+
+@dataclass
+class TickModel:
+    """The problem in integer ticks, as the worker reads it, with what maps its answer back."""
+
+    data: dict
+    scale: float                 # ticks per second
+    kernels: list[str]           # the window's kernels, in the worker's order
+    devices: list[str]
+    memory_binds: bool           # memory can cut plans: the model is a restriction of the problem
+
+    def solution(self, problem: Problem, answer: dict) -> WindowSolution | None:
+        """The worker's answer in seconds (None when it found no solution)."""
+        if "device" not in answer:
+            return None
+        assignment = {k: self.devices[d] for k, d in zip(self.kernels, answer["device"])}
+        start = {k: tick / self.scale for k, tick in zip(self.kernels, answer["start"])}
+        finish = {k: start[k] + problem.costs.compute_s(k, assignment[k]) for k in self.kernels}
+        return WindowSolution(assignment, start, finish, answer["objective"] / self.scale,
+                              answer["bound"] / self.scale, answer["status"] == "OPTIMAL")
+
+
+@dataclass(frozen=True)
+class TickGrid:
+    """Seconds to ticks, and (kernel, device) to the worker's indices."""
+
+    scale: float                 # ticks per second
+    kernel: dict[str, int]
+    device: dict[str, int]
+
+    def down(self, seconds: float) -> int:
+        return math.floor(seconds * self.scale)
+
+    def up(self, seconds: float) -> int:          # a time set by a fixed kernel: never earlier than it
+        return math.ceil(seconds * self.scale)
+
+    def on(self, kernel: str, device: str) -> list[int]:
+        return [self.kernel[kernel], self.device[device]]
+
+
+def edge_timing(problem: Problem, kernels: list[str], context: Context, feasible: dict[str, list[str]],
+                grid: TickGrid) -> tuple[list, list, list]:
+    """The window's edges as the worker reads them: precedences between window kernels, delays when a
+    tensor crosses devices (the largest edge read on the destination, by the sibling rule), and release
+    times after fixed producers."""
+    graph, costs, host = problem.graph, problem.costs, problem.platform.host
+    inside, k_index = set(kernels), grid.kernel
+    ticks, ticks_up, on = grid.down, grid.up, grid.on
+    precedences, delays, releases = [], [], []
+    for w in kernels:
+        for edge in graph.pred[w]:
+            u = edge.src
+            if u not in inside and u not in context.assignment:
+                raise ValueError(f"window kernel '{w}' reads '{u}', which is neither in the window nor fixed")
+            output = graph.kernels[u].output_bytes if u in graph.output_set else 0.0
+            siblings = [s for s in graph.succ[u] if s.dst != w]
+            if u in inside:
+                precedences.append([k_index[u], k_index[w]])
+                origins = [(d, None) for d in feasible[u]]
+            else:
+                finish = context.finish_s[u]
+                releases.append([k_index[w], ticks_up(finish), []])
+                origins = [(context.assignment[u], finish)]
+            for d, finish in origins:
+                for e in feasible[w]:
+                    if d == e:
+                        continue
+                    fixed_there = [s.bytes for s in siblings if s.dst not in inside
+                                   and context.assignment.get(s.dst) == e]
+                    nbytes = max([edge.bytes, *fixed_there, *([output] if e == host else [])])
+                    for larger, condition in [(nbytes, [on(w, e)])] + [
+                            (s.bytes, [on(w, e), on(s.dst, e)]) for s in siblings
+                            if s.dst in inside and e in feasible[s.dst] and s.bytes > nbytes]:
+                        delay = costs.transfer_s(larger, d, e)
+                        if finish is not None:          # a fixed producer: a release time
+                            releases.append([k_index[w], ticks_up(finish + delay), condition])
+                        elif ticks(delay) > 0:
+                            delays.append([k_index[u], k_index[w], ticks(delay), [on(u, d), *condition]])
+    return precedences, delays, releases
+
+
+def tick_model(problem: Problem, window: list[str] | None = None, context: Context | None = None, *,
+               fixed_start_s: dict[str, float] | None = None, tail_s: dict[str, float | dict[str, float]] | None = None,
+               hint: WindowSolution | None = None, horizon_s: float | None = None) -> TickModel:
+    """The worker's input for ``window`` (default: every kernel) with ``context`` fixed: durations and
+    transfers in ticks, rounded down. ``fixed_start_s``: start times of fixed kernels, whose runs
+    (to their ``context.finish_s``) then occupy their devices; ``tail_s``: per window kernel, time
+    that must follow its end before the makespan (seconds, or {device: seconds} where it depends on
+    the kernel's device); ``hint``: a schedule to start from; ``horizon_s``: a known upper bound on the
+    window's optimum (ignored where memory binds: the model may then exclude the plan that gave it).
+    ``window`` lists its kernels in a topological order, and each predecessor of a window kernel is
+    in the window or in ``context``."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    host = platform.host
+    context = context or Context()
+    kernels = list(window) if window is not None else list(graph.topo_order)
+    inside = set(kernels)
+    devices = platform.device_names
+    k_index = {k: i for i, k in enumerate(kernels)}
+    d_index = {d: i for i, d in enumerate(devices)}
+    feasible = {k: window_devices(problem, k, context.assignment) for k in kernels}
+    memory, memory_binds = memory_items(problem, feasible, k_index, d_index, context)
+    busy = {k: (s, context.finish_s[k]) for k, s in (fixed_start_s or {}).items()}
+    horizon = trivial_horizon_s(problem, kernels, context, tail_s)
+    if horizon_s is not None and not memory_binds:
+        horizon = min(horizon, max(horizon_s, *context.finish_s.values()) if context.finish_s else horizon_s)
+    scale = tick_scale(horizon)
+    grid = TickGrid(scale, k_index, d_index)
+    ticks, ticks_up, on = grid.down, grid.up, grid.on
+
+    def transfer(nbytes: float, src: str, dst: str) -> int:
+        return ticks(costs.transfer_s(nbytes, src, dst))
+
+    duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
+    precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid)
+    releases += [[k_index[w], transfer(graph_input.bytes, host, e), [on(w, e)]]
+                 for graph_input in graph.inputs for w in dict.fromkeys(graph_input.consumers) if w in inside
+                 for e in feasible[w] if e != host and transfer(graph_input.bytes, host, e) > 0]
+    tails = [[k_index[u], transfer(graph.kernels[u].output_bytes, d, host), [on(u, d)]]
+             for u in kernels if u in graph.output_set and graph.kernels[u].output_bytes > 0
+             for d in feasible[u] if d != host]
+    for u, tail in (tail_s or {}).items():
+        by_device = tail if isinstance(tail, dict) else {None: tail}
+        tails += [[k_index[u], ticks(t), [on(u, d)] if d is not None else []]
+                  for d, t in by_device.items() if ticks(t) > 0 and (d is None or d in feasible[u])]
+    groups: dict[str, str] = {}
+    same_device = [[k_index[groups.setdefault(graph.kernels[k].colocate, k)], k_index[k]]
+                   for k in kernels if graph.kernels[k].colocate is not None]
+    earliest = min(earliest_starts(kernels, precedences, releases, duration), default=0)
+    busy_ticks = merged_intervals([(d_index[context.assignment[k]], ticks(s), ticks_up(f)) for k, (s, f) in busy.items()
+                                   if ticks_up(f) > max(ticks(s), earliest)])
+    latest = max([math.ceil(horizon * scale), *(b + size for _, b, size in busy_ticks),
+                  *(t for _, t, _ in releases)])
+    data = {"duration": duration, "horizon": latest + len(kernels), "precedences": precedences,
+            "delays": delays, "releases": releases, "tails": tails, "busy": busy_ticks,
+            "same_device": [pair for pair in same_device if pair[0] != pair[1]], "memory": memory, "hint": None}
+    if hint is not None:
+        data["hint"] = {"device": [d_index[hint.assignment[k]] for k in kernels],
+                        "start": [min(ticks_up(hint.start_s[k]), data["horizon"]) for k in kernels]}
+    return TickModel(data, scale, kernels, devices, memory_binds)
+
+
+def merged_intervals(runs: list[tuple[int, int, int]]) -> list[list[int]]:
+    """(device, begin, end) runs as [device, begin, size], overlapping runs of a device merged: fixed
+    runs rounded outwards may overlap by a tick, which NoOverlap would reject."""
+    merged: list[list[int]] = []
+    for device, begin, end in sorted(runs):
+        if merged and merged[-1][0] == device and begin <= merged[-1][1] + merged[-1][2]:
+            merged[-1][2] = max(merged[-1][2], end - merged[-1][1])
+        else:
+            merged.append([device, begin, end - begin])
+    return merged
+
+
+def earliest_starts(kernels: list[str], precedences: list, releases: list, duration: list) -> list[int]:
+    """Per window kernel, in ticks: no start can be earlier (unconditional releases along paths,
+    fastest durations). Fixed runs that end before the earliest of these cannot matter."""
+    earliest = [0] * len(kernels)
+    for w, t, condition in releases:
+        if not condition:
+            earliest[w] = max(earliest[w], t)
+    before: dict[int, list[int]] = {}
+    for u, w in precedences:
+        before.setdefault(w, []).append(u)
+    for w in range(len(kernels)):                 # window order is topological
+        for u in before.get(w, ()):
+            earliest[w] = max(earliest[w], earliest[u] + min(p for p in duration[u] if p is not None))
+    return earliest
+
+
+def memory_items(problem: Problem, feasible: dict[str, list[str]], k_index: dict[str, int],
+                 d_index: dict[str, int], context: Context | None = None) -> tuple[list[dict], bool]:
+    """Per device with a capacity, what it holds when given window kernels run there: each weight
+    (once), and each activation tensor (a kernel's output where it or a consumer runs, a model input
+    where a consumer runs), bytes rounded up. What a fixed kernel of ``context`` already holds on a
+    device takes its room there; kernels neither in the window nor fixed hold nothing yet. Also
+    whether memory can cut any plan at all."""
+    graph = problem.graph
+    fixed = context.assignment if context is not None else {}
+    items: list[tuple[float, list[str]]] = []
+    users: dict[str, list[str]] = {}
+    for kernel in graph.topo_order:
+        for weight in graph.kernels[kernel].weights:
+            users.setdefault(weight, []).append(kernel)
+        items.append((graph.kernels[kernel].output_bytes, [kernel, *(e.dst for e in graph.succ[kernel])]))
+    items += [(graph.weights[weight], kernels) for weight, kernels in users.items()]
+    items += [(graph_input.bytes, list(graph_input.consumers)) for graph_input in graph.inputs]
+    everything = sum(math.ceil(nbytes) for nbytes, _ in items)
+    out, binds = [], False
+    for device in problem.platform.devices:
+        d = device.name
+        if device.memory_bytes is None or everything <= device.memory_bytes:
+            continue                                # even the whole graph fits: no constraint
+        held = sum(math.ceil(nbytes) for nbytes, kernels in items if any(fixed.get(k) == d for k in kernels))
+        here = [[math.ceil(nbytes), [k_index[k] for k in kernels if k in k_index and d in feasible[k]]]
+                for nbytes, kernels in items if not any(fixed.get(k) == d for k in kernels)]
+        here = [item for item in here if item[0] > 0 and item[1]]
+        capacity = math.floor(device.memory_bytes) - held
+        if sum(nbytes for nbytes, _ in here) <= capacity:
+            continue                                # everything fits: no constraint
+        binds = True
+        out.append({"device": d_index[d], "capacity": capacity, "items": here})
+    return out, binds
+
+
+def tick_scale(horizon: float) -> float:
+    """Ticks per second: the power of two that puts ``horizon`` seconds at most HORIZON_TICKS."""
+    exponent = 40 if horizon <= 0 else math.floor(math.log2(HORIZON_TICKS / horizon))
+    return math.ldexp(1.0, max(-60, min(exponent, 60)))
+
+
+class CpsatSession:
+    """One OR-Tools process (``cpsat_worker.py``) for many solves, as a context manager: JSON lines
+    of plain numbers go in and come back, and the parent never imports OR-Tools. The process starts
+    on entry (importing OR-Tools while the caller prepares its first model) and ends on exit; one
+    that overran its time is stopped, and the next request starts another."""
+
+    def __init__(self, *, workers: int = 1, seed: int = 0):
+        self.workers, self.seed = workers, seed
+        self._process: subprocess.Popen | None = None
+        self._errors = None
+        self._pending = b""
+
+    def __enter__(self) -> Self:
+        self._start()
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(at_once=exc_type is not None)     # interrupted or failed: do not wait for the solve to end
+
+    def _start(self) -> None:
+        self._errors = tempfile.TemporaryFile()    # noqa: SIM115 (lives as long as the process; closed in close())
+        self._process = subprocess.Popen([sys.executable, "-P", WORKER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._errors, bufsize=0)
+        self._pending = b""
+
+    def close(self, at_once: bool = False) -> None:
+        """End the CP-SAT process: let it finish its answer (up to 10 s), or kill it ``at_once``."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            process.stdin.close()
+            process.wait(timeout=0 if at_once else 10)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        self._errors.close()
+
+    def request(self, data: dict, timeout_s: float) -> dict:
+        """Send one request (``cpsat_worker``'s format) and wait at most ``timeout_s`` (plus time for
+        OR-Tools' start-up and the model's building) for its answer."""
+        if self._process is None:
+            self._start()
+        deadline = time.monotonic() + timeout_s + WORKER_STARTUP_S
+        try:
+            self._process.stdin.write(json.dumps(data).encode() + b"\n")
+        except BrokenPipeError:
+            self._failed()
+        line = self._read_line(deadline)
+        if line is None:
+            log.warning("cpsat: the CP-SAT process ran past %.3g s and was stopped", timeout_s)
+            self._process.kill()
+            self.close()
+            return {"status": "TIMEOUT", "bound": 0, "wall_s": timeout_s}
+        answer = json.loads(line)
+        if answer["status"] == "NO_ORTOOLS":
+            raise DivimlInputError(f"solver cpsat needs OR-Tools: {answer['error']}", field="solver",
+                                   hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
+        return answer
+
+    def solve(self, model: TickModel, time_limit_s: float, *, relative_gap: float = PROOF_GAP) -> dict:
+        """The worker's answer for ``model`` after at most ``time_limit_s`` of CP-SAT."""
+        data = {**model.data, "time_limit_s": time_limit_s, "seed": self.seed, "workers": self.workers,
+                "relative_gap": relative_gap}
+        return self.request(data, time_limit_s)
+
+    def solve_window(self, problem: Problem, window: list[str], context: Context, *,
+                     fixed_start_s: dict[str, float] | None = None,
+                     tail_s: dict[str, float | dict[str, float]] | None = None,
+                     hint: WindowSolution | None = None, time_limit_s: float) -> WindowSolution | None:
+        """The best schedule of ``window`` found around ``context`` (see ``tick_model``); None when
+        CP-SAT found none in time. ``hint`` (a list schedule) seeds the search, and its makespan
+        (window tails included) bounds the horizon."""
+        model = tick_model(problem, window, context, fixed_start_s=fixed_start_s, tail_s=tail_s, hint=hint,
+                           horizon_s=hint.objective_s if hint is not None else None)
+        return model.solution(problem, self.solve(model, time_limit_s))
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        stdout = self._process.stdout
+        while b"\n" not in self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
+                return None
+            chunk = os.read(stdout.fileno(), 1 << 16)
+            if not chunk:
+                self._failed()
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
+
+    def _failed(self) -> None:
+        process = self._process
+        process.wait()
+        self._errors.seek(0)
+        detail = self._errors.read().decode(errors="replace")[-2000:]
+        self.close()
+        raise RuntimeError(f"the CP-SAT process failed (exit {process.returncode}): {detail}")
