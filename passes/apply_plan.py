@@ -8,7 +8,8 @@ host and outputs return to it; weights and constants become parameters, one per 
 them, so they are uploaded once (``PlacedExecutable.upload_weights``) and never copied per inference.
 Each PrimFunc carries its device's target (FuseTIR drops it; a CPU kernel would otherwise compile
 for CUDA) and is scheduled as the cost model measured it: dlight's default rules on GPU targets, a
-MetaSchedule database where one is given, nothing else on llvm (see DESIGN.md).
+MetaSchedule database where one is given, nothing else on llvm
+(see docs/design.md#tvm-027-traps).
 """
 from __future__ import annotations
 

@@ -1,27 +1,17 @@
 """PartitionForDevices: the whole job as one module pass — extract, price, solve, apply.
 
-``PartitionForDevices(platform, objective=..., solver=..., cost=...)(mod)`` returns the placed module
-(as ``ApplyPlan`` does) with two attributes to inspect: ``diviml_placement`` (how to call it, see
-``Placement``) and ``diviml_plan`` (the Plan JSON; ``attrs.simulated_value_s`` is the simulator's
-value of it). The pass object keeps its last result too: ``.plan``, ``.placement``, ``.applied``,
-``.simulation``.
+``PartitionForDevices(platform, objective=..., solver=..., cost=...)(mod)`` returns the placed
+module (as ``ApplyPlan`` does) with two attributes to inspect: ``diviml_placement`` (how to call
+it, see ``Placement``) and ``diviml_plan`` (the Plan JSON; ``attrs.simulated_value_s`` is the
+simulator's value of it). The pass object keeps its last result too: ``.plan``, ``.placement``,
+``.applied``, ``.simulation``. A placed module must be built without ``StaticPlanBlockMemory``
+(see ``build``), so the pass comes with its build pipeline: ``relax_pipeline=partition.pipeline()``.
 
-A placed module must be built without ``StaticPlanBlockMemory`` (see ``build``), so the pass comes
-with its build pipeline::
-
-    partition = PartitionForDevices("cpu2", objective="latency")
-    ex = tvm.compile(mod, target=None, relax_pipeline=partition.pipeline())
-    runner = SingleVMRunner(PlacedExecutable(ex, partition.placement), params)
-
-TVM users also name pipelines: ``tvm.compile(mod, target=None, relax_pipeline="diviml")``. TVM passes
-such a pipeline no arguments, and ``PassContext(config=...)`` rejects keys it does not know, so the
-options come from our context manager, which also hands back the result::
-
-    with partition_options("cpu2", objective="latency") as partition:
-        ex = tvm.compile(mod, target=None, relax_pipeline="diviml")
-    runner = SingleVMRunner(PlacedExecutable(ex, partition.placement), params)
-
-Outside ``partition_options`` the "diviml" pipeline refuses to guess the machine and raises.
+TVM users also name pipelines (``relax_pipeline="diviml"``), but TVM passes such a pipeline no
+arguments and ``PassContext(config=...)`` rejects unknown keys, so the options come from our context
+manager ``partition_options(platform, ...)``, which also hands back the result; outside it the
+"diviml" pipeline refuses to guess the machine and raises. Both uses, step by step:
+tutorials/04_as_a_tvm_pipeline.py; the TVM 0.27 traps behind them: docs/design.md#tvm-027-traps.
 """
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ solver then places the copies like any other graph, so copies may run side by si
 devices.
 
 A lower bound for one split holds only for plans of that split: the batch's bound is the minimum
-over the splits tried, R = 1 (the model as given) included (DESIGN.md, rules that keep every bound
-valid). ``plan_with_batch_splits`` solves every split and reports that minimum.
+over the splits tried, R = 1 (the model as given) included (docs/design.md#lower-bounds, rules
+that keep every bound valid). ``plan_with_batch_splits`` solves every split and reports that
+minimum.
 
 The splitting itself is TVM-free; ``split_workload`` and ``plan_with_batch_splits`` reach TVM only
 through ``load_workload``, to build the zoo model at the sub-batch size.

@@ -1,22 +1,16 @@
-"""Reader for the msr-fiddle graph format (Tarnawski et al., NeurIPS 2020, ``msr-fiddle/dnn-partitioning``).
+"""Reader for the msr-fiddle graph format (Tarnawski et al., NeurIPS 2020,
+``msr-fiddle/dnn-partitioning``).
 
 Their model, kept exactly: ``maxFPGAs`` identical accelerators with ``maxSizePerFPGA`` bytes each
 and ``maxCPUs`` CPU cores; a node runs in ``cpuLatency`` on a core or ``fpgaLatency`` on an
 accelerator (only if ``supportedOnFpga``) and needs ``size`` bytes of accelerator memory; nodes of
 one ``colorClass`` share a device; an edge's ``cost`` is the time to move the source's output
 between an accelerator and CPU memory. Every copy goes through host memory, so the platform's
-transfer model is ``host_staged``: CPU <-> accelerator costs ``cost``, accelerator <-> accelerator
-two hops (``2 cost``), CPU <-> CPU nothing. With ``maxCPUs = 0`` the host memory is still there: the
-platform gets a CPU device ``host`` that runs no node, so that an accelerator's copy to or from the
-host still costs ``cost`` (were an accelerator the host, its own copies would be free and the others'
-would cost two hops).
+transfer model is ``host_staged``. Also reads their human experts' splits, scored by the same
+simulator.
 
-Translation: times are taken as milliseconds (their profiles' unit) and stored in seconds. A
-tensor's bytes on an edge are its cost times the host bandwidth (2 GiB per ms-scaled second,
-which is exactly their ``size / cost`` ratio in every inference file), so the platform's link
-model reproduces every ``cost`` exactly even where ``size`` and ``cost`` disagree (some training
-files). A node's ``size`` is recorded as a weight of its own: their memory constraint counts only
-those sizes, so activations are zero here.
+How times, bytes, sizes and a missing CPU translate into a Platform and an OpGraph (so that every
+``cost`` is reproduced exactly): docs/design.md#host_staged.
 """
 from __future__ import annotations
 

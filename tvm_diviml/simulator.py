@@ -1,4 +1,4 @@
-"""The one simulator that scores every Plan, in named cost modes (DESIGN.md).
+"""The one simulator that scores every Plan, in named cost modes (docs/design.md#cost-modes).
 
 - ``latency``: one inference. Each device runs one kernel at a time in the plan's order; a kernel
   starts when its device is free and all its inputs have arrived; a tensor made on d reaches e at

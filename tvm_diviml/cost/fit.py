@@ -1,8 +1,9 @@
 """Least-squares fits of the cost formulas to measurements (TVM-free, numpy only).
 
 A roofline, time = max(FLOPs / P, bytes / W) + o, fitted to measured kernel times gives the
-*effective* peak and bandwidth of what TVM builds (DESIGN.md: datasheet peaks are far off for
-unscheduled kernels). A link, seconds = latency + bytes / bandwidth, fitted to copies of several sizes.
+*effective* peak and bandwidth of what TVM builds (docs/design.md#cost-models: datasheet peaks
+are far off for unscheduled kernels). A link, seconds = latency + bytes / bandwidth, fitted to
+copies of several sizes.
 Both minimise relative error (rows divided by the measured time), so that small kernels and small
 copies count as much as large ones.
 """

@@ -4,17 +4,12 @@ TVM's default llvm pipeline leaves conv and matmul kernels unscheduled (scalar, 
 measured CPU cost describes an untuned build. Tuning writes a MetaSchedule JSON database
 (``database_workload.json`` and ``database_tuning_record.json`` in a work directory, the format
 MetaSchedule's own tools read); a build is tuned only if it applies that database, and then the
-record's times describe it.
+record's times describe it. A workload is the PrimFunc as the only function of an IRModule under
+the symbol "main", without ``target``, so one record serves every binding of a PrimFunc.
 
-Matching: a workload is the PrimFunc as the only function of an IRModule under the symbol "main",
-without ``target`` (FuseTIR drops it, a placed module has it again), so one record serves every
-binding of a PrimFunc whatever name or device attribute the module gives it.
-
-MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` run candidates in a pool of worker processes
-that needs ``cloudpickle`` (not a TVM dependency); candidates are built and timed here in the
-calling process instead, with the same build steps and the same timing functions. The search ranks
-candidates with MetaSchedule's random cost model: the XGBoost one needs ``xgboost``, and a random
-model seeded by ``seed`` keeps a run reproducible.
+Candidates are built and timed in the calling process (MetaSchedule's ``LocalBuilder`` and
+``LocalRunner`` need ``cloudpickle``), ranked by MetaSchedule's random cost model seeded by ``seed``
+so that a run is reproducible. Why: docs/design.md#tvm-027-traps.
 """
 from __future__ import annotations
 

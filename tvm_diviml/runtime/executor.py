@@ -6,18 +6,13 @@ Written against two injected callables, so it runs (and is tested) without TVM:
 ``move(value, device)`` copies a tensor to a device. Calls into compiled code release the GIL,
 so the devices' segments really overlap.
 
-Scheduling is dataflow: a worker never waits for one particular tensor. Among its device's tasks
-(one per segment per input) whose tensors have all been made, it runs the one of the earliest input,
-then the earliest segment (the segments' order is topological). So a device graph with a cycle
-(cpu0 -> cpu1 -> cpu0) still pipelines: cpu0 starts the next input's first segment while cpu1 works
-on this one. Nothing deadlocks: order the tasks by (input, segment); the smallest unfinished one has
-everything it reads, so it is ready, and its worker, as soon as its current call returns, runs a
-ready task — this one, or another whose inputs are done. Every call ends, so by induction every task does.
+Scheduling is dataflow: among its device's tasks (one per segment per input) whose tensors have all
+been made, a worker runs the one of the earliest input, then the earliest segment. So a device graph
+with a cycle still pipelines, and nothing deadlocks. ``run``/``stream`` give up once nothing has
+progressed for ``timeout_s``, naming the hung segment and device; the first failure of a batch stops
+its remaining work and is re-raised in the caller.
 
-Nothing waits forever: ``run``/``stream`` give up once nothing in the executor (no call, no move, no
-submission) has progressed for ``timeout_s``, naming the segment and device whose call hangs; the
-first failure of a batch (one ``run`` or ``stream``) stops its remaining work and is re-raised in
-the caller of ``run``/``stream``.
+Why nothing deadlocks, and what the simulator charges for it: docs/design.md#the-executor-model.
 """
 from __future__ import annotations
 

@@ -1,24 +1,17 @@
 """Run a placed model across several servers over TVM RPC, driven from one process.
 
-Three modules, one job each:
+Three modules, one job each: ``rpc_servers.py`` (the servers and one driver session with each),
+``rpc_hops.py`` (what a tensor that crosses servers costs: two hops through the driver, measured and
+priced into the platform the planner sees), and this module: the per-server build
+(``ServersBuild``) and ``RpcRunner``, which uploads each build and its weights once, then runs the
+*global* segment graph with the ``ConcurrentExecutor``, one worker per device whose calls go to that
+device's server. TVM RPC has no server-to-server copy, so a crossing tensor goes through the driver
+(two hops, counted and timed in ``HopStats``).
 
-- ``rpc_servers.py``: the servers and the driver's sessions with them (addresses, servers started on
-  the loopback, one session per server; ``python -m tvm_diviml.runtime.rpc_servers`` serves one);
-- ``rpc_hops.py``: what a tensor that crosses servers costs (two hops through the driver), measured
-  over the sessions and priced into the platform the planner sees;
-- this module: the per-server build (``ServersBuild``) and ``RpcRunner``, which runs it.
-
-Each server of a multi-server platform (``servers.py``) gets its own build (its segment functions,
-its devices' TVM device strings) and one RPC session; the driver uploads each build and its weights
-once, then runs the *global* segment graph with the ``ConcurrentExecutor``: one worker per device,
-whose calls go to that device's server. TVM RPC has no server-to-server copy, so a tensor that
-crosses servers is downloaded to the driver and uploaded to its destination: two hops, counted and
-timed (``HopStats``).
-
-Calls through one session are served one at a time (TVM's RPC endpoint is sequential), so the
-devices of one server do not overlap here; servers do. A dead server fails the run at once, a hung
-one within ``timeout_s``; both as a ``ServerError`` naming the server, its address and the segment.
-Only ``tvm.runtime`` and ``tvm.rpc`` are used: no compiler.
+Calls through one session are served one at a time, so the devices of one server do not overlap
+here; servers do. A dead server fails the run at once, a hung one within ``timeout_s``, both as a
+``ServerError`` naming the server, its address and the segment. Only ``tvm.runtime`` and ``tvm.rpc``
+are used: no compiler. Design: docs/design.md#across-servers.
 """
 from __future__ import annotations
 

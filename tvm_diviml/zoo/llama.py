@@ -5,15 +5,13 @@ PrimFunc sequence per block (what the symmetric solver looks for). Two entry poi
 the ``step`` option, both named ``forward``:
 
 - ``prefill``: a prompt of ``seq`` tokens -> logits for every position (causal attention);
-- ``decode``: one new token at position ``cache`` that attends to a KV cache of ``cache`` earlier
-  positions -> its logits and its keys and values (post-rotary, shape (batch, 1, kv_heads,
-  head_dim) per layer, in the order key 0, value 0, key 1, ...: what the caller appends). The cache
-  is *parameters after the input* (``caches.<layer>.key``/``.value``), like the weights: the build
-  places each once on the device that reads it and never copies it per inference, and the
-  simulator's memory model counts it on that device.
+- ``decode``: one new token at position ``cache`` attending to a KV cache of ``cache`` earlier
+  positions -> its logits and its post-rotary keys and values ((batch, 1, kv_heads, head_dim) per
+  layer, key 0, value 0, key 1, ...: what the caller appends). The cache is *parameters after the
+  input* (``caches.<layer>.key``/``.value``), like the weights: placed once on the device that reads
+  it, never copied per inference, and counted in that device's memory by the simulator.
 
-Query head ``h`` reads key/value head ``h // (heads // kv_heads)``; the sharing is a broadcast in
-the attention products, never a copy of keys or values.
+Query head ``h`` reads key/value head ``h // (heads // kv_heads)``: a broadcast, never a copy.
 """
 from __future__ import annotations
 
