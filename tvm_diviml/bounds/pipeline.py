@@ -1,7 +1,7 @@
 """Lower bounds on the best ``stage_serial`` period (pipelines of at most K stages): the combinatorial
 ones (average load, the dearest kernel, a kernel's neighbourhood) and the MIP relaxations of Archer et
 al. (three superblocks; guess the bottleneck block), each from a time-limited MIP's proven bound only
-(docs/solvers.md#pipeline-bounds).
+(docs/solvers.md#mtpp).
 """
 from __future__ import annotations
 

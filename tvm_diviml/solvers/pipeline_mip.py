@@ -1,6 +1,6 @@
 """The exact pipeline MIP (MTPP of Archer et al., ICML 2024, with stage devices chosen too) as a solver
 of its own, warm-started from SliceGraph: a plan in mode ``stage_serial`` whose bound is the MIP's
-(docs/solvers.md#pipeline-mip).
+(docs/solvers.md#mtpp).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Throughput with replicas: the model, or the stages of the best plain plan, on several devices at once,
 each taking a share of the stream in proportion to its speed (an LP chooses the shares), so that their
-throughputs add. The best of none, whole-model and stage replicas (docs/solvers.md#replicas).
+throughputs add. The best of none, whole-model and stage replicas (docs/solvers.md#throughput).
 """
 from __future__ import annotations
 

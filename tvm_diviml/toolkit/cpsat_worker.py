@@ -11,7 +11,7 @@ busy intervals, co-location, memory items, a hint); answers give ``status``, ``d
 With several workers CP-SAT first runs alone for a quarter of the time limit, so a proof found then
 is reproducible for its seed.
 
-The request fields and the model: docs/solvers.md#cpsat.
+The request fields and the model: docs/solvers.md#cp-sat.
 """
 import json
 import math

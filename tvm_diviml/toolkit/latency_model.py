@@ -4,7 +4,7 @@ Variables: x[v,d] (kernel v on device d), s[v] (start), y[u,w,d,e] (edge u->w cr
 o[v,w] (v before w, for pairs no path orders), C (makespan). Model inputs start on the host and cross
 once to each device that reads them; a tensor crosses to a device once, with the largest bytes read
 there; outputs made off the host return before C. Over a window, the rest is fixed by a ``Context``
-(docs/solvers.md#latency-milp).
+(docs/solvers.md#milp).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Pipelines in ids and MIP pieces (MTPP of Archer et al., ICML 2024, with stages on devices that may
 differ): the graph's tensors as price layers, what a block of kernels costs, and the exact MIP that
 chooses the stages and their devices (y[v,b,c], u[b,c], T). The bounds and the pipeline MIP solver
-build on these (docs/solvers.md#pipelines).
+build on these (docs/solvers.md#mtpp).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 link's load per inference at most T, priced as the simulator prices it (a tensor crosses to a device
 once with the largest edge read there, as price layers over its edge sizes; inputs from the host once
 per device; outputs back to it). ``fixed`` kernels are constants; others uncounted
-(docs/solvers.md#throughput-milp).
+(docs/solvers.md#throughput).
 """
 from __future__ import annotations
 
