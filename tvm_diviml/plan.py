@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args
 
 from .errors import DivimlInputError
 from .jsonio import JsonFile
+from .tolerances import MEETS
 
 FORMAT = "diviml.plan/1"
 Objective = Literal["latency", "throughput", "pipeline"]
@@ -58,7 +59,7 @@ class Plan(JsonFile):
             raise DivimlInputError("batch_split must be at least 1", field="batch_split")
         for group in self.replicas:
             total = sum(group.shares.values())
-            if not group.kernels or any(s < 0 for s in group.shares.values()) or abs(total - 1) > 1e-9:
+            if not group.kernels or any(s < 0 for s in group.shares.values()) or abs(total - 1) > MEETS:
                 raise DivimlInputError("a replica group needs kernels and non-negative shares that sum to 1",
                                        field="replicas")
 

@@ -14,7 +14,9 @@ from .bounds import lower_bounds
 from .errors import DivimlInputError
 from .plan import Plan
 from .simulator import Simulation, simulate
-from .solvers import Problem, default_solver, get_solver
+from .problem import Problem
+from .solvers import default_solver, get_solver
+from .tolerances import SOLVER_SLACK
 from .toolkit.single_device import single_device_values
 
 log = logging.getLogger(__name__)
@@ -89,11 +91,13 @@ def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> d
 
 def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[str, float],
                baselines: dict[str, float | None], model: str, cost_source: str) -> dict[str, Any]:
+    """The contract row of one plan (README: ``--json``): its simulated value, the best bound and the
+    gap, whether it is proven optimal, every baseline and the speed-up over the best single device."""
     bound = max(bound_parts.values(), default=0.0)
     value = sim.value_s
     gap = value / bound - 1.0 if bound > 0 and math.isfinite(value) else None
-    # A bound that meets the value proves it optimal, whatever the solver knew (solver tolerance: 1e-6).
-    proven = plan.optimal or (gap is not None and gap <= 1e-6 and sim.feasible)
+    # A bound that meets the value proves it optimal, whatever the solver knew (up to the solver's tolerance).
+    proven = plan.optimal or (gap is not None and gap <= SOLVER_SLACK and sim.feasible)
     best_single = baselines.get("fastest_single_device")
     return {
         "model": model,
@@ -108,7 +112,7 @@ def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[
         "gap": gap,
         "solve_s": plan.solve_s,
         "optimal": proven,
-        "optimal_among": plan.attrs.get("optimal_among") if plan.optimal and gap and gap > 1e-6 else None,
+        "optimal_among": plan.attrs.get("optimal_among") if plan.optimal and gap and gap > SOLVER_SLACK else None,
         "feasible": sim.feasible,
         "problems": sim.problems,
         "kernels": len(problem.graph),

@@ -163,17 +163,10 @@ def run_order(graph: OpGraph, plan: Plan) -> list[str]:
 
 
 # ---------------------------------------------------------------------- latency
-def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, contention: bool) -> Simulation:
-    assign = plan.assignment
-    host = platform.host
-    outputs = graph.output_set
-    orders = device_orders(graph, plan)
-    pointer = {d: 0 for d in orders}
-    device_free = {d: 0.0 for d in orders}
-    ready = {k: 0.0 for k in graph.kernels}
-    start: dict[str, float] = {}
-    finish: dict[str, float] = {}
-    # waiting_for[(tensor, device)] = kernels on device that wait for that tensor's arrival
+def _arrivals_awaited(graph: OpGraph, assign: dict[str, str]
+                      ) -> tuple[dict[str, int], dict[tuple[str, str], list[str]]]:
+    """Per kernel, how many inputs it waits for (a same-device producer's finish, or one arrival per
+    remote producer and model input); per (tensor, device), the kernels there that wait for it."""
     waiting_for: dict[tuple[str, str], list[str]] = defaultdict(list)
     pending = {k: 0 for k in graph.kernels}
     for kernel in graph.kernels:
@@ -184,13 +177,26 @@ def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, c
             else:
                 remote.add(edge.src)
         for src in remote:
-            waiting_for[(src, assign[kernel])].append(kernel)
+            waiting_for[src, assign[kernel]].append(kernel)
         pending[kernel] += len(remote)
     for graph_input in graph.inputs:
         for consumer in dict.fromkeys(graph_input.consumers):
-            waiting_for[(graph_input.name, assign[consumer])].append(consumer)
+            waiting_for[graph_input.name, assign[consumer]].append(consumer)
             pending[consumer] += 1
+    return pending, waiting_for
 
+
+def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, contention: bool) -> Simulation:
+    assign = plan.assignment
+    host = platform.host
+    outputs = graph.output_set
+    orders = device_orders(graph, plan)
+    pointer = {d: 0 for d in orders}
+    device_free = {d: 0.0 for d in orders}
+    ready = {k: 0.0 for k in graph.kernels}
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    pending, waiting_for = _arrivals_awaited(graph, assign)
     events: list[tuple[float, int, str, tuple]] = []
     sequence = 0
     link_free: dict[tuple[str, str], float] = defaultdict(float)
@@ -257,13 +263,19 @@ def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, c
                 output_arrival = max(output_arrival, end)
             arrive(tensor, dst, end)
 
+    return _schedule_result(graph, assign, start, finish, transfers, output_arrival, busy)
+
+
+def _schedule_result(graph: OpGraph, assign: dict[str, str], start: dict[str, float], finish: dict[str, float],
+                     transfers: list[Transfer], output_arrival: float, busy: dict[str, float]) -> Simulation:
+    """The latency Simulation of a finished event run; a run that left kernels unstarted deadlocked."""
     if len(finish) != len(graph):
         stuck = next(k for k in graph.topo_order if k not in finish)
         raise PlanError(f"the plan's order deadlocks: kernel '{stuck}' on '{assign[stuck]}' can never start",
                         field="order", hint="each device's order must be consistent with the graph's dependencies")
     link_busy: dict[tuple[str, str], float] = defaultdict(float)
     for t in transfers:
-        link_busy[(t.src, t.dst)] += t.end_s - t.start_s
+        link_busy[t.src, t.dst] += t.end_s - t.start_s
     makespan = max([0.0, output_arrival, *finish.values()])
     return Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
                       start_s=start, finish_s=finish, transfers=transfers)
