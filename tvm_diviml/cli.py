@@ -409,32 +409,26 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import inspect
+    from .bench import SUITES, offers_by_flag, row_line, write_markdown
 
-    from .bench import SUITES, markdown_table
-
-    given = {"--time-limit": ("time_limit_s", args.time_limit), "--quick": ("quick", args.quick),
-             "--bound-time-limit": ("bound_time_limit_s", args.bound_time_limit)}
-    accepted = inspect.signature(SUITES[args.suite]).parameters
-    refused = [flag for flag, (key, value) in given.items() if value and key not in accepted]
+    suite = SUITES[args.suite]
+    offers = offers_by_flag(SUITES.values())
+    given = {flag: getattr(args, _flag_dest(flag)) for flag in offers}
+    given = {flag: value for flag, value in given.items() if value is not None}
+    taken = suite.flag_options()
+    refused = [flag for flag in given if flag not in taken]
     if refused:
-        takers = [name for name, suite in SUITES.items()
-                  if given[refused[0]][0] in inspect.signature(suite).parameters]
-        raise DivimlInputError(f"suite '{args.suite}' takes no {' or '.join(refused)}", field="--suite",
+        takers = [taker.name for taker, _ in offers[refused[0]]]
+        raise DivimlInputError(f"suite '{suite.name}' takes no {' or '.join(refused)}", field="--suite",
                                hint=f"drop the option; {refused[0]} applies to suite {' or '.join(takers)}")
     rows = []
-    for row in SUITES[args.suite](**{key: value for key, value in given.values() if value}):
+    for row in suite.run(**{taken[flag].name: value for flag, value in given.items()}):
         rows.append(row)
-        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "suite"),
-              flush=True)
+        print(row_line(row), flush=True)
     if args.json:
         write_json(rows, args.json)
     if args.markdown:
-        try:
-            with open(args.markdown, "w", encoding="utf-8") as handle:
-                handle.write(markdown_table(rows) + "\n")
-        except OSError as error:
-            raise DivimlInputError(f"cannot write: {error.strerror}", source=args.markdown) from None
+        write_markdown(rows, args.markdown)
     return 0
 
 
@@ -463,6 +457,27 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--json", metavar="PATH", help="write the OpGraph JSON to PATH, or - for stdout")
     graph.set_defaults(run=cmd_graph)
 
+    _plan_parser(commands)
+    _run_parser(commands)
+
+    profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
+    _model_arguments(profile)
+    profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
+    _tuning_arguments(profile)
+    profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
+    profile.add_argument("--export", metavar="PATH", help="write all costs (kernels and links) as a cost table "
+                         "that --cost PATH reads")
+    profile.set_defaults(run=cmd_profile)
+
+    cache = commands.add_parser("cache", help="the persistent profile cache: info, or clear it")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.set_defaults(run=cmd_cache)
+
+    _bench_parser(commands)
+    return parser
+
+
+def _plan_parser(commands) -> None:
     plan = commands.add_parser("plan", help="place a model's kernels and report value, bound and gap")
     _model_arguments(plan)
     _problem_arguments(plan, platform=None, platform_help=f"a preset ({', '.join(preset_names())}) or a platform "
@@ -479,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gantt", metavar="PATH", help="draw the plan's schedule (or its loads) as a PNG to PATH")
     plan.set_defaults(run=cmd_plan)
 
+
+def _run_parser(commands) -> None:
     run = commands.add_parser("run", help="plan, build and execute on this machine's devices; measured vs predicted")
     _model_arguments(run)
     _problem_arguments(run, platform="cpu2", platform_help="a preset or platform .json whose devices this machine "
@@ -510,31 +527,41 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", metavar="PATH", help="write the plan row with its 'run' measurements as JSON")
     run.set_defaults(run=cmd_run)
 
-    profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
-    _model_arguments(profile)
-    profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
-    _tuning_arguments(profile)
-    profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
-    profile.add_argument("--export", metavar="PATH", help="write all costs (kernels and links) as a cost table "
-                         "that --cost PATH reads")
-    profile.set_defaults(run=cmd_profile)
 
-    cache = commands.add_parser("cache", help="the persistent profile cache: info, or clear it")
-    cache.add_argument("action", choices=["info", "clear"])
-    cache.set_defaults(run=cmd_cache)
+def _bench_parser(commands) -> None:
+    """The ``bench`` flags: the output files, then every flag a suite declares (see ``tvm_diviml.bench``),
+    unset by default so that each suite's own default applies."""
+    from .bench import SUITES, offers_by_flag
 
-    from .bench import SUITES
-    bench = commands.add_parser("bench", help="run a benchmark suite and print (or write) its rows")
-    bench.add_argument("--suite", choices=sorted(SUITES), default="simulator")
+    listing = "\n".join(f"  {name:<11} {suite.description}" for name, suite in SUITES.items())
+    bench = commands.add_parser("bench", help="run a benchmark suite and print (or write) its rows",
+                                epilog=f"suites:\n{listing}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("--suite", choices=sorted(SUITES), default="simulator", help="the suite to run (default "
+                       "simulator; see the list below)")
     bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
-    bench.add_argument("--time-limit", type=_positive_float, metavar="S",
-                       help="solver time limit in seconds (suites latency, pipeline, msr-fiddle, llm, models)")
-    bench.add_argument("--bound-time-limit", type=_positive_float, metavar="S",
-                       help="seconds for the lower-bound MIPs per row (suite pipeline)")
-    bench.add_argument("--quick", action="store_true", help="only a few small rows")
+    for flag, offers in offers_by_flag(SUITES.values()).items():
+        option = offers[0][1]
+        takers = ", ".join(suite.name for suite, _ in offers)
+        if option.type is bool:
+            bench.add_argument(flag, dest=_flag_dest(flag), action="store_true", default=None,
+                               help=f"{option.help} (suites {takers})")
+            continue
+        defaults = ", ".join(f"{suite.name} {taken.default:g}" for suite, taken in offers)
+        bench.add_argument(flag, dest=_flag_dest(flag), type=_bench_flag_type(option.type), metavar=option.metavar,
+                           help=f"{option.help} (default per suite: {defaults})")
     bench.set_defaults(run=cmd_bench)
-    return parser
+
+
+def _bench_flag_type(kind: type):
+    """How a suite option's value is read from the command line: every number a suite takes there is
+    positive (time limits, counts)."""
+    return {float: _positive_float, int: _positive_int, str: str}[kind]
+
+
+def _flag_dest(flag: str) -> str:
+    """The ``args`` attribute argparse gives a flag: ``--time-limit`` -> ``time_limit``."""
+    return flag.lstrip("-").replace("-", "_")
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
