@@ -68,3 +68,13 @@ def test_solvers_bounds_toolkit_and_simulator_reach_no_tvm():
             reached = nx.descendants(graph, module)
             assert "tvm" not in reached, f"{module} reaches TVM: " + " -> ".join(
                 nx.shortest_path(graph, module, "tvm"))
+
+
+def test_no_private_name_is_imported_across_library_modules():
+    private = []
+    for module, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private += [f"{module} imports {alias.name} from {node.module or '.'}" for alias in node.names
+                            if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not private, "; ".join(private)
