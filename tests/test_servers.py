@@ -7,7 +7,8 @@ from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.servers import identical_servers, server_of, server_platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag

@@ -29,7 +29,7 @@ def suite_simulator(kernels: int = 10_000, repeats: int = 3) -> Iterator[Row]:
     """The simulator in every cost mode at kernels/10 and kernels (DESIGN: linear in graph size)."""
     from .cost.roofline import RooflineCostModel
     from .plan import Plan
-    from .platform import get_platform
+    from .presets import get_platform
     from .simulator import simulate
     from .synthetic import random_dag
 
@@ -90,7 +90,7 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
     from .passes.interpret import transformed_weights
     from .passes.load import load_model
     from .passes.run import calibrate_in_context, runner_overhead_s
-    from .platform import get_platform
+    from .presets import get_platform
     from .workload import format_model_spec
     from .zoo import SMALL_OPTIONS
 
@@ -319,7 +319,7 @@ def suite_pipeline(time_limit_s: float = 10.0, bound_time_limit_s: float = 10.0,
 
     from .bounds import lower_bounds
     from .cost.roofline import RooflineCostModel
-    from .platform import gpu_k
+    from .presets import gpu_k
     from .solvers import Problem, get_solver
     from .solvers.mtpp import pipeline_bounds, solve_pipeline_mip
 
@@ -562,7 +562,7 @@ def suite_llm(time_limit_s: float = 120.0, quick: bool = False, models: list[str
     from tqdm import tqdm
 
     from .cost.roofline import RooflineCostModel
-    from .platform import get_platform
+    from .presets import get_platform
     from .solvers import Problem
     from .workload import load_graph, parse_model_spec
 

@@ -22,7 +22,8 @@ from .errors import DivimlInputError
 from .graph import OpGraph
 from .jsonio import read_json
 from .msr_fiddle import is_msr_fiddle, read_msr_fiddle
-from .platform import Platform, get_platform
+from .platform import Platform
+from .presets import load_platform
 from .synthetic import branchy, random_dag
 
 DEFAULT_PLATFORM = "paper-node"
@@ -167,7 +168,7 @@ def load_workload(model: str, platform: str | None = None, cost: str | None = No
                                    hint="drop --platform and --cost for this file")
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
-    plat = get_platform(platform or DEFAULT_PLATFORM)
+    plat = load_platform(platform or DEFAULT_PLATFORM)
     cost = cost or ("measured" if tune or tuning_db else "roofline")
     if (tune or tuning_db) and cost != "measured":
         raise DivimlInputError("--tune and --tuning-db apply to measured costs", field="--cost",
