@@ -43,7 +43,7 @@ def prepare(out: str, model_spec: str, python_version: str) -> None:
     from tvm_diviml.plan import Plan
     from tvm_diviml.presets import load_platform
     from tvm_diviml.solvers import Problem, get_solver
-    from tvm_diviml.workload import parse_model_spec
+    from tvm_diviml.modelspec import parse_model_spec
     from tvm_diviml.zoo.reference import run_reference
 
     os.makedirs(out, exist_ok=True)

@@ -91,7 +91,7 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
     from .passes.load import load_model
     from .passes.run import calibrate_in_context, runner_overhead_s
     from .presets import get_platform
-    from .workload import format_model_spec
+    from .modelspec import format_model_spec
     from .zoo import SMALL_OPTIONS
 
     platform = get_platform("cpu2")
@@ -455,7 +455,7 @@ RUN_TARGETS = {"measured_over_predicted": (0.85, 1.15), "concurrent_speedup": 1.
 def run_workloads(quick: bool) -> list[tuple[str, str, str, int | None]]:
     """(case, MODEL, objective, stages) rows of the run suite: every zoo model at its small size for
     latency, the balanced two-branch model for concurrency, balanced chains as 2-stage pipelines."""
-    from .workload import format_model_spec as spec
+    from .modelspec import format_model_spec as spec
     from .zoo import SMALL_OPTIONS
 
     names = ["resnet18", "bert_base"] if quick else sorted(n for n in SMALL_OPTIONS if n != "twin_branch")
