@@ -41,13 +41,13 @@ def prepare(out: str, model_spec: str, python_version: str) -> None:
     from tvm_diviml.passes import apply_plan, build
     from tvm_diviml.passes.load import load_model
     from tvm_diviml.plan import Plan
-    from tvm_diviml.platform import get_platform
+    from tvm_diviml.presets import load_platform
     from tvm_diviml.solvers import Problem, get_solver
-    from tvm_diviml.workload import parse_model_spec
+    from tvm_diviml.modelspec import parse_model_spec
     from tvm_diviml.zoo.reference import run_reference
 
     os.makedirs(out, exist_ok=True)
-    platform = get_platform(PLATFORM)
+    platform = load_platform(PLATFORM)
     name, options = parse_model_spec(model_spec)
     loaded = load_model(name, options)
     model, extraction = loaded.built, loaded.extraction

@@ -24,7 +24,7 @@ import numpy as np
 
 from tvm_diviml.errors import DivimlInputError, first_line
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import load_platform
 from tvm_diviml.runtime.measure import compare_outputs
 
 from .apply_plan import apply_plan
@@ -228,7 +228,7 @@ def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple
         row["extract_s"], row["kernels"] = time.perf_counter() - began, len(extraction.graph)
         stage = "plan"
         for name in platforms:
-            platform = get_platform(name)
+            platform = load_platform(name)
             problem = Problem(extraction.graph, platform, RooflineCostModel(extraction.graph, platform))
             began = time.perf_counter()
             plan = get_solver(default_solver(problem), time_limit_s=time_limit_s).solve(problem)
@@ -236,7 +236,7 @@ def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple
             if not simulate(problem.graph, platform, problem.costs, plan).feasible:
                 raise DivimlInputError(f"the plan on {name} is infeasible", field="plan")
         stage, began = "build", time.perf_counter()
-        executable = build(apply_plan(built.mod, halves_plan(extraction), get_platform("cpu2"),
+        executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"),
                                       extraction=extraction))
         row["build_s"] = time.perf_counter() - began
         stage = "run"

@@ -33,7 +33,8 @@ from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import OBJECTIVES, Plan
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Platform
+from tvm_diviml.presets import load_platform
 from tvm_diviml.simulator import PlanError, Simulation, simulate
 from tvm_diviml.solvers import SOLVERS, Problem, default_solver, get_solver
 
@@ -57,7 +58,7 @@ def _platform_of(platform: Platform | str) -> Platform:
     if isinstance(platform, Platform):
         return platform
     if isinstance(platform, str):
-        return get_platform(platform)
+        return load_platform(platform)
     raise DivimlInputError(f"platform must be a Platform, a preset name or a .json file, not "
                            f"{type(platform).__name__}", field="platform", hint="e.g. platform='cpu2'")
 

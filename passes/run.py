@@ -45,21 +45,38 @@ log = logging.getLogger(__name__)
 SETTLE_S = 0.25
 
 
-@dataclass
-class RunMeasurement:
-    """What one real run of a plan measured."""
+@dataclass(kw_only=True)
+class MeasuredRun:
+    """What any real run of a plan measured, here or across servers: what ``headline`` reports, its
+    outputs against the reference and its time against the simulator's."""
 
     objective: str
     predicted_s: float | None          # the simulator's latency or period (None: a configuration it has no device for)
     measured_s: float                  # median latency, or seconds per inference of the stream
-    max_abs_diff: float                # against the single-device reference build
+    max_abs_diff: float                # against the single-device reference
     max_rel_diff: float
     device_busy_s: dict[str, float]    # per inference
-    single_device_s: dict[str, float]  # configuration -> measured seconds per inference, one at a time
-    one_worker: str                    # the configuration that is "one worker" (the fastest device alone)
     build_s: float
     in_flight: int = 1
     samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        return self.measured_s / self.predicted_s if self.predicted_s else None
+
+    def headline_json(self) -> dict[str, Any]:
+        """The keys that open both reports' JSON, in their order."""
+        return {"objective": self.objective, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
+                "measured_over_predicted": self.measured_over_predicted, "max_abs_diff": self.max_abs_diff,
+                "max_rel_diff": self.max_rel_diff}
+
+
+@dataclass(kw_only=True)
+class RunMeasurement(MeasuredRun):
+    """What one real run of a plan on this machine measured, with the single-device configurations."""
+
+    single_device_s: dict[str, float]  # configuration -> measured seconds per inference, one at a time
+    one_worker: str                    # the configuration that is "one worker" (the fastest device alone)
     executor: str = "concurrent"       # "concurrent" (a worker per device) or "single VM" (a one-device plan)
 
     @property
@@ -75,15 +92,9 @@ class RunMeasurement:
     def speedup_over_one_worker(self) -> float:
         return self.single_device_s[self.one_worker] / self.measured_s
 
-    @property
-    def measured_over_predicted(self) -> float | None:
-        return self.measured_s / self.predicted_s if self.predicted_s else None
-
     def to_json(self) -> dict[str, Any]:
         best_name, best_s = self.best_single_device
-        return {"objective": self.objective, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
-                "measured_over_predicted": self.measured_over_predicted, "max_abs_diff": self.max_abs_diff,
-                "max_rel_diff": self.max_rel_diff, "device_busy_s": self.device_busy_s,
+        return {**self.headline_json(), "device_busy_s": self.device_busy_s,
                 "single_device_s": self.single_device_s, "best_single_device": best_name,
                 "speedup_over_best_single_device": self.speedup_over_best_single,
                 "one_worker": self.one_worker, "speedup_over_one_worker": self.speedup_over_one_worker,
@@ -176,9 +187,7 @@ def run_plan(model: BuiltModel, extraction: Extraction, platform: Platform, plan
     one_worker = min(as_platform_has_them, key=configurations.__getitem__)
     timing = time_build(built, model, plan.objective, reference, repeats=repeats, stream_inputs=stream_inputs,
                         in_flight=in_flight, threads=threads)
-    return RunMeasurement(plan.objective, predicted_s, timing.measured_s, timing.max_abs_diff, timing.max_rel_diff,
-                          timing.busy_s, configurations, one_worker, build_s, timing.in_flight, timing.samples_s,
-                          timing.executor), built
+    return _measurement(plan.objective, predicted_s, timing, configurations, one_worker, build_s), built
 
 
 @dataclass
@@ -394,10 +403,18 @@ def run_candidates(model: BuiltModel, extraction: Extraction, problem, chosen: P
     single = {c.label: c.measured_s for c in selection.candidates if c.label in configurations}
     one_worker = min((n for n in single if configurations[n][1] == configurations[n][0].num_threads),
                      key=single.__getitem__)
-    run = RunMeasurement(problem.objective, winner.predicted_s, timing.measured_s, timing.max_abs_diff,
-                         timing.max_rel_diff, timing.busy_s, single, one_worker, build_s, timing.in_flight,
-                         timing.samples_s, timing.executor)
+    run = _measurement(problem.objective, winner.predicted_s, timing, single, one_worker, build_s)
     return selection, run, built
+
+
+def _measurement(objective: str, predicted_s: float | None, timing: BuildTiming, single_device_s: dict[str, float],
+                 one_worker: str, build_s: float) -> RunMeasurement:
+    """A build's timing as the run report has it, beside the single-device configurations'."""
+    return RunMeasurement(objective=objective, predicted_s=predicted_s, measured_s=timing.measured_s,
+                          max_abs_diff=timing.max_abs_diff, max_rel_diff=timing.max_rel_diff,
+                          device_busy_s=timing.busy_s, single_device_s=single_device_s, one_worker=one_worker,
+                          build_s=build_s, in_flight=timing.in_flight, samples_s=timing.samples_s,
+                          executor=timing.executor)
 
 
 def with_random_weights(mod, entry: str, seed: int = 0) -> BuiltModel:
@@ -426,7 +443,7 @@ def _concurrent_latency(runner: ConcurrentRunner, inputs: list[np.ndarray], repe
     return statistics.median(samples), samples, {d: s / (len(samples) + 1) for d, s in busy_total.items()}
 
 
-def headline(run, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:
+def headline(run: MeasuredRun, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:
     """The first lines of a run's report: the outputs against ``reference``, then measured against
     predicted (``how`` after the objective, e.g. " over RPC"; ``detail`` after the sample count)."""
     from tvm_diviml.report import format_seconds

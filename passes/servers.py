@@ -34,7 +34,7 @@ from tvm_diviml.zoo.reference import run_reference
 from .apply_plan import apply_plan
 from .build import build
 from .extract import Extraction
-from .run import headline
+from .run import MeasuredRun, headline
 
 log = logging.getLogger(__name__)
 
@@ -50,38 +50,23 @@ def build_per_server(mod, plan: Plan, platform: Platform, *, extraction: Extract
     return ServersBuild(builds, server_of(platform), [seg.name for seg in order])
 
 
-@dataclass
-class RpcRunMeasurement:
-    """What one run of a plan across servers measured."""
+@dataclass(kw_only=True)
+class RpcRunMeasurement(MeasuredRun):
+    """What one run of a plan across servers measured, per server and through the driver."""
 
-    objective: str
-    predicted_s: float                         # the simulator's latency or period
-    measured_s: float                          # median latency, or seconds per inference of the stream
-    max_abs_diff: float                        # against the single-device reference
-    max_rel_diff: float
     server_busy_s: dict[str, float]            # per inference: seconds in segment calls, per server
     predicted_server_busy_s: dict[str, float]  # the simulator's device_busy_s summed per server
-    device_busy_s: dict[str, float]
     hops: float                                # per inference: driver hops (two per tensor that crosses)
     hop_s: float                               # per inference: seconds in those hops (all workers together)
     hop_bytes: float
     crossings: dict[str, float]                # per inference: tensors that crossed, per "src->dst" server pair
     io_s: float                                # per inference: model inputs uploaded, outputs downloaded
     addresses: dict[str, str]                  # server -> HOST:PORT
-    build_s: float
     segments: int
-    in_flight: int = 1
-    samples_s: list[float] = field(default_factory=list)
     driver_hops: dict[str, dict] = field(default_factory=dict)   # per server: the hop figures planned with
 
-    @property
-    def measured_over_predicted(self) -> float:
-        return self.measured_s / self.predicted_s
-
     def to_json(self) -> dict[str, Any]:
-        return {"objective": self.objective, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
-                "measured_over_predicted": self.measured_over_predicted, "max_abs_diff": self.max_abs_diff,
-                "max_rel_diff": self.max_rel_diff, "server_busy_s": self.server_busy_s,
+        return {**self.headline_json(), "server_busy_s": self.server_busy_s,
                 "predicted_server_busy_s": self.predicted_server_busy_s, "device_busy_s": self.device_busy_s,
                 "hops_per_inference": self.hops, "hop_s_per_inference": self.hop_s,
                 "hop_bytes_per_inference": self.hop_bytes, "crossings_per_inference": self.crossings,
@@ -133,11 +118,13 @@ def run_plan_rpc(model: BuiltModel, extraction: Extraction, platform: Platform, 
     for device, seconds in predicted_busy.items():
         predicted_server[home[device]] += seconds
     return RpcRunMeasurement(
-        plan.objective, predicted_s, measured, abs_diff, rel_diff, dict(server_busy), dict(predicted_server),
-        {d: s / runs for d, s in busy.items()}, stats["hops"] / runs, stats["hop_s"] / runs,
-        stats["hop_bytes"] / runs, {pair: n / runs for pair, n in stats["by_pair"].items()}, stats["io_s"] / runs,
-        {sid: r.address for sid, r in remotes.items()}, build_s, len(segments), flight, samples,
-        {sid: hop.to_json() for sid, hop in (driver_hops or {}).items()}), built
+        objective=plan.objective, predicted_s=predicted_s, measured_s=measured, max_abs_diff=abs_diff,
+        max_rel_diff=rel_diff, server_busy_s=dict(server_busy), predicted_server_busy_s=dict(predicted_server),
+        device_busy_s={d: s / runs for d, s in busy.items()}, hops=stats["hops"] / runs, hop_s=stats["hop_s"] / runs,
+        hop_bytes=stats["hop_bytes"] / runs, crossings={pair: n / runs for pair, n in stats["by_pair"].items()},
+        io_s=stats["io_s"] / runs, addresses={sid: r.address for sid, r in remotes.items()}, build_s=build_s,
+        segments=len(segments), in_flight=flight, samples_s=samples,
+        driver_hops={sid: hop.to_json() for sid, hop in (driver_hops or {}).items()}), built
 
 
 def crossing_tensors(segments: list[dict]) -> set[tuple[str, str]]:

@@ -26,7 +26,8 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes import ApplyPlan, apply_plan, build, extract, placed_build_pipeline
 from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR
 from tvm_diviml.plan import Plan, ReplicaGroup
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.simulator import PlanError

@@ -10,7 +10,7 @@ import pytest
 from tvm_diviml.bench import LLM_FULL_SOLVERS, LLM_OBJECTIVES, LLM_PLATFORMS, LLM_TARGETS, llm_summaries
 from tvm_diviml.cli import main
 from tvm_diviml.cost.roofline import RooflineCostModel
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.solvers import Problem, full_graph_solver
 from tvm_diviml.synthetic import random_dag
 

@@ -12,7 +12,7 @@ from tvm_diviml.candidates import Candidate, candidate_plans, format_selection, 
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.synthetic import branchy
 

@@ -10,7 +10,7 @@ from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.synthetic import random_dag
 
 from .test_msr_fiddle import hand_file

@@ -11,7 +11,8 @@ from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_p
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes.load import load_model
-from tvm_diviml.platform import Device, get_platform
+from tvm_diviml.platform import Device
+from tvm_diviml.presets import get_platform
 
 from .test_cli import diviml
 

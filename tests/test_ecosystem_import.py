@@ -16,7 +16,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes import apply_plan, build, extract
 from tvm_diviml.passes.frontends import from_relax, load_torch_program
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
 
 CPU2 = get_platform("cpu2")

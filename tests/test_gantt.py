@@ -15,7 +15,7 @@ from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.gantt import _shorten, draw_schedule, link_label
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 

@@ -16,7 +16,8 @@ from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.msr_fiddle import is_msr_fiddle, read_msr_fiddle
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.report import solve_and_report
 from tvm_diviml.solvers import Problem
 from tvm_diviml.synthetic import random_dag

@@ -9,7 +9,8 @@ from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan, ReplicaGroup
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.synthetic import branchy, random_dag
 
 from .conftest import graph_of, unit_platform

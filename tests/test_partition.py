@@ -17,7 +17,8 @@ from tvm_diviml.passes import extract
 from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR
 from tvm_diviml.passes.partition import PLAN_ATTR, PartitionForDevices, partition_options
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.simulator import simulate

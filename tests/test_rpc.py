@@ -19,7 +19,8 @@ import pytest
 
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Link, get_platform
+from tvm_diviml.platform import Link
+from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServerTimeoutError
 from tvm_diviml.runtime.rpc_hops import DriverHop, driver_hop_platform, measure_driver_hops, network_hop
 from tvm_diviml.runtime.rpc_servers import connect_servers, parse_addresses, start_local_servers

@@ -14,7 +14,7 @@ import pytest
 
 from tvm_diviml.passes import apply_plan, build, extract
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime import vm
 from tvm_diviml.runtime.placement import Placement

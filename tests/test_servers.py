@@ -1,13 +1,17 @@
 """Multi-server platforms (``servers:4xpaper-node``, JSON): devices, links, helpers, errors, simulation."""
+import ast
 import json
+import pathlib
 
 import pytest
 
+from tvm_diviml import servers as servers_module
 from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Platform, get_platform
+from tvm_diviml.platform import Network, Platform, Server
+from tvm_diviml.presets import get_platform
 from tvm_diviml.servers import identical_servers, server_of, server_platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
@@ -255,3 +259,24 @@ def test_simulator_prices_every_crossing_of_a_random_graph_with_the_network():
     assert {k: costs.compute_s(k, d) for k, d in plan.assignment.items()} == \
         {k: costs.compute_s(k, local.assignment[k]) for k in graph.kernels}
     assert local_sim.value_s < sim.value_s                  # PCIe 12 GB/s, 10 µs beats 1.25 GB/s, 30 µs
+
+
+def test_servers_and_network_are_typed_fields_written_as_before():
+    platform = get_platform("servers:2xcpu1,network_latency_us=40")
+    assert platform.servers["s1"] == Server("cpu1", ("s1.cpu",), "s1.cpu")
+    assert platform.network == Network(latency_s=40 * 1e-6)
+    assert platform.to_json()["attrs"] == {"servers": {s: {"kind": "cpu1", "devices": [f"{s}.cpu"], "host": f"{s}.cpu"}
+                                                       for s in ("s0", "s1")},
+                                           "network": {"bandwidth_Bps": GBPS_100, "latency_s": 40 * 1e-6}}
+    plain = get_platform("cpu2")
+    assert plain.servers == {} and plain.network is None
+    with pytest.raises(DivimlInputError, match="bandwidth_Bps") as caught:
+        Platform.from_json({**plain.to_json(), "attrs": {"network": {"latency_s": 0}}})
+    assert caught.value.field == "attrs.network"
+
+
+def test_servers_module_builds_on_the_platform_types_alone():
+    """presets.py resolves kinds for servers.py, so servers.py needs no preset (no import cycle)."""
+    tree = ast.parse(pathlib.Path(servers_module.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= {"__future__", "dataclasses", "typing", "errors", "platform"}

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Device, Link, Platform
-from tvm_diviml.servers import Network, ServerGroup, build_servers
+from tvm_diviml.platform import Device, Link, Network, Platform
+from tvm_diviml.servers import ServerGroup, build_servers
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.toolkit.blocks import find_blocks, longest_repeat

@@ -6,7 +6,7 @@ import pytest
 from tvm_diviml.cost import RooflineCostModel
 from tvm_diviml.passes.extract import extract
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.zoo import build_model
 from tvm_diviml.zoo.reference import run_reference

@@ -27,7 +27,7 @@ from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
 from tvm_diviml.passes.extract import extract
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import load_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, default_solver, get_solver
@@ -76,7 +76,7 @@ def main() -> int:
     print(f"   {len(graph)} kernels, {sum(k.flops for k in graph.kernels.values()) / 1e6:.1f} MFLOP")
 
     step(f"cost model: roofline on platform {args.platform}")
-    platform = get_platform(args.platform)
+    platform = load_platform(args.platform)
     costs = RooflineCostModel(graph, platform)
     for device in platform.devices:
         total = sum(costs.compute_s(k, device.name) for k in graph.kernels)

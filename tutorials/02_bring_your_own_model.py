@@ -35,7 +35,7 @@ from tvm_diviml.cost import RooflineCostModel
 from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
 from tvm_diviml.passes.extract import extract
-from tvm_diviml.platform import get_platform
+from tvm_diviml.presets import load_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, default_solver, get_solver
@@ -141,7 +141,7 @@ def place_build_run(model: BuiltModel, args: argparse.Namespace,
                     outside_tvm: tuple[str, list[np.ndarray]]) -> bool:
     """Extract, solve for latency on the platform, build, run; True when every comparison holds."""
     graph = extract(model.mod, model.entry, name=model.name).graph
-    platform = get_platform(args.platform)
+    platform = load_platform(args.platform)
     costs = RooflineCostModel(graph, platform)
     problem = Problem(graph, platform, costs, objective="latency")
     plan = get_solver(default_solver(problem), time_limit_s=10.0).solve(problem)

@@ -38,7 +38,8 @@ from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.workload import format_model_spec, load_workload
+from tvm_diviml.modelspec import format_model_spec
+from tvm_diviml.workload import load_workload
 from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
 

@@ -5,10 +5,11 @@ Relax side lives in ``tvm_diviml.passes``.
 """
 from .graph import Edge, GraphInput, Kernel, OpGraph
 from .plan import Plan, ReplicaGroup
-from .platform import Device, Link, Platform, get_platform
+from .platform import Device, Link, Platform
+from .presets import get_platform, load_platform
 from .simulator import Simulation, simulate
 
 __version__ = "0.1.0"
 
 __all__ = ["Device", "Edge", "GraphInput", "Kernel", "Link", "OpGraph", "Plan", "Platform", "ReplicaGroup",
-           "Simulation", "get_platform", "simulate", "__version__"]
+           "Simulation", "get_platform", "load_platform", "simulate", "__version__"]

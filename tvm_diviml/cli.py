@@ -15,7 +15,7 @@ from . import __version__
 from .dataparallel import format_batch_splits, plan_with_batch_splits
 from .errors import DivimlInputError, ServerFailure
 from .plan import OBJECTIVES, Plan
-from .platform import PRESETS, get_platform, preset_names
+from .presets import PRESETS, get_platform, preset_names
 from .report import format_row, format_seconds, solve_and_report
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem

@@ -26,11 +26,12 @@ from .bounds import lower_bound
 from .cost.base import CostModel
 from .errors import DivimlInputError
 from .graph import Edge, GraphInput, Kernel, OpGraph
+from .modelspec import format_model_spec, parse_model_spec
 from .plan import Plan
 from .report import format_seconds, solve_and_report
 from .simulator import Simulation
 from .solvers import Problem
-from .workload import GENERATORS, Workload, format_model_spec, load_workload, parse_model_spec
+from .workload import GENERATORS, Workload, load_workload
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Device, Link, Platform: what the machine is, as presets or JSON.
+"""Device, Link, Platform: what the machine is, and its JSON form (the presets are in ``presets.py``).
 
 A device has a TVM target (a dict such as ``{"kind": "cuda", "arch": "sm_90"}`` or a bare tag:
 TVM 0.27 rejects target strings with options), a TVM device (``cpu:0``, ``cuda:1``), its memory,
@@ -9,7 +9,7 @@ missing bandwidth means the copy is free (two devices that share one memory).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import DivimlInputError
@@ -76,6 +76,39 @@ class Link:
         return self.latency_s + nbytes / self.bandwidth_Bps if nbytes > 0 else 0.0
 
 
+# A 100 Gb/s data-centre Ethernet/InfiniBand port (100GbE, EDR InfiniBand): 12.5 GB/s.
+DEFAULT_NETWORK_BANDWIDTH_BPS = 100e9 / 8
+# One message through a data-centre fabric with an RDMA-class stack: a few µs of NIC and switch
+# latency (Barroso et al., "Attack of the Killer Microseconds", CACM 60(4), 2017: fabric latencies
+# of 1-3 µs, the kernel TCP stack adding tens of µs), with margin for a few switch hops. TVM RPC
+# over plain TCP sockets is slower: give ``network_latency_us=50`` for that.
+DEFAULT_NETWORK_LATENCY_S = 10e-6
+
+
+@dataclass(frozen=True)
+class Network:
+    """The network between two servers' hosts (the device links add each server's own hops)."""
+
+    bandwidth_Bps: float = DEFAULT_NETWORK_BANDWIDTH_BPS
+    latency_s: float = DEFAULT_NETWORK_LATENCY_S
+
+    def to_json(self) -> dict:
+        return {"bandwidth_Bps": self.bandwidth_Bps, "latency_s": self.latency_s}
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server of a multi-server platform: its kind, its devices in the kind's order (so the i-th
+    devices of two servers of one kind correspond) and its host, where its network card is."""
+
+    kind: str
+    devices: tuple[str, ...]
+    host: str
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "devices": list(self.devices), "host": self.host}
+
+
 @dataclass
 class Platform(JsonFile):
     """Devices and the links between every ordered pair of distinct devices.
@@ -83,7 +116,9 @@ class Platform(JsonFile):
     ``host`` is where model inputs start and outputs return (default: the first CPU device).
     ``transfer_model`` is ``direct`` (device to device over the link) or ``host_staged``
     (every copy passes through host memory: the msr-fiddle model, where accelerators pay for
-    transfers and CPUs do not); it selects the cost mode of throughput plans.
+    transfers and CPUs do not); it selects the cost mode of throughput plans. ``servers`` and
+    ``network`` describe a platform of several servers (``servers.py`` builds them); JSON keeps
+    them under ``attrs`` as before.
     """
 
     name: str
@@ -92,7 +127,9 @@ class Platform(JsonFile):
     host: str | None = None
     transfer_model: str = "direct"
     description: str = ""
-    attrs: dict[str, Any] = field(default_factory=dict)
+    servers: dict[str, Server] = field(default_factory=dict)      # server id -> Server; {}: one machine
+    network: Network | None = None                                # between the servers' hosts
+    extra_attrs: dict[str, Any] = field(default_factory=dict)     # other "attrs" keys a file carries
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.devices]
@@ -126,6 +163,8 @@ class Platform(JsonFile):
         if self.transfer_model not in _TRANSFER_MODELS:
             raise DivimlInputError(f"unknown transfer model '{self.transfer_model}'", field="transfer_model",
                                    hint=f"use one of {', '.join(_TRANSFER_MODELS)}")
+        if self.servers:
+            _check_servers(self.servers, names)
         self.by_name = {d.name: d for d in self.devices}
 
     def device(self, name: str) -> Device:
@@ -148,6 +187,17 @@ class Platform(JsonFile):
             return 0.0
         return self.links[(src, dst)].transfer_s(nbytes)
 
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The JSON form's ``attrs`` object: the servers and the network as files carry them, then
+        the other keys (read the typed fields; this view is what files hold)."""
+        out: dict[str, Any] = {}
+        if self.servers:
+            out["servers"] = {sid: server.to_json() for sid, server in self.servers.items()}
+        if self.network is not None:
+            out["network"] = self.network.to_json()
+        return {**out, **self.extra_attrs}
+
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict:
         return {
@@ -161,10 +211,9 @@ class Platform(JsonFile):
 
     @classmethod
     def from_json(cls, data: Any) -> "Platform":
-        if isinstance(data, dict) and "servers" in data:
-            from .servers import servers_from_json  # several servers, each with its own devices
-
-            return servers_from_json(data)
+        for key, reader in _FILE_FORMS.items():
+            if isinstance(data, dict) and key in data:
+                return reader(data)
         if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
             raise DivimlInputError("not a platform: expected an object with a 'devices' list", field="devices",
                                    hint="see `diviml platforms --json NAME` for an example")
@@ -188,15 +237,56 @@ class Platform(JsonFile):
             links[(link.src, link.dst)] = link
             if raw.get("bidirectional"):
                 links[(link.dst, link.src)] = Link(link.dst, link.src, link.latency_s, link.bandwidth_Bps)
+        attrs = _attrs_from_json(data.get("attrs", {}))
         return cls(name=str(data.get("name", "platform")), devices=devices, links=links, host=data.get("host"),
                    transfer_model=str(data.get("transfer_model", "direct")),
-                   description=str(data.get("description", "")), attrs=_attrs_from_json(data.get("attrs", {})))
+                   description=str(data.get("description", "")), servers=_servers_from_attrs(attrs.pop("servers", {})),
+                   network=_network_from_attrs(attrs.pop("network", None)), extra_attrs=attrs)
+
+
+# Readers of the platform files of another form, by the top-level key that marks them: ``presets.py``
+# registers the servers form ({"servers": [...]}), whose kinds name presets that this module cannot import.
+_FILE_FORMS: dict[str, Callable[[dict], Platform]] = {}
+
+
+def register_file_form(key: str, reader: Callable[[dict], Platform]) -> None:
+    """Have ``Platform.from_json`` hand a file with top-level ``key`` to ``reader``."""
+    _FILE_FORMS[key] = reader
 
 
 def _attrs_from_json(raw: Any) -> dict:
     if not isinstance(raw, dict):
         raise DivimlInputError("must be an object", field="attrs")
     return dict(raw)
+
+
+def _servers_from_attrs(raw: Any) -> dict[str, Server]:
+    """``attrs.servers`` of a file: ``{"s0": {"kind", "devices", "host"}, ...}``."""
+    def well_formed(entry: Any) -> bool:
+        return (isinstance(entry, dict) and isinstance(entry.get("kind"), str) and isinstance(entry.get("host"), str)
+                and isinstance(entry.get("devices"), list) and all(isinstance(d, str) for d in entry["devices"]))
+
+    if not isinstance(raw, dict) or not all(well_formed(entry) for entry in raw.values()):
+        raise DivimlInputError("must map each server to {\"kind\", \"devices\", \"host\"}", field="attrs.servers")
+    return {str(sid): Server(entry["kind"], tuple(entry["devices"]), entry["host"]) for sid, entry in raw.items()}
+
+
+def _network_from_attrs(raw: Any) -> Network | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"bandwidth_Bps", "latency_s"}:
+        raise DivimlInputError("must be {\"bandwidth_Bps\": B, \"latency_s\": S}", field="attrs.network")
+    return Network(require_number(raw["bandwidth_Bps"], "attrs.network.bandwidth_Bps", above=0.0),
+                   require_number(raw["latency_s"], "attrs.network.latency_s", minimum=0.0, maximum=MAX_SECONDS))
+
+
+def _check_servers(servers: dict[str, Server], device_names: list[str]) -> None:
+    """Every device on exactly one server."""
+    listed = [d for server in servers.values() for d in server.devices]
+    if sorted(listed) != sorted(device_names):
+        stray = sorted(set(listed) ^ set(device_names)) or [d for d in listed if listed.count(d) > 1]
+        raise DivimlInputError(f"servers and devices disagree (e.g. '{stray[0]}')", field="attrs.servers",
+                               hint="every device must belong to exactly one server")
 
 
 def _check_device(dev: Device) -> None:
@@ -263,122 +353,3 @@ def link_from_json(raw: Any, where: str) -> Link:
         if not isinstance(raw[end], str):
             raise DivimlInputError(f"must be a device name, got {raw[end]!r}", field=f"{where}.{end}")
     return Link(raw["src"], raw["dst"], latency, bandwidth)
-
-
-# ---------------------------------------------------------------------- presets
-def _full_mesh(devices: list[Device], link_for: Callable[[Device, Device], tuple[float, float | None]]
-               ) -> dict[tuple[str, str], Link]:
-    links = {}
-    for a in devices:
-        for b in devices:
-            if a.name != b.name:
-                latency, bandwidth = link_for(a, b)
-                links[(a.name, b.name)] = Link(a.name, b.name, latency, bandwidth)
-    return links
-
-
-# This machine's CPU: AMD EPYC (Zen 3, family 25), 2 cores, AVX2 with two 256-bit FMA units:
-# 2 x 8 fp32 lanes x 2 FLOP x 2.45 GHz = 78 GFLOP/s per core. TVM 0.27 leaves CPU conv/matmul
-# kernels unscheduled (about 0.4 GFLOP/s measured), so the effective efficiency is 0.005.
-_HOST_CPU_CORE_FLOPS = 78.4e9
-_UNSCHEDULED_CPU_EFFICIENCY = 0.005
-
-
-def cpu2() -> Platform:
-    """This machine's CPU as two devices (``cpu:0``, ``cpu:1``), one thread each: the platform
-    that really runs here. Copies between them are memcpy within one memory (~5 µs, ~10 GB/s)."""
-    devices = [Device(name=f"cpu{i}", target={"kind": "llvm"}, device=f"cpu:{i}", memory_bytes=8 * 2**30,
-                      peak_flops=_HOST_CPU_CORE_FLOPS, bandwidth_Bps=20e9,
-                      efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=1)
-               for i in range(2)]
-    return Platform("cpu2", devices, _full_mesh(devices, lambda a, b: (5e-6, 10e9)),
-                    description="this machine's CPU as two single-thread devices (runs here)")
-
-
-def paper_node() -> Platform:
-    """A CPU plus two *distinct* GPUs on PCIe 3.0 x16, shaped like DiviML's testbed (one CPU and
-    two different GPUs in one server).
-
-    Data sheets: Intel Xeon Gold 6230 (20 cores, AVX-512, 2 FMA units, 2.1 GHz: 20 x 32 x 2 x 2.1
-    = 2.7 TFLOP/s fp32; 6 channels DDR4-2933 = 140 GB/s); NVIDIA GeForce RTX 2080 Ti (13.4 TFLOP/s
-    fp32 boost, 616 GB/s GDDR6, 11 GB); NVIDIA GeForce GTX 1080 Ti (11.3 TFLOP/s fp32, 484 GB/s
-    GDDR5X, 11 GB); PCIe 3.0 x16: 15.75 GB/s raw, ~12 GB/s achieved, ~10 µs per copy. GPU efficiency
-    0.35 (typical of untuned but scheduled kernels); CPU efficiency 0.005 reflects TVM 0.27's
-    unscheduled CPU kernels (see DESIGN.md) and is printed with every estimate. GPU to GPU copies
-    go peer to peer over the same PCIe switch. The CPU describes that testbed's Xeon, not this
-    machine's CPU, so it is never measured here (``measure=False``): always the roofline estimate.
-    """
-    devices = [
-        Device("cpu", {"kind": "llvm"}, "cpu:0", memory_bytes=192 * 2**30, peak_flops=2.69e12,
-               bandwidth_Bps=140e9, efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=20,
-               measure=False),
-        Device("rtx2080ti", {"kind": "cuda", "arch": "sm_75"}, "cuda:0", memory_bytes=11 * 2**30,
-               peak_flops=13.4e12, bandwidth_Bps=616e9, efficiency=0.35, launch_overhead_s=5e-6),
-        Device("gtx1080ti", {"kind": "cuda", "arch": "sm_61"}, "cuda:1", memory_bytes=11 * 2**30,
-               peak_flops=11.3e12, bandwidth_Bps=484e9, efficiency=0.35, launch_overhead_s=5e-6),
-    ]
-    return Platform("paper-node", devices, _full_mesh(devices, lambda a, b: (10e-6, 12e9)),
-                    description="CPU + RTX 2080 Ti + GTX 1080 Ti over PCIe 3.0 (DiviML-like testbed)")
-
-
-def h200_node() -> Platform:
-    """A host CPU plus one NVIDIA H200 (the GPU this project is lent), over PCIe Gen5 x16.
-
-    Data sheets: H200 SXM 141 GB HBM3e at 4.8 TB/s, 67 TFLOP/s fp32 (non-tensor); host AMD EPYC
-    9654 class (96 cores, AVX-512, 2.4 GHz: about 7.4 TFLOP/s fp32; 12 channels DDR5-4800 = 460
-    GB/s); PCIe Gen5 x16 64 GB/s per direction raw, ~50 GB/s achieved.
-    """
-    devices = [
-        Device("cpu", {"kind": "llvm"}, "cpu:0", memory_bytes=512 * 2**30, peak_flops=7.4e12,
-               bandwidth_Bps=460e9, efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=96),
-        Device("h200", {"kind": "cuda", "arch": "sm_90"}, "cuda:0", memory_bytes=141e9,
-               peak_flops=67e12, bandwidth_Bps=4.8e12, efficiency=0.35, launch_overhead_s=4e-6),
-    ]
-    return Platform("h200-node", devices, _full_mesh(devices, lambda a, b: (8e-6, 50e9)),
-                    description="host CPU + one H200 over PCIe Gen5")
-
-
-def gpu_k(count: int) -> Platform:
-    """``count`` identical H100-class GPUs and nothing else, joined by NVLink-class links
-    (fourth-generation NVLink: 450 GB/s per direction, ~3 µs), for pipeline benchmarks. Data sheet:
-    H100 SXM 67 TFLOP/s fp32, 3.35 TB/s HBM3, 80 GB. Inputs start on ``gpu0``."""
-    if not 1 <= count <= 1024:
-        raise DivimlInputError(f"gpuK needs 1 <= K <= 1024, got {count}", field="platform")
-    gpus = [Device(f"gpu{i}", {"kind": "cuda", "arch": "sm_90"}, f"cuda:{i}", memory_bytes=80 * 2**30,
-                   peak_flops=67e12, bandwidth_Bps=3.35e12, efficiency=0.35, launch_overhead_s=4e-6)
-            for i in range(count)]
-    return Platform(f"gpu{count}", gpus, _full_mesh(gpus, lambda a, b: (3e-6, 450e9)),
-                    description=f"{count} identical H100-class GPUs on NVLink-class links")
-
-
-def cpu1() -> Platform:
-    """This machine's CPU as one single-thread device: a server kind for several loopback RPC servers
-    on this 2-core machine (``servers:2xcpu1``), one core each."""
-    device = replace(cpu2().devices[0], name="cpu")
-    return Platform("cpu1", [device], {}, description="this machine's CPU as one single-thread device (runs here)")
-
-
-PRESETS: dict[str, Callable[[], Platform]] = {"cpu1": cpu1, "cpu2": cpu2, "paper-node": paper_node,
-                                              "h200-node": h200_node}
-
-
-def preset_names() -> list[str]:
-    return list(PRESETS) + ["gpuK (K = 1..1024, e.g. gpu4)", "servers:NxKIND[+MxKIND] (e.g. servers:4xpaper-node)"]
-
-
-def get_platform(spec: str) -> Platform:
-    """A preset name (``cpu2``, ``paper-node``, ``h200-node``, ``gpu8``), several servers
-    (``servers:4xpaper-node``, see ``servers.py``) or a platform JSON file."""
-    if spec.startswith("servers:"):
-        from .servers import servers_platform  # the multi-server builder lives there
-
-        return servers_platform(spec)
-    if spec in PRESETS:
-        return PRESETS[spec]()
-    match = re.fullmatch(r"gpu(\d+)", spec)
-    if match:
-        return gpu_k(int(match.group(1)))
-    if spec.endswith(".json"):
-        return Platform.load(spec)
-    raise DivimlInputError(f"unknown platform '{spec}'", field="platform",
-                           hint=f"use a preset ({', '.join(preset_names())}) or a platform .json file")

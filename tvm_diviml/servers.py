@@ -15,9 +15,9 @@ That is the cost of a direct path. TVM RPC has no server-to-server copy, so a ru
 activations through the driver pays two network hops: that cost is modelled by the runtime across
 servers, not here.
 
-``Platform.attrs["servers"]`` records which device lives on which server: ``{"s0": {"kind":
-"paper-node", "devices": ["s0.cpu", ...], "host": "s0.cpu"}, ...}``, devices in the kind's order,
-so the i-th devices of two servers of one kind correspond (what the symmetric solver relies on).
+``Platform.servers`` records which device lives on which server: ``{"s0": Server(kind="paper-node",
+devices=("s0.cpu", ...), host="s0.cpu"), ...}``, devices in the kind's order, so the i-th devices of
+two servers of one kind correspond (what the symmetric solver relies on).
 The platform's host is server 0's host. Servers are numbered across groups in the order given.
 """
 from __future__ import annotations
@@ -25,31 +25,18 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from .errors import DivimlInputError
-from .platform import Link, Platform, get_platform
+from .platform import Link, Network, Platform, Server
 
 PREFIX = "servers:"
 SPEC_HELP = "servers:NxKIND[+MxKIND...][,network_gbps=G][,network_latency_us=U]"
-
-# A 100 Gb/s data-centre Ethernet/InfiniBand port (100GbE, EDR InfiniBand): 12.5 GB/s.
-DEFAULT_NETWORK_BANDWIDTH_BPS = 100e9 / 8
-# One message through a data-centre fabric with an RDMA-class stack: a few µs of NIC and switch
-# latency (Barroso et al., "Attack of the Killer Microseconds", CACM 60(4), 2017: fabric latencies
-# of 1-3 µs, the kernel TCP stack adding tens of µs), with margin for a few switch hops. TVM RPC
-# over plain TCP sockets is slower: give ``network_latency_us=50`` for that.
-DEFAULT_NETWORK_LATENCY_S = 10e-6
 # The full mesh of links is quadratic in the devices: 64 paper-nodes (192 devices) build in ~0.5 s.
 MAX_SERVERS = 64
 
-
-@dataclass(frozen=True)
-class Network:
-    """The network between two servers' hosts (the device links add each server's own hops)."""
-
-    bandwidth_Bps: float = DEFAULT_NETWORK_BANDWIDTH_BPS
-    latency_s: float = DEFAULT_NETWORK_LATENCY_S
+# What a server kind's name (a preset, a JSON file) becomes: ``presets.load_platform``.
+KindLoader = Callable[[str], Platform]
 
 
 @dataclass(frozen=True)
@@ -77,8 +64,7 @@ def build_servers(groups: list[ServerGroup], network: Network = Network(),
             for (src, dst), link in group.server.links.items():
                 links[(renamed[src], renamed[dst])] = Link(renamed[src], renamed[dst], link.latency_s,
                                                            link.bandwidth_Bps)
-            servers[sid] = {"kind": group.kind, "devices": list(renamed.values()),
-                            "host": renamed[group.server.host]}
+            servers[sid] = Server(group.kind, tuple(renamed.values()), renamed[group.server.host])
     for pair in pair_networks:
         unknown = sorted(pair - set(servers))
         if unknown:
@@ -88,18 +74,16 @@ def build_servers(groups: list[ServerGroup], network: Network = Network(),
         for sb, b in servers.items():
             if sa != sb:
                 net = pair_networks.get(frozenset((sa, sb)), network)
-                for src in a["devices"]:
-                    for dst in b["devices"]:
-                        hops = [links[(src, a["host"])]] if src != a["host"] else []
-                        hops += [links[(b["host"], dst)]] if dst != b["host"] else []
+                for src in a.devices:
+                    for dst in b.devices:
+                        hops = [links[(src, a.host)]] if src != a.host else []
+                        hops += [links[(b.host, dst)]] if dst != b.host else []
                         bandwidths = [h.bandwidth_Bps for h in hops if h.bandwidth_Bps is not None]
                         links[(src, dst)] = Link(src, dst, net.latency_s + sum(h.latency_s for h in hops),
                                                  min([net.bandwidth_Bps, *bandwidths]))
-    return Platform(name or _spec_name(groups), devices, links, host=servers["s0"]["host"],
+    return Platform(name or _spec_name(groups), devices, links, host=servers["s0"].host,
                     transfer_model=groups[0].server.transfer_model,
-                    description=description or _describe(groups, network),
-                    attrs={"servers": servers,
-                           "network": {"bandwidth_Bps": network.bandwidth_Bps, "latency_s": network.latency_s}})
+                    description=description or _describe(groups, network), servers=servers, network=network)
 
 
 def _spec_name(groups: list[ServerGroup]) -> str:
@@ -118,7 +102,7 @@ def _check_groups(groups: list[ServerGroup], where: str) -> None:
         raise DivimlInputError(f"{total} servers; between 1 and {MAX_SERVERS} are supported", field=where)
     seen: dict[str, dict] = {}
     for group in groups:
-        if "servers" in group.server.attrs:
+        if group.server.servers:
             raise DivimlInputError(f"server kind '{group.kind}' is itself several servers", field=where,
                                    hint="a server kind must be one machine: a preset or a plain platform")
         shape = {k: v for k, v in group.server.to_json().items() if k not in ("name", "description")}
@@ -132,9 +116,9 @@ def _check_groups(groups: list[ServerGroup], where: str) -> None:
 
 
 # ---------------------------------------------------------------------- the spec string
-def servers_platform(spec: str) -> Platform:
+def servers_platform(spec: str, load_kind: KindLoader) -> Platform:
     """``servers:4xpaper-node``, ``servers:2xpaper-node+2xh200-node,network_gbps=25,network_latency_us=50``.
-    A kind is anything ``get_platform`` takes except another ``servers:`` spec; ``1x`` may be left out."""
+    A kind is anything ``load_kind`` takes except another ``servers:`` spec; ``1x`` may be left out."""
     body = spec.removeprefix(PREFIX)
     kinds, *options = [part.strip() for part in body.split(",")]
     network = _network_options(options, spec)
@@ -148,7 +132,7 @@ def servers_platform(spec: str) -> Platform:
         if count < 1:
             raise DivimlInputError(f"'{part}' in '{spec}' asks for {count} servers", field="platform",
                                    hint="each group needs at least one server, e.g. 1xpaper-node")
-        groups.append(ServerGroup(kind, _kind_platform(kind, "platform"), count))
+        groups.append(ServerGroup(kind, _kind_platform(kind, "platform", load_kind), count))
     return build_servers(groups, network, name=spec, field="platform")
 
 
@@ -181,7 +165,7 @@ def _checked(value: Any, attribute: str, where: str) -> float:
     return float(number)
 
 
-def _kind_platform(kind: Any, where: str) -> Platform:
+def _kind_platform(kind: Any, where: str, load_kind: KindLoader) -> Platform:
     if isinstance(kind, dict):
         if "servers" in kind:
             raise DivimlInputError("an inline server kind is itself several servers", field=where,
@@ -197,7 +181,7 @@ def _kind_platform(kind: Any, where: str) -> Platform:
         raise DivimlInputError(f"server kind '{kind}' is itself several servers", field=where,
                                hint="a server kind must be one machine, e.g. paper-node")
     try:
-        return get_platform(kind)
+        return load_kind(kind)
     except DivimlInputError as error:
         raise DivimlInputError(f"unknown server kind '{kind}'", field=where, hint=error.hint) from None
 
@@ -206,11 +190,12 @@ def _kind_platform(kind: Any, where: str) -> Platform:
 _JSON_KEYS = {"format", "name", "description", "servers", "network", "network_links"}
 
 
-def servers_from_json(data: dict) -> Platform:
+def servers_from_json(data: dict, load_kind: KindLoader) -> Platform:
     """A platform file that describes servers:
     ``{"servers": [{"kind": "paper-node", "count": 2}, {"kind": {...platform...}}], "network":
     {"bandwidth_Bps": ..., "latency_s": ...}, "network_links": [{"src_server": "s0", "dst_server":
-    "s1", "bandwidth_Bps": ..., "latency_s": ...}]}``; a pair's missing figure is the network's."""
+    "s1", "bandwidth_Bps": ..., "latency_s": ...}]}``; a pair's missing figure is the network's; a
+    kind named by a string is what ``load_kind`` makes of it."""
     unknown = sorted(set(data) - _JSON_KEYS)
     if unknown:
         raise DivimlInputError(f"unknown keys {unknown} in a servers platform", field=unknown[0],
@@ -218,7 +203,7 @@ def servers_from_json(data: dict) -> Platform:
                                "or 'links': its servers bring them")
     if not isinstance(data["servers"], list) or not data["servers"]:
         raise DivimlInputError("must be a non-empty list of {\"kind\": ..., \"count\": N}", field="servers")
-    groups = [_group_from_json(raw, f"servers[{i}]") for i, raw in enumerate(data["servers"])]
+    groups = [_group_from_json(raw, f"servers[{i}]", load_kind) for i, raw in enumerate(data["servers"])]
     network = _network_from_json(data.get("network", {}), Network(), "network")
     pairs: dict[frozenset[str], Network] = {}
     raw_pairs = data.get("network_links", [])
@@ -242,14 +227,14 @@ def servers_from_json(data: dict) -> Platform:
                          description=str(data.get("description", "")))
 
 
-def _group_from_json(raw: Any, where: str) -> ServerGroup:
+def _group_from_json(raw: Any, where: str, load_kind: KindLoader) -> ServerGroup:
     if not isinstance(raw, dict) or "kind" not in raw or set(raw) - {"kind", "count"}:
         raise DivimlInputError("a server group is {\"kind\": PRESET or {platform}, \"count\": N}", field=where)
     count = raw.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise DivimlInputError(f"count must be an integer >= 1, got {count!r}", field=f"{where}.count")
     kind = raw["kind"]
-    platform = _kind_platform(kind, f"{where}.kind")
+    platform = _kind_platform(kind, f"{where}.kind", load_kind)
     return ServerGroup(kind if isinstance(kind, str) else platform.name, platform, count)
 
 
@@ -263,18 +248,9 @@ def _network_from_json(raw: Any, default: Network, where: str) -> Network:
 # ---------------------------------------------------------------------- queries
 def server_devices(platform: Platform) -> dict[str, list[str]]:
     """Server -> its devices (in its kind's order). A platform without servers is one server, ``s0``."""
-    servers = platform.attrs.get("servers")
-    if servers is None:
+    if not platform.servers:
         return {"s0": list(platform.device_names)}
-    if not isinstance(servers, dict) or not all(isinstance(s, dict) and isinstance(s.get("devices"), list)
-                                                for s in servers.values()):
-        raise DivimlInputError("must map each server to {\"kind\", \"devices\", \"host\"}", field="attrs.servers")
-    listed = [d for s in servers.values() for d in s["devices"]]
-    if sorted(listed) != sorted(platform.device_names):
-        stray = sorted(set(listed) ^ set(platform.device_names)) or [d for d in listed if listed.count(d) > 1]
-        raise DivimlInputError(f"servers and devices disagree (e.g. '{stray[0]}')", field="attrs.servers",
-                               hint="every device must belong to exactly one server")
-    return {sid: list(s["devices"]) for sid, s in servers.items()}
+    return {sid: list(server.devices) for sid, server in platform.servers.items()}
 
 
 def server_of(platform: Platform) -> dict[str, str]:
@@ -285,13 +261,11 @@ def server_of(platform: Platform) -> dict[str, str]:
 def identical_servers(platform: Platform) -> list[list[str]]:
     """Servers grouped by kind, in server order: the servers of a group are interchangeable inside.
     (The network between them may still differ where ``network_links`` overrides a pair.)"""
-    devices = server_devices(platform)
-    servers = platform.attrs.get("servers")
-    if servers is None:
-        return [list(devices)]
+    if not platform.servers:
+        return [list(server_devices(platform))]
     groups: dict[str, list[str]] = {}
-    for sid, entry in servers.items():
-        groups.setdefault(str(entry.get("kind")), []).append(sid)
+    for sid, server in platform.servers.items():
+        groups.setdefault(server.kind, []).append(sid)
     return list(groups.values())
 
 
@@ -302,8 +276,8 @@ def server_platform(platform: Platform, server: str) -> Platform:
         raise DivimlInputError(f"unknown server '{server}' on platform '{platform.name}'",
                                hint=f"servers: {', '.join(devices)}")
     names = set(devices[server])
-    entry = platform.attrs.get("servers", {}).get(server, {})
+    host = platform.servers[server].host if platform.servers else platform.host
     return Platform(f"{platform.name}/{server}", [d for d in platform.devices if d.name in names],
                     {pair: link for pair, link in platform.links.items() if set(pair) <= names},
-                    host=entry.get("host", platform.host), transfer_model=platform.transfer_model,
+                    host=host, transfer_model=platform.transfer_model,
                     description=f"server {server} of {platform.name}")

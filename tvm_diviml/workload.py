@@ -21,8 +21,10 @@ from .cost.table import TableCostModel
 from .errors import DivimlInputError
 from .graph import OpGraph
 from .jsonio import read_json
+from .modelspec import check_counts, parse_model_spec
 from .msr_fiddle import is_msr_fiddle, read_msr_fiddle
-from .platform import Platform, get_platform
+from .platform import Platform
+from .presets import load_platform
 from .synthetic import branchy, random_dag
 
 DEFAULT_PLATFORM = "paper-node"
@@ -43,44 +45,6 @@ class Workload:
     cost_source: str              # "roofline", "msr-fiddle", or the cost file's path
     default_objective: str = "latency"
     loaded: Any = None            # the TVM model and its extraction, for zoo and imported models
-
-
-def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``name:key=value,key=value`` -> (name, options); values become int, float or str."""
-    name, _, rest = spec.partition(":")
-    options: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise DivimlInputError(f"option '{item}' is not key=value", field="MODEL",
-                                   hint="write options as name:key=value,key=value")
-        options[key.strip()] = _parse_value(value.strip())
-    return name, options
-
-
-def check_counts(name: str, options: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Options whose default is a positive integer (layers, heads, branches, seq, ...) must be positive integers."""
-    for key, value in options.items():
-        default = defaults.get(key)
-        if key == "seed" or isinstance(default, bool) or not isinstance(default, int) or default < 1:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DivimlInputError(f"option '{key}' of '{name}' must be a positive integer, got {value!r}",
-                                   field="MODEL", hint=f"the default is {name}:{key}={default}")
-
-
-def format_model_spec(name: str, options: dict[str, Any]) -> str:
-    """The inverse of ``parse_model_spec``: ``name:key=value,...`` (the bare name without options)."""
-    return name + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
-
-
-def _parse_value(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 @dataclass
@@ -167,7 +131,7 @@ def load_workload(model: str, platform: str | None = None, cost: str | None = No
                                    hint="drop --platform and --cost for this file")
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
-    plat = get_platform(platform or DEFAULT_PLATFORM)
+    plat = load_platform(platform or DEFAULT_PLATFORM)
     cost = cost or ("measured" if tune or tuning_db else "roofline")
     if (tune or tuning_db) and cost != "measured":
         raise DivimlInputError("--tune and --tuning-db apply to measured costs", field="--cost",

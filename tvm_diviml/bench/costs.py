@@ -8,8 +8,8 @@ import numpy as np
 
 from ..cost.cache import ProfileCache
 from ..cost.measured import MeasureOptions, MeasuredCostModel, time_whole_model, tune_for_devices
-from ..platform import get_platform
-from ..workload import format_model_spec
+from ..presets import get_platform
+from ..modelspec import format_model_spec
 from ..zoo import SMALL_OPTIONS
 from .suite import Option, Row, Suite
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..cost.roofline import RooflineCostModel
-from ..platform import get_platform
+from ..presets import get_platform
 from ..solvers import Problem
-from ..workload import load_graph, parse_model_spec
+from ..modelspec import parse_model_spec
+from ..workload import load_graph
 from .common import progress, timed_solve
 from .suite import QUICK, Option, Row, Suite, time_limit
 

@@ -14,7 +14,8 @@ from ..cost.roofline import RooflineCostModel
 from ..cost.table import TableCostModel
 from ..graph import OpGraph
 from ..msr_fiddle import HOST_BANDWIDTH_BPS
-from ..platform import Device, Link, Platform, gpu_k
+from ..platform import Device, Link, Platform
+from ..presets import gpu_k
 from ..solvers import Problem, get_solver
 from ..bounds.pipeline import pipeline_bounds
 from ..solvers.pipeline_mip import solve_pipeline_mip

@@ -7,7 +7,8 @@ from typing import Iterator
 from ..candidates import plan_key
 from ..report import solve_and_report
 from ..solvers import Problem
-from ..workload import format_model_spec, load_workload
+from ..modelspec import format_model_spec
+from ..workload import load_workload
 from ..zoo import SMALL_OPTIONS
 from .common import log
 from .suite import QUICK, Option, Row, Suite, time_limit

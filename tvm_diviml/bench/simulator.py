@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ..cost.roofline import RooflineCostModel
 from ..plan import Plan
-from ..platform import get_platform
+from ..presets import get_platform
 from ..simulator import simulate
 from ..synthetic import random_dag
 from .common import best_time

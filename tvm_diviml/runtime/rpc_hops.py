@@ -81,11 +81,11 @@ def _measure_hop(remote: RemoteServer, sizes: tuple[int, ...], repeats: int) -> 
 
 def network_hop(platform: Platform) -> DriverHop:
     """Both hops at the platform's network figures (what a driver on that network pays)."""
-    network = platform.attrs.get("network", {})
-    if not {"latency_s", "bandwidth_Bps"} <= set(network):
+    network = platform.network
+    if network is None:
         raise DivimlInputError(f"platform '{platform.name}' has no network figures", field="platform",
                                hint="give measured hops, or a servers: platform")
-    return DriverHop(network["latency_s"], network["bandwidth_Bps"], network["latency_s"], network["bandwidth_Bps"])
+    return DriverHop(network.latency_s, network.bandwidth_Bps, network.latency_s, network.bandwidth_Bps)
 
 
 def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, DriverHop] | None = None) -> Platform:
@@ -94,7 +94,6 @@ def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, Drive
     host to device. Each step finishes before the next starts, so latencies add and so do the inverse
     bandwidths. Links inside a server stay. ``hops``: one for all servers, one per server, or None for
     the platform's network figures."""
-    servers = platform.attrs.get("servers", {})
     if isinstance(hops, Mapping):
         missing = [sid for sid in server_devices(platform) if sid not in hops]
         if missing:
@@ -113,13 +112,15 @@ def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, Drive
             continue
         steps = [(hop_of[a].download_latency_s, hop_of[a].download_Bps),
                  (hop_of[b].upload_latency_s, hop_of[b].upload_Bps)]
-        for end, host in ((src, servers[a]["host"]), (dst, servers[b]["host"])):
+        for end, host in ((src, platform.servers[a].host), (dst, platform.servers[b].host)):
             if end != host:
                 inner = platform.link(*((end, host) if end == src else (host, end)))
                 steps.append((inner.latency_s, inner.bandwidth_Bps))
         inverse = sum(1 / bandwidth for _, bandwidth in steps if bandwidth is not None)
         links[(src, dst)] = Link(src, dst, sum(latency for latency, _ in steps), 1 / inverse if inverse else None)
+    hop_figures = {sid: hop.to_json() for sid, hop in hop_of.items()}
     return Platform(platform.name, list(platform.devices), links, host=platform.host,
                     transfer_model=platform.transfer_model,
                     description=f"{platform.description}; across servers through the driver (two hops)",
-                    attrs={**platform.attrs, "driver_hops": {sid: hop.to_json() for sid, hop in hop_of.items()}})
+                    servers=platform.servers, network=platform.network,
+                    extra_attrs={**platform.extra_attrs, "driver_hops": hop_figures})

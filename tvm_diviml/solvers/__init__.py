@@ -18,7 +18,7 @@ def get_solver(name: str, **options) -> Solver:
 def default_solver(problem: Problem) -> str:
     """What ``--solver auto`` runs: on several servers the symmetric solver (it falls back to the
     whole graph by itself when the model has no repeated blocks), else ``full_graph_solver``."""
-    servers = problem.platform.attrs.get("servers") or {}
+    servers = problem.platform.servers
     if len(servers) > 1 and problem.objective in SOLVERS["symmetric"].objectives and problem.mode != "host_staged":
         return "symmetric"
     return full_graph_solver(problem)

@@ -183,7 +183,7 @@ class Symmetric(Solver):
         devices = server_devices(problem.platform)
         groups = [1] if problem.objective == "latency" else \
             list(range(1, min(self.max_group, len(blocks.blocks)) + 1))
-        kind = str(problem.platform.attrs.get("servers", {}).get(first, {}).get("kind", first))
+        kind = problem.platform.servers[first].kind if problem.platform.servers else first
         platform = server_platform(problem.platform, first)
         found = []
         position = {d: p for p, d in enumerate(devices[first])}
@@ -230,8 +230,8 @@ class Symmetric(Solver):
         their weights."""
         platform, total = problem.platform, len(blocks.blocks)
         devices = server_devices(platform)
-        hosts = {s: entry["host"] for s, entry in platform.attrs.get("servers", {}).items()}
-        kinds = {s: str(platform.attrs.get("servers", {}).get(s, {}).get("kind", s))
+        hosts = {s: server.host for s, server in platform.servers.items()}
+        kinds = {s: platform.servers[s].kind if platform.servers else s
                  for group in identical_servers(platform) for s in group}
         every = [c for found in candidates.values() for c in found]
         if not every:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DivimlInputError
+from ..modelspec import check_counts, format_model_spec
 
 Builder = Callable[..., tuple[Any, dict[str, tuple[tuple[int, ...], str]]]]
 
@@ -128,8 +129,6 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     ``seed`` option)."""
     import tvm
     from tvm.relax.frontend import nn
-
-    from ..workload import check_counts, format_model_spec
 
     _load_all()
     options = dict(options or {})
