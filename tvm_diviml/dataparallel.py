@@ -28,6 +28,7 @@ from .errors import DivimlInputError
 from .graph import Edge, GraphInput, Kernel, OpGraph
 from .modelspec import format_model_spec, parse_model_spec
 from .plan import Plan
+from .tolerances import meets
 from .report import format_seconds, solve_and_report
 from .simulator import Simulation
 from .solvers import Problem
@@ -209,7 +210,7 @@ def solve_batch_splits(workloads: dict[int, Workload], solver: str, objective: s
         "lower_bound_s": bound,
         "lower_bound_parts": {"min_over_batch_splits": bound},
         "gap": value / bound - 1.0 if bound > 0 and math.isfinite(value) else None,
-        "optimal": math.isfinite(value) and value <= bound * (1 + 1e-9),
+        "optimal": math.isfinite(value) and meets(value, bound),
         "baselines": baselines,
         "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
         "batch_split": best,

@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import mip
@@ -266,14 +267,7 @@ class Symmetric(Solver):
                 model += used[server] >= y[server, i]
         model += mip.xsum(n.values()) == total
         for server in kinds:
-            for p, device in enumerate(devices[server]):
-                capacity = platform.device(device).memory_bytes
-                if capacity is not None:         # weights of every block, activations of the largest run
-                    live = model.add_var(lb=0.0)
-                    for i, c in runs(server):
-                        model += live >= y[server, i] * (c.activation_bytes[p] / 2**20)
-                    model += mip.xsum(n[server, i] * (c.weight_bytes[p] / 2**20) for i, c in runs(server)) + live \
-                        <= (capacity - fixed(device)[1]) / 2**20
+            _fit_memory(model, platform, devices[server], runs(server), n, y, server, fixed)
         for servers in identical_servers(platform):
             for a, b in zip(servers, servers[1:]):
                 model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
@@ -306,20 +300,7 @@ class Symmetric(Solver):
             for i, c in runs(s) if s in kinds else []:
                 if round(n[s, i].x) > 0:
                     allocation.setdefault(s, []).append((c, round(n[s, i].x)))
-
-        def full(server: str) -> bool:
-            taken = allocation[server]
-            for p, device in enumerate(devices[server]):
-                capacity = platform.device(device).memory_bytes
-                if capacity is None:
-                    continue
-                need = sum(k * c.weight_bytes[p] for c, k in taken) + max(c.activation_bytes[p] for c, _ in taken)
-                if any(c.weight_bytes[p] > 0 and need + c.weight_bytes[p] > capacity - fixed(device)[1]
-                       for c, _ in taken):
-                    return True
-            return False
-
-        return allocation, any(full(s) for s in allocation)
+        return allocation, any(_memory_full(platform, devices[s], allocation[s], fixed) for s in allocation)
 
     # ------------------------------------------------------------------ assembly
     def _assemble(self, problem: Problem, blocks: Blocks, allocation: Allocation) -> Plan:
@@ -377,6 +358,35 @@ class Symmetric(Solver):
             if not improved:
                 break
         del plan.attrs["rank"]
+
+
+def _fit_memory(model: mip.Model, platform: Platform, devices: list[str], runs: list[tuple[int, Candidate]],
+                n: dict, y: dict, server: str, fixed: Callable[[str], tuple[float, float]]) -> None:
+    """On each device of ``server`` with a capacity: the weights of every block it takes and the
+    activations of its largest run fit beside the head and tail (in MiB, for the solver's tolerances)."""
+    for p, device in enumerate(devices):
+        capacity = platform.device(device).memory_bytes
+        if capacity is None:
+            continue
+        live = model.add_var(lb=0.0)
+        for i, c in runs:
+            model += live >= y[server, i] * (c.activation_bytes[p] / 2**20)
+        model += mip.xsum(n[server, i] * (c.weight_bytes[p] / 2**20) for i, c in runs) + live \
+            <= (capacity - fixed(device)[1]) / 2**20
+
+
+def _memory_full(platform: Platform, devices: list[str], taken: list[tuple[Candidate, int]],
+                 fixed: Callable[[str], tuple[float, float]]) -> bool:
+    """Whether memory keeps a server (its ``devices``, its ``taken`` runs) from taking one block more;
+    ``fixed``: device -> (seconds, weight bytes) of the head and tail there."""
+    for p, device in enumerate(devices):
+        capacity = platform.device(device).memory_bytes
+        if capacity is None:
+            continue
+        need = sum(k * c.weight_bytes[p] for c, k in taken) + max(c.activation_bytes[p] for c, _ in taken)
+        if any(c.weight_bytes[p] > 0 and need + c.weight_bytes[p] > capacity - fixed(device)[1] for c, _ in taken):
+            return True
+    return False
 
 
 def _end_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[str, tuple[float, float]]:

@@ -17,30 +17,7 @@ import numpy as np
 
 from ..errors import DivimlInputError
 from ..modelspec import check_counts, format_model_spec
-
-Builder = Callable[..., tuple[Any, dict[str, tuple[tuple[int, ...], str]]]]
-
-
-@dataclass(frozen=True)
-class ZooEntry:
-    name: str
-    description: str
-    builder: Builder
-
-    def defaults(self) -> dict[str, Any]:
-        return {p.name: p.default for p in inspect.signature(self.builder).parameters.values()
-                if p.default is not inspect.Parameter.empty}
-
-
-ZOO: dict[str, ZooEntry] = {}
-
-
-def register(name: str, description: str) -> Callable[[Builder], Builder]:
-    def wrap(builder: Builder) -> Builder:
-        ZOO[name] = ZooEntry(name, description, builder)
-        return builder
-    return wrap
-
+from .registry import ZOO, Builder, ZooEntry, register
 
 @dataclass
 class BuiltModel:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tvm import relax
 from tvm.relax.frontend import nn
 
-from . import register
+from .registry import register
 
 
 class Branch(nn.Module):

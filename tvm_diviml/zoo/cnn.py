@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from tvm import relax
 from tvm.relax.frontend import nn
 
-from . import register
+from .registry import register
 
 ImageInputs = dict[str, tuple[tuple[int, ...], str]]
 Activation = Callable[[nn.Tensor], nn.Tensor] | None

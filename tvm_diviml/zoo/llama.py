@@ -21,7 +21,7 @@ import tvm
 from tvm import te
 from tvm.relax.frontend import nn
 
-from . import register
+from .registry import register
 from .transformers import check_vocab, mask_future
 
 STEPS = ("prefill", "decode")

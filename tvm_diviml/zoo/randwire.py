@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm.relax.frontend import nn
 
-from . import register
+from .registry import register
 from .cnn import ConvBN, ImageClassifier, image_inputs, sequential
 from .randwire_graph import StageGraph, stage_graph
 

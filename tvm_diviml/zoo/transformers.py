@@ -13,7 +13,7 @@ import tvm
 from tvm import relax, te
 from tvm.relax.frontend import nn
 
-from . import register
+from .registry import register
 
 SAMPLED_TOKEN_IDS = 100          # BuiltModel.sample_inputs draws token ids in [0, 100)
 
