@@ -10,7 +10,7 @@ EXTRAS ?= test,onnx,cpsat
 comma := ,
 TEST_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo test test-all test-models clean
+.PHONY: demo lint test test-all test-models clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,14 @@ $(TEST_STAMP): setup.py $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/diviml demo
 
+# The formatter's check and the linter (ruff.toml), both with zero findings; `make test` runs it first.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
 # The whole suite, slow cases excluded, property tests on fixed examples; `make test-all` includes the
 # slow cases and draws fresh examples, five times as many (HYPOTHESIS_PROFILE=thorough).
-test: $(TEST_STAMP)
+test: lint
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-all: $(TEST_STAMP)

@@ -4,6 +4,7 @@ The top-level ``passes/`` folder (the TVM Relax side) is installed as the import
 ``tvm_diviml.passes`` through a package_dir mapping, so the library under ``tvm_diviml/`` never
 depends on it while users still import everything from one namespace.
 """
+
 from setuptools import find_packages, setup
 
 library = find_packages(include=["tvm_diviml", "tvm_diviml.*"])
@@ -28,19 +29,25 @@ setup(
         "highsbox>=1.10,<2",
         "networkx>=3.0",
         "numpy>=1.24",
-        "tqdm>=4",                      # progress bars for profiling and long solves
-        "matplotlib>=3.7",              # --gantt schedule pictures
+        "tqdm>=4",  # progress bars for profiling and long solves
+        "matplotlib>=3.7",  # --gantt schedule pictures
         # CP-SAT: split's windows and the cpsat solver; with the MILP instead, split's plans were 1-13%
         # worse on 32-kernel DAGs. It runs in a subprocess (OR-Tools and CBC clash in one process).
         "ortools>=9.10,<10",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "setuptools>=68", "wheel"],  # build tools: the packaging test builds a wheel offline
+        "test": [
+            "pytest>=7",
+            "hypothesis>=6",
+            "setuptools>=68",  # build tools: the packaging test builds a wheel offline
+            "wheel",
+            "ruff==0.17.6",  # `make lint`; pinned: a new release adds rules and reformats
+        ],
         "onnx": ["onnx>=1.14"],
         # torch.export programs and .pt2 files; torchvision, transformers and onnxscript (torch.onnx.export)
         # for the model-coverage suite (`diviml bench --suite models`, tests/test_coverage.py).
         "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],
-        "cpsat": [],                    # OR-Tools is a core dependency now; kept so old commands still work
+        "cpsat": [],  # OR-Tools is a core dependency now; kept so old commands still work
     },
     entry_points={"console_scripts": ["diviml=tvm_diviml.cli:entry"]},
 )

@@ -12,6 +12,7 @@ links between them (a measured cost table), predicts each plan with the simulato
 (one VM, and the concurrent executor), compares the outputs with the reference, and writes
 ``OUT/gpu_check.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,17 +34,17 @@ PLANS = ("gpu", "cpu", "solver", "mixed")
 
 
 def prepare(out: str, model_spec: str, python_version: str) -> None:
-    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")      # sm_90 fatbin, nothing compiled on load
+    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")  # sm_90 fatbin, nothing compiled on load
     import tvm
 
     from tvm_diviml.cost.measured import schedule_for_target
     from tvm_diviml.cost.roofline import RooflineCostModel
+    from tvm_diviml.modelspec import parse_model_spec
     from tvm_diviml.passes import apply_plan, build
     from tvm_diviml.passes.load import load_model
     from tvm_diviml.plan import Plan
     from tvm_diviml.presets import load_platform
     from tvm_diviml.solvers import Problem, get_solver
-    from tvm_diviml.modelspec import parse_model_spec
     from tvm_diviml.zoo.reference import run_reference
 
     os.makedirs(out, exist_ok=True)
@@ -55,14 +56,19 @@ def prepare(out: str, model_spec: str, python_version: str) -> None:
     cpu, gpu = platform.host, next(d.name for d in platform.devices if d.kind == "cuda")
     problem = Problem(graph, platform, RooflineCostModel(graph, platform), objective="latency")
     rng = random.Random(0)
-    plans = {"gpu": Plan({k: gpu for k in graph.kernels}), "cpu": Plan({k: cpu for k in graph.kernels}),
-             "solver": get_solver("split", time_limit_s=30).solve(problem),
-             "mixed": Plan({k: rng.choice([cpu, gpu]) for k in graph.kernels})}
+    plans = {
+        "gpu": Plan({k: gpu for k in graph.kernels}),
+        "cpu": Plan({k: cpu for k in graph.kernels}),
+        "solver": get_solver("split", time_limit_s=30).solve(problem),
+        "mixed": Plan({k: rng.choice([cpu, gpu]) for k in graph.kernels}),
+    }
     for label, plan in plans.items():
         began = time.perf_counter()
         build(apply_plan(model.mod, plan, platform, extraction=extraction)).export(f"{out}/plan_{label}.so")
-        print(f"built plan {label} ({len(set(plan.assignment.values()))} devices) in "
-              f"{time.perf_counter() - began:.1f} s", flush=True)
+        print(
+            f"built plan {label} ({len(set(plan.assignment.values()))} devices) in {time.perf_counter() - began:.1f} s",
+            flush=True,
+        )
         plan.save(f"{out}/plan_{label}.json")
     funcs = {n: extraction.mod[n].with_attr("global_symbol", n) for n in sorted(set(extraction.kernel_func.values()))}
     for device in (cpu, gpu):
@@ -73,8 +79,18 @@ def prepare(out: str, model_spec: str, python_version: str) -> None:
     inputs = model.sample_inputs()
     reference = run_reference(model, inputs)
     with open(f"{out}/meta.json", "w") as handle:
-        json.dump({"model": model_spec, "graph": graph.to_json(), "platform": platform.to_json(),
-                   "kernel_func": extraction.kernel_func, "specs": specs, "cpu": cpu, "gpu": gpu}, handle)
+        json.dump(
+            {
+                "model": model_spec,
+                "graph": graph.to_json(),
+                "platform": platform.to_json(),
+                "kernel_func": extraction.kernel_func,
+                "specs": specs,
+                "cpu": cpu,
+                "gpu": gpu,
+            },
+            handle,
+        )
     np.savez(f"{out}/weights.npz", *[w for _, w in model.params])
     np.savez(f"{out}/io.npz", *inputs, *reference, num_inputs=len(inputs))
     _pack_runtime(out, python_version)
@@ -86,14 +102,49 @@ def _pack_runtime(out: str, python_version: str) -> None:
     wheels = f"{out}/wheels"
     os.makedirs(wheels, exist_ok=True)
     abi = "cp" + python_version.replace(".", "")
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                    "--python-version", python_version, "--implementation", "cp", "--abi", abi,
-                    "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
-                    "-d", wheels, f"apache-tvm=={TVM_VERSION}", f"apache-tvm-ffi=={FFI_VERSION}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            "--abi",
+            abi,
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_27_x86_64",
+            "-d",
+            wheels,
+            f"apache-tvm=={TVM_VERSION}",
+            f"apache-tvm-ffi=={FFI_VERSION}",
+        ],
+        check=True,
+    )
     tvm_wheel = next(f for f in os.listdir(wheels) if f.startswith("apache_tvm-"))
     staging = f"{out}/staging"
-    subprocess.run(["unzip", "-q", "-o", f"{wheels}/{tvm_wheel}", "tvm/*", "-x", "tvm/lib/libtvm_compiler.so",
-                    "tvm/3rdparty/*", "-d", staging], check=True)
+    subprocess.run(
+        [
+            "unzip",
+            "-q",
+            "-o",
+            f"{wheels}/{tvm_wheel}",
+            "tvm/*",
+            "-x",
+            "tvm/lib/libtvm_compiler.so",
+            "tvm/3rdparty/*",
+            "-d",
+            staging,
+        ],
+        check=True,
+    )
     shutil.make_archive(f"{out}/tvm_runtime", "gztar", staging, "tvm")
     shutil.rmtree(staging)
     os.remove(f"{wheels}/{tvm_wheel}")
@@ -107,8 +158,13 @@ def _time_kernels(path: str, specs: dict, device, repeats: int = 5) -> dict[str,
     rng = np.random.default_rng(0)
     out = {}
     for name, params in specs.items():
-        args = [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
-                                   else np.zeros(shape, dtype=dtype), device) for shape, dtype in params]
+        args = [
+            tvm.runtime.tensor(
+                rng.standard_normal(shape).astype(dtype) if dtype.startswith("float") else np.zeros(shape, dtype=dtype),
+                device,
+            )
+            for shape, dtype in params
+        ]
         timing = library.time_evaluator(name, device, number=1, repeat=repeats, min_repeat_ms=20)(*args)
         out[name] = float(np.median(timing.results))
     return out
@@ -136,8 +192,8 @@ def check(directory: str, out: str, repeats: int) -> dict:
     from tvm_diviml.cost.roofline import RooflineCostModel
     from tvm_diviml.cost.table import TableCostModel
     from tvm_diviml.graph import OpGraph
-    from tvm_diviml.platform import Link, Platform
     from tvm_diviml.plan import Plan
+    from tvm_diviml.platform import Link, Platform
     from tvm_diviml.runtime.concurrent import ConcurrentRunner
     from tvm_diviml.runtime.measure import compare_outputs, time_calls
     from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, tvm_device
@@ -158,8 +214,10 @@ def check(directory: str, out: str, repeats: int) -> dict:
         result["gpu_name"] = tvm.cuda(0).device_name
     present = [d for d in (meta["cpu"], meta["gpu"]) if tvm_device(platform.device(d).device).exist]
     print("devices present:", present, result["gpu_name"], flush=True)
-    per_func = {d: _time_kernels(f"{directory}/kernels_{d}.so", meta["specs"], tvm_device(platform.device(d).device))
-                for d in present}
+    per_func = {
+        d: _time_kernels(f"{directory}/kernels_{d}.so", meta["specs"], tvm_device(platform.device(d).device))
+        for d in present
+    }
     compute = {k: {d: per_func[d][meta["kernel_func"][k]] for d in per_func} for k in graph.kernels}
     links = {}
     if len(present) == 2:
@@ -177,11 +235,13 @@ def check(directory: str, out: str, repeats: int) -> dict:
             print(f"plan {label} skipped: it needs a device that is not present", flush=True)
             continue
         built = PlacedExecutable.load(f"{directory}/plan_{label}.so")
-        row = {"devices": sorted(set(plan.assignment.values())),
-               "kernels_per_device": {d: sum(v == d for v in plan.assignment.values()) for d in platform.device_names},
-               "copies_per_run": built.placement.copies_per_run,
-               "predicted_measured_costs_s": simulate(graph, platform, measured_costs, plan).value_s,
-               "predicted_roofline_s": simulate(graph, platform, roofline, plan).value_s}
+        row = {
+            "devices": sorted(set(plan.assignment.values())),
+            "kernels_per_device": {d: sum(v == d for v in plan.assignment.values()) for d in platform.device_names},
+            "copies_per_run": built.placement.copies_per_run,
+            "predicted_measured_costs_s": simulate(graph, platform, measured_costs, plan).value_s,
+            "predicted_roofline_s": simulate(graph, platform, roofline, plan).value_s,
+        }
         runner = SingleVMRunner(built, params)
         outputs = runner(inputs)
         row["max_abs_diff"], row["max_rel_diff"] = compare_outputs(outputs, reference)

@@ -4,7 +4,8 @@ Only this package (and the measured cost model, the zoo and the runtime) imports
 extracts the OpGraph from an IRModule (``extract``), applies a Plan (``ApplyPlan``/``apply_plan``:
 vdevices, device copies, per-device targets and weights) and builds it (``build``).
 """
-from .apply_plan import ApplyPlan, AppliedPlan, apply_plan, check_plan
+
+from .apply_plan import AppliedPlan, ApplyPlan, apply_plan, check_plan
 from .build import build, placed_build_pipeline
 from .extract import Extraction, extract
 from .partition import PartitionForDevices, partition_options
@@ -22,5 +23,16 @@ def ir_json_roundtrip_ok() -> bool:
     return True
 
 
-__all__ = ["AppliedPlan", "ApplyPlan", "Extraction", "PartitionForDevices", "apply_plan", "build", "check_plan",
-           "extract", "ir_json_roundtrip_ok", "partition_options", "placed_build_pipeline"]
+__all__ = [
+    "AppliedPlan",
+    "ApplyPlan",
+    "Extraction",
+    "PartitionForDevices",
+    "apply_plan",
+    "build",
+    "check_plan",
+    "extract",
+    "ir_json_roundtrip_ok",
+    "partition_options",
+    "placed_build_pipeline",
+]

@@ -11,6 +11,7 @@ for CUDA) and is scheduled as the cost model measured it: dlight's default rules
 MetaSchedule database where one is given, nothing else on llvm
 (see docs/design.md#tvm-027-traps).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ PLACEMENT_ATTR = "diviml_placement"
 
 @dataclass
 class AppliedPlan:
-    mod: Any                                     # the placed tvm.IRModule
+    mod: Any  # the placed tvm.IRModule
     placement: Placement
     extraction: Extraction
 
@@ -53,10 +54,13 @@ def vdevices_of(platform: Platform, device_names: list[str]) -> dict[str, Any]:
     for name in device_names:
         device = platform.device(name)
         if device.device in seen:
-            raise DivimlInputError(f"devices '{seen[device.device]}' and '{name}' are both TVM device "
-                                   f"{device.device}; a build needs one TVM device each", field="devices",
-                                   hint="give every platform device its own kind:index; a plan across "
-                                   "servers is built per server (passes.servers.build_per_server)")
+            raise DivimlInputError(
+                f"devices '{seen[device.device]}' and '{name}' are both TVM device "
+                f"{device.device}; a build needs one TVM device each",
+                field="devices",
+                hint="give every platform device its own kind:index; a plan across "
+                "servers is built per server (passes.servers.build_per_server)",
+            )
         seen[device.device] = name
         out[name] = relax.VDevice(tvm.target.Target(device.target), device.index, "global")
     return out
@@ -69,22 +73,38 @@ def check_plan(plan: Plan, extraction: Extraction, platform: Platform) -> None:
     extra = [k for k in plan.assignment if k not in graph.kernels]
     if missing or extra:
         what = f"leaves kernel '{missing[0]}' unassigned" if missing else f"names kernel '{extra[0]}'"
-        raise PlanError(f"the plan {what}, which does not match the module's {len(graph)} kernels "
-                        f"({len(missing)} missing, {len(extra)} unknown)", field="assignment",
-                        hint="make the plan from this very model (same options and granularity)")
+        raise PlanError(
+            f"the plan {what}, which does not match the module's {len(graph)} kernels "
+            f"({len(missing)} missing, {len(extra)} unknown)",
+            field="assignment",
+            hint="make the plan from this very model (same options and granularity)",
+        )
     for kernel, device in plan.assignment.items():
         if device not in platform.by_name:
-            raise PlanError(f"kernel '{kernel}' is assigned to device '{device}', which platform "
-                            f"'{platform.name}' lacks", field="assignment",
-                            hint=f"devices: {', '.join(platform.device_names)}")
+            raise PlanError(
+                f"kernel '{kernel}' is assigned to device '{device}', which platform '{platform.name}' lacks",
+                field="assignment",
+                hint=f"devices: {', '.join(platform.device_names)}",
+            )
     if plan.replicas or plan.batch_split > 1:
-        raise PlanError("the build runs each kernel on one device; this plan replicates kernels "
-                        "(replicas or batch_split)", field="replicas",
-                        hint="plan without replicas, or run the replicas' plan per replica")
+        raise PlanError(
+            "the build runs each kernel on one device; this plan replicates kernels (replicas or batch_split)",
+            field="replicas",
+            hint="plan without replicas, or run the replicas' plan per replica",
+        )
 
 
-def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None, fused: bool = True,
-               database=None, extraction: Extraction | None = None, server: str | None = None) -> AppliedPlan:
+def apply_plan(
+    mod,
+    plan: Plan,
+    platform: Platform,
+    *,
+    entry: str | None = None,
+    fused: bool = True,
+    database=None,
+    extraction: Extraction | None = None,
+    server: str | None = None,
+) -> AppliedPlan:
     """The placed module for ``plan`` (see the module docstring); ``extraction`` skips re-extracting.
 
     ``server`` (a server of a multi-server platform, see ``servers.py``) places only the segment
@@ -108,10 +128,18 @@ def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None,
     if server is None:
         reads = [Param(Ref("input", i.name), host) for i in graph.inputs]
         returns = [Param(ref, host) for ref in extraction.outputs]
-        weight_params = [[p.ref.kind, p.ref.name, p.device]
-                         for p in emitter.emit(builder, extraction.entry, order, reads, returns, target_funcs)]
-    segments = emit_segments(builder, emitter, extraction, split_segments(graph, plan.assignment, order),
-                             target_funcs, devices=None if server is None else set(local.by_name))
+        weight_params = [
+            [p.ref.kind, p.ref.name, p.device]
+            for p in emitter.emit(builder, extraction.entry, order, reads, returns, target_funcs)
+        ]
+    segments = emit_segments(
+        builder,
+        emitter,
+        extraction,
+        split_segments(graph, plan.assignment, order),
+        target_funcs,
+        devices=None if server is None else set(local.by_name),
+    )
     placed = builder.get()
     if server is None:
         entry_gvar = placed.get_global_var(extraction.entry)
@@ -131,16 +159,23 @@ def apply_plan(mod, plan: Plan, platform: Platform, *, entry: str | None = None,
     placed = relax.transform.RealizeVDevice()(placed)
     placed = _attach_host_target(placed, host_target)
     placement = Placement(
-        entry=extraction.entry, devices=devices,
+        entry=extraction.entry,
+        devices=devices,
         tvm_devices=[platform.device(d).device for d in devices],
         num_threads=[platform.device(d).num_threads for d in devices],
         inputs=[i.name for i in graph.inputs],
         weight_params=weight_params,
-        num_params=_num_params(lowered, extraction), weight_ids=list(extraction.weight_params),
+        num_params=_num_params(lowered, extraction),
+        weight_ids=list(extraction.weight_params),
         transform_params=extraction.transform_params,
-        constant_ids=constant_ids, constants_func=constants_func,
-        num_outputs=len(extraction.outputs), copies_per_run=copies,
-        assignment=dict(plan.assignment), outputs=[tensor_key(r) for r in extraction.outputs], segments=segments)
+        constant_ids=constant_ids,
+        constants_func=constants_func,
+        num_outputs=len(extraction.outputs),
+        copies_per_run=copies,
+        assignment=dict(plan.assignment),
+        outputs=[tensor_key(r) for r in extraction.outputs],
+        segments=segments,
+    )
     return AppliedPlan(placed, placement, extraction)
 
 
@@ -160,15 +195,17 @@ def _weight_preparation(lowered, extraction: Extraction, taken) -> dict:
 
     relax.analysis.post_order_visit(lowered[gvar].body, visit)
     renamed = {old: _renamed_global_var(old, f"{old.name_hint}_weights") for old in callees if old.name_hint in names}
-    functions = {renamed.get(old, old): func.with_attr("global_symbol", renamed.get(old, old).name_hint)
-                 for old, func in callees.items()}
+    functions = {
+        renamed.get(old, old): func.with_attr("global_symbol", renamed.get(old, old).name_hint)
+        for old, func in callees.items()
+    }
     functions[gvar] = _CalleeRenamer(lowered, renamed).visit_expr(lowered[gvar]) if renamed else lowered[gvar]
     return functions
 
 
 def _renamed_global_var(gvar, name: str):
     renamed = tvm.ir.GlobalVar(name)
-    relax.expr._update_type(renamed, gvar.ty)     # call_tir's normalization needs the callee's type
+    relax.expr._update_type(renamed, gvar.ty)  # call_tir's normalization needs the callee's type
     return renamed
 
 
@@ -201,8 +238,9 @@ def _target_key(target: tvm.target.Target) -> str:
     return json.dumps(target.export(), sort_keys=True, default=str)
 
 
-def _add_targeted_primfuncs(builder: relax.BlockBuilder, extraction: Extraction, assignment: dict[str, str],
-                            platform: Platform, database) -> dict[tuple[str, str], Any]:
+def _add_targeted_primfuncs(
+    builder: relax.BlockBuilder, extraction: Extraction, assignment: dict[str, str], platform: Platform, database
+) -> dict[tuple[str, str], Any]:
     """Add each kernel's PrimFunc to ``builder`` with its device's target attached and scheduled for it;
     a PrimFunc used on several targets gets one copy per target (suffixed with the target's kind and
     index). Returns (PrimFunc name, device) -> GlobalVar."""
@@ -217,7 +255,7 @@ def _add_targeted_primfuncs(builder: relax.BlockBuilder, extraction: Extraction,
         device_target[name] = key
     uses: dict[str, list[str]] = {}
     for kernel, func_name in extraction.kernel_func.items():
-        if kernel not in assignment:                  # another server's kernel
+        if kernel not in assignment:  # another server's kernel
             continue
         keys_used = uses.setdefault(func_name, [])
         if device_target[assignment[kernel]] not in keys_used:
@@ -228,8 +266,9 @@ def _add_targeted_primfuncs(builder: relax.BlockBuilder, extraction: Extraction,
     for func_name, func_keys in uses.items():
         for key in func_keys:
             new_name = func_name if len(func_keys) == 1 else f"{func_name}_{_slug(targets[key])}{keys.index(key)}"
-            by_target[key][new_name] = extraction.mod[func_name].with_attr("target", targets[key]) \
-                .with_attr("global_symbol", new_name)
+            by_target[key][new_name] = (
+                extraction.mod[func_name].with_attr("target", targets[key]).with_attr("global_symbol", new_name)
+            )
             names[(func_name, key)] = new_name
     gvars: dict[str, Any] = {}
     for key, funcs in by_target.items():
@@ -237,8 +276,12 @@ def _add_targeted_primfuncs(builder: relax.BlockBuilder, extraction: Extraction,
             scheduled = schedule_for_target(tvm.IRModule(funcs), targets[key], database)
             for gvar, func in scheduled.functions_items():
                 gvars[gvar.name_hint] = builder.add_func(func, gvar.name_hint)
-    return {(func_name, device): gvars[names[(func_name, key)]]
-            for func_name in uses for device, key in device_target.items() if (func_name, key) in names}
+    return {
+        (func_name, device): gvars[names[(func_name, key)]]
+        for func_name in uses
+        for device, key in device_target.items()
+        if (func_name, key) in names
+    }
 
 
 def _slug(target: tvm.target.Target) -> str:
@@ -273,11 +316,9 @@ class ApplyPlan:
     """Module pass: ``ApplyPlan(plan, platform)(mod)`` is the placed module; how to call it (devices,
     weight parameters) is in the module attribute ``diviml_placement`` (JSON, see ``Placement``)."""
 
-    def __init__(self, plan: Plan, platform: Platform, *, entry: str | None = None, fused: bool = True,
-                 database=None):
+    def __init__(self, plan: Plan, platform: Platform, *, entry: str | None = None, fused: bool = True, database=None):
         self.plan, self.platform, self.entry, self.fused, self.database = plan, platform, entry, fused, database
 
     def transform_module(self, mod, ctx):
-        applied = apply_plan(mod, self.plan, self.platform, entry=self.entry, fused=self.fused,
-                             database=self.database)
+        applied = apply_plan(mod, self.plan, self.platform, entry=self.entry, fused=self.fused, database=self.database)
         return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json())

@@ -9,6 +9,7 @@ one-device build keeps the planner (randwire_ba at its small size: 48 us a call 
 When TVM cannot compile the module, each kernel is compiled alone to find the one it rejects, and
 the error names that kernel, its operator, its tensors' dtypes and the target, in one line.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,13 +30,26 @@ def placed_build_pipeline(one_device: bool = False) -> tvm.transform.Pass:
     """TVM 0.27's ``default_build_pipeline``, less the storage sharing across devices unless the build
     has ``one_device`` (module docstring)."""
     planner = [transform.StaticPlanBlockMemory()] if one_device else []
-    return tvm.transform.Sequential([
-        backend.DispatchSampling(), backend.DispatchSortScan(), transform.LegalizeOps(),
-        transform.RewriteDataflowReshape(), transform.ToNonDataflow(), transform.RemovePurityChecking(),
-        transform.CallTIRRewrite(), *planner, transform.RewriteCUDAGraph(), transform.LowerAllocTensor(),
-        transform.KillAfterLastUse(), transform.LowerRuntimeBuiltin(), transform.ComputePrimValue(),
-        transform.VMShapeLower(), transform.AttachGlobalSymbol(),
-    ], name="diviml.placed_build_pipeline")
+    return tvm.transform.Sequential(
+        [
+            backend.DispatchSampling(),
+            backend.DispatchSortScan(),
+            transform.LegalizeOps(),
+            transform.RewriteDataflowReshape(),
+            transform.ToNonDataflow(),
+            transform.RemovePurityChecking(),
+            transform.CallTIRRewrite(),
+            *planner,
+            transform.RewriteCUDAGraph(),
+            transform.LowerAllocTensor(),
+            transform.KillAfterLastUse(),
+            transform.LowerRuntimeBuiltin(),
+            transform.ComputePrimValue(),
+            transform.VMShapeLower(),
+            transform.AttachGlobalSymbol(),
+        ],
+        name="diviml.placed_build_pipeline",
+    )
 
 
 def build(applied: AppliedPlan) -> PlacedExecutable:
@@ -44,9 +58,12 @@ def build(applied: AppliedPlan) -> PlacedExecutable:
     try:
         one_device = len(applied.placement.devices) == 1
         executable = tvm.compile(applied.mod, target=None, relax_pipeline=placed_build_pipeline(one_device))
-    except Exception as error:      # TVM raises InternalError, ValueError, TVMError-likes from codegen
+    except Exception as error:  # TVM raises InternalError, ValueError, TVMError-likes from codegen
         raise compile_failure(applied.mod, error) from None
-    log.info("built %s for %s in %.1f s", applied.placement.entry, ", ".join(applied.placement.devices),
-             time.perf_counter() - began)
+    log.info(
+        "built %s for %s in %.1f s",
+        applied.placement.entry,
+        ", ".join(applied.placement.devices),
+        time.perf_counter() - began,
+    )
     return PlacedExecutable(executable, applied.placement)
-

@@ -10,6 +10,7 @@ input (``sensitivity``: how far they move when it changes), so weights are drawn
 ``check_model`` returns one row per model and route; a stage that fails ends the row with that
 stage's one-line error, never the whole suite.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,17 +36,17 @@ log = logging.getLogger(__name__)
 
 ROUTES = ("torch", "onnx")
 PLAN_PLATFORMS = ("cpu2", "paper-node")
-TOLERANCE = 1e-4                  # largest relative difference from torch that counts as a match
-MIN_SENSITIVITY = 1e-2            # how far torch's outputs must move when the input changes
-REQUIRED = ("torch", "torchvision", "transformers", "onnx", "onnxscript")   # onnxscript: torch.onnx.export
+TOLERANCE = 1e-4  # largest relative difference from torch that counts as a match
+MIN_SENSITIVITY = 1e-2  # how far torch's outputs must move when the input changes
+REQUIRED = ("torch", "torchvision", "transformers", "onnx", "onnxscript")  # onnxscript: torch.onnx.export
 
 
 @dataclass(frozen=True)
 class EcosystemModel:
     name: str
-    family: str                                  # "torchvision" or "transformers"
-    make: Callable[[], tuple[Any, tuple]]        # () -> (torch module in eval mode, example args)
-    quick: bool = False                          # in the quick subset (tests, --quick)
+    family: str  # "torchvision" or "transformers"
+    make: Callable[[], tuple[Any, tuple]]  # () -> (torch module in eval mode, example args)
+    quick: bool = False  # in the quick subset (tests, --quick)
 
 
 def missing_packages() -> list[str]:
@@ -66,22 +67,33 @@ def catalogue() -> dict[str, EcosystemModel]:
             torch.manual_seed(0)
             model = lively(getattr(torchvision.models, name)(weights=None, **options))
             return model.eval(), (torch.randn(1, 3, resolution, resolution),)
+
         return make
 
     def text(model_class, config) -> Callable[[], tuple[Any, tuple]]:
         def make():
             torch.manual_seed(0)
             return model_class(config).eval(), (torch.randint(0, config.vocab_size, (1, 16)),)
+
         return make
 
     def small_vit():
         torch.manual_seed(0)
-        model = lively(torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
-                                                            hidden_dim=64, mlp_dim=128, num_classes=10))
+        model = lively(
+            torchvision.models.VisionTransformer(
+                image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10
+            )
+        )
         return model.eval(), (torch.randn(1, 3, 32, 32),)
 
-    encoder = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                   vocab_size=128, max_position_embeddings=80)
+    encoder = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=80,
+    )
     models = [
         EcosystemModel("resnet18", "torchvision", vision("resnet18"), quick=True),
         EcosystemModel("mobilenet_v2", "torchvision", vision("mobilenet_v2")),
@@ -90,26 +102,67 @@ def catalogue() -> dict[str, EcosystemModel]:
         EcosystemModel("densenet121", "torchvision", vision("densenet121")),
         EcosystemModel("regnet_y_400mf", "torchvision", vision("regnet_y_400mf")),
         EcosystemModel("googlenet", "torchvision", vision("googlenet", aux_logits=False, init_weights=True)),
-        EcosystemModel("inception_v3", "torchvision",
-                       vision("inception_v3", 75, aux_logits=False, init_weights=True)),
+        EcosystemModel("inception_v3", "torchvision", vision("inception_v3", 75, aux_logits=False, init_weights=True)),
         EcosystemModel("shufflenet_v2_x0_5", "torchvision", vision("shufflenet_v2_x0_5")),
         EcosystemModel("squeezenet1_1", "torchvision", vision("squeezenet1_1")),
         EcosystemModel("convnext_tiny", "torchvision", vision("convnext_tiny", 32)),
         EcosystemModel("vit_small", "torchvision", small_vit),
         EcosystemModel("swin_t", "torchvision", vision("swin_t", 64)),
         EcosystemModel("bert", "transformers", text(hf.BertModel, hf.BertConfig(**encoder)), quick=True),
-        EcosystemModel("distilbert", "transformers", text(hf.DistilBertModel, hf.DistilBertConfig(
-            dim=64, n_layers=2, n_heads=2, hidden_dim=128, vocab_size=128, max_position_embeddings=80))),
+        EcosystemModel(
+            "distilbert",
+            "transformers",
+            text(
+                hf.DistilBertModel,
+                hf.DistilBertConfig(
+                    dim=64, n_layers=2, n_heads=2, hidden_dim=128, vocab_size=128, max_position_embeddings=80
+                ),
+            ),
+        ),
         EcosystemModel("roberta", "transformers", text(hf.RobertaModel, hf.RobertaConfig(**encoder))),
-        EcosystemModel("gpt2", "transformers", text(hf.GPT2LMHeadModel, hf.GPT2Config(
-            n_embd=64, n_layer=2, n_head=2, vocab_size=128, n_positions=80, use_cache=False,
-            bos_token_id=0, eos_token_id=0))),
-        EcosystemModel("llama", "transformers", text(hf.LlamaForCausalLM, hf.LlamaConfig(
-            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=128, vocab_size=128, max_position_embeddings=80, use_cache=False,
-            bos_token_id=0, eos_token_id=0))),
-        EcosystemModel("t5_encoder", "transformers", text(hf.T5EncoderModel, hf.T5Config(
-            d_model=64, d_kv=16, num_layers=2, num_heads=4, d_ff=128, vocab_size=128))),
+        EcosystemModel(
+            "gpt2",
+            "transformers",
+            text(
+                hf.GPT2LMHeadModel,
+                hf.GPT2Config(
+                    n_embd=64,
+                    n_layer=2,
+                    n_head=2,
+                    vocab_size=128,
+                    n_positions=80,
+                    use_cache=False,
+                    bos_token_id=0,
+                    eos_token_id=0,
+                ),
+            ),
+        ),
+        EcosystemModel(
+            "llama",
+            "transformers",
+            text(
+                hf.LlamaForCausalLM,
+                hf.LlamaConfig(
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    num_key_value_heads=2,
+                    intermediate_size=128,
+                    vocab_size=128,
+                    max_position_embeddings=80,
+                    use_cache=False,
+                    bos_token_id=0,
+                    eos_token_id=0,
+                ),
+            ),
+        ),
+        EcosystemModel(
+            "t5_encoder",
+            "transformers",
+            text(
+                hf.T5EncoderModel, hf.T5Config(d_model=64, d_kv=16, num_layers=2, num_heads=4, d_ff=128, vocab_size=128)
+            ),
+        ),
     ]
     return {m.name: m for m in models}
 
@@ -140,7 +193,7 @@ def torch_outputs(output) -> list[np.ndarray]:
     """A torch model's outputs (a tensor, tuples, dicts or Hugging Face ModelOutputs) as a flat list."""
     if hasattr(output, "detach"):
         return [output.detach().numpy()]
-    if isinstance(output, dict):                 # ModelOutput is an OrderedDict of its non-None fields
+    if isinstance(output, dict):  # ModelOutput is an OrderedDict of its non-None fields
         output = list(output.values())
     return [array for item in output for array in torch_outputs(item)]
 
@@ -169,9 +222,12 @@ def export_onnx(module, args, path: str) -> str:
     try:
         torch.onnx.export(module, args, path, dynamo=True, external_data=False, verbose=False)
         return "torch.onnx (dynamo)"
-    except Exception as error:       # torch.onnx raises its own ConversionError and whatever it met
-        log.info("the dynamo ONNX exporter failed (%s: %s); trying the TorchScript one", type(error).__name__,
-                 first_line(error))
+    except Exception as error:  # torch.onnx raises its own ConversionError and whatever it met
+        log.info(
+            "the dynamo ONNX exporter failed (%s: %s); trying the TorchScript one",
+            type(error).__name__,
+            first_line(error),
+        )
     torch.onnx.export(module, args, path, dynamo=False)
     return "torch.onnx (TorchScript)"
 
@@ -182,8 +238,14 @@ def halves_plan(extraction) -> Plan:
     return Plan({k: "cpu0" if i < len(order) // 2 else "cpu1" for i, k in enumerate(order)})
 
 
-def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple[str, ...] = PLAN_PLATFORMS,
-                time_limit_s: float = 10.0, tolerance: float = TOLERANCE) -> dict[str, Any]:
+def check_model(
+    model: EcosystemModel,
+    route: str = "torch",
+    *,
+    platforms: tuple[str, ...] = PLAN_PLATFORMS,
+    time_limit_s: float = 10.0,
+    tolerance: float = TOLERANCE,
+) -> dict[str, Any]:
     """One row: export, import, extract, plan on each platform, build, run, compare with torch."""
     from tvm_diviml.cost.roofline import RooflineCostModel
     from tvm_diviml.simulator import simulate
@@ -193,11 +255,22 @@ def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple
 
     if route not in ROUTES:
         raise DivimlInputError(f"unknown route '{route}'", field="route", hint=f"use one of {', '.join(ROUTES)}")
-    row: dict[str, Any] = {"suite": "models", "model": model.name, "family": model.family, "route": route,
-                           "exporter": "torch.export" if route == "torch" else None,
-                           "kernels": None, "import_s": None, "extract_s": None,
-                           **{f"plan_{name}_s": None for name in platforms},
-                           "build_s": None, "sensitivity": None, "rel_diff": None, "outcome": "ok", "error": ""}
+    row: dict[str, Any] = {
+        "suite": "models",
+        "model": model.name,
+        "family": model.family,
+        "route": route,
+        "exporter": "torch.export" if route == "torch" else None,
+        "kernels": None,
+        "import_s": None,
+        "extract_s": None,
+        **{f"plan_{name}_s": None for name in platforms},
+        "build_s": None,
+        "sensitivity": None,
+        "rel_diff": None,
+        "outcome": "ok",
+        "error": "",
+    }
     stage = "reference"
     try:
         import torch
@@ -207,9 +280,12 @@ def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple
             want = torch_outputs(module(*args))
             row["sensitivity"] = relative_difference(torch_outputs(module(*map(_other_input, args))), want)
         if row["sensitivity"] < MIN_SENSITIVITY:
-            raise DivimlInputError(f"torch's outputs move by {row['sensitivity']:.2g} (relative) when the input "
-                                   f"changes; a comparison at {tolerance:g} would prove little", field="model",
-                                   hint="initialise the weights so that the outputs follow the input (lively)")
+            raise DivimlInputError(
+                f"torch's outputs move by {row['sensitivity']:.2g} (relative) when the input "
+                f"changes; a comparison at {tolerance:g} would prove little",
+                field="model",
+                hint="initialise the weights so that the outputs follow the input (lively)",
+            )
         stage = "export"
         with tempfile.TemporaryDirectory() as folder:
             began = time.perf_counter()
@@ -236,8 +312,7 @@ def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple
             if not simulate(problem.graph, platform, problem.costs, plan).feasible:
                 raise DivimlInputError(f"the plan on {name} is infeasible", field="plan")
         stage, began = "build", time.perf_counter()
-        executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"),
-                                      extraction=extraction))
+        executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"), extraction=extraction))
         row["build_s"] = time.perf_counter() - began
         stage = "run"
         from tvm_diviml.runtime.vm import SingleVMRunner
@@ -249,7 +324,7 @@ def check_model(model: EcosystemModel, route: str = "torch", *, platforms: tuple
             row["outcome"] = "mismatch"
     except DivimlInputError as error:
         row["outcome"], row["error"] = f"{stage} failed", str(error)
-    except Exception as error:            # a model the tool cannot handle is a row, not the end of the suite
+    except Exception as error:  # a model the tool cannot handle is a row, not the end of the suite
         log.warning("%s (%s) failed at %s", model.name, route, stage, exc_info=True)
         row["outcome"], row["error"] = f"{stage} failed", f"{type(error).__name__}: {first_line(error)}"
     return row

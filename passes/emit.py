@@ -7,6 +7,7 @@ another gets one ``to_vdevice`` per destination device; views (reshapes) are re-
 read; weights and constants are parameters of the new function, one per device that reads them, so
 the runtime uploads them once instead of copying them on every call.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,12 @@ def param_types(extraction: Extraction) -> dict[Ref, Any]:
     func = extraction.mod[extraction.entry]
     num_inputs = len(extraction.graph.inputs)
     types = {Ref("input", param.name): param.ty for param in func.params[:num_inputs]}
-    types.update({Ref("weight", wid): param.ty
-                  for wid, param in zip(extraction.weight_params, func.params[num_inputs:], strict=True)})
+    types.update(
+        {
+            Ref("weight", wid): param.ty
+            for wid, param in zip(extraction.weight_params, func.params[num_inputs:], strict=True)
+        }
+    )
     return types
 
 
@@ -80,8 +85,15 @@ class FunctionEmitter:
             return relax.TensorType(list(value.shape), str(value.dtype))
         return self.param_types[ref]
 
-    def emit(self, builder: relax.BlockBuilder, name: str, kernels: list[str], reads: list[Param],
-             returns: list[Param], target_funcs: dict[tuple[str, str], Any]) -> list[Param]:
+    def emit(
+        self,
+        builder: relax.BlockBuilder,
+        name: str,
+        kernels: list[str],
+        reads: list[Param],
+        returns: list[Param],
+        target_funcs: dict[tuple[str, str], Any],
+    ) -> list[Param]:
         """Add the function to ``builder``; returns the weight/constant parameters it takes after ``reads``.
 
         ``target_funcs`` maps (PrimFunc name, device) to the GlobalVar (added to ``builder``) of that
@@ -89,7 +101,7 @@ class FunctionEmitter:
         read_vars = [relax.Var(p.name, self.tensor_type(p.ref, p.device)) for p in reads]
         weight_vars: dict[Param, relax.Var] = {}
         values: dict[tuple[Ref, str], Any] = {(p.ref, p.device): v for p, v in zip(reads, read_vars, strict=True)}
-        made: dict[str, Any] = {}                      # kernel -> its call's result var (tensor or tuple)
+        made: dict[str, Any] = {}  # kernel -> its call's result var (tensor or tuple)
         kernel_set = set(kernels)
 
         def value(ref: Ref, device: str):
@@ -118,8 +130,9 @@ class FunctionEmitter:
                     device = self.device_of[kernel]
                     args = [value(ref, device) for ref in self.extraction.kernel_args[kernel]]
                     outputs = self.extraction.graph.kernels[kernel].attrs["outputs"]
-                    out_types = [relax.TensorType(list(o["shape"]), o["dtype"], vdevice=self.vdevices[device])
-                                 for o in outputs]
+                    out_types = [
+                        relax.TensorType(list(o["shape"]), o["dtype"], vdevice=self.vdevices[device]) for o in outputs
+                    ]
                     gvar = target_funcs[(self.extraction.kernel_func[kernel], device)]
                     call = relax.call_tir(gvar, args, out_types if len(out_types) > 1 else out_types[0])
                     made[kernel] = builder.emit(call, name_hint=kernel.replace(".", "_"))

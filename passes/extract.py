@@ -13,6 +13,7 @@ its FLOPs, the bytes it reads and writes, the weights it reads (a weight read by
 one weight id), and its output shapes. ``Extraction`` keeps, for every node, where each argument
 comes from, so a plan can be applied to — and the kernels run from — the very same module.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,7 +40,7 @@ class Ref:
     """Where a tensor comes from: a kernel's output (element ``index`` of a tuple output, or
     None for a single tensor), a model input, a weight (a parameter) or a constant."""
 
-    kind: str                  # "kernel" | "input" | "weight" | "const" | "view"
+    kind: str  # "kernel" | "input" | "weight" | "const" | "view"
     name: str
     index: int | None = None
 
@@ -47,24 +48,32 @@ class Ref:
 @dataclass
 class Extraction:
     graph: OpGraph
-    mod: Any                                            # the lowered tvm.IRModule the nodes refer to
+    mod: Any  # the lowered tvm.IRModule the nodes refer to
     entry: str
-    kernel_args: dict[str, list[Ref]] = field(default_factory=dict)   # per node, its call_tir arguments
-    kernel_func: dict[str, str] = field(default_factory=dict)         # per node, its PrimFunc's name
-    outputs: list[Ref] = field(default_factory=list)                  # the entry function's results, flat
-    weight_params: list[str] = field(default_factory=list)            # weight ids in parameter order
-    constants: dict[str, Any] = field(default_factory=dict)           # const id -> its Constant
-    views: dict[Ref, tuple[Ref, tuple[int, ...]]] = field(default_factory=dict)   # view -> (tensor, shape)
-    transform_params: str | None = None                 # the lifted weight-preparation function
+    kernel_args: dict[str, list[Ref]] = field(default_factory=dict)  # per node, its call_tir arguments
+    kernel_func: dict[str, str] = field(default_factory=dict)  # per node, its PrimFunc's name
+    outputs: list[Ref] = field(default_factory=list)  # the entry function's results, flat
+    weight_params: list[str] = field(default_factory=list)  # weight ids in parameter order
+    constants: dict[str, Any] = field(default_factory=dict)  # const id -> its Constant
+    views: dict[Ref, tuple[Ref, tuple[int, ...]]] = field(default_factory=dict)  # view -> (tensor, shape)
+    transform_params: str | None = None  # the lifted weight-preparation function
 
 
 def lowering_passes(fused: bool = True) -> list:
     """The passes extraction applies; the heterogeneous build applies the same ones."""
-    passes = [backend.DispatchSampling(), backend.DispatchSortScan(), relax.transform.LegalizeOps(),
-              relax.transform.LiftTransformParams()]
+    passes = [
+        backend.DispatchSampling(),
+        backend.DispatchSortScan(),
+        relax.transform.LegalizeOps(),
+        relax.transform.LiftTransformParams(),
+    ]
     if fused:
-        passes += [relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-                   relax.transform.FuseOps(), relax.transform.FuseTIR()]
+        passes += [
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
     else:
         passes += [relax.transform.FoldConstant()]
     # A pure reshape becomes a view of its input, as the build makes it: no kernel runs for it.
@@ -77,25 +86,31 @@ def bind_shapes(mod, entry: str, shapes: dict[str, int] | None):
         known = _symbolic_dims(mod[entry])
         unknown = sorted(set(shapes) - known)
         if unknown:
-            raise DivimlInputError(f"--shape {unknown[0]}=...: the model has no symbolic dimension '{unknown[0]}'",
-                                   field="--shape", hint=f"symbolic dimensions: {', '.join(sorted(known)) or 'none'}")
+            raise DivimlInputError(
+                f"--shape {unknown[0]}=...: the model has no symbolic dimension '{unknown[0]}'",
+                field="--shape",
+                hint=f"symbolic dimensions: {', '.join(sorted(known)) or 'none'}",
+            )
         mod = relax.transform.BindSymbolicVars(dict(shapes), entry)(mod)
     left = sorted(_symbolic_dims(mod[entry]))
     if left:
-        raise DivimlInputError(f"the model's shapes depend on the symbolic dimension '{left[0]}'",
-                               field="MODEL", hint=f"bind it with --shape {left[0]}=VALUE "
-                               f"(symbolic: {', '.join(left)})")
+        raise DivimlInputError(
+            f"the model's shapes depend on the symbolic dimension '{left[0]}'",
+            field="MODEL",
+            hint=f"bind it with --shape {left[0]}=VALUE (symbolic: {', '.join(left)})",
+        )
     return mod
 
 
-def extract(mod, entry: str | None = None, *, fused: bool = True, shapes: dict[str, int] | None = None,
-            name: str = "model") -> Extraction:
+def extract(
+    mod, entry: str | None = None, *, fused: bool = True, shapes: dict[str, int] | None = None, name: str = "model"
+) -> Extraction:
     """The OpGraph of ``mod``'s function ``entry`` (default: "forward", else "main")."""
     entry = entry or ("forward" if any(gv.name_hint == "forward" for gv in mod.get_global_vars()) else "main")
     mod = bind_shapes(mod, entry, shapes)
     func = mod[entry]
     num_inputs = _num_inputs(func)
-    with tvm.target.Target("llvm"):              # the dispatch passes pick kernels by target
+    with tvm.target.Target("llvm"):  # the dispatch passes pick kernels by target
         lowered = tvm.transform.Sequential(lowering_passes(fused))(mod)
     walker = _Walker(lowered, entry, num_inputs)
     extraction = walker.run(name)
@@ -154,7 +169,7 @@ def primfunc_hash(func) -> str:
 def primfunc_flops(func) -> float:
     try:
         return float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
-    except Exception as error:          # TVM raises TVMError subclasses for loops it cannot count
+    except Exception as error:  # TVM raises TVMError subclasses for loops it cannot count
         log.warning("cannot count FLOPs of a PrimFunc (%s); counting 0", error)
         return 0.0
 
@@ -166,7 +181,7 @@ class _Walker:
         self.mod, self.entry = mod, entry
         self.func = mod[entry]
         self.num_inputs = num_inputs
-        self.sources: dict[Any, Any] = {}          # relax.Var -> Ref | tuple of sources | None
+        self.sources: dict[Any, Any] = {}  # relax.Var -> Ref | tuple of sources | None
         self.kernels: list[Kernel] = []
         self.kernel_args: dict[str, list[Ref]] = {}
         self.kernel_func: dict[str, str] = {}
@@ -183,8 +198,8 @@ class _Walker:
     def run(self, name: str) -> Extraction:
         params = list(self.func.params)
         # The lowered function may have more parameters than the original (lifted weights).
-        inputs = params[:self.num_inputs]
-        weight_params = params[self.num_inputs:]
+        inputs = params[: self.num_inputs]
+        weight_params = params[self.num_inputs :]
         graph_inputs = []
         for param in inputs:
             self.sources[param] = Ref("input", param.name)
@@ -201,20 +216,37 @@ class _Walker:
                 self._bind(binding, (block_index, binding_index))
         outputs = self._flatten(self._source_of(body.body))
         for param in inputs:
-            graph_inputs.append(GraphInput(param.name, tensor_bytes(param.ty),
-                                           tuple(dict.fromkeys(self.input_consumers[param.name]))))
+            graph_inputs.append(
+                GraphInput(param.name, tensor_bytes(param.ty), tuple(dict.fromkeys(self.input_consumers[param.name])))
+            )
         edges = [Edge(src, dst, sum(refs.values())) for (src, dst), refs in self.edges.items()]
         output_kernels = list(dict.fromkeys(r.name for r in map(self._base, outputs) if r.kind == "kernel"))
-        graph = OpGraph(self.kernels, edges, inputs=graph_inputs, outputs=output_kernels, weights=self.weights,
-                        name=name, attrs={"entry": self.entry})
-        return Extraction(graph, self.mod, self.entry, self.kernel_args, self.kernel_func, outputs, weight_ids,
-                          self.constants, self.views)
+        graph = OpGraph(
+            self.kernels,
+            edges,
+            inputs=graph_inputs,
+            outputs=output_kernels,
+            weights=self.weights,
+            name=name,
+            attrs={"entry": self.entry},
+        )
+        return Extraction(
+            graph,
+            self.mod,
+            self.entry,
+            self.kernel_args,
+            self.kernel_func,
+            outputs,
+            weight_ids,
+            self.constants,
+            self.views,
+        )
 
     # -------------------------------------------------------------- bindings
     def _bind(self, binding, position: tuple[int, int]) -> None:
         var = binding.var
         if not isinstance(binding, relax.VarBinding):
-            self.sources[var] = None        # a match_cast: shapes only, no data dependency we track
+            self.sources[var] = None  # a match_cast: shapes only, no data dependency we track
             return
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in _CALL_TIR_OPS:
@@ -235,12 +267,13 @@ class _Walker:
         elif _holds_tensors(value.ty):
             # A tensor made by neither a kernel nor a view: treating it as its input would give
             # wrong outputs, and the build cannot place it.
-            raise DivimlInputError(f"'{var.name}' is computed by {_op_name(value)}, which lowering leaves "
-                                   "outside any TIR kernel", field="MODEL",
-                                   hint="the build places TIR kernels only; express it with operators "
-                                   "TVM legalizes")
+            raise DivimlInputError(
+                f"'{var.name}' is computed by {_op_name(value)}, which lowering leaves outside any TIR kernel",
+                field="MODEL",
+                hint="the build places TIR kernels only; express it with operators TVM legalizes",
+            )
         else:
-            self.sources[var] = None        # shapes and scalars: no tensor data
+            self.sources[var] = None  # shapes and scalars: no tensor data
 
     def _kernel(self, var, call, position: tuple[int, int]) -> None:
         global_var = call.args[0]
@@ -269,11 +302,22 @@ class _Walker:
                     weights.append(ref.name)
         out_ty = call.ty
         output_bytes = tensor_bytes(out_ty)
-        self.kernels.append(Kernel(
-            node, flops=self.flops[func_name], bytes_moved=sum(read_bytes.values()) + output_bytes,
-            output_bytes=output_bytes, weights=tuple(dict.fromkeys(weights)),
-            attrs={"primfunc": func_name, "primfunc_hash": self.hashes[func_name], "outputs": _describe(out_ty),
-                   "var": var.name, "binding": list(position)}))
+        self.kernels.append(
+            Kernel(
+                node,
+                flops=self.flops[func_name],
+                bytes_moved=sum(read_bytes.values()) + output_bytes,
+                output_bytes=output_bytes,
+                weights=tuple(dict.fromkeys(weights)),
+                attrs={
+                    "primfunc": func_name,
+                    "primfunc_hash": self.hashes[func_name],
+                    "outputs": _describe(out_ty),
+                    "var": var.name,
+                    "binding": list(position),
+                },
+            )
+        )
         self.kernel_args[node] = args
         self.kernel_func[node] = func_name
         if isinstance(out_ty, relax.TupleType):
@@ -298,7 +342,7 @@ class _Walker:
             if expr not in self.sources:
                 raise DivimlInputError(f"variable '{expr.name}' is used before it is bound", field="MODEL")
             return self.sources[expr]
-        return None                        # shapes, PrimValues: no tensor data
+        return None  # shapes, PrimValues: no tensor data
 
     def _flatten(self, source) -> list[Ref]:
         if source is None:

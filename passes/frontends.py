@@ -4,6 +4,7 @@
 Weights stay parameters of the entry function (``keep_params_in_input``), so that extraction can
 see which kernels read which weight and the build can place each weight once per device.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +23,15 @@ from .extract import bind_shapes, tensor_bytes
 from .rewrites import ImportRewrites
 
 
-def from_relax(mod, entry: str = "main", params: list[np.ndarray] | None = None, *,
-               shapes: dict[str, int] | None = None, name: str = "relax",
-               origin: str = "a Relax IRModule") -> BuiltModel:
+def from_relax(
+    mod,
+    entry: str = "main",
+    params: list[np.ndarray] | None = None,
+    *,
+    shapes: dict[str, int] | None = None,
+    name: str = "relax",
+    origin: str = "a Relax IRModule",
+) -> BuiltModel:
     """A user's IRModule: inputs are the first ``num_input`` parameters of ``entry`` (all of them if
     the attribute is absent); weights come from ``params`` or the function's ``params`` attribute
     (where TVM's importers leave them). Operators TVM imports but cannot compile are rewritten where
@@ -37,13 +44,16 @@ def from_relax(mod, entry: str = "main", params: list[np.ndarray] | None = None,
     if params is None and "params" in attrs:
         params = [p.numpy() for p in attrs["params"]]
         func = func.without_attr("params")
-        mod = mod.clone()                    # the caller's module stays as it was
+        mod = mod.clone()  # the caller's module stays as it was
         mod[entry] = func
     params = list(params or [])
     num_inputs = int(attrs["num_input"]) if "num_input" in attrs else len(func.params) - len(params)
     if num_inputs + len(params) != len(func.params):
-        raise DivimlInputError(f"'{entry}' takes {len(func.params)} parameters, but {num_inputs} inputs and "
-                               f"{len(params)} weights were given", field="params")
+        raise DivimlInputError(
+            f"'{entry}' takes {len(func.params)} parameters, but {num_inputs} inputs and "
+            f"{len(params)} weights were given",
+            field="params",
+        )
     mod = ImportRewrites()(bind_shapes(mod, entry, shapes))
     func = mod[entry]
     inputs = []
@@ -55,8 +65,10 @@ def from_relax(mod, entry: str = "main", params: list[np.ndarray] | None = None,
     names = [p.name for p in func.params[num_inputs:]]
     for param, array in zip(func.params[num_inputs:], params, strict=True):
         if tensor_bytes(param.ty) != array.nbytes:
-            raise DivimlInputError(f"weight '{param.name}' has {array.nbytes} bytes, the function expects "
-                                   f"{tensor_bytes(param.ty):.0f}", field="params")
+            raise DivimlInputError(
+                f"weight '{param.name}' has {array.nbytes} bytes, the function expects {tensor_bytes(param.ty):.0f}",
+                field="params",
+            )
     return BuiltModel(name, mod, entry, inputs, list(zip(names, params, strict=True)), origin=origin)
 
 
@@ -65,22 +77,25 @@ def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
     try:
         import onnx
     except ImportError:
-        raise DivimlInputError("reading .onnx files needs the onnx package", source=path,
-                               hint="pip install 'tvm-diviml[onnx]'") from None
+        raise DivimlInputError(
+            "reading .onnx files needs the onnx package", source=path, hint="pip install 'tvm-diviml[onnx]'"
+        ) from None
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
         model = onnx.load(path)
     except FileNotFoundError:
         raise DivimlInputError("no such file", source=path) from None
-    except Exception as error:        # onnx raises DecodeError and friends for files that are not ONNX
+    except Exception as error:  # onnx raises DecodeError and friends for files that are not ONNX
         raise DivimlInputError(f"not a readable ONNX model ({type(error).__name__})", source=path) from None
     with importer_errors(path):
         mod = from_onnx(integer_initializers_as_constants(model), keep_params_in_input=True)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import) or "none"
     producer = f"{model.producer_name} {model.producer_version}".strip() or "unknown"
-    origin = (f"relax.frontend.onnx (onnx {onnx.__version__}, TVM {tvm.__version__}); opset {opsets}, "
-              f"IR version {model.ir_version}, produced by {producer}")
+    origin = (
+        f"relax.frontend.onnx (onnx {onnx.__version__}, TVM {tvm.__version__}); opset {opsets}, "
+        f"IR version {model.ir_version}, produced by {producer}"
+    )
     try:
         return from_relax(mod, "main", shapes=shapes, name=path, origin=origin)
     except DivimlInputError as error:
@@ -96,11 +111,14 @@ def integer_initializers_as_constants(model):
 
     graph = model.graph
     listed = {i.name for i in graph.input}
-    integer = [init for init in graph.initializer if init.name not in listed and
-               onnx.helper.tensor_dtype_to_np_dtype(init.data_type).kind in "iub"]
+    integer = [
+        init
+        for init in graph.initializer
+        if init.name not in listed and onnx.helper.tensor_dtype_to_np_dtype(init.data_type).kind in "iub"
+    ]
     if not integer:
         return model
-    model = onnx.ModelProto.FromString(model.SerializeToString())        # the caller's model stays as it was
+    model = onnx.ModelProto.FromString(model.SerializeToString())  # the caller's model stays as it was
     names = {init.name for init in integer}
     kept = [init for init in model.graph.initializer if init.name not in names]
     constants = [onnx.helper.make_node("Constant", [], [init.name], value=init) for init in integer]
@@ -130,21 +148,27 @@ def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> Built
     try:
         import torch
     except ImportError:
-        raise DivimlInputError("reading .pt2 files needs torch", source=path,
-                               hint="pip install 'tvm-diviml[torch]'") from None
+        raise DivimlInputError(
+            "reading .pt2 files needs torch", source=path, hint="pip install 'tvm-diviml[torch]'"
+        ) from None
     if not os.path.isfile(path):
         raise DivimlInputError("no such file", source=path)
-    if not zipfile.is_zipfile(path):          # torch would log its own traceback before failing
-        raise DivimlInputError("not a torch.export program (a .pt2 file is a zip archive)", source=path,
-                               hint="save it with torch.export.save(torch.export.export(model, args), path)")
-    quiet = logging.getLogger("torch.export")       # it logs a traceback before its fallback reader
+    if not zipfile.is_zipfile(path):  # torch would log its own traceback before failing
+        raise DivimlInputError(
+            "not a torch.export program (a .pt2 file is a zip archive)",
+            source=path,
+            hint="save it with torch.export.save(torch.export.export(model, args), path)",
+        )
+    quiet = logging.getLogger("torch.export")  # it logs a traceback before its fallback reader
     level, quiet.level = quiet.level, logging.ERROR
     try:
         program = torch.export.load(path)
-    except Exception as error:        # torch raises zip, pickle and schema errors of many kinds
-        raise DivimlInputError(f"not a readable torch.export program ({type(error).__name__}: "
-                               f"{first_line(error)})", source=path,
-                               hint="save it with torch.export.save(torch.export.export(model, args), path)") from None
+    except Exception as error:  # torch raises zip, pickle and schema errors of many kinds
+        raise DivimlInputError(
+            f"not a readable torch.export program ({type(error).__name__}: {first_line(error)})",
+            source=path,
+            hint="save it with torch.export.save(torch.export.export(model, args), path)",
+        ) from None
     finally:
         quiet.setLevel(level)
     try:
@@ -161,6 +185,8 @@ def importer_errors(source: str):
     except DivimlInputError:
         raise
     except Exception as error:
-        raise DivimlInputError(f"TVM cannot import it: {type(error).__name__}: {first_line(error)}",
-                               source=source, hint="re-export the model (another opset, or without "
-                               "the operator named here)") from None
+        raise DivimlInputError(
+            f"TVM cannot import it: {type(error).__name__}: {first_line(error)}",
+            source=source,
+            hint="re-export the model (another opset, or without the operator named here)",
+        ) from None

@@ -3,6 +3,7 @@
 The check that an extraction is faithful: if its nodes, their arguments and the order are right,
 the result equals the whole module's. It also shows that the nodes are exactly what a device runs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,11 +18,17 @@ def transformed_weights(extraction: Extraction, params: list[np.ndarray], device
     if extraction.transform_params is None:
         return [tvm.runtime.tensor(p, device) for p in params]
     name = extraction.transform_params
-    mod = tvm.IRModule({gv: extraction.mod[gv] for gv in extraction.mod.get_global_vars()
-                        if gv.name_hint == name or not isinstance(extraction.mod[gv], relax.Function)})
+    mod = tvm.IRModule(
+        {
+            gv: extraction.mod[gv]
+            for gv in extraction.mod.get_global_vars()
+            if gv.name_hint == name or not isinstance(extraction.mod[gv], relax.Function)
+        }
+    )
     target = tvm.target.Target("llvm")
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=relax.get_default_pipeline(target)),
-                              device)
+    vm = relax.VirtualMachine(
+        tvm.compile(mod, target=target, relax_pipeline=relax.get_default_pipeline(target)), device
+    )
     result = vm[name]([tvm.runtime.tensor(p, device) for p in params])
     return list(result)
 
@@ -30,8 +37,10 @@ def run_kernels(extraction: Extraction, inputs: list[np.ndarray], params: list[n
     """The entry function's outputs, computed one kernel at a time in topological order."""
     device = tvm.cpu(0)
     graph = extraction.graph
-    funcs = {name: extraction.mod[name].with_attr("global_symbol", name)
-             for name in dict.fromkeys(extraction.kernel_func.values())}
+    funcs = {
+        name: extraction.mod[name].with_attr("global_symbol", name)
+        for name in dict.fromkeys(extraction.kernel_func.values())
+    }
     library = tvm.compile(tvm.IRModule(funcs), target="llvm")
     values: dict[Ref, object] = {}
     for graph_input, array in zip(graph.inputs, inputs, strict=True):
@@ -48,8 +57,9 @@ def run_kernels(extraction: Extraction, inputs: list[np.ndarray], params: list[n
         return values[ref]
 
     for name in graph.topo_order:
-        outputs = [tvm.runtime.empty(tuple(o["shape"]), o["dtype"], device)
-                   for o in graph.kernels[name].attrs["outputs"]]
+        outputs = [
+            tvm.runtime.empty(tuple(o["shape"]), o["dtype"], device) for o in graph.kernels[name].attrs["outputs"]
+        ]
         library[extraction.kernel_func[name]](*[value_of(ref) for ref in extraction.kernel_args[name]], *outputs)
         if len(outputs) == 1:
             values[Ref("kernel", name)] = outputs[0]

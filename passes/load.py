@@ -1,5 +1,6 @@
 """MODEL strings that need TVM: zoo names with options, .onnx files and .pt2 programs
 (``torch.export.save``), extracted to an OpGraph."""
+
 from __future__ import annotations
 
 import logging
@@ -21,18 +22,23 @@ class LoadedModel:
     extract_s: float
 
 
-def load_model(name: str, options: dict, *, shapes: dict[str, int] | None = None, fused: bool = True,
-               path: str | None = None) -> LoadedModel:
+def load_model(
+    name: str, options: dict, *, shapes: dict[str, int] | None = None, fused: bool = True, path: str | None = None
+) -> LoadedModel:
     """Build (zoo) or import (ONNX or a torch.export program at ``path``) a model, then extract its
     kernel graph."""
     began = time.perf_counter()
     if path is not None:
         from .frontends import load_onnx, load_torch_program
+
         built = (load_torch_program if path.endswith(".pt2") else load_onnx)(path, shapes)
     else:
         if shapes:
-            raise DivimlInputError("--shape applies to imported models; zoo models take options",
-                                   field="--shape", hint=f"e.g. {name}:batch=2")
+            raise DivimlInputError(
+                "--shape applies to imported models; zoo models take options",
+                field="--shape",
+                hint=f"e.g. {name}:batch=2",
+            )
         built = build_model(name, options)
     extraction = extract(built.mod, built.entry, fused=fused, name=built.name)
     elapsed = time.perf_counter() - began

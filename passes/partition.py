@@ -13,6 +13,7 @@ manager ``partition_options(platform, ...)``, which also hands back the result; 
 "diviml" pipeline refuses to guess the machine and raises. Both uses, step by step:
 tutorials/04_as_a_tvm_pipeline.py; the TVM 0.27 traps behind them: docs/design.md#tvm-027-traps.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +60,11 @@ def _platform_of(platform: Platform | str) -> Platform:
         return platform
     if isinstance(platform, str):
         return load_platform(platform)
-    raise DivimlInputError(f"platform must be a Platform, a preset name or a .json file, not "
-                           f"{type(platform).__name__}", field="platform", hint="e.g. platform='cpu2'")
+    raise DivimlInputError(
+        f"platform must be a Platform, a preset name or a .json file, not {type(platform).__name__}",
+        field="platform",
+        hint="e.g. platform='cpu2'",
+    )
 
 
 def _check_cost(cost) -> None:
@@ -68,8 +72,11 @@ def _check_cost(cost) -> None:
         return
     if isinstance(cost, str) and os.path.isfile(cost):
         return
-    raise DivimlInputError(f"unknown cost '{cost}'", field="cost",
-                           hint="use 'roofline', 'measured', a cost table .json file, or a CostModel object")
+    raise DivimlInputError(
+        f"unknown cost '{cost}'",
+        field="cost",
+        hint="use 'roofline', 'measured', a cost table .json file, or a CostModel object",
+    )
 
 
 @tvm.transform.module_pass(opt_level=0, name="diviml.PartitionForDevices")
@@ -77,18 +84,30 @@ class PartitionForDevices:
     """Module pass: place ``mod``'s kernels on ``platform``'s devices for ``objective`` and return the
     placed module (module docstring). Options are checked here, before any compile starts."""
 
-    def __init__(self, platform: Platform | str, *, objective: str = "latency", solver: str = "auto",
-                 cost: str | CostModel = "roofline", stages: int | None = None, time_limit_s: float = 10.0,
-                 entry: str | None = None, seed: int = 0, candidates: int | None = None):
+    def __init__(
+        self,
+        platform: Platform | str,
+        *,
+        objective: str = "latency",
+        solver: str = "auto",
+        cost: str | CostModel = "roofline",
+        stages: int | None = None,
+        time_limit_s: float = 10.0,
+        entry: str | None = None,
+        seed: int = 0,
+        candidates: int | None = None,
+    ):
         """``candidates``: build and time that many best plans and the single-device configurations
         here (seeded random weights) and keep the fastest measured (``passes.run.choose_by_measurement``);
         ``.selection`` then says which won and what each measured."""
         if objective not in OBJECTIVES:
-            raise DivimlInputError(f"unknown objective '{objective}'", field="objective",
-                                   hint=f"use one of {', '.join(OBJECTIVES)}")
+            raise DivimlInputError(
+                f"unknown objective '{objective}'", field="objective", hint=f"use one of {', '.join(OBJECTIVES)}"
+            )
         if solver != "auto" and solver not in SOLVERS:
-            raise DivimlInputError(f"unknown solver '{solver}'", field="solver",
-                                   hint=f"use 'auto' or one of {', '.join(SOLVERS)}")
+            raise DivimlInputError(
+                f"unknown solver '{solver}'", field="solver", hint=f"use 'auto' or one of {', '.join(SOLVERS)}"
+            )
         _check_cost(cost)
         if not time_limit_s > 0:
             raise DivimlInputError(f"time_limit_s must be positive, not {time_limit_s}", field="time_limit_s")
@@ -121,15 +140,25 @@ class PartitionForDevices:
             from .run import with_random_weights
 
             built = None if mod is None else with_random_weights(mod, extraction.entry, self.seed)
-            return measured_costs(extraction.graph, self.platform, LoadedModel(built, extraction, 0.0),
-                                  progress=False, calibrate=mod is not None)
+            return measured_costs(
+                extraction.graph,
+                self.platform,
+                LoadedModel(built, extraction, 0.0),
+                progress=False,
+                calibrate=mod is not None,
+            )
         return TableCostModel.load(self.cost, self.platform, extraction.graph)
 
     def solve(self, extraction: Extraction, mod=None) -> tuple[Plan, Simulation]:
         """The solver's plan for ``extraction``'s graph, scored by the simulator; with ``candidates``,
         the fastest measured of the best plans of ``mod`` (the module ``extraction`` came from) instead."""
-        problem = Problem(extraction.graph, self.platform, self.cost_model(extraction, mod), objective=self.objective,
-                          stages=self.stages)
+        problem = Problem(
+            extraction.graph,
+            self.platform,
+            self.cost_model(extraction, mod),
+            objective=self.objective,
+            stages=self.stages,
+        )
         problem.validate()
         name = default_solver(problem) if self.solver == "auto" else self.solver
         began = time.perf_counter()
@@ -137,21 +166,35 @@ class PartitionForDevices:
         solve_s = time.perf_counter() - began
         sim = simulate(problem.graph, problem.platform, problem.costs, plan)
         if not sim.feasible or math.isinf(sim.value_s):
-            raise DivimlInputError(f"solver {name} found no feasible placement of {len(problem.graph)} kernels on "
-                                   f"'{self.platform.name}': {'; '.join(sim.problems) or 'infinite cost'}",
-                                   field="platform", hint="use devices with more memory, or another solver")
+            raise DivimlInputError(
+                f"solver {name} found no feasible placement of {len(problem.graph)} kernels on "
+                f"'{self.platform.name}': {'; '.join(sim.problems) or 'infinite cost'}",
+                field="platform",
+                hint="use devices with more memory, or another solver",
+            )
         plan.attrs["simulated_value_s"] = sim.value_s
-        log.info("%s placed %d kernels on %s for %s: %.4g s (simulated), solved in %.2f s", name,
-                 len(problem.graph), ", ".join(plan.devices_used()), self.objective, sim.value_s, solve_s)
+        log.info(
+            "%s placed %d kernels on %s for %s: %.4g s (simulated), solved in %.2f s",
+            name,
+            len(problem.graph),
+            ", ".join(plan.devices_used()),
+            self.objective,
+            sim.value_s,
+            solve_s,
+        )
         if self.candidates:
             from .run import choose_by_measurement, with_random_weights
 
             if mod is None:
-                raise DivimlInputError("timing candidates needs the module the extraction came from",
-                                       field="mod", hint="call solve(extraction, mod)")
+                raise DivimlInputError(
+                    "timing candidates needs the module the extraction came from",
+                    field="mod",
+                    hint="call solve(extraction, mod)",
+                )
             model = with_random_weights(mod, extraction.entry, self.seed)
-            self.selection, _, _ = choose_by_measurement(model, extraction, problem, plan, self.candidates,
-                                                      progress=log.info)
+            self.selection, _, _ = choose_by_measurement(
+                model, extraction, problem, plan, self.candidates, progress=log.info
+            )
             plan = self.selection.winner.plan
             sim = simulate(problem.graph, problem.platform, problem.costs, plan)
             plan.attrs["simulated_value_s"] = sim.value_s
@@ -161,11 +204,12 @@ class PartitionForDevices:
         extraction = extract(mod, self.entry)
         plan, sim = self.solve(extraction, mod)
         applied = apply_plan(mod, plan, self.platform, entry=extraction.entry, extraction=extraction)
-        if self.selection is not None and self.selection.winner.threads:      # the whole CPU won
+        if self.selection is not None and self.selection.winner.threads:  # the whole CPU won
             applied.placement.num_threads = [self.selection.winner.threads] * len(applied.placement.devices)
         self.plan, self.simulation, self.applied = plan, sim, applied
-        return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json()) \
-            .with_attr(PLAN_ATTR, json.dumps(plan.to_json(), sort_keys=True))
+        return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json()).with_attr(
+            PLAN_ATTR, json.dumps(plan.to_json(), sort_keys=True)
+        )
 
     def pipeline(self) -> tvm.transform.Pass:
         """This pass then the placed build pipeline: ``tvm.compile(mod, target=None, relax_pipeline=...)``.
@@ -193,10 +237,12 @@ def diviml_pipeline() -> tvm.transform.Pass:
     """The pipeline ``relax_pipeline="diviml"`` names: the active ``partition_options``' pass and build."""
     partition = _ACTIVE.get()
     if partition is None:
-        raise DivimlInputError("the 'diviml' pipeline needs to know the devices and the objective",
-                               field="relax_pipeline",
-                               hint="wrap tvm.compile in `with partition_options(platform, ...)`, or pass "
-                               "relax_pipeline=PartitionForDevices(platform, ...).pipeline()")
+        raise DivimlInputError(
+            "the 'diviml' pipeline needs to know the devices and the objective",
+            field="relax_pipeline",
+            hint="wrap tvm.compile in `with partition_options(platform, ...)`, or pass "
+            "relax_pipeline=PartitionForDevices(platform, ...).pipeline()",
+        )
     return partition.pipeline()
 
 

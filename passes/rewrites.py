@@ -6,6 +6,7 @@ Each rewrite gives the operator the meaning its framework gives it, so outputs s
   GPT-2 and LLaMA do it to find packed sequences), TVM's importer keeps bool and its LLVM code
   generation then fails (``MatchesCode(kDLFloat)``). Rewritten as a cast to int64, then an int64 sum.
 """
+
 from __future__ import annotations
 
 import tvm
@@ -22,8 +23,12 @@ class _BoolCumsumAsInt64(relax.PyExprMutator):
         if str(data.ty.dtype) != "bool" or (out_dtype is not None and str(out_dtype) != "bool"):
             return call
         axis = call.attrs.axis
-        return relax.op.cumsum(relax.op.astype(data, "int64"), None if axis is None else int(axis), dtype="int64",
-                               exclusive=bool(call.attrs.exclusive))
+        return relax.op.cumsum(
+            relax.op.astype(data, "int64"),
+            None if axis is None else int(axis),
+            dtype="int64",
+            exclusive=bool(call.attrs.exclusive),
+        )
 
 
 @tvm.transform.module_pass(opt_level=0, name="diviml.ImportRewrites")

@@ -5,6 +5,7 @@ device — the executor moves them with TVM — takes its device's copies of the
 returns what later segments read and the model outputs it makes. Tensors are named by string keys
 (``tensor_key``) so that the executor, which knows nothing of Relax, can route them.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,9 +24,14 @@ def tensor_key(ref: Ref) -> str:
     return f"{ref.kind}:{ref.name}" if ref.index is None else f"{ref.kind}:{ref.name}:{ref.index}"
 
 
-def emit_segments(builder: relax.BlockBuilder, emitter: FunctionEmitter, extraction: Extraction,
-                  segments: list[Segment], target_funcs: dict[tuple[str, str], Any],
-                  devices: set[str] | None = None) -> list[dict]:
+def emit_segments(
+    builder: relax.BlockBuilder,
+    emitter: FunctionEmitter,
+    extraction: Extraction,
+    segments: list[Segment],
+    target_funcs: dict[tuple[str, str], Any],
+    devices: set[str] | None = None,
+) -> list[dict]:
     """Add one function per segment to ``builder``; returns each segment's calling convention
     (name, device, reads, writes, weights) for the Placement. ``devices``: emit only the segments
     on these (one server's); what they read and write still follows from all ``segments``."""
@@ -46,21 +52,36 @@ def emit_segments(builder: relax.BlockBuilder, emitter: FunctionEmitter, extract
     for ref in extraction.outputs:
         base = base_ref(extraction, ref)
         if ref.kind == "input":
-            continue                                 # a model input returned as it is: the executor passes it on
+            continue  # a model input returned as it is: the executor passes it on
         if base.kind != "kernel":
-            raise DivimlInputError(f"model output {tensor_key(ref)} is not computed by any kernel (a weight, a "
-                                   "constant or a reshaped input); the concurrent build cannot return it",
-                                   field="MODEL", hint="return it from the model's caller instead")
+            raise DivimlInputError(
+                f"model output {tensor_key(ref)} is not computed by any kernel (a weight, a "
+                "constant or a reshaped input); the concurrent build cannot return it",
+                field="MODEL",
+                hint="return it from the model's caller instead",
+            )
         if ref not in writes[segment_of[base.name]]:
             writes[segment_of[base.name]].append(ref)
     conventions = []
     for seg in segments:
         if devices is not None and seg.device not in devices:
             continue
-        weights = emitter.emit(builder, seg.name, list(seg.kernels), [Param(r, seg.device) for r in reads[seg.name]],
-                               [Param(r, seg.device) for r in writes[seg.name]], target_funcs)
-        conventions.append({"name": seg.name, "device": seg.device, "kernels": list(seg.kernels),
-                            "reads": [tensor_key(r) for r in reads[seg.name]],
-                            "writes": [tensor_key(r) for r in writes[seg.name]],
-                            "weights": [[p.ref.kind, p.ref.name, p.device] for p in weights]})
+        weights = emitter.emit(
+            builder,
+            seg.name,
+            list(seg.kernels),
+            [Param(r, seg.device) for r in reads[seg.name]],
+            [Param(r, seg.device) for r in writes[seg.name]],
+            target_funcs,
+        )
+        conventions.append(
+            {
+                "name": seg.name,
+                "device": seg.device,
+                "kernels": list(seg.kernels),
+                "reads": [tensor_key(r) for r in reads[seg.name]],
+                "writes": [tensor_key(r) for r in writes[seg.name]],
+                "weights": [[p.ref.kind, p.ref.name, p.device] for p in weights],
+            }
+        )
     return conventions

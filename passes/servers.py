@@ -7,6 +7,7 @@ cannot hold two servers' devices: each server's segment functions are placed and
 latency or the period measured against the simulator's, and per server the busy time measured
 against predicted, with the tensors that crossed servers through the driver (two hops each).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,34 +55,55 @@ def build_per_server(mod, plan: Plan, platform: Platform, *, extraction: Extract
 class RpcRunMeasurement(MeasuredRun):
     """What one run of a plan across servers measured, per server and through the driver."""
 
-    server_busy_s: dict[str, float]            # per inference: seconds in segment calls, per server
+    server_busy_s: dict[str, float]  # per inference: seconds in segment calls, per server
     predicted_server_busy_s: dict[str, float]  # the simulator's device_busy_s summed per server
-    hops: float                                # per inference: driver hops (two per tensor that crosses)
-    hop_s: float                               # per inference: seconds in those hops (all workers together)
+    hops: float  # per inference: driver hops (two per tensor that crosses)
+    hop_s: float  # per inference: seconds in those hops (all workers together)
     hop_bytes: float
-    crossings: dict[str, float]                # per inference: tensors that crossed, per "src->dst" server pair
-    io_s: float                                # per inference: model inputs uploaded, outputs downloaded
-    addresses: dict[str, str]                  # server -> HOST:PORT
+    crossings: dict[str, float]  # per inference: tensors that crossed, per "src->dst" server pair
+    io_s: float  # per inference: model inputs uploaded, outputs downloaded
+    addresses: dict[str, str]  # server -> HOST:PORT
     segments: int
-    driver_hops: dict[str, dict] = field(default_factory=dict)   # per server: the hop figures planned with
+    driver_hops: dict[str, dict] = field(default_factory=dict)  # per server: the hop figures planned with
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.headline_json(), "server_busy_s": self.server_busy_s,
-                "predicted_server_busy_s": self.predicted_server_busy_s, "device_busy_s": self.device_busy_s,
-                "hops_per_inference": self.hops, "hop_s_per_inference": self.hop_s,
-                "hop_bytes_per_inference": self.hop_bytes, "crossings_per_inference": self.crossings,
-                "io_s_per_inference": self.io_s,
-                "addresses": self.addresses, "build_s": self.build_s, "segments": self.segments,
-                "in_flight": self.in_flight, "samples_s": self.samples_s, "driver_hops": self.driver_hops,
-                "executor": "rpc"}
+        return {
+            **self.headline_json(),
+            "server_busy_s": self.server_busy_s,
+            "predicted_server_busy_s": self.predicted_server_busy_s,
+            "device_busy_s": self.device_busy_s,
+            "hops_per_inference": self.hops,
+            "hop_s_per_inference": self.hop_s,
+            "hop_bytes_per_inference": self.hop_bytes,
+            "crossings_per_inference": self.crossings,
+            "io_s_per_inference": self.io_s,
+            "addresses": self.addresses,
+            "build_s": self.build_s,
+            "segments": self.segments,
+            "in_flight": self.in_flight,
+            "samples_s": self.samples_s,
+            "driver_hops": self.driver_hops,
+            "executor": "rpc",
+        }
 
 
-def run_plan_rpc(model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, predicted_s: float,
-                 addresses: list[tuple[str, int]] | dict[str, RemoteServer], *,
-                 predicted_busy_s: dict[str, float] | None = None, repeats: int = 5, stream_inputs: int = 16,
-                 in_flight: int | None = None, timeout_s: float = 60.0, database=None,
-                 driver_hops: dict[str, DriverHop] | None = None, progress=print
-                 ) -> tuple[RpcRunMeasurement, ServersBuild]:
+def run_plan_rpc(
+    model: BuiltModel,
+    extraction: Extraction,
+    platform: Platform,
+    plan: Plan,
+    predicted_s: float,
+    addresses: list[tuple[str, int]] | dict[str, RemoteServer],
+    *,
+    predicted_busy_s: dict[str, float] | None = None,
+    repeats: int = 5,
+    stream_inputs: int = 16,
+    in_flight: int | None = None,
+    timeout_s: float = 60.0,
+    database=None,
+    driver_hops: dict[str, DriverHop] | None = None,
+    progress=print,
+) -> tuple[RpcRunMeasurement, ServersBuild]:
     """Build ``plan`` per server, run it over RPC (``addresses`` in server order, or sessions from
     ``connect_servers``), check it against the reference and time it. ``predicted_busy_s``: the
     simulator's device_busy_s, for the per-server comparison; ``driver_hops``: recorded in the result."""
@@ -89,8 +111,10 @@ def run_plan_rpc(model: BuiltModel, extraction: Extraction, platform: Platform, 
     built = build_per_server(model.mod, plan, platform, extraction=extraction, database=database)
     build_s = time.perf_counter() - began
     segments = built.segments
-    progress(f"built for servers {', '.join(built.builds)} in {build_s:.1f} s ({len(segments)} segments, "
-             f"{len(crossing_tensors(segments))} tensors cross servers)")
+    progress(
+        f"built for servers {', '.join(built.builds)} in {build_s:.1f} s ({len(segments)} segments, "
+        f"{len(crossing_tensors(segments))} tensors cross servers)"
+    )
     own_sessions = not isinstance(addresses, dict)
     remotes = connect_servers(platform, addresses, timeout_s=timeout_s) if own_sessions else addresses
     params = [w for _, w in model.params]
@@ -108,7 +132,7 @@ def run_plan_rpc(model: BuiltModel, extraction: Extraction, platform: Platform, 
             flight = in_flight or 2 * len(runner.busy_s)
             stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
             measured, samples = time_stream(runner, stream, flight), []
-            busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs      # the last stream's
+            busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs  # the last stream's
     predicted_busy = predicted_busy_s or {}
     home = server_of(platform)
     server_busy: Counter = Counter()
@@ -118,27 +142,49 @@ def run_plan_rpc(model: BuiltModel, extraction: Extraction, platform: Platform, 
     for device, seconds in predicted_busy.items():
         predicted_server[home[device]] += seconds
     return RpcRunMeasurement(
-        objective=plan.objective, predicted_s=predicted_s, measured_s=measured, max_abs_diff=abs_diff,
-        max_rel_diff=rel_diff, server_busy_s=dict(server_busy), predicted_server_busy_s=dict(predicted_server),
-        device_busy_s={d: s / runs for d, s in busy.items()}, hops=stats["hops"] / runs, hop_s=stats["hop_s"] / runs,
-        hop_bytes=stats["hop_bytes"] / runs, crossings={pair: n / runs for pair, n in stats["by_pair"].items()},
-        io_s=stats["io_s"] / runs, addresses={sid: r.address for sid, r in remotes.items()}, build_s=build_s,
-        segments=len(segments), in_flight=flight, samples_s=samples,
-        driver_hops={sid: hop.to_json() for sid, hop in (driver_hops or {}).items()}), built
+        objective=plan.objective,
+        predicted_s=predicted_s,
+        measured_s=measured,
+        max_abs_diff=abs_diff,
+        max_rel_diff=rel_diff,
+        server_busy_s=dict(server_busy),
+        predicted_server_busy_s=dict(predicted_server),
+        device_busy_s={d: s / runs for d, s in busy.items()},
+        hops=stats["hops"] / runs,
+        hop_s=stats["hop_s"] / runs,
+        hop_bytes=stats["hop_bytes"] / runs,
+        crossings={pair: n / runs for pair, n in stats["by_pair"].items()},
+        io_s=stats["io_s"] / runs,
+        addresses={sid: r.address for sid, r in remotes.items()},
+        build_s=build_s,
+        segments=len(segments),
+        in_flight=flight,
+        samples_s=samples,
+        driver_hops={sid: hop.to_json() for sid, hop in (driver_hops or {}).items()},
+    ), built
 
 
 def crossing_tensors(segments: list[dict]) -> set[tuple[str, str]]:
     """(tensor key, destination device) for each tensor that a segment on another server reads: the
     driver moves it once per device that reads it, as the simulator charges it."""
     writer = {key: seg["server"] for seg in segments for key in seg["writes"]}
-    return {(key, seg["device"]) for seg in segments for key in seg["reads"]
-            if key in writer and writer[key] != seg["server"]}
+    return {
+        (key, seg["device"])
+        for seg in segments
+        for key in seg["reads"]
+        if key in writer and writer[key] != seg["server"]
+    }
 
 
 def _stats(runner: RpcRunner) -> dict:
     stats = runner.stats
-    return {"hops": stats.hops, "hop_s": stats.hop_s, "hop_bytes": stats.hop_bytes, "by_pair": dict(stats.by_pair),
-            "io_s": stats.input_s + stats.output_s}
+    return {
+        "hops": stats.hops,
+        "hop_s": stats.hop_s,
+        "hop_bytes": stats.hop_bytes,
+        "by_pair": dict(stats.by_pair),
+        "io_s": stats.input_s + stats.output_s,
+    }
 
 
 def _latency(runner: RpcRunner, inputs: list[np.ndarray], repeats: int):
@@ -151,7 +197,7 @@ def _latency(runner: RpcRunner, inputs: list[np.ndarray], repeats: int):
         runner(inputs)
         if run:
             samples.append(time.perf_counter() - began)
-        busy.update(runner.busy_s)                 # busy_s and stats cover the last run only
+        busy.update(runner.busy_s)  # busy_s and stats cover the last run only
         for key, value in _stats(runner).items():
             totals[key] += Counter(value) if key == "by_pair" else value
     return statistics.median(samples), samples, dict(busy), {**totals, "by_pair": dict(totals["by_pair"])}
@@ -168,13 +214,16 @@ def format_rpc_run(run: RpcRunMeasurement, rtol: float) -> str:
         versus = f"{format_seconds(predicted):>12}" if predicted is not None else f"{'-':>12}"
         lines.append(f"  {sid} {run.addresses[sid]:<22}{format_seconds(measured):>12} /{versus}")
     crossings = ", ".join(f"{pair}: {count:g}" for pair, count in sorted(run.crossings.items()))
-    lines.append(f"through the driver per inference: {run.hops:g} hops "
-                 f"({'tensors ' + crossings if crossings else 'no tensor crossed servers'}), "
-                 f"{run.hop_bytes / 1e3:.1f} kB, {format_seconds(run.hop_s)}; model inputs up and outputs down "
-                 f"{format_seconds(run.io_s)}")
+    lines.append(
+        f"through the driver per inference: {run.hops:g} hops "
+        f"({'tensors ' + crossings if crossings else 'no tensor crossed servers'}), "
+        f"{run.hop_bytes / 1e3:.1f} kB, {format_seconds(run.hop_s)}; model inputs up and outputs down "
+        f"{format_seconds(run.io_s)}"
+    )
     for sid, hop in sorted(run.driver_hops.items()):
-        lines.append(f"  hop {sid}: download {format_seconds(hop['download_latency_s'])} + "
-                     f"{hop['download_Bps'] / 1e6:.1f} MB/s, upload {format_seconds(hop['upload_latency_s'])} + "
-                     f"{hop['upload_Bps'] / 1e6:.1f} MB/s (measured, planned with)")
+        lines.append(
+            f"  hop {sid}: download {format_seconds(hop['download_latency_s'])} + "
+            f"{hop['download_Bps'] / 1e6:.1f} MB/s, upload {format_seconds(hop['upload_latency_s'])} + "
+            f"{hop['upload_Bps'] / 1e6:.1f} MB/s (measured, planned with)"
+        )
     return "\n".join(lines)
-

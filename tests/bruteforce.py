@@ -18,6 +18,7 @@ gets a sharper bound (heads and tails along paths with its exact transfer times,
 load between its earliest head and its smallest tail), is skipped when that reaches the best, and
 its orders stop once one reaches it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -33,8 +34,10 @@ from tvm_diviml.simulator import PlanError, remote_sends, simulate
 def best_latency(graph: OpGraph, platform: Platform, costs: CostModel) -> tuple[float, Plan | None]:
     """The least simulated latency of any feasible plan, and one plan that reaches it; (inf, None)
     where no plan is feasible."""
-    ranked = sorted((compute_lower_bound(graph, costs, assignment), index, assignment)
-                    for index, assignment in enumerate(feasible_assignments(graph, platform, costs)))
+    ranked = sorted(
+        (compute_lower_bound(graph, costs, assignment), index, assignment)
+        for index, assignment in enumerate(feasible_assignments(graph, platform, costs))
+    )
     ancestors = _ancestors(graph)
     best_value, best_plan = math.inf, None
     for quick_bound, _, assignment in ranked:
@@ -47,7 +50,7 @@ def best_latency(graph: OpGraph, platform: Platform, costs: CostModel) -> tuple[
             plan = Plan(assignment, order=order)
             try:
                 sim = simulate(graph, platform, costs, plan)
-            except PlanError:            # the per-device orders deadlock across devices
+            except PlanError:  # the per-device orders deadlock across devices
                 continue
             value = sim.value_s if sim.feasible else math.inf
             if value < best_value:
@@ -79,14 +82,21 @@ def feasible_assignments(graph: OpGraph, platform: Platform, costs: CostModel):
     choices = []
     for name in names:
         allowed = graph.kernels[name].allowed_devices
-        choices.append([d for d in platform.device_names
-                        if (allowed is None or d in allowed) and not math.isinf(costs.compute_s(name, d))])
+        choices.append(
+            [
+                d
+                for d in platform.device_names
+                if (allowed is None or d in allowed) and not math.isinf(costs.compute_s(name, d))
+            ]
+        )
     for devices in itertools.product(*choices):
         assignment = dict(zip(names, devices))
         group_device: dict[str, str] = {}
-        if all(group_device.setdefault(graph.kernels[k].colocate, d) == d
-               for k, d in assignment.items() if graph.kernels[k].colocate is not None) \
-                and _weights_fit(graph, platform, assignment):
+        if all(
+            group_device.setdefault(graph.kernels[k].colocate, d) == d
+            for k, d in assignment.items()
+            if graph.kernels[k].colocate is not None
+        ) and _weights_fit(graph, platform, assignment):
             yield assignment
 
 
@@ -114,7 +124,7 @@ def assignment_lower_bound(graph: OpGraph, platform: Platform, costs: CostModel,
     """A latency no order can beat with this assignment (transfers as the simulator charges them)."""
     host = platform.host
     compute = {k: costs.compute_s(k, d) for k, d in assignment.items()}
-    arrival_delay: dict[str, dict[str, float]] = {}      # producer -> device -> transfer seconds
+    arrival_delay: dict[str, dict[str, float]] = {}  # producer -> device -> transfer seconds
     for kernel in graph.kernels:
         sends = remote_sends(graph, assignment, kernel)
         output = graph.kernels[kernel].output_bytes
@@ -137,8 +147,10 @@ def assignment_lower_bound(graph: OpGraph, platform: Platform, costs: CostModel,
     bound = max(head[k] + compute[k] + tail[k] for k in graph.kernels)
     for device in set(assignment.values()):
         on_device = [k for k, d in assignment.items() if d == device]
-        bound = max(bound, min(head[k] for k in on_device) + sum(compute[k] for k in on_device)
-                    + min(tail[k] for k in on_device))
+        bound = max(
+            bound,
+            min(head[k] for k in on_device) + sum(compute[k] for k in on_device) + min(tail[k] for k in on_device),
+        )
     return bound
 
 
@@ -168,5 +180,5 @@ def _linear_extensions(kernels: list[str], ancestors: dict[str, frozenset[str]])
     members = set(kernels)
     for index, kernel in enumerate(kernels):
         if not (ancestors[kernel] & members):
-            for rest in _linear_extensions(kernels[:index] + kernels[index + 1:], ancestors):
+            for rest in _linear_extensions(kernels[:index] + kernels[index + 1 :], ancestors):
                 yield [kernel, *rest]

@@ -1,4 +1,5 @@
 """Small hand-checkable fixtures: three devices whose links cost 1 s + 1 s per byte."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,15 @@ def examples(count: int) -> int:
 
 def unit_platform(devices=("A", "B", "C"), latency=1.0, bandwidth=1.0, memory=None, transfer_model="direct"):
     """Device A is a CPU (the host), the others GPUs; sending b bytes takes latency + b / bandwidth."""
-    devs = [Device(name, {"kind": "llvm"} if i == 0 else {"kind": "cuda"}, "cpu:0" if i == 0 else f"cuda:{i - 1}",
-                   memory_bytes=memory)
-            for i, name in enumerate(devices)]
+    devs = [
+        Device(
+            name,
+            {"kind": "llvm"} if i == 0 else {"kind": "cuda"},
+            "cpu:0" if i == 0 else f"cuda:{i - 1}",
+            memory_bytes=memory,
+        )
+        for i, name in enumerate(devices)
+    ]
     links = {(a, b): Link(a, b, latency, bandwidth) for a in devices for b in devices if a != b}
     return Platform("unit", devs, links, transfer_model=transfer_model)
 
@@ -50,8 +57,13 @@ def graph_of(edges, kernels=None, inputs=(), outputs=None, weights=None, kernel_
     kernel_weights = kernel_weights or {}
     output_bytes = output_bytes or {}
     nodes = [Kernel(n, weights=tuple(kernel_weights.get(n, ())), output_bytes=output_bytes.get(n, 0.0)) for n in names]
-    return OpGraph(nodes, [Edge(s, d, b) for s, d, b in edges],
-                   inputs=[GraphInput(n, b, tuple(c)) for n, b, c in inputs], outputs=outputs, weights=weights)
+    return OpGraph(
+        nodes,
+        [Edge(s, d, b) for s, d, b in edges],
+        inputs=[GraphInput(n, b, tuple(c)) for n, b, c in inputs],
+        outputs=outputs,
+        weights=weights,
+    )
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ the single-device build's outputs; one inference copies exactly the activations 
 fail with errors that name the problem. Each model is built and referenced once per module (TVM
 compiles and the VM's JIT link cost seconds each); most models and plans run only with ``-m slow``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +17,9 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import tvm
 from tvm import relax
 
 from tvm_diviml.errors import DivimlInputError
@@ -47,9 +47,9 @@ DEFAULT_RUNS = {"twin_branch": PLAN_KINDS, "vit_b16": ("cpu1", "alternating")}
 
 @dataclasses.dataclass
 class ZooCase:
-    model: object                # BuiltModel
-    extraction: object           # Extraction
-    reference: list              # run_reference's outputs
+    model: object  # BuiltModel
+    extraction: object  # Extraction
+    reference: list  # run_reference's outputs
 
     @property
     def weights(self) -> list[np.ndarray]:
@@ -70,6 +70,7 @@ def zoo():
         if name not in cases:
             cases[name] = zoo_case(name)
         return cases[name]
+
     return get
 
 
@@ -147,6 +148,7 @@ def test_random_assignment_matches_reference(vit, data):
 def expected_copies(extraction, assignment: dict[str, str], host: str) -> int:
     """Activation copies per inference, from the graph alone: each tensor (a view counts as its
     base) goes once to every other device that reads it; inputs start and outputs end on the host."""
+
     def base(ref):
         while ref.kind == "view":
             ref = extraction.views[ref][0]
@@ -159,8 +161,9 @@ def expected_copies(extraction, assignment: dict[str, str], host: str) -> int:
                 readers[ref].add(assignment[kernel])
     for ref in map(base, extraction.outputs):
         readers[ref].add(host)
-    return sum(len(devices - {host if ref.kind == "input" else assignment[ref.name]})
-               for ref, devices in readers.items())
+    return sum(
+        len(devices - {host if ref.kind == "input" else assignment[ref.name]}) for ref, devices in readers.items()
+    )
 
 
 def count_to_device_calls(runner: SingleVMRunner, inputs) -> int:
@@ -169,7 +172,7 @@ def count_to_device_calls(runner: SingleVMRunner, inputs) -> int:
     def instrument(func, symbol, before_run, ret_value, *args):
         if before_run and symbol == "vm.builtin.to_device":
             calls.append(symbol)
-        return 0                                   # VMInstrumentReturnKind.NO_OP: run the call normally
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call normally
 
     runner.vm.set_instrument(instrument)
     try:
@@ -186,7 +189,7 @@ def test_one_inference_copies_activations_never_weights(vit, kind):
     expected = expected_copies(vit.extraction, plan.assignment, CPU2.host)
     inputs = vit.model.sample_inputs()
     assert count_to_device_calls(runner, inputs) == expected
-    assert count_to_device_calls(runner, inputs) == expected            # the second inference as well
+    assert count_to_device_calls(runner, inputs) == expected  # the second inference as well
     assert applied.placement.copies_per_run == expected
     if kind == "cpu1":
         # Hand count: the one input goes to cpu1 and the one output comes back; the dozens of weights never move.
@@ -297,8 +300,9 @@ def test_model_returning_its_input_builds_and_runs():
         with builder.dataflow():
             out = builder.emit_output(relax.Tuple([builder.emit(relax.op.matmul(x, w)), x]))
         builder.emit_func_output(out)
-    model = BuiltModel("passthrough", builder.get(), "main", [("x", (4, 8), "float32")],
-                       [("w", np.eye(8, dtype="float32"))])
+    model = BuiltModel(
+        "passthrough", builder.get(), "main", [("x", (4, 8), "float32")], [("w", np.eye(8, dtype="float32"))]
+    )
     hand = ZooCase(model, extract(model.mod, model.entry), run_reference(model))
     _, _, outputs = run_plan(hand, make_plan(hand.extraction, "cpu1"))
     assert_matches_reference(outputs, hand.reference)
@@ -352,9 +356,12 @@ def test_cuda_llvm_primfuncs_carry_their_devices_target(paper_node_build, vit):
         assert target_of(call.ty.vdevice.target) == want, kernel
         callees[vit.extraction.kernel_func[kernel]].add(call.args[0].name_hint)
     for func, names in callees.items():
-        targets = {json.dumps(platform.device(applied.placement.assignment[k]).target, sort_keys=True)
-                   for k in order if vit.extraction.kernel_func[k] == func}
-        assert len(names) == len(targets), func                   # one copy of the PrimFunc per target
+        targets = {
+            json.dumps(platform.device(applied.placement.assignment[k]).target, sort_keys=True)
+            for k in order
+            if vit.extraction.kernel_func[k] == func
+        }
+        assert len(names) == len(targets), func  # one copy of the PrimFunc per target
     assert len(callees[shared_func]) >= 2
     assert set(applied.placement.assignment.values()) == set(platform.device_names)
 
@@ -394,12 +401,21 @@ def test_cuda_llvm_build_exports_and_load_explains_missing_cuda(paper_node_build
 def test_json_platform_with_absent_gpu_fails_at_new_vm_naming_it(twin):
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a GPU")
-    platform = Platform.from_json({
-        "name": "cpu-and-gpu", "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
-        "devices": [{"name": "host", "target": {"kind": "llvm"}, "device": "cpu:0"},
-                    {"name": "gpu", "target": {"kind": "cuda", "arch": "sm_75"}, "device": "cuda:0"}]})
-    built = build(apply_plan(twin.model.mod, make_plan(twin.extraction, "cpu1", ("host", "gpu")), platform,
-                             extraction=twin.extraction))
+    platform = Platform.from_json(
+        {
+            "name": "cpu-and-gpu",
+            "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
+            "devices": [
+                {"name": "host", "target": {"kind": "llvm"}, "device": "cpu:0"},
+                {"name": "gpu", "target": {"kind": "cuda", "arch": "sm_75"}, "device": "cuda:0"},
+            ],
+        }
+    )
+    built = build(
+        apply_plan(
+            twin.model.mod, make_plan(twin.extraction, "cpu1", ("host", "gpu")), platform, extraction=twin.extraction
+        )
+    )
     with pytest.raises(DivimlInputError, match="cuda:0"):
         SingleVMRunner(built, twin.weights)
 
@@ -450,8 +466,10 @@ def test_plan_order_across_devices_that_deadlocks_is_a_plan_error(twin):
     a0, a1, b0, b1, total = twin.extraction.graph.topo_order
     edges = {(e.src, e.dst) for e in twin.extraction.graph.edges}
     assert edges == {(a0, a1), (b0, b1), (a1, total), (b1, total)}
-    plan = Plan({a0: "cpu0", b1: "cpu0", total: "cpu0", a1: "cpu1", b0: "cpu1"},
-                order={"cpu0": [b1, a0, total], "cpu1": [a1, b0]})
+    plan = Plan(
+        {a0: "cpu0", b1: "cpu0", total: "cpu0", a1: "cpu1", b0: "cpu1"},
+        order={"cpu0": [b1, a0, total], "cpu1": [a1, b0]},
+    )
     with pytest.raises(PlanError, match="contradicts the data dependencies"):
         apply_plan(twin.model.mod, plan, CPU2, extraction=twin.extraction)
 

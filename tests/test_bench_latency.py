@@ -1,5 +1,6 @@
 """The latency benchmark (`diviml bench --suite latency`) in its quick configuration: every row's
 figures must agree with each other, with the graph they describe and with the bound they claim."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.solvers import SOLVERS
 from tvm_diviml.workload import load_workload
 
-TOLERANCE = 1e-9          # relative: a MILP's dual bound may sit a rounding error above the simulated optimum
+TOLERANCE = 1e-9  # relative: a MILP's dual bound may sit a rounding error above the simulated optimum
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,11 @@ def measured(rows):
 
 
 def values_of(row):
-    return {name: row[f"{name}_value_s"] for name in SOLVERS
-            if f"{name}_value_s" in row and row[f"{name}_value_s"] is not None}
+    return {
+        name: row[f"{name}_value_s"]
+        for name in SOLVERS
+        if f"{name}_value_s" in row and row[f"{name}_value_s"] is not None
+    }
 
 
 def test_the_bound_is_below_every_value_and_gaps_are_measured_against_it(rows):
@@ -54,11 +58,11 @@ def test_kernel_and_edge_counts_are_the_graphs(rows):
 
 def test_exact_solvers_prove_small_optima_that_no_solver_beats(rows):
     proven = [row for row in measured(rows) if any(row.get(f"{name}_optimal") for name in ("milp", "cpsat"))]
-    assert any(row["kernels"] == 6 for row in proven)      # a 6-kernel DAG is proven well within a second
+    assert any(row["kernels"] == 6 for row in proven)  # a 6-kernel DAG is proven well within a second
     for row in proven:
         optimum = min(row[f"{name}_value_s"] for name in ("milp", "cpsat") if row.get(f"{name}_optimal"))
         assert optimum <= row["best_value_s"] * (1 + TOLERANCE)
-        assert row["lower_bound_s"] >= optimum * (1 - 1e-6)      # the proof's bound is the row's bound
+        assert row["lower_bound_s"] >= optimum * (1 - 1e-6)  # the proof's bound is the row's bound
 
 
 def test_one_summary_row_per_group_holds_geometric_means(rows):
@@ -77,8 +81,9 @@ def test_one_summary_row_per_group_holds_geometric_means(rows):
 
 
 def test_exact_solvers_skip_graphs_above_exact_up_to(tmp_path):
-    small, large = measured(suite_latency(quick=True, exact_up_to=7, solvers=["heft", "milp"],
-                                          msr_fiddle_dir=str(tmp_path)))
+    small, large = measured(
+        suite_latency(quick=True, exact_up_to=7, solvers=["heft", "milp"], msr_fiddle_dir=str(tmp_path))
+    )
     assert small["kernels"] <= 7 < large["kernels"]
     assert small["milp_value_s"] is not None and large["milp_value_s"] is None
     assert "milp skipped" in large["notes"] and large["heft_value_s"] is not None
@@ -104,8 +109,23 @@ def test_bench_refuses_options_a_suite_does_not_take(capsys):
 @pytest.mark.slow
 def test_bench_cli_runs_the_quick_latency_suite(tmp_path):
     rows_path, table_path = tmp_path / "rows.json", tmp_path / "table.md"
-    assert main(["bench", "--suite", "latency", "--quick", "--time-limit", "1", "--json", str(rows_path),
-                 "--markdown", str(table_path)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "latency",
+                "--quick",
+                "--time-limit",
+                "1",
+                "--json",
+                str(rows_path),
+                "--markdown",
+                str(table_path),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(rows_path.read_text())
     assert {row["group"] for row in rows} >= {"random"}
     assert all(row["lower_bound_s"] <= row["best_value_s"] * (1 + TOLERANCE) for row in measured(rows))

@@ -1,5 +1,6 @@
 """The pipeline benchmark (`diviml bench --suite pipeline`) in its quick configuration, and the
 pricing of msr-fiddle graphs on K identical accelerators."""
+
 from __future__ import annotations
 
 import math
@@ -42,17 +43,27 @@ def test_summaries_are_the_geometric_means_beside_the_paper(rows):
 
 
 def test_an_msr_fiddle_graph_on_k_accelerators_keeps_its_own_prices():
-    graph, _, costs = read_msr_fiddle(hand_file(nodes=[
-        {"id": i, "supportedOnFpga": int(i != 2), "cpuLatency": 10.0, "fpgaLatency": float(i), "size": 30.0}
-        for i in (1, 2, 3, 4)]))
+    graph, _, costs = read_msr_fiddle(
+        hand_file(
+            nodes=[
+                {"id": i, "supportedOnFpga": int(i != 2), "cpuLatency": 10.0, "fpgaLatency": float(i), "size": 30.0}
+                for i in (1, 2, 3, 4)
+            ]
+        )
+    )
     free, platform, priced = fiddle_accelerators(graph, costs, 3)
     assert platform.device_names == ["acc0", "acc1", "acc2"]
     assert all(kernel.allowed_devices is None for kernel in free.kernels.values())
     assert priced.compute_s("1", "acc2") == pytest.approx(1e-3)
-    assert priced.compute_s("2", "acc1") == pytest.approx(10e-3)       # CPU-only in the file: its CPU time
+    assert priced.compute_s("2", "acc1") == pytest.approx(10e-3)  # CPU-only in the file: its CPU time
     # stages {1, 2} | {3, 4}: 1 and 2 send their tensors once (0.5 + 0.25 ms), stage 2 receives both
-    plan = Plan({"1": "acc0", "2": "acc0", "3": "acc1", "4": "acc1"}, objective="pipeline", mode="stage_serial",
-                stages=[["1", "2"], ["3", "4"]], stage_devices=["acc0", "acc1"])
+    plan = Plan(
+        {"1": "acc0", "2": "acc0", "3": "acc1", "4": "acc1"},
+        objective="pipeline",
+        mode="stage_serial",
+        stages=[["1", "2"], ["3", "4"]],
+        stage_devices=["acc0", "acc1"],
+    )
     sim = simulate(free, platform, priced, plan)
     assert sim.stage_cost_s == pytest.approx([11e-3 + 0.75e-3, 7e-3 + 0.75e-3])
     assert not math.isinf(sim.value_s)

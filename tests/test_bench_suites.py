@@ -1,5 +1,6 @@
 """The suite declarations behind `diviml bench`: each option a suite declares is a keyword of its function
 with the same default, and the command line offers exactly the declared flags."""
+
 import inspect
 import subprocess
 import sys
@@ -14,8 +15,9 @@ from tvm_diviml.cli import build_parser
 def test_declared_options_match_the_suite_function(name):
     suite = SUITES[name]
     parameters = inspect.signature(suite.run).parameters
-    assert {option.name: option.default for option in suite.options} == \
-        {key: parameter.default for key, parameter in parameters.items()}
+    assert {option.name: option.default for option in suite.options} == {
+        key: parameter.default for key, parameter in parameters.items()
+    }
     assert suite.description and "\n" not in suite.description
 
 

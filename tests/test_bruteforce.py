@@ -2,6 +2,7 @@
 
 Links cost 1 s + 1 s per byte (``unit_platform``); A is the host.
 """
+
 import itertools
 
 import networkx as nx
@@ -26,7 +27,7 @@ def test_order_on_a_device_matters():
     value, plan = best_latency(graph, platform, costs)
     assert value == 8 and plan.value_s == 8
     assert plan.order["A"] == ["a", "b"]
-    assert simulate(graph, platform, costs, Plan(plan.assignment)).value_s == 13    # graph order: b first
+    assert simulate(graph, platform, costs, Plan(plan.assignment)).value_s == 13  # graph order: b first
 
 
 def test_a_tensor_crosses_once_with_its_largest_edge():

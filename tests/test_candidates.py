@@ -1,5 +1,6 @@
 """Keeping the fastest measured plan (tvm_diviml/candidates.py): which plans are candidates, and the
 choice among them with timings given (no TVM, no clock)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,13 @@ from tvm_diviml.synthetic import branchy
 def problem():
     graph = branchy(branches=3, depth=2)
     platform = get_platform("paper-node")
-    costs = TableCostModel(platform, {k: {d: (1 + i % 3) * 1e-3 * (1 + j) for j, d in enumerate(platform.device_names)}
-                                      for i, k in enumerate(graph.kernels)})
+    costs = TableCostModel(
+        platform,
+        {
+            k: {d: (1 + i % 3) * 1e-3 * (1 + j) for j, d in enumerate(platform.device_names)}
+            for i, k in enumerate(graph.kernels)
+        },
+    )
     return Problem(graph, platform, costs, objective="latency")
 
 
@@ -33,23 +39,29 @@ def test_candidates_are_distinct_ranked_by_prediction_and_keep_the_best_single_d
         keys = [plan_key(c.plan) for c in candidates]
         assert len(set(keys)) == len(keys)
         singles = [c for c in candidates if len(c.plan.devices_used()) == 1]
-        best_single = min(problem.platform.device_names,
-                          key=lambda d: sum(problem.costs.compute_s(k, d) for k in problem.graph.kernels))
+        best_single = min(
+            problem.platform.device_names,
+            key=lambda d: sum(problem.costs.compute_s(k, d) for k in problem.graph.kernels),
+        )
         assert any(c.plan.devices_used() == [best_single] for c in singles), count
         ranked = [c.predicted_s for c in candidates[:count]]
-        assert ranked == sorted(ranked)                       # the count best by prediction ...
-        if len(candidates) == count + 1:                      # ... then the best single device, if not among them
+        assert ranked == sorted(ranked)  # the count best by prediction ...
+        if len(candidates) == count + 1:  # ... then the best single device, if not among them
             assert candidates[-1].plan.devices_used() == [best_single]
         assert len(candidates) <= count + 1
     every = candidate_plans(problem, chosen, 10)
-    assert {d for c in every if len(c.plan.devices_used()) == 1 for d in c.plan.devices_used()} \
-        == set(problem.platform.device_names)                # each device alone, when the count allows
+    assert {d for c in every if len(c.plan.devices_used()) == 1 for d in c.plan.devices_used()} == set(
+        problem.platform.device_names
+    )  # each device alone, when the count allows
 
 
 def test_the_fastest_measured_wins_whatever_was_predicted():
     plans = [Plan({"a": d}) for d in ("cpu", "gpu0", "gpu1")]
-    candidates = [Candidate("predicted best", plans[0], 1e-3), Candidate("predicted worst", plans[1], 9e-3),
-                  Candidate("whole CPU", plans[2], None, threads=8)]
+    candidates = [
+        Candidate("predicted best", plans[0], 1e-3),
+        Candidate("predicted worst", plans[1], 9e-3),
+        Candidate("whole CPU", plans[2], None, threads=8),
+    ]
     timings = {"predicted best": 5e-3, "predicted worst": 2e-3, "whole CPU": 4e-3}
     selection = select_fastest(candidates, lambda c: timings[c.label])
     assert selection.winner.label == "predicted worst"
@@ -58,7 +70,10 @@ def test_the_fastest_measured_wins_whatever_was_predicted():
     row = json.loads(json.dumps(selection.to_json()))
     assert row["winner"] == "predicted worst" and row["margin"] == pytest.approx(2.0)
     assert [(c["label"], c["predicted_s"], c["measured_s"]) for c in row["candidates"]] == [
-        ("predicted worst", 9e-3, 2e-3), ("whole CPU", None, 4e-3), ("predicted best", 1e-3, 5e-3)]
+        ("predicted worst", 9e-3, 2e-3),
+        ("whole CPU", None, 4e-3),
+        ("predicted best", 1e-3, 5e-3),
+    ]
     text = format_selection(selection)
     assert re.search(r"predicted worst .*<- kept", text) and "not predicted" in text
     assert "kept predicted worst: 2.00x faster than the next candidate (whole CPU)" in text
@@ -66,8 +81,11 @@ def test_the_fastest_measured_wins_whatever_was_predicted():
 
 def test_a_tie_goes_to_the_earlier_candidate_and_wrong_outputs_never_win():
     plans = [Plan({"a": d}) for d in ("cpu", "gpu0", "gpu1")]
-    candidates = [Candidate("first", plans[0], 1.0), Candidate("second", plans[1], 1.0),
-                  Candidate("wrong outputs", plans[2], 1.0)]
+    candidates = [
+        Candidate("first", plans[0], 1.0),
+        Candidate("second", plans[1], 1.0),
+        Candidate("wrong outputs", plans[2], 1.0),
+    ]
     timings = {"first": 3.0, "second": 3.0, "wrong outputs": math.inf}
     selection = select_fastest(candidates, lambda c: timings[c.label])
     assert selection.winner.label == "first"

@@ -1,4 +1,5 @@
 """The ``diviml`` command in a subprocess: good paths, and every bad input as one line with exit 2."""
+
 import json
 import os
 import subprocess
@@ -9,19 +10,38 @@ import pytest
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
-from tvm_diviml.simulator import simulate
 from tvm_diviml.presets import get_platform
+from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 
 from .test_msr_fiddle import hand_file
 
-CONTRACT_KEYS = {"model", "platform", "objective", "mode", "solver", "value_s", "lower_bound_s", "gap", "solve_s",
-                 "optimal", "assignment", "stages", "baselines"}
+CONTRACT_KEYS = {
+    "model",
+    "platform",
+    "objective",
+    "mode",
+    "solver",
+    "value_s",
+    "lower_bound_s",
+    "gap",
+    "solve_s",
+    "optimal",
+    "assignment",
+    "stages",
+    "baselines",
+}
 
 
 def diviml(*args, cwd=None, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "tvm_diviml.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tvm_diviml.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -30,8 +50,10 @@ def graph_and_costs(tmp_path):
     graph_path = tmp_path / "graph.json"
     graph.save(str(graph_path))
     platform = get_platform("paper-node")
-    times = {k: {d: 1e-3 * (1 + i % 3) * (10 if d == "cpu" else 1) for d in platform.device_names}
-             for i, k in enumerate(graph.kernels)}
+    times = {
+        k: {d: 1e-3 * (1 + i % 3) * (10 if d == "cpu" else 1) for d in platform.device_names}
+        for i, k in enumerate(graph.kernels)
+    }
     cost_path = tmp_path / "costs.json"
     TableCostModel(platform, times).save(str(cost_path))
     return graph_path, cost_path, times
@@ -39,19 +61,30 @@ def graph_and_costs(tmp_path):
 
 def test_plan_on_an_opgraph_with_a_cost_table(graph_and_costs):
     graph_path, cost_path, times = graph_and_costs
-    result = diviml("plan", graph_path, "--platform", "paper-node", "--cost", cost_path, "--solver",
-                    "fastest_single_device", "--json", "-")
+    result = diviml(
+        "plan",
+        graph_path,
+        "--platform",
+        "paper-node",
+        "--cost",
+        cost_path,
+        "--solver",
+        "fastest_single_device",
+        "--json",
+        "-",
+    )
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)
     assert CONTRACT_KEYS <= set(row)
     assert row["mode"] == "latency" and row["solver"] == "fastest_single_device" and row["kernels"] == 12
     device = next(iter(set(row["assignment"].values())))
-    assert row["value_s"] >= sum(t[device] for t in times.values())        # all its kernels, one after another
+    assert row["value_s"] >= sum(t[device] for t in times.values())  # all its kernels, one after another
     graph, platform = OpGraph.load(str(graph_path)), get_platform("paper-node")
     costs = TableCostModel.load(str(cost_path), platform, graph)
     assert row["value_s"] == simulate(graph, platform, costs, Plan(row["assignment"])).value_s
-    assert row["value_s"] == min(simulate(graph, platform, costs, Plan({k: d for k in graph.kernels})).value_s
-                                 for d in platform.device_names)
+    assert row["value_s"] == min(
+        simulate(graph, platform, costs, Plan({k: d for k in graph.kernels})).value_s for d in platform.device_names
+    )
     assert row["baselines"]["fastest_single_device"] == row["value_s"]
     assert row["lower_bound_s"] <= row["value_s"] and row["gap"] >= 0
 
@@ -59,8 +92,18 @@ def test_plan_on_an_opgraph_with_a_cost_table(graph_and_costs):
 def test_plan_prints_a_table_and_writes_json(graph_and_costs, tmp_path):
     graph_path, cost_path, _ = graph_and_costs
     out = tmp_path / "plan.json"
-    result = diviml("plan", graph_path, "--cost", cost_path, "--objective", "pipeline", "--solver",
-                    "fastest_single_device", "--json", out)
+    result = diviml(
+        "plan",
+        graph_path,
+        "--cost",
+        cost_path,
+        "--objective",
+        "pipeline",
+        "--solver",
+        "fastest_single_device",
+        "--json",
+        out,
+    )
     assert result.returncode == 0, result.stderr
     assert "lower bound" in result.stdout and "rtx2080ti" in result.stdout
     row = json.loads(out.read_text())
@@ -80,6 +123,7 @@ def test_plan_on_an_msr_fiddle_file(tmp_path):
 
 def test_plan_on_real_msr_fiddle_inference_files(msr_fiddle_dir):
     import glob
+
     for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "*-inputs", "*", "*_inference.json"))):
         result = diviml("plan", path, "--solver", "fastest_single_device", "--json", "-")
         assert result.returncode == 0, (path, result.stderr)
@@ -88,16 +132,26 @@ def test_plan_on_real_msr_fiddle_inference_files(msr_fiddle_dir):
 
 @pytest.mark.parametrize("solver", ["greedy", "heft", "milp", "split"])
 def test_latency_solvers_through_the_cli(solver):
-    result = diviml("plan", "random:kernels=10,seed=2", "--platform", "paper-node", "--solver", solver,
-                    "--time-limit", "30", "--json", "-")
+    result = diviml(
+        "plan",
+        "random:kernels=10,seed=2",
+        "--platform",
+        "paper-node",
+        "--solver",
+        solver,
+        "--time-limit",
+        "30",
+        "--json",
+        "-",
+    )
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)
     assert CONTRACT_KEYS <= set(row) and row["solver"] == solver and row["kernels"] == 10
     assert {"fastest_single_device", "heft", "greedy"} <= set(row["baselines"])
     assert row["lower_bound_s"] <= row["value_s"] * (1 + 1e-9) and row["gap"] >= -1e-9
-    if solver in ("milp", "split"):           # both start from the best of the baselines
+    if solver in ("milp", "split"):  # both start from the best of the baselines
         assert row["value_s"] <= min(row["baselines"].values()) * (1 + 1e-9)
-    if solver == "milp":                      # 10 kernels close well within the limit
+    if solver == "milp":  # 10 kernels close well within the limit
         assert row["optimal"]
 
 
@@ -108,7 +162,7 @@ def test_platforms_list_and_print_presets():
     assert json.loads(preset.stdout)["devices"][1]["device"] == "cpu:1"
 
 
-@pytest.mark.slow                   # about a minute; `make demo` runs it too
+@pytest.mark.slow  # about a minute; `make demo` runs it too
 def test_demo_runs(tmp_path):
     demo = diviml("demo", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
@@ -124,6 +178,7 @@ def test_demo_runs(tmp_path):
 
 def _tiny_onnx(tmp_path):
     from .test_extract import tiny_onnx
+
     tiny_onnx(tmp_path / "tiny.onnx")
     return tmp_path / "tiny.onnx"
 
@@ -141,49 +196,119 @@ def _graph_json(**change):
 
 
 BAD_INPUTS = {
-    "malformed": lambda t: (["plan", _write(t, "bad.json", "{\"kernels\": [")], ["bad.json", "malformed JSON"]),
+    "malformed": lambda t: (["plan", _write(t, "bad.json", '{"kernels": [')], ["bad.json", "malformed JSON"]),
     "missing file": lambda t: (["plan", t / "nope.json"], ["nope.json", "no such file"]),
-    "cycle": lambda t: (["plan", _write(t, "cyc.json", _graph_json(edges=[{"src": "k0", "dst": "k1", "bytes": 1},
-                                                                           {"src": "k1", "dst": "k0", "bytes": 1}]))],
-                        ["cyc.json", "edges", "cycle"]),
-    "negative size": lambda t: (["plan", _write(t, "neg.json", _graph_json(
-        kernels=[{"name": "k0", "flops": -5}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}],
-        edges=[], inputs=[], weights={}))], ["neg.json", "kernels[k0].flops", "non-negative"]),
+    "cycle": lambda t: (
+        [
+            "plan",
+            _write(
+                t,
+                "cyc.json",
+                _graph_json(edges=[{"src": "k0", "dst": "k1", "bytes": 1}, {"src": "k1", "dst": "k0", "bytes": 1}]),
+            ),
+        ],
+        ["cyc.json", "edges", "cycle"],
+    ),
+    "negative size": lambda t: (
+        [
+            "plan",
+            _write(
+                t,
+                "neg.json",
+                _graph_json(
+                    kernels=[{"name": "k0", "flops": -5}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}],
+                    edges=[],
+                    inputs=[],
+                    weights={},
+                ),
+            ),
+        ],
+        ["neg.json", "kernels[k0].flops", "non-negative"],
+    ),
     "unknown platform": lambda t: (["plan", "random", "--platform", "tpu-pod"], ["unknown platform 'tpu-pod'"]),
     "unknown model": lambda t: (["plan", "resnet9000"], ["unknown model 'resnet9000'"]),
     "bad model option": lambda t: (["plan", "random:kernels"], ["not key=value"]),
     "unknown device in costs": lambda t: (
         ["plan", "random:kernels=2", "--cost", _write(t, "c.json", {"kernels": {"k0": {"tpu": 1}, "k1": {"cpu": 1}}})],
-        ["c.json", "kernels.k0.tpu", "unknown device 'tpu'"]),
+        ["c.json", "kernels.k0.tpu", "unknown device 'tpu'"],
+    ),
     "missing cost": lambda t: (
-        ["plan", "random:kernels=2", "--cost", _write(t, "m.json", {"kernels": {"k0": {"cpu": 1, "rtx2080ti": 1,
-                                                                                       "gtx1080ti": 1}}})],
-        ["m.json", "missing cost for kernel 'k1'"]),
+        [
+            "plan",
+            "random:kernels=2",
+            "--cost",
+            _write(t, "m.json", {"kernels": {"k0": {"cpu": 1, "rtx2080ti": 1, "gtx1080ti": 1}}}),
+        ],
+        ["m.json", "missing cost for kernel 'k1'"],
+    ),
     "platform with target options": lambda t: (
-        ["plan", "random", "--platform", _write(t, "p.json", {"devices": [
-            {"name": "c", "target": "llvm -mcpu=znver3", "device": "cpu:0"}]})],
-        ["p.json", "devices[c].target", "has options"]),
+        [
+            "plan",
+            "random",
+            "--platform",
+            _write(t, "p.json", {"devices": [{"name": "c", "target": "llvm -mcpu=znver3", "device": "cpu:0"}]}),
+        ],
+        ["p.json", "devices[c].target", "has options"],
+    ),
     "colour class that cannot be honoured": lambda t: (
-        ["plan", _write(t, "colour.json", {**hand_file(maxCPUs=0), "nodes": [
-            {**n, "supportedOnFpga": 0 if n["id"] == 3 else 1} for n in hand_file()["nodes"]]})],
-        ["can run on no device"]),
-    "msr-fiddle with a platform": lambda t: (["plan", _write(t, "f.json", hand_file()), "--platform", "cpu2"],
-                                             ["carries its own"]),
-    "unknown zoo option": lambda t: (["graph", "resnet18:depth=3"], ["model 'resnet18' has no option 'depth'",
-                                                                     "resolution=224"]),
-    "bad zoo option value": lambda t: (["graph", "resnet18:resolution=abc"], ["option 'resolution' of 'resnet18' must be a positive integer"]),
-    "unbound symbolic onnx dimension": lambda t: (["graph", _tiny_onnx(t)], ["tiny.onnx", "symbolic dimension 'N'",
-                                                                            "--shape N=VALUE"]),
+        [
+            "plan",
+            _write(
+                t,
+                "colour.json",
+                {
+                    **hand_file(maxCPUs=0),
+                    "nodes": [{**n, "supportedOnFpga": 0 if n["id"] == 3 else 1} for n in hand_file()["nodes"]],
+                },
+            ),
+        ],
+        ["can run on no device"],
+    ),
+    "msr-fiddle with a platform": lambda t: (
+        ["plan", _write(t, "f.json", hand_file()), "--platform", "cpu2"],
+        ["carries its own"],
+    ),
+    "unknown zoo option": lambda t: (
+        ["graph", "resnet18:depth=3"],
+        ["model 'resnet18' has no option 'depth'", "resolution=224"],
+    ),
+    "bad zoo option value": lambda t: (
+        ["graph", "resnet18:resolution=abc"],
+        ["option 'resolution' of 'resnet18' must be a positive integer"],
+    ),
+    "unbound symbolic onnx dimension": lambda t: (
+        ["graph", _tiny_onnx(t)],
+        ["tiny.onnx", "symbolic dimension 'N'", "--shape N=VALUE"],
+    ),
     "shape for a zoo model": lambda t: (["graph", "resnet18", "--shape", "N=2"], ["--shape applies to imported"]),
-    "latency solver for throughput": lambda t: (["plan", "random:kernels=4", "--objective", "throughput",
-                                                 "--solver", "heft"], ["objective", "throughput"]),
-    "memory nothing can hold": lambda t: (["plan", _write(t, "big.json", _graph_json(weights={"w": 1e15}, kernels=[
-        {"name": "k0", "weights": ["w"]}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}])),
-        "--platform", "paper-node", "--solver", "milp"], ["k0", "needs", "931322.6 GiB", "192.0 GiB"]),
+    "latency solver for throughput": lambda t: (
+        ["plan", "random:kernels=4", "--objective", "throughput", "--solver", "heft"],
+        ["objective", "throughput"],
+    ),
+    "memory nothing can hold": lambda t: (
+        [
+            "plan",
+            _write(
+                t,
+                "big.json",
+                _graph_json(
+                    weights={"w": 1e15},
+                    kernels=[{"name": "k0", "weights": ["w"]}, {"name": "k1"}, {"name": "k2"}, {"name": "k3"}],
+                ),
+            ),
+            "--platform",
+            "paper-node",
+            "--solver",
+            "milp",
+        ],
+        ["k0", "needs", "931322.6 GiB", "192.0 GiB"],
+    ),
     "unwritable json": lambda t: (["plan", "random", "--json", t / "no" / "such" / "dir.json"], ["cannot write"]),
     # checked before any solving or building
-    "export into a missing folder": lambda t: (["run", "twin_branch", "--export", t / "nodir" / "x.so"],
-                                               ["cannot write --export", "does not exist"]),
+    "export into a missing folder": lambda t: (
+        ["run", "twin_branch", "--export", t / "nodir" / "x.so"],
+        ["cannot write --export", "does not exist"],
+    ),
     "gantt onto a folder": lambda t: (["plan", "random", "--gantt", t], ["cannot write --gantt there"]),
 }
 
@@ -208,8 +333,18 @@ def test_debug_shows_the_traceback():
 def test_models_lists_the_zoo_with_options():
     result = diviml("models")
     assert result.returncode == 0, result.stderr
-    for name in ("resnet18", "resnet50", "mobilenet_v2", "inception_v3", "bert_base", "gpt2", "vit_b16",
-                 "randwire_ws", "randwire_er", "randwire_ba"):
+    for name in (
+        "resnet18",
+        "resnet50",
+        "mobilenet_v2",
+        "inception_v3",
+        "bert_base",
+        "gpt2",
+        "vit_b16",
+        "randwire_ws",
+        "randwire_er",
+        "randwire_ba",
+    ):
         assert f"\n{name} " in "\n" + result.stdout
     assert "nodes=32,seed=0" in result.stdout
 
@@ -230,7 +365,7 @@ def test_graph_and_plan_for_an_onnx_file_with_a_bound_shape(tmp_path):
     assert OpGraph.from_json(json.loads(result.stdout)).inputs[0].bytes == 2 * 3 * 8 * 8 * 4
     plan = diviml("plan", path, "--shape", "N=2", "--json", "-")
     assert plan.returncode == 0, plan.stderr
-    assert json.loads(plan.stdout)["kernels"] == 3          # conv+relu, mean, matmul; the reshape is a view
+    assert json.loads(plan.stdout)["kernels"] == 3  # conv+relu, mean, matmul; the reshape is a view
 
 
 def test_bad_shape_syntax_is_an_argument_error():
@@ -243,13 +378,27 @@ def test_a_stream_of_one_input_is_an_argument_error():
     assert result.returncode == 2 and "--inputs: must be at least 2" in result.stderr
 
 
-@pytest.mark.parametrize("objective, extra, solver", [
-    ("throughput", [], "milp"),
-    ("pipeline", ["--stages", "2", "--bound-time-limit", "2"], "slicegraph"),
-])
+@pytest.mark.parametrize(
+    "objective, extra, solver",
+    [
+        ("throughput", [], "milp"),
+        ("pipeline", ["--stages", "2", "--bound-time-limit", "2"], "slicegraph"),
+    ],
+)
 def test_auto_solves_throughput_and_pipelines(objective, extra, solver):
-    result = diviml("plan", "random:kernels=12,seed=3", "--platform", "paper-node", "--objective", objective,
-                    *extra, "--time-limit", "20", "--json", "-")
+    result = diviml(
+        "plan",
+        "random:kernels=12,seed=3",
+        "--platform",
+        "paper-node",
+        "--objective",
+        objective,
+        *extra,
+        "--time-limit",
+        "20",
+        "--json",
+        "-",
+    )
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)
     assert CONTRACT_KEYS <= set(row) and row["solver"] == solver and row["objective"] == objective
@@ -259,7 +408,7 @@ def test_auto_solves_throughput_and_pipelines(objective, extra, solver):
         assert 1 <= len(row["stages"]) <= 2 and len(set(row["stage_devices"])) == len(row["stages"])
         assert {"three_superblock", "guess_bottleneck", "lp_load"} <= set(row["lower_bound_parts"])
     else:
-        assert row["optimal"]                        # 12 kernels: the throughput MILP proves it at once
+        assert row["optimal"]  # 12 kernels: the throughput MILP proves it at once
 
 
 def test_auto_solves_an_msr_fiddle_file_exactly(tmp_path):
@@ -279,13 +428,20 @@ def test_a_plan_that_overflows_memory_says_so_and_exits_1(tmp_path):
     plan comes back marked INFEASIBLE, naming the device, and the exit status is 1."""
     from .conftest import graph_of
 
-    graph = graph_of([("a", "b", 4), ("b", "c", 4), ("c", "d", 4), ("a", "d", 4)],
-                     output_bytes={"a": 4, "b": 4, "c": 4})
+    graph = graph_of(
+        [("a", "b", 4), ("b", "c", 4), ("c", "d", 4), ("a", "d", 4)], output_bytes={"a": 4, "b": 4, "c": 4}
+    )
     graph_path = tmp_path / "graph.json"
     graph.save(str(graph_path))
     platform_path = tmp_path / "small.json"
-    platform_path.write_text(json.dumps({"name": "small", "devices": [
-        {"name": "cpu", "target": {"kind": "llvm"}, "device": "cpu:0", "memory_bytes": 10}]}))
+    platform_path.write_text(
+        json.dumps(
+            {
+                "name": "small",
+                "devices": [{"name": "cpu", "target": {"kind": "llvm"}, "device": "cpu:0", "memory_bytes": 10}],
+            }
+        )
+    )
     done = diviml("plan", graph_path, "--platform", platform_path, "--solver", "heft")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "INFEASIBLE: device 'cpu' needs 12 B, has 10 B" in done.stdout

@@ -2,6 +2,7 @@
 outputs, measured against predicted time and the single-device configurations, writes its JSON row
 and the build, and refuses models and platforms it cannot run with one line and exit status 2.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,12 +34,17 @@ def printed_speedup(out: str, what: str) -> tuple[str, float]:
 
 
 def test_latency_run_reports_outputs_times_and_speedups(tmp_path, capsys):
-    code, out, err = diviml_run(capsys, "--objective", "latency", "--json", str(tmp_path / "row.json"),
-                                "--export", str(tmp_path / "placed.so"))
+    code, out, err = diviml_run(
+        capsys, "--objective", "latency", "--json", str(tmp_path / "row.json"), "--export", str(tmp_path / "placed.so")
+    )
     assert code == 0, err
     assert re.search(r"^outputs against the single-device build: .*: equal$", out, re.MULTILINE), out
-    timed = re.search(r"^latency: measured .* \(median of (\d+), concurrent executor\), predicted .*: "
-                      r"measured/predicted [0-9.]+$", out, re.MULTILINE)
+    timed = re.search(
+        r"^latency: measured .* \(median of (\d+), concurrent executor\), predicted .*: "
+        r"measured/predicted [0-9.]+$",
+        out,
+        re.MULTILINE,
+    )
     assert timed, out
     run = json.loads((tmp_path / "row.json").read_text())["run"]
     assert "single-device configurations, measured now" in out
@@ -53,11 +59,14 @@ def test_latency_run_reports_outputs_times_and_speedups(tmp_path, capsys):
 
     # the JSON row's run: the median of the timed samples (--repeats 2, more until they took SETTLE_S),
     # consistent ratios, outputs within --rtol
-    assert len(run["samples_s"]) == int(timed.group(1)) >= 2 and run["measured_s"] == pytest.approx(statistics.median(run["samples_s"]))
+    assert len(run["samples_s"]) == int(timed.group(1)) >= 2 and run["measured_s"] == pytest.approx(
+        statistics.median(run["samples_s"])
+    )
     assert run["predicted_s"] > 0 and run["measured_s"] > 0
     assert 0 <= run["max_rel_diff"] <= 1e-4
-    assert run["speedup_over_best_single_device"] == pytest.approx(min(run["single_device_s"].values())
-                                                                   / run["measured_s"])
+    assert run["speedup_over_best_single_device"] == pytest.approx(
+        min(run["single_device_s"].values()) / run["measured_s"]
+    )
     assert run["measured_over_predicted"] == pytest.approx(run["measured_s"] / run["predicted_s"])
 
     # the exported build loads with its placement, which is the plan that was run
@@ -69,17 +78,18 @@ def test_latency_run_reports_outputs_times_and_speedups(tmp_path, capsys):
 
 
 def test_candidates_are_timed_side_by_side_and_the_fastest_measured_is_kept(tmp_path, capsys):
-    code, out, err = diviml_run(capsys, "--candidates", "2", "--json", str(tmp_path / "row.json"),
-                                "--export", str(tmp_path / "kept.so"))
+    code, out, err = diviml_run(
+        capsys, "--candidates", "2", "--json", str(tmp_path / "row.json"), "--export", str(tmp_path / "kept.so")
+    )
     assert code == 0, err
     row = json.loads((tmp_path / "row.json").read_text())
     chosen = row["candidates"]
     labels = [c["label"] for c in chosen["candidates"]]
     measured = [c["measured_s"] for c in chosen["candidates"]]
     assert chosen["winner"] == labels[0] and measured == sorted(measured)
-    if (os.cpu_count() or 1) > 1:                                           # cpu2 gives each device one thread
+    if (os.cpu_count() or 1) > 1:  # cpu2 gives each device one thread
         assert f"cpu0 ({os.cpu_count()} threads, the whole CPU)" in labels
-    assert any(len(c["devices"]) == 1 for c in chosen["candidates"])        # the best single device is there
+    assert any(len(c["devices"]) == 1 for c in chosen["candidates"])  # the best single device is there
     assert re.search(rf"^  {re.escape(chosen['winner'])} .*<- kept$", out, re.MULTILINE), out
     # what was run, reported and exported is the kept candidate
     winner = chosen["candidates"][0]
@@ -89,19 +99,27 @@ def test_candidates_are_timed_side_by_side_and_the_fastest_measured_is_kept(tmp_
 
 
 def test_candidates_are_refused_across_rpc_servers(capsys):
-    assert_one_line_error(capsys, ["run", MODEL, *FAST, "--candidates", "2", "--rpc", "local"],
-                          "--candidates times plans on this machine")
+    assert_one_line_error(
+        capsys, ["run", MODEL, *FAST, "--candidates", "2", "--rpc", "local"], "--candidates times plans on this machine"
+    )
 
 
-@pytest.mark.parametrize("objective, extra, in_flight", [
-    ("throughput", [], 4),                                   # default: two per device
-    ("pipeline", ["--stages", "2", "--in-flight", "3"], 3),
-])
+@pytest.mark.parametrize(
+    "objective, extra, in_flight",
+    [
+        ("throughput", [], 4),  # default: two per device
+        ("pipeline", ["--stages", "2", "--in-flight", "3"], 3),
+    ],
+)
 def test_stream_objectives_report_throughput(capsys, tmp_path, objective, extra, in_flight):
     code, out, err = diviml_run(capsys, "--objective", objective, *extra, "--json", str(tmp_path / "row.json"))
     assert code == 0, err
-    assert re.search(rf"^throughput: measured [0-9.]+ /s \(.* per inference, {in_flight} in flight\), "
-                     r"predicted [0-9.]+ /s \(period .*\): measured/predicted [0-9.]+$", out, re.MULTILINE), out
+    assert re.search(
+        rf"^throughput: measured [0-9.]+ /s \(.* per inference, {in_flight} in flight\), "
+        r"predicted [0-9.]+ /s \(period .*\): measured/predicted [0-9.]+$",
+        out,
+        re.MULTILINE,
+    ), out
     run = json.loads((tmp_path / "row.json").read_text())["run"]
     assert run["objective"] == objective and run["in_flight"] == in_flight and run["measured_s"] > 0
 
@@ -131,12 +149,30 @@ def test_a_platform_whose_gpu_is_absent_is_refused_naming_it(tmp_path, capsys):
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a GPU")
     platform = tmp_path / "cpu-gpu.json"
-    platform.write_text(json.dumps({
-        "name": "cpu-and-gpu", "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
-        "devices": [{"name": "host", "target": {"kind": "llvm"}, "device": "cpu:0",
-                     "peak_flops": 1e6, "bandwidth_Bps": 1e6},           # so slow that the plan takes the GPU
-                    {"name": "gpu", "target": {"kind": "cuda", "arch": "sm_75"}, "device": "cuda:0",
-                     "peak_flops": 1e14, "bandwidth_Bps": 1e12}]}))
+    platform.write_text(
+        json.dumps(
+            {
+                "name": "cpu-and-gpu",
+                "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
+                "devices": [
+                    {
+                        "name": "host",
+                        "target": {"kind": "llvm"},
+                        "device": "cpu:0",
+                        "peak_flops": 1e6,
+                        "bandwidth_Bps": 1e6,
+                    },  # so slow that the plan takes the GPU
+                    {
+                        "name": "gpu",
+                        "target": {"kind": "cuda", "arch": "sm_75"},
+                        "device": "cuda:0",
+                        "peak_flops": 1e14,
+                        "bandwidth_Bps": 1e12,
+                    },
+                ],
+            }
+        )
+    )
     argv = ["run", MODEL, *FAST, "--platform", str(platform)]
     assert_one_line_error(capsys, argv, "cuda:0")
 
@@ -158,7 +194,8 @@ def test_outputs_beyond_rtol_are_called_different_and_exit_1(capsys, monkeypatch
     monkeypatch.setattr(run_module, "run_reference", lambda *a, **k: [x * 1.01 for x in real(*a, **k)])
     code, out, err = diviml_run(capsys, "--objective", "latency")
     assert code == 1, out + err
-    assert re.search(r"^outputs against the single-device build: .*DIFFERENT \(beyond rtol 0.0001\)$", out,
-                     re.MULTILINE), out
+    assert re.search(
+        r"^outputs against the single-device build: .*DIFFERENT \(beyond rtol 0.0001\)$", out, re.MULTILINE
+    ), out
     code, out, err = diviml_run(capsys, "--objective", "latency", "--rtol", "0.02")
     assert code == 0 and ": equal" in out, out + err

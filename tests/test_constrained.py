@@ -8,6 +8,7 @@ error that none does; its claim is the simulator's value; its value is never bel
 its lower bound never above it; a claim of optimality is the optimum. The exact solvers (the MILP
 and CP-SAT) prove the optimum wherever memory cannot bind (their memory model is a restriction).
 """
+
 import math
 
 import pytest
@@ -18,8 +19,8 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 
-from .conftest import examples
 from .bruteforce import best_latency, best_period
+from .conftest import examples
 from .strategies import constrained_problems
 
 RELATIVE = 1e-9
@@ -34,10 +35,15 @@ def memory_is_unlimited(platform) -> bool:
 
 def best_single_device(problem: Problem) -> float:
     """The fastest feasible plan that runs everything on one device (inf where none can)."""
-    values = [simulate(problem.graph, problem.platform, problem.costs,
-                       Plan(dict.fromkeys(problem.graph.kernels, device), objective=problem.objective,
-                            mode=problem.mode))
-              for device in problem.platform.device_names]
+    values = [
+        simulate(
+            problem.graph,
+            problem.platform,
+            problem.costs,
+            Plan(dict.fromkeys(problem.graph.kernels, device), objective=problem.objective, mode=problem.mode),
+        )
+        for device in problem.platform.device_names
+    ]
     return min((sim.value_s for sim in values if sim.feasible), default=math.inf)
 
 
@@ -56,7 +62,7 @@ def check_single_device(optimum: float, problem: Problem) -> None:
 def check_against(optimum: float, problem: Problem, name: str) -> None:
     """What solver ``name`` must do on ``problem``, whose brute-force optimum is ``optimum``."""
     solver = get_solver(name, time_limit_s=30)
-    if math.isinf(optimum):         # a one-line refusal, or a plan the simulator calls infeasible
+    if math.isinf(optimum):  # a one-line refusal, or a plan the simulator calls infeasible
         try:
             plan = solver.solve(problem)
         except DivimlInputError as refused:
@@ -69,7 +75,7 @@ def check_against(optimum: float, problem: Problem, name: str) -> None:
     assert sim.feasible, (name, sim.problems)
     assert plan.value_s == pytest.approx(sim.value_s, rel=1e-12), name
     assert plan.value_s >= optimum * (1 - RELATIVE), name
-    if plan.lower_bound_s is not None:              # list schedules claim no bound
+    if plan.lower_bound_s is not None:  # list schedules claim no bound
         assert plan.lower_bound_s <= optimum * (1 + RELATIVE) + 1e-12, (name, plan.lower_bound_s, optimum)
     if plan.optimal:
         assert plan.value_s == pytest.approx(optimum, rel=1e-6), name
@@ -79,7 +85,7 @@ def check_against(optimum: float, problem: Problem, name: str) -> None:
 
 @settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(constrained_problems(max_kernels=5))
-def test_latency_solvers_under_constraints(case):             # ~2 s an example: CP-SAT runs in a process
+def test_latency_solvers_under_constraints(case):  # ~2 s an example: CP-SAT runs in a process
     graph, platform, costs = case
     optimum, _ = best_latency(graph, platform, costs)
     problem = Problem(graph, platform, costs)

@@ -1,4 +1,5 @@
 """The profile cache: hits, persistence, two writer processes, and damaged files moved aside, not lost."""
+
 from __future__ import annotations
 
 import logging
@@ -9,8 +10,16 @@ import sqlite3
 
 import pytest
 
-from tvm_diviml.cost.cache import (SCHEMA_VERSION, LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey,
-                                   _move_aside, default_cache_dir)
+from tvm_diviml.cost.cache import (
+    SCHEMA_VERSION,
+    LinkKey,
+    LinkMeasurement,
+    Measurement,
+    ProfileCache,
+    ProfileKey,
+    _move_aside,
+    default_cache_dir,
+)
 from tvm_diviml.errors import DivimlInputError
 
 LINK = LinkKey("cpu:0", "cuda:0", "host-1", "0.27.0")
@@ -28,9 +37,11 @@ def test_miss_then_hit(tmp_path):
     with ProfileCache(str(tmp_path / "c.sqlite")) as cache:
         assert cache.get_many([key("a")]) == {}
         cache.put_many({key("a"): measurement(1e-3), key("b"): measurement(2e-3, "tuned")})
-        assert cache.get_many([key("a"), key("b"), key("c")]) == {key("a"): measurement(1e-3),
-                                                                   key("b"): measurement(2e-3, "tuned")}
-        assert cache.get_many([key("a", schedule="dlight")]) == {}          # every field of the key counts
+        assert cache.get_many([key("a"), key("b"), key("c")]) == {
+            key("a"): measurement(1e-3),
+            key("b"): measurement(2e-3, "tuned"),
+        }
+        assert cache.get_many([key("a", schedule="dlight")]) == {}  # every field of the key counts
         assert cache.get_link(LINK) is None
         cache.put_link(LINK, LinkMeasurement(1e-5, 1.2e10, 0.01))
         assert cache.get_link(LINK) == LinkMeasurement(1e-5, 1.2e10, 0.01)
@@ -94,7 +105,7 @@ def test_default_dir_falls_back_to_xdg_then_home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == str(tmp_path / "xdg" / "tvm-diviml")
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")                 # the XDG spec: ignore it
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG spec: ignore it
     assert default_cache_dir() == str(tmp_path / "home" / ".cache" / "tvm-diviml")
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_cache_dir() == str(tmp_path / "home" / ".cache" / "tvm-diviml")
@@ -147,7 +158,7 @@ def test_follows_the_path_when_another_process_moved_the_file_aside(tmp_path):
     path = str(tmp_path / "c.sqlite")
     with ProfileCache(path) as first:
         first.put_many({key("old"): measurement(1e-3)})
-        _move_aside(path)                                  # as another process's recovery would
+        _move_aside(path)  # as another process's recovery would
         with ProfileCache(path) as second:
             second.put_many({key("new"): measurement(2e-3)})
             first.put_many({key("late"): measurement(3e-3)})
@@ -185,9 +196,16 @@ def unreadable_file(path):
     path.chmod(0)
 
 
-@pytest.mark.parametrize("damage", [random_bytes, truncated_cache, foreign_database, directory_in_its_place,
-                                    pytest.param(unreadable_file, marks=pytest.mark.skipif(
-                                        os.geteuid() == 0, reason="root reads any file"))])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        random_bytes,
+        truncated_cache,
+        foreign_database,
+        directory_in_its_place,
+        pytest.param(unreadable_file, marks=pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")),
+    ],
+)
 def test_damaged_file_is_moved_aside_with_a_warning(tmp_path, caplog, damage):
     path = tmp_path / "c.sqlite"
     damage(path)

@@ -1,4 +1,5 @@
 """Roofline and link fits recover the figures that generated their data."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from tvm_diviml.cost.fit import fit_link, fit_roofline
 
 from .conftest import examples
 
-PEAK, BANDWIDTH, OVERHEAD = 2e11, 5e10, 4e-6          # ridge at 4 FLOP/byte
+PEAK, BANDWIDTH, OVERHEAD = 2e11, 5e10, 4e-6  # ridge at 4 FLOP/byte
 
 
 def kernels(seed: int, compute_bound: int, memory_bound: int, copies: int = 0, peak=PEAK, bandwidth=BANDWIDTH):
@@ -21,7 +22,7 @@ def kernels(seed: int, compute_bound: int, memory_bound: int, copies: int = 0, p
     ridge = peak / bandwidth
     away = 10 ** rng.uniform(0.3, 2.0, n)
     intensity = np.where(np.arange(n) < compute_bound, ridge * away, ridge / away)
-    intensity[n - copies:] = 0.0
+    intensity[n - copies :] = 0.0
     work_s = 10 ** rng.uniform(-6, -2, n)
     is_compute = np.arange(n) < compute_bound
     bytes_moved = work_s * bandwidth
@@ -60,8 +61,14 @@ def test_roofline_recovers_figures_under_noise(seed, noise):
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(peak=st.floats(1e9, 1e14), bandwidth=st.floats(1e8, 1e12), overhead=st.sampled_from([0.0, 1e-7, 3e-6, 1e-4]),
-       compute_bound=st.integers(2, 10), memory_bound=st.integers(2, 10), seed=st.integers(0, 2**32 - 1))
+@given(
+    peak=st.floats(1e9, 1e14),
+    bandwidth=st.floats(1e8, 1e12),
+    overhead=st.sampled_from([0.0, 1e-7, 3e-6, 1e-4]),
+    compute_bound=st.integers(2, 10),
+    memory_bound=st.integers(2, 10),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_roofline_recovers_any_figures_exactly(peak, bandwidth, overhead, compute_bound, memory_bound, seed):
     """Two kernels a side at least: three kernels fit three unknowns exactly under more than one
     classification, so they cannot tell which figures made them."""
@@ -118,33 +125,39 @@ def test_link_recovers_figures_under_noise(seed, latency):
     assert fit.max_rel_error < 0.05
 
 
-@pytest.mark.parametrize("args, match", [
-    (([1e6, 1e7], [1e5, 1e5], [1e-3, 1e-2]), "at least 3"),
-    (([1e6, 1e7, 1e8], [1e5, 1e5], [1e-3, 1e-2, 1e-1]), "same length"),
-    (([1e6, np.nan, 1e8], [1e5, 1e5, 1e5], [1e-3, 1e-2, 1e-1]), "flops holds NaN"),
-    (([1e6, 1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, np.inf, 1e-1]), "seconds holds NaN or infinite"),
-    (([1e6, 1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, 0.0, 1e-1]), "> 0 seconds"),
-    (([1e6, 1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, -1e-2, 1e-1]), "> 0 seconds"),
-    (([1e6, -1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, 1e-2, 1e-1]), "flops must be >= 0"),
-    (([1e6, 1e7, 1e8], [1e5, 0.0, 1e5], [1e-3, 1e-2, 1e-1]), "bytes_moved > 0"),
-    (([0.0, 0.0, 0.0], [1e5, 1e6, 1e7], [1e-3, 1e-2, 1e-1]), "no kernel does FLOPs"),
-    (([1e6, 1e7, 1e8], [1e5, 1e6, 1e5], [1e-3, 1e-3, 1e-3]), "do not grow"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([1e6, 1e7], [1e5, 1e5], [1e-3, 1e-2]), "at least 3"),
+        (([1e6, 1e7, 1e8], [1e5, 1e5], [1e-3, 1e-2, 1e-1]), "same length"),
+        (([1e6, np.nan, 1e8], [1e5, 1e5, 1e5], [1e-3, 1e-2, 1e-1]), "flops holds NaN"),
+        (([1e6, 1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, np.inf, 1e-1]), "seconds holds NaN or infinite"),
+        (([1e6, 1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, 0.0, 1e-1]), "> 0 seconds"),
+        (([1e6, 1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, -1e-2, 1e-1]), "> 0 seconds"),
+        (([1e6, -1e7, 1e8], [1e5, 1e5, 1e5], [1e-3, 1e-2, 1e-1]), "flops must be >= 0"),
+        (([1e6, 1e7, 1e8], [1e5, 0.0, 1e5], [1e-3, 1e-2, 1e-1]), "bytes_moved > 0"),
+        (([0.0, 0.0, 0.0], [1e5, 1e6, 1e7], [1e-3, 1e-2, 1e-1]), "no kernel does FLOPs"),
+        (([1e6, 1e7, 1e8], [1e5, 1e6, 1e5], [1e-3, 1e-3, 1e-3]), "do not grow"),
+    ],
+)
 def test_roofline_rejects_what_it_cannot_fit(args, match):
     with pytest.raises(ValueError, match=match):
         fit_roofline(*args)
 
 
-@pytest.mark.parametrize("args, match", [
-    (([1e6], [1e-3]), "at least 2"),
-    (([1e6, 1e6, 1e6], [1e-3, 1.1e-3, 0.9e-3]), "2 different sizes"),
-    (([1e3, np.nan], [1e-3, 1e-2]), "nbytes holds NaN"),
-    (([1e3, 1e6], [1e-3, 0.0]), "> 0 seconds"),
-    (([-1e3, 1e6], [1e-3, 1e-2]), "nbytes must be >= 0"),
-    (([[1e3, 1e6]], [[1e-3, 1e-2]]), "1-D"),
-    (([1e3, 1e5, 1e7], [1e-3, 1e-3, 1e-3]), "do not grow with size"),
-    (([1e3, 1e5, 1e7], [3e-3, 2e-3, 1e-3]), "do not grow with size"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([1e6], [1e-3]), "at least 2"),
+        (([1e6, 1e6, 1e6], [1e-3, 1.1e-3, 0.9e-3]), "2 different sizes"),
+        (([1e3, np.nan], [1e-3, 1e-2]), "nbytes holds NaN"),
+        (([1e3, 1e6], [1e-3, 0.0]), "> 0 seconds"),
+        (([-1e3, 1e6], [1e-3, 1e-2]), "nbytes must be >= 0"),
+        (([[1e3, 1e6]], [[1e-3, 1e-2]]), "1-D"),
+        (([1e3, 1e5, 1e7], [1e-3, 1e-3, 1e-3]), "do not grow with size"),
+        (([1e3, 1e5, 1e7], [3e-3, 2e-3, 1e-3]), "do not grow with size"),
+    ],
+)
 def test_link_rejects_what_it_cannot_fit(args, match):
     with pytest.raises(ValueError, match=match):
         fit_link(*args)

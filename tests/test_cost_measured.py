@@ -1,5 +1,6 @@
 """Measured kernel costs: end to end on a tiny model, through the cache, with absent devices
 estimated, links measured, and export / import of the whole profile."""
+
 import dataclasses
 import json
 
@@ -25,8 +26,9 @@ def tiny():
 
 
 def measure(extraction, platform, cache):
-    return MeasuredCostModel(extraction.graph, platform, extraction.mod, extraction.kernel_func, cache=cache,
-                             options=FAST)
+    return MeasuredCostModel(
+        extraction.graph, platform, extraction.mod, extraction.kernel_func, cache=cache, options=FAST
+    )
 
 
 def test_measures_every_kernel_once_then_reads_the_cache(tiny, tmp_path):
@@ -34,14 +36,14 @@ def test_measures_every_kernel_once_then_reads_the_cache(tiny, tmp_path):
     with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
         first = measure(tiny, platform, cache)
         distinct = len(set(tiny.kernel_func.values()))
-        assert first.measured_now == distinct          # cpu0 and cpu1 time alike: measured once
+        assert first.measured_now == distinct  # cpu0 and cpu1 time alike: measured once
         for kernel in tiny.graph.kernels:
             assert first.compute_s(kernel, "cpu0") > 0 and first.source(kernel, "cpu0") == "measured"
             assert first.compute_s(kernel, "cpu1") == first.compute_s(kernel, "cpu0")
         second = measure(tiny, platform, cache)
         assert second.measured_now == 0
         assert all(second.compute_s(k, "cpu0") == first.compute_s(k, "cpu0") for k in tiny.graph.kernels)
-        executor_rows = len(ExecutorOverheads.__dataclass_fields__) - 1    # cached beside the kernels, all
+        executor_rows = len(ExecutorOverheads.__dataclass_fields__) - 1  # cached beside the kernels, all
         # but the co-run factor (timed in every process)
         assert cache.stats()["kernel_rows"] == distinct + executor_rows and cache.stats()["link_rows"] == 2
 
@@ -58,7 +60,7 @@ def test_absent_devices_are_estimated_and_said_so(tiny, tmp_path, caplog):
     platform = get_platform("paper-node")
     with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
         costs = measure(tiny, platform, cache)
-    assert costs.absent == ["cpu", "rtx2080ti", "gtx1080ti"]      # paper-node's CPU is another machine's
+    assert costs.absent == ["cpu", "rtx2080ti", "gtx1080ti"]  # paper-node's CPU is another machine's
     assert "rtx2080ti" in caplog.text and "roofline" in caplog.text
     kernel = tiny.graph.topo_order[0]
     assert costs.source(kernel, "rtx2080ti") == "estimated" and costs.measured_now == 0
@@ -67,7 +69,7 @@ def test_absent_devices_are_estimated_and_said_so(tiny, tmp_path, caplog):
 
 def test_a_gpu_whose_arch_differs_from_its_target_is_not_measured():
     device = Device("g", {"kind": "cuda", "arch": "sm_1000"}, "cuda:0")
-    assert not device_present(device)          # no such GPU here; on a lent GPU, the arch differs
+    assert not device_present(device)  # no such GPU here; on a lent GPU, the arch differs
     assert device_present(Device("c", {"kind": "llvm"}, "cpu:0"))
     assert not device_present(Device("c", {"kind": "llvm"}, "cpu:0", measure=False))
 
@@ -94,7 +96,7 @@ def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_pat
         per_kernel = costs.calibrate_in_context("cpu0", alone + 1e-3)
         assert per_kernel == pytest.approx(1e-3 / len(tiny.graph))
         assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone + 1e-3)
-        assert costs.calibrate_in_context("cpu0", alone / 2) == 0.0            # never below the kernels alone
+        assert costs.calibrate_in_context("cpu0", alone / 2) == 0.0  # never below the kernels alone
 
 
 def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path):
@@ -108,29 +110,46 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
         assert set(figures) == {"cpu0", "cpu1"} and figures["cpu0"] == figures["cpu1"] >= 0
         assert first.prediction_error >= 0 and first.executor_segments
         second = measure(loaded.extraction, platform, cache)
-        calibrate_in_context(second, None, loaded.extraction)        # no model needed: the cache answers
+        calibrate_in_context(second, None, loaded.extraction)  # no model needed: the cache answers
         assert second.in_context_s == first.in_context_s and second.prediction_error == first.prediction_error
         key = first.whole_model_key("cpu0")
         before = cache.get_many([key])[key]
-        calibrate_in_context(second, loaded.built, loaded.extraction, repeats=3, fresh=True)   # timed again
+        calibrate_in_context(second, loaded.built, loaded.extraction, repeats=3, fresh=True)  # timed again
         assert cache.get_many([key])[key] != before
         overheads = first.executor_overheads
         assert overheads.run_s > 0 and overheads.segment_s >= 0 and overheads.handoff_s >= 0
         # from the cache, not timed again; only the co-run factor is timed in every process
-        assert dataclasses.replace(second.executor_overheads, corun_factor=1.0) == \
-            dataclasses.replace(overheads, corun_factor=1.0) and second.executor_overheads.corun_factor >= 1
+        assert (
+            dataclasses.replace(second.executor_overheads, corun_factor=1.0)
+            == dataclasses.replace(overheads, corun_factor=1.0)
+            and second.executor_overheads.corun_factor >= 1
+        )
         assert first.links[("cpu0", "cpu1")].latency_s >= overheads.handoff_s
     path = tmp_path / "costs.json"
     first.to_table().save(str(path))
     table = TableCostModel.load(str(path), platform, loaded.extraction.graph)
     assert table.executor_segments and table.prediction_error == first.prediction_error
-    assert (table.executor_overheads.run_s, table.executor_overheads.segment_s, table.executor_overheads.corun_factor) \
-        == (overheads.run_s, overheads.segment_s, overheads.corun_factor) and overheads.corun_factor >= 1
+    assert (
+        table.executor_overheads.run_s,
+        table.executor_overheads.segment_s,
+        table.executor_overheads.corun_factor,
+    ) == (overheads.run_s, overheads.segment_s, overheads.corun_factor) and overheads.corun_factor >= 1
 
 
-@pytest.mark.parametrize("executor", [[], {"segments": "yes"}, {"prediction_error": -0.1},
-                                      {"prediction_error": float("nan")}, {"run_s": -1e-6}, {"segment_s": "fast"},
-                                      {"segment_s": float("inf")}, {"corun_factor": 0.5}, {"corun_factor": "2"}])
+@pytest.mark.parametrize(
+    "executor",
+    [
+        [],
+        {"segments": "yes"},
+        {"prediction_error": -0.1},
+        {"prediction_error": float("nan")},
+        {"run_s": -1e-6},
+        {"segment_s": "fast"},
+        {"segment_s": float("inf")},
+        {"corun_factor": 0.5},
+        {"corun_factor": "2"},
+    ],
+)
 def test_a_cost_table_with_a_bad_executor_field_is_refused(executor):
     with pytest.raises(DivimlInputError, match="executor"):
         TableCostModel.from_json({"kernels": {}, "executor": executor}, get_platform("cpu2"))
@@ -162,19 +181,38 @@ def test_profile_command_and_measured_plan(tmp_path):
     assert not_tvm.returncode == 2 and "measured costs need a model that TVM builds" in not_tvm.stderr
 
 
-@pytest.mark.slow          # about two minutes: MetaSchedule on every kernel of a small ResNet-18
+@pytest.mark.slow  # about two minutes: MetaSchedule on every kernel of a small ResNet-18
 def test_tuned_profile_applies_its_database(tmp_path):
     env = {"DIVIML_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    result = diviml("profile", "resnet18:resolution=16,classes=4", "--tune", "2", "--json", tmp_path / "rows.json",
-                    env=env, timeout=600)
+    result = diviml(
+        "profile",
+        "resnet18:resolution=16,classes=4",
+        "--tune",
+        "2",
+        "--json",
+        tmp_path / "rows.json",
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert {r["source"] for r in rows if r["device"] == "cpu0"} == {"tuned"}
     (database,) = (tmp_path / "cache" / "metaschedule").iterdir()
-    reuse = diviml("plan", "resnet18:resolution=16,classes=4", "--platform", "cpu2", "--tuning-db", database,
-                   "--json", "-", env=env, timeout=600)
+    reuse = diviml(
+        "plan",
+        "resnet18:resolution=16,classes=4",
+        "--platform",
+        "cpu2",
+        "--tuning-db",
+        database,
+        "--json",
+        "-",
+        env=env,
+        timeout=600,
+    )
     assert reuse.returncode == 0, reuse.stderr
     assert json.loads(reuse.stdout)["cost_sources"] == {"cpu0": "tuned", "cpu1": "tuned"}
-    missing = diviml("plan", "resnet18:resolution=16,classes=4", "--platform", "cpu2", "--tuning-db", tmp_path,
-                     env=env, timeout=600)
+    missing = diviml(
+        "plan", "resnet18:resolution=16,classes=4", "--platform", "cpu2", "--tuning-db", tmp_path, env=env, timeout=600
+    )
     assert missing.returncode == 2 and "no MetaSchedule database" in missing.stderr

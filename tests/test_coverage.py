@@ -5,6 +5,7 @@ The default suite checks one CNN and one transformer through both routes; every 
 catalogue runs with ``-m slow`` (about 20 minutes here). Without torch, torchvision, transformers or
 onnxscript these tests are skipped, naming what is missing.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ def test_relative_difference_over_every_output():
     want = [np.array([1.0, -4.0]), np.array([[2.0]])]
     assert coverage.relative_difference([np.array([1.0, -4.0]), np.array([[2.0]])], want) == 0
     assert coverage.relative_difference([np.array([1.0, -3.0]), np.array([[2.0]])], want) == pytest.approx(0.25)
-    assert coverage.relative_difference([np.array([1.0, -4.0])], want) == float("inf")           # an output lost
+    assert coverage.relative_difference([np.array([1.0, -4.0])], want) == float("inf")  # an output lost
     assert coverage.relative_difference([np.array([1.0, -4.0]), np.array([2.0])], want) == float("inf")
 
 
@@ -44,14 +45,16 @@ def test_unknown_route_is_refused():
 def data_dependent_branch(torch):
     class Branch(torch.nn.Module):
         def forward(self, x):
-            return x * 2 if x.sum() > 0 else x - 1            # torch.export refuses data-dependent control flow
+            return x * 2 if x.sum() > 0 else x - 1  # torch.export refuses data-dependent control flow
+
     return Branch()
 
 
 def tensor_from_a_scalar(torch):
     class FromScalar(torch.nn.Module):
         def forward(self, x):
-            return torch.tensor(x.sum().item())               # exported; TVM's importer refuses it
+            return torch.tensor(x.sum().item())  # exported; TVM's importer refuses it
+
     return FromScalar()
 
 
@@ -77,7 +80,9 @@ def test_a_model_whose_outputs_ignore_the_input_proves_nothing():
         def forward(self, x):
             return self.head(torch.zeros_like(x))
 
-    row = coverage.check_model(coverage.EcosystemModel("constant", "test", lambda: (Constant().eval(), (torch.ones(1, 4),))))
+    row = coverage.check_model(
+        coverage.EcosystemModel("constant", "test", lambda: (Constant().eval(), (torch.ones(1, 4),)))
+    )
     assert row["outcome"] == "reference failed" and row["sensitivity"] == 0
     assert "outputs move by 0 (relative) when the input changes" in row["error"]
 
@@ -88,11 +93,12 @@ def test_lively_weights_make_outputs_follow_the_input():
     import torchvision
 
     torch.manual_seed(0)
-    vit = torchvision.models.VisionTransformer(image_size=16, patch_size=8, num_layers=1, num_heads=1,
-                                               hidden_dim=8, mlp_dim=8, num_classes=3).eval()
+    vit = torchvision.models.VisionTransformer(
+        image_size=16, patch_size=8, num_layers=1, num_heads=1, hidden_dim=8, mlp_dim=8, num_classes=3
+    ).eval()
     x = torch.randn(1, 3, 16, 16)
     with torch.no_grad():
-        assert torch.equal(vit(x), vit(2 * x))                     # torchvision's zero head: constant outputs
+        assert torch.equal(vit(x), vit(2 * x))  # torchvision's zero head: constant outputs
         coverage.lively(vit)
         assert coverage.relative_difference([vit(2 * x).numpy()], [vit(x).numpy()]) > coverage.MIN_SENSITIVITY
 
@@ -111,8 +117,12 @@ def catalogue_cases(quick: bool):
     """(model, route) parameters; one placeholder without the packages, which ``needs_models`` skips."""
     if MISSING:
         return [pytest.param(None, None)]
-    return [pytest.param(m.name, route, marks=[] if quick else [pytest.mark.slow])
-            for m in coverage.catalogue().values() if m.quick == quick for route in coverage.ROUTES]
+    return [
+        pytest.param(m.name, route, marks=[] if quick else [pytest.mark.slow])
+        for m in coverage.catalogue().values()
+        if m.quick == quick
+        for route in coverage.ROUTES
+    ]
 
 
 def assert_covered(name: str, route: str) -> None:

@@ -3,11 +3,11 @@
 Each solve starts one OR-Tools process (about a second: most of it importing OR-Tools).
 Links cost 1 s + 1 s per byte (``unit_platform``); A is the host.
 """
+
 import os
+import signal
 import subprocess
 import sys
-
-import signal
 
 import pytest
 from hypothesis import given, settings
@@ -36,7 +36,7 @@ def solve_checked(graph, platform, costs, **options) -> Plan:
     return plan
 
 
-@settings(max_examples=examples(6), deadline=None)     # ~1.3 s an example: one OR-Tools process each
+@settings(max_examples=examples(6), deadline=None)  # ~1.3 s an example: one OR-Tools process each
 @given(dag_problems(max_kernels=7))
 def test_cpsat_equals_brute_force(problem):
     graph, platform, costs = problem
@@ -64,11 +64,19 @@ def test_inputs_outputs_allowed_devices_and_colocation():
     # result is home at 8 (on A or C: 9 or more). p and q (4 s each) must share a device that p may
     # use (A or B; q alone would take C): with s on B that is 9, so A. r may run only on C.
     platform = unit_platform()
-    graph = OpGraph([Kernel("s", output_bytes=2), Kernel("p", colocate="g", allowed_devices=("A", "B")),
-                     Kernel("q", colocate="g"), Kernel("r", allowed_devices=("C",))], [],
-                    inputs=[GraphInput("in", 3, ("s",))])
-    costs = table(platform, {"s": {"A": 9, "B": 1, "C": 9}, "p": 4, "q": {"A": 4, "B": 4, "C": 1},
-                             "r": {"A": 1, "B": 1, "C": 4}})
+    graph = OpGraph(
+        [
+            Kernel("s", output_bytes=2),
+            Kernel("p", colocate="g", allowed_devices=("A", "B")),
+            Kernel("q", colocate="g"),
+            Kernel("r", allowed_devices=("C",)),
+        ],
+        [],
+        inputs=[GraphInput("in", 3, ("s",))],
+    )
+    costs = table(
+        platform, {"s": {"A": 9, "B": 1, "C": 9}, "p": 4, "q": {"A": 4, "B": 4, "C": 1}, "r": {"A": 1, "B": 1, "C": 4}}
+    )
     plan = solve_checked(graph, platform, costs)
     assert plan.value_s == best_latency(graph, platform, costs)[0] == 8
     assert plan.optimal and plan.lower_bound_s == 8
@@ -119,22 +127,30 @@ def test_other_objectives_and_missing_ortools_are_named(monkeypatch):
 
 def test_the_calling_process_never_loads_ortools():
     """cpsat and split's CP-SAT windows run OR-Tools in a worker: it cannot share a process with CBC."""
-    script = ("import sys\n"
-              "from tvm_diviml.solvers import Problem, get_solver\n"
-              "from tvm_diviml.synthetic import random_dag\n"
-              "from tests.conftest import graph_of, table, unit_platform\n"
-              "platform = unit_platform()\n"
-              "graph = graph_of([('a', 'b', 1)])\n"
-              "plan = get_solver('cpsat').solve(Problem(graph, platform, table(platform, {'a': 1, 'b': 1})))\n"
-              "assert plan.optimal\n"
-              "graph = random_dag(kernels=20, seed=1)\n"
-              "platform = unit_platform(latency=0.01, bandwidth=100.0)\n"
-              "problem = Problem(graph, platform, table(platform, {k: 1.0 for k in graph.kernels}))\n"
-              "plan = get_solver('split', module_size=6).solve(problem)\n"
-              "assert plan.attrs['windows_solved'] > 1\n"
-              "assert not any(m.startswith('ortools') for m in sys.modules), sorted(sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = (
+        "import sys\n"
+        "from tvm_diviml.solvers import Problem, get_solver\n"
+        "from tvm_diviml.synthetic import random_dag\n"
+        "from tests.conftest import graph_of, table, unit_platform\n"
+        "platform = unit_platform()\n"
+        "graph = graph_of([('a', 'b', 1)])\n"
+        "plan = get_solver('cpsat').solve(Problem(graph, platform, table(platform, {'a': 1, 'b': 1})))\n"
+        "assert plan.optimal\n"
+        "graph = random_dag(kernels=20, seed=1)\n"
+        "platform = unit_platform(latency=0.01, bandwidth=100.0)\n"
+        "problem = Problem(graph, platform, table(platform, {k: 1.0 for k in graph.kernels}))\n"
+        "plan = get_solver('split', module_size=6).solve(problem)\n"
+        "assert plan.attrs['windows_solved'] > 1\n"
+        "assert not any(m.startswith('ortools') for m in sys.modules), sorted(sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -155,15 +171,32 @@ def test_a_stopped_diviml_leaves_no_cpsat_process(how, tmp_path):
     import sys
     import time
 
-    command = [sys.executable, "-m", "tvm_diviml.cli", "plan", "random:kernels=120,seed=3", "--platform",
-               "paper-node", "--solver", "cpsat", "--time-limit", "60"]
+    command = [
+        sys.executable,
+        "-m",
+        "tvm_diviml.cli",
+        "plan",
+        "random:kernels=120,seed=3",
+        "--platform",
+        "paper-node",
+        "--solver",
+        "cpsat",
+        "--time-limit",
+        "60",
+    ]
     # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
-    parent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    parent = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
     def workers():
-        found = subprocess.run(["pgrep", "-P", str(parent.pid), "-f", "cpsat_worker"], capture_output=True,
-                               text=True).stdout.split()
+        found = subprocess.run(
+            ["pgrep", "-P", str(parent.pid), "-f", "cpsat_worker"], capture_output=True, text=True
+        ).stdout.split()
         return [int(pid) for pid in found]
 
     deadline = time.monotonic() + 60
@@ -171,16 +204,22 @@ def test_a_stopped_diviml_leaves_no_cpsat_process(how, tmp_path):
         time.sleep(0.1)
     children = workers()
     assert children, parent.stderr.read() if parent.poll() is not None else "no CP-SAT worker started"
-    time.sleep(1.0)                                     # the solve is under way
+    time.sleep(1.0)  # the solve is under way
     stopped = time.monotonic()
     parent.send_signal(how)
     parent.wait(timeout=20)
     if how != signal.SIGKILL:
         assert time.monotonic() - stopped < 5 and parent.returncode == 130, parent.stderr.read()
     deadline = time.monotonic() + 5
-    while any(os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]
-              for pid in children) and time.monotonic() < deadline:
+    while (
+        any(
+            os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]
+            for pid in children
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
-    alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")
-             and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    alive = [
+        pid for pid in children if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    ]
     assert not alive, f"CP-SAT worker {alive} outlived diviml ({how.name})"

@@ -1,4 +1,5 @@
 """Data parallelism: replicated graphs, their costs, and the batch bound as a minimum over splits."""
+
 import itertools
 import json
 
@@ -8,8 +9,15 @@ from hypothesis import strategies as st
 
 from tvm_diviml.bounds import lower_bound
 from tvm_diviml.cost.roofline import RooflineCostModel
-from tvm_diviml.dataparallel import (COPY_ATTR, ReplicatedCosts, copy_devices, replicate, solve_batch_splits,
-                                     split_workload, sub_batch_spec)
+from tvm_diviml.dataparallel import (
+    COPY_ATTR,
+    ReplicatedCosts,
+    copy_devices,
+    replicate,
+    solve_batch_splits,
+    split_workload,
+    sub_batch_spec,
+)
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
@@ -26,8 +34,12 @@ from .test_msr_fiddle import hand_file
 
 def diamond() -> OpGraph:
     """x -> a -> {b, c} -> d; a and d share weight w (a tied embedding), b and c are co-located."""
-    kernels = [Kernel("a", weights=("w",), output_bytes=4), Kernel("b", colocate="g", output_bytes=2),
-               Kernel("c", colocate="g", weights=("v",), output_bytes=2), Kernel("d", weights=("w",), output_bytes=1)]
+    kernels = [
+        Kernel("a", weights=("w",), output_bytes=4),
+        Kernel("b", colocate="g", output_bytes=2),
+        Kernel("c", colocate="g", weights=("v",), output_bytes=2),
+        Kernel("d", weights=("w",), output_bytes=1),
+    ]
     edges = [Edge("a", "b", 4), Edge("a", "c", 4), Edge("b", "d", 2), Edge("c", "d", 2)]
     return OpGraph(kernels, edges, inputs=[GraphInput("x", 8, ("a",))], weights={"w": 100, "v": 10})
 
@@ -52,10 +64,11 @@ def test_replicate_renames_each_copy_and_keeps_edges_within_copies():
             assert twin.weights == kernel.weights and twin.flops == kernel.flops
             assert twin.colocate == (None if kernel.colocate is None else f"b{index}/{kernel.colocate}")
     assert {(e.src, e.dst, e.bytes) for e in copies.edges} == {
-        (f"b{i}/{e.src}", f"b{i}/{e.dst}", e.bytes) for i in range(3) for e in graph.edges}
+        (f"b{i}/{e.src}", f"b{i}/{e.dst}", e.bytes) for i in range(3) for e in graph.edges
+    }
     assert [(i.name, i.consumers) for i in copies.inputs] == [(f"b{i}/x", (f"b{i}/a",)) for i in range(3)]
     assert copies.outputs == ["b0/d", "b1/d", "b2/d"]
-    assert copies.weights == graph.weights                 # shared, not renamed
+    assert copies.weights == graph.weights  # shared, not renamed
 
 
 def test_copies_on_one_device_hold_shared_weights_once():
@@ -63,7 +76,7 @@ def test_copies_on_one_device_hold_shared_weights_once():
     copies = replicate(graph, 2)
     together = memory_per_device(copies, Plan({k: "A" for k in copies.kernels}))
     apart = memory_per_device(copies, Plan({k: "A" if k.startswith("b0/") else "B" for k in copies.kernels}))
-    assert together == {"A": 100}                          # one weight, held once, however many copies run
+    assert together == {"A": 100}  # one weight, held once, however many copies run
     assert apart == {"A": 100, "B": 100}
 
 
@@ -90,7 +103,7 @@ def test_replicated_costs_price_every_copy_as_the_base_prices_the_kernel():
     for index, kernel, device in itertools.product(range(2), "abcd", DEVICES):
         assert costs.compute_s(f"b{index}/{kernel}", device) == base.compute_s(kernel, device)
         assert costs.source(f"b{index}/{kernel}", device) == base.source(kernel, device)
-    assert costs.compute_s("b1/d", "C") == float("inf")       # what the base cannot run, no copy can
+    assert costs.compute_s("b1/d", "C") == float("inf")  # what the base cannot run, no copy can
     assert costs.transfer_s(12, "A", "B") == base.transfer_s(12, "A", "B") == 0.5 + 3.0
     with pytest.raises(KeyError, match="copy 2"):
         costs.compute_s("b2/a", "A")
@@ -103,11 +116,12 @@ def test_replicated_costs_price_every_copy_as_the_base_prices_the_kernel():
 def test_copies_apart_take_the_slowest_copy_and_together_on_the_host_the_sum(data, copies):
     graph, platform, base = data.draw(dag_problems(max_kernels=5))
     replicated, costs = replicate(graph, copies), ReplicatedCosts(base, copies)
-    alone = [simulate(graph, platform, base, Plan({k: DEVICES[i] for k in graph.kernels})).value_s
-             for i in range(copies)]
+    alone = [
+        simulate(graph, platform, base, Plan({k: DEVICES[i] for k in graph.kernels})).value_s for i in range(copies)
+    ]
     apart = Plan({k: DEVICES[int(k[1])] for k in replicated.kernels})
     assert simulate(replicated, platform, costs, apart).value_s == pytest.approx(max(alone))
-    on_host = Plan({k: platform.host for k in replicated.kernels})      # no transfers: work, one copy after another
+    on_host = Plan({k: platform.host for k in replicated.kernels})  # no transfers: work, one copy after another
     assert simulate(replicated, platform, costs, on_host).value_s == pytest.approx(copies * alone[0])
 
 
@@ -123,12 +137,17 @@ def test_a_splits_own_bound_can_exceed_the_batch_optimum_so_the_minimum_is_repor
     # copies load the three devices with at least 36 / 3 = 12 > 10, the batch's true optimum.
     platform = unit_platform()
     unsplit = workload(graph_of([], kernels=["k"]), platform, {"k": {"A": 100.0, "B": 10.0, "C": 10.0}})
-    split = Workload(replicate(graph_of([], kernels=["k"]), 4), platform,
-                     ReplicatedCosts(table(platform, {"k": {"A": 90.0, "B": 9.0, "C": 9.0}}), 4), "hand x4", "table")
+    split = Workload(
+        replicate(graph_of([], kernels=["k"]), 4),
+        platform,
+        ReplicatedCosts(table(platform, {"k": {"A": 90.0, "B": 9.0, "C": 9.0}}), 4),
+        "hand x4",
+        "table",
+    )
     plan, sim, row, problem = solve_batch_splits({1: unsplit, 4: split}, "fastest_single_device")
     best = min(optimum(unsplit), optimum(split))
-    assert best == 10.0 and optimum(split) == 18.0                      # two copies on each GPU
-    assert row["batch_splits_tried"][4]["lower_bound_s"] >= 12.0 > best         # not a bound for the batch
+    assert best == 10.0 and optimum(split) == 18.0  # two copies on each GPU
+    assert row["batch_splits_tried"][4]["lower_bound_s"] >= 12.0 > best  # not a bound for the batch
     assert row["lower_bound_s"] == 10.0 <= best
     assert row["batch_split"] == plan.batch_split == 1 and row["value_s"] == sim.value_s == 10.0
     assert row["gap"] == 0.0 and row["optimal"] and plan.lower_bound_s == 10.0
@@ -159,12 +178,17 @@ def test_a_split_whose_solver_gives_up_still_counts_with_its_bound():
     plan, _, row, _ = solve_batch_splits({1: unsplit, 2: split}, "fastest_single_device")
     assert "no single device" in row["batch_splits_tried"][1]["error"]
     assert row["batch_splits_tried"][1]["value_s"] is None
-    assert row["batch_splits_tried"][1]["lower_bound_s"] == 10.0        # its largest kernel
+    assert row["batch_splits_tried"][1]["lower_bound_s"] == 10.0  # its largest kernel
     assert row["batch_split"] == plan.batch_split == 2
-    assert row["value_s"] == 12.0                                       # both copies on the host, one after the other
+    assert row["value_s"] == 12.0  # both copies on the host, one after the other
     assert row["lower_bound_s"] == 6.0 and row["gap"] == pytest.approx(1.0)
-    too_big = Workload(replicate(graph_of([], kernels=["k"], output_bytes={"k": 30}), 2), platform,
-                       ReplicatedCosts(table(platform, {"k": 6.0}), 2), "x2", "table")
+    too_big = Workload(
+        replicate(graph_of([], kernels=["k"], output_bytes={"k": 30}), 2),
+        platform,
+        ReplicatedCosts(table(platform, {"k": 6.0}), 2),
+        "x2",
+        "table",
+    )
     with pytest.raises(DivimlInputError, match="no single device"):
         solve_batch_splits({1: unsplit, 2: too_big}, "fastest_single_device")
 
@@ -174,7 +198,7 @@ def test_the_split_must_divide_the_batch():
     with pytest.raises(DivimlInputError, match=r"batch of 4 cannot be split into 3 .*one of 1, 2, 4"):
         sub_batch_spec("resnet18:batch=4,resolution=32", 3)
     with pytest.raises(DivimlInputError, match=r"batch of 1 cannot be split into 2"):
-        sub_batch_spec("resnet18:resolution=32", 2)                       # the zoo's default batch
+        sub_batch_spec("resnet18:resolution=32", 2)  # the zoo's default batch
     assert sub_batch_spec("resnet18:batch=4,resolution=32", 2) == ("resnet18:batch=2,resolution=32", 4)
 
 
@@ -196,15 +220,16 @@ def test_a_zoo_split_is_the_sub_batch_model_replicated():
     flops = sum(k.flops for k in split.graph.kernels.values())
     assert flops == pytest.approx(sum(k.flops for k in whole.graph.kernels.values()), rel=1e-6)
     assert split.graph.weights == whole.graph.weights
-    direct = RooflineCostModel(split.graph, split.platform)     # roofline of the replicated kernels themselves
+    direct = RooflineCostModel(split.graph, split.platform)  # roofline of the replicated kernels themselves
     for kernel, device in itertools.product(split.graph.kernels, split.platform.device_names):
         assert split.costs.compute_s(kernel, device) == direct.compute_s(kernel, device)
 
 
 def test_cli_plans_each_split_and_reports_the_minimum_bound(tmp_path):
     out = tmp_path / "row.json"
-    result = diviml("plan", "resnet18:batch=2,resolution=32", "--platform", "paper-node", "--batch-split", "2",
-                    "--json", out)
+    result = diviml(
+        "plan", "resnet18:batch=2,resolution=32", "--platform", "paper-node", "--batch-split", "2", "--json", out
+    )
     assert result.returncode == 0, result.stderr
     row = json.loads(out.read_text())
     tried = row["batch_splits_tried"]

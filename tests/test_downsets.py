@@ -5,6 +5,7 @@ Brute force: every assignment of kernels to devices they may run on, kept when t
 acyclic (exactly the splits whose sets can be ordered with every edge running forward, i.e. ordered
 contiguous sets) and the simulator finds it feasible (memory, co-location); the least simulated value.
 """
+
 import itertools
 import math
 
@@ -56,12 +57,24 @@ def msr_files(draw, max_nodes=6):
     edges = [{"sourceId": i, "destId": j, "cost": cost[i]} for j in ids for i in range(1, j) if draw(st.booleans())]
     cpus = draw(st.integers(0, 1))
     colours = draw(st.lists(st.integers(0, n + 2), min_size=n, max_size=n))
-    nodes = [{"id": i, "cpuLatency": float(draw(st.integers(1, 12))), "fpgaLatency": float(draw(st.integers(1, 6))),
-              "supportedOnFpga": 1 if not cpus else int(draw(st.integers(0, 4)) > 0),
-              "size": float(draw(st.integers(0, 4))),
-              "colorClass": colours[i - 1]} for i in ids]
-    return {"maxFPGAs": draw(st.integers(1, 2)), "maxCPUs": cpus, "maxSizePerFPGA": float(draw(st.integers(2, 12))),
-            "nodes": nodes, "edges": edges}
+    nodes = [
+        {
+            "id": i,
+            "cpuLatency": float(draw(st.integers(1, 12))),
+            "fpgaLatency": float(draw(st.integers(1, 6))),
+            "supportedOnFpga": 1 if not cpus else int(draw(st.integers(0, 4)) > 0),
+            "size": float(draw(st.integers(0, 4))),
+            "colorClass": colours[i - 1],
+        }
+        for i in ids
+    ]
+    return {
+        "maxFPGAs": draw(st.integers(1, 2)),
+        "maxCPUs": cpus,
+        "maxSizePerFPGA": float(draw(st.integers(2, 12))),
+        "nodes": nodes,
+        "edges": edges,
+    }
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -73,7 +86,7 @@ def test_dp_equals_brute_force_on_msr_files(data):
     try:
         problem.validate()
     except DivimlInputError:
-        return                         # a kernel or group fits nowhere: validate says which
+        return  # a kernel or group fits nowhere: validate says which
     if math.isinf(best):
         with pytest.raises(DivimlInputError, match="no ordered split"):
             solver.solve(problem)
@@ -96,8 +109,12 @@ def staged_problems(draw):
     outputs; each producer's edges carry one size, as in the msr-fiddle files."""
     graph, platform, costs = draw(dag_problems(max_kernels=5, transfer_model="host_staged"))
     size = {k: draw(st.integers(0, 4)) for k in graph.kernels}
-    graph = OpGraph(graph.kernels.values(), [Edge(e.src, e.dst, size[e.src]) for e in graph.edges],
-                    inputs=graph.inputs, outputs=graph.outputs)
+    graph = OpGraph(
+        graph.kernels.values(),
+        [Edge(e.src, e.dst, size[e.src]) for e in graph.edges],
+        inputs=graph.inputs,
+        outputs=graph.outputs,
+    )
     return throughput(graph, platform, costs)
 
 
@@ -140,6 +157,7 @@ def test_past_the_cap_it_falls_back_to_slicegraph():
 
 def test_refuses_platforms_that_are_not_host_staged():
     from .conftest import graph_of, table, unit_platform
+
     platform = unit_platform()
     graph = graph_of([("a", "b", 1)])
     with pytest.raises(DivimlInputError, match="host_staged") as error:
@@ -152,6 +170,7 @@ def test_refuses_platforms_that_are_not_host_staged():
 def test_real_files_solve_exactly(msr_fiddle_dir):
     import json
     import os
+
     for name in ("LayerGraphs/bert24_inference.json", "LayerGraphs/resnet50_inference.json"):
         path = os.path.join(msr_fiddle_dir, "throughput-inputs", name)
         graph, platform, costs = read_msr_fiddle(json.load(open(path)))

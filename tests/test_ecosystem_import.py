@@ -1,6 +1,7 @@
 """Models from outside the zoo: the front-end rewrites for what TVM imports but cannot compile, the
 one-line error where no rewrite exists, operators lowering leaves outside kernels, and ``.pt2``
 programs (``torch.export.save``) on the command line."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-import tvm
 from tvm import relax
 
 from tvm_diviml.cli import main
@@ -39,8 +39,9 @@ def run_placed(mod, params, inputs, kind: str = "alternating"):
     extraction = extract(mod, "main")
     order = extraction.graph.topo_order
     devices = {"alternating": [("cpu0", "cpu1")[i % 2] for i in range(len(order))], "cpu1": ["cpu1"] * len(order)}
-    runner = SingleVMRunner(build(apply_plan(mod, Plan(dict(zip(order, devices[kind]))), CPU2,
-                                             extraction=extraction)), params)
+    runner = SingleVMRunner(
+        build(apply_plan(mod, Plan(dict(zip(order, devices[kind]))), CPU2, extraction=extraction)), params
+    )
     return runner(inputs)
 
 
@@ -95,8 +96,11 @@ def test_a_tensor_made_outside_any_kernel_is_refused_not_passed_through():
             made = builder.emit(relax.call_pure_packed("my_library.double", x, ty_args=x.ty))
             out = builder.emit_output(relax.op.add(made, x))
         builder.emit_func_output(out)
-    with pytest.raises(DivimlInputError, match=r"computed by relax.call_pure_packed\(my_library.double\), which lowering "
-                                                r"leaves outside any TIR kernel"):
+    with pytest.raises(
+        DivimlInputError,
+        match=r"computed by relax.call_pure_packed\(my_library.double\), which lowering "
+        r"leaves outside any TIR kernel",
+    ):
         extract(builder.get(), "main")
 
 
@@ -136,20 +140,38 @@ def test_diviml_graph_and_run_take_a_pt2_program(program_file, capsys):
     path, _, _ = program_file
     assert main(["graph", path]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^imported from torch\.export \(torch .+\) through relax\.frontend\.torch \(TVM .+\)$", out,
-                     re.MULTILINE), out
-    code = main(["run", path, "--platform", "cpu2", "--cost", "roofline", "--repeats", "2", "--inputs", "2",
-                 "--time-limit", "5"])
+    assert re.search(
+        r"^imported from torch\.export \(torch .+\) through relax\.frontend\.torch \(TVM .+\)$", out, re.MULTILINE
+    ), out
+    code = main(
+        [
+            "run",
+            path,
+            "--platform",
+            "cpu2",
+            "--cost",
+            "roofline",
+            "--repeats",
+            "2",
+            "--inputs",
+            "2",
+            "--time-limit",
+            "5",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert re.search(r"^outputs against the single-device build: .*: equal$", out, re.MULTILINE), out
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    (b"not a zip", r"not a torch.export program \(a .pt2 file is a zip archive\)"),
-    (b"PK\x05\x06" + b"\0" * 18, "not a readable torch.export program"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        (b"not a zip", r"not a torch.export program \(a .pt2 file is a zip archive\)"),
+        (b"PK\x05\x06" + b"\0" * 18, "not a readable torch.export program"),
+    ],
+)
 def test_unreadable_pt2_files_get_one_line_and_exit_2(tmp_path, capsys, content, message):
     pytest.importorskip("torch", reason="torch is not installed (pip install 'tvm-diviml[torch]')")
     path = tmp_path / "model.pt2"
@@ -161,6 +183,6 @@ def test_unreadable_pt2_files_get_one_line_and_exit_2(tmp_path, capsys, content,
 
 
 def test_pt2_without_torch_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)          # import torch now raises ImportError
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     with pytest.raises(DivimlInputError, match=r"reading .pt2 files needs torch \(pip install 'tvm-diviml\[torch\]'\)"):
         load_torch_program(str(tmp_path / "model.pt2"))

@@ -1,7 +1,7 @@
 """Graph extraction from Relax: structure, sizes, FLOPs, weights, shapes, importers, faithfulness."""
+
 import numpy as np
 import pytest
-
 import tvm
 from tvm import relax
 from tvm.relax.frontend import nn
@@ -59,12 +59,12 @@ def test_extracts_fused_kernels_with_sizes_flops_and_weights():
     assert conv1.bytes_moved == 3 * 8 * 8 * 4 + 8 * 3 * 3 * 3 * 4 + 8 * 4 + conv1.output_bytes
     assert "conv1.weight" in conv1.weights
     readers = [k.name for k in graph.kernels.values() if "shared" in k.weights]
-    assert len(readers) == 2                          # one weight id, read by two kernels
+    assert len(readers) == 2  # one weight id, read by two kernels
     assert graph.weight_bytes(readers) == 4 * 8 * 8 * 4
     assert graph.inputs[0].name == "x" and graph.inputs[0].consumers == ("fused_conv2d_add_relu",)
     assert len(graph.outputs) == 3 and len(extraction.outputs) == 3
-    assert extraction.transform_params == "forward_transform_params"   # bias reshapes run once, at load
-    for kernel in graph.kernels.values():             # weight-only kernels were lifted out of the graph
+    assert extraction.transform_params == "forward_transform_params"  # bias reshapes run once, at load
+    for kernel in graph.kernels.values():  # weight-only kernels were lifted out of the graph
         assert graph.pred[kernel.name] or any(kernel.name in i.consumers for i in graph.inputs)
 
 
@@ -77,7 +77,7 @@ def test_node_names_and_bindings_are_unique_and_hashes_are_per_primfunc():
         by_func.setdefault(kernel.attrs["primfunc"], set()).add(kernel.attrs["primfunc_hash"])
     assert all(len(h) == 1 for h in by_func.values())
     again = extract(built_branches().mod, "forward").graph
-    assert again.to_json() == graph.to_json()         # stable across runs
+    assert again.to_json() == graph.to_json()  # stable across runs
 
 
 def test_running_the_kernels_in_topological_order_reproduces_the_module():
@@ -149,15 +149,24 @@ def tiny_onnx(path):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "W1"),
-               numpy_helper.from_array(rng.standard_normal((4, 8)).astype("float32"), "W2")]
-    nodes = [helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "W2"], ["y"], transB=1)]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], initializer=weights)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "W1"),
+        numpy_helper.from_array(rng.standard_normal((4, 8)).astype("float32"), "W2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "W2"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        initializer=weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, str(path))
     return model
@@ -187,18 +196,26 @@ def test_onnx_integer_initializers_fold_as_constants(tmp_path):
     from onnx.reference import ReferenceEvaluator
 
     weight = np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
-             helper.make_node("Unsqueeze", ["h", "axis"], ["u"]),
-             helper.make_node("Expand", ["u", "shape"], ["y"])]
-    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 4])],
-                              initializer=[numpy_helper.from_array(weight, "W"),
-                                           numpy_helper.from_array(np.array([1], dtype="int64"), "axis"),
-                                           numpy_helper.from_array(np.array([2, 5, 4], dtype="int64"), "shape")])
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"]),
+        helper.make_node("Unsqueeze", ["h", "axis"], ["u"]),
+        helper.make_node("Expand", ["u", "shape"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "expand",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 4])],
+        initializer=[
+            numpy_helper.from_array(weight, "W"),
+            numpy_helper.from_array(np.array([1], dtype="int64"), "axis"),
+            numpy_helper.from_array(np.array([2, 5, 4], dtype="int64"), "shape"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, str(tmp_path / "expand.onnx"))
     built = load_onnx(str(tmp_path / "expand.onnx"))
-    assert [n for n, _ in built.params] == ["W"]                       # the float weight stays a parameter
+    assert [n for n, _ in built.params] == ["W"]  # the float weight stays a parameter
     extraction = extract(built.mod, built.entry)
     x = built.sample_inputs()[0]
     got = run_kernels(extraction, [x], [w for _, w in built.params])[0]
@@ -219,11 +236,15 @@ def test_onnx_operators_tvm_cannot_import_are_named_in_one_line(tmp_path):
     from onnx import TensorProto, helper
 
     (tmp_path / "empty.onnx").write_bytes(b"")
-    unknown = helper.make_model(helper.make_graph(
-        [helper.make_node("NoSuchOperator", ["x"], ["y"], domain="example.custom")], "custom",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)])
+    unknown = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("NoSuchOperator", ["x"], ["y"], domain="example.custom")],
+            "custom",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)],
+    )
     onnx.save(unknown, str(tmp_path / "custom.onnx"))
     for name in ("empty.onnx", "custom.onnx"):
         with pytest.raises(DivimlInputError) as caught:

@@ -2,6 +2,7 @@
 
 Links cost 1 s + 1 s per byte (``unit_platform``); A is the host CPU.
 """
+
 import json
 import math
 import random
@@ -47,7 +48,7 @@ def test_latency_rows_bars_and_lines_by_hand(tmp_path):
     assert drawing.bars == {"A": 2, "B": 1, link_label("A", "B"): 1}
     assert drawing.busy_s == {"A": 2, "B": 1, link_label("A", "B"): 2}
     assert drawing.arrows == 1
-    assert drawing.labels == 3                      # one-letter names fit on every bar
+    assert drawing.labels == 3  # one-letter names fit on every bar
     assert_is_a_picture(tmp_path / "s.png")
 
 
@@ -61,8 +62,8 @@ def test_latency_rows_are_the_devices_used_and_the_links_that_carried_data(tmp_p
     sim, drawing = draw(graph, platform, costs, plan, tmp_path / "s.png")
     used = [d for d in platform.device_names if d in plan.assignment.values()]
     carried = Counter(link_label(t.src, t.dst) for t in sim.transfers)
-    assert drawing.rows[:len(used)] == used
-    assert sorted(drawing.rows[len(used):]) == sorted(carried)
+    assert drawing.rows[: len(used)] == used
+    assert sorted(drawing.rows[len(used) :]) == sorted(carried)
     assert drawing.bars == {**Counter(plan.assignment.values()), **carried}
     for device in used:
         assert drawing.busy_s[device] == pytest.approx(sim.device_busy_s[device])
@@ -82,7 +83,7 @@ def test_thousands_of_kernels_draw_with_few_artists_and_no_names(tmp_path):
     sim, drawing = draw(graph, platform, costs, plan, tmp_path / "big.png")
     assert sum(drawing.bars[d] for d in platform.device_names) == 2000
     assert drawing.labels == 0
-    assert drawing.artists < 50                    # one collection per row, not one artist per bar
+    assert drawing.artists < 50  # one collection per row, not one artist per bar
     assert_is_a_picture(tmp_path / "big.png")
 
 
@@ -92,7 +93,7 @@ def test_period_overlap_draws_device_and_link_loads(tmp_path):
     costs = table(platform, {"a": 1, "b": 3})
     plan = Plan({"a": "A", "b": "B"}, objective="throughput", mode="period_overlap")
     sim, drawing = draw(graph, platform, costs, plan, tmp_path / "p.png")
-    assert sim.value_s == 3                          # B's load; the link carries 1 s + 1 byte = 2 s
+    assert sim.value_s == 3  # B's load; the link carries 1 s + 1 byte = 2 s
     assert drawing.rows == ["A", "B", link_label("A", "B")]
     assert drawing.busy_s == {"A": 1, "B": 3, link_label("A", "B"): 2}
     assert drawing.compute_s == {"A": 1, "B": 3, link_label("A", "B"): 0}
@@ -117,8 +118,13 @@ def test_stage_serial_draws_one_bar_per_stage(tmp_path):
     platform = unit_platform()
     graph = graph_of([("a", "b", 1), ("b", "c", 1)])
     costs = table(platform, {"a": 1, "b": 1, "c": 1})
-    plan = Plan({"a": "A", "b": "B", "c": "B"}, objective="pipeline", mode="stage_serial",
-                stages=[["a"], ["b", "c"]], stage_devices=["A", "B"])
+    plan = Plan(
+        {"a": "A", "b": "B", "c": "B"},
+        objective="pipeline",
+        mode="stage_serial",
+        stages=[["a"], ["b", "c"]],
+        stage_devices=["A", "B"],
+    )
     sim, drawing = draw(graph, platform, costs, plan, tmp_path / "st.png")
     # stage 0: a (1) + sends a's tensor (2); stage 1: receives it (2) + b + c (2)
     assert sim.stage_cost_s == [3, 4]
@@ -147,8 +153,10 @@ def test_an_unwritable_path_is_an_input_error_naming_it(tmp_path):
         draw(graph, platform, table(platform, {"a": 1, "b": 1}), Plan({"a": "A", "b": "A"}), path)
 
 
-@pytest.mark.parametrize("name,chars", [("fused_conv2d_add_relu3", 10), ("fused_conv2d_add_relu3", 4),
-                                        ("matmul", 6), ("matmul", 20), ("matmul", 3)])
+@pytest.mark.parametrize(
+    "name,chars",
+    [("fused_conv2d_add_relu3", 10), ("fused_conv2d_add_relu3", 4), ("matmul", 6), ("matmul", 20), ("matmul", 3)],
+)
 def test_shortened_names_fit_and_keep_both_ends(name, chars):
     short = _shorten(name, chars)
     if chars < 4 and len(name) > chars:

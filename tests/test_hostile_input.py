@@ -1,5 +1,6 @@
 """Hostile input (issue 17 items 5-10): a clear DivimlInputError naming the field, or a valid result;
 never a traceback, never NaN. Parametrized cases from the issue, then a hypothesis fuzz over fields."""
+
 from __future__ import annotations
 
 import copy
@@ -27,10 +28,16 @@ from .conftest import examples
 
 PLATFORM = get_platform("paper-node").to_json()
 GRAPH = random_dag(kernels=6, seed=1).to_json()
-MSR = {"maxFPGAs": 2, "maxCPUs": 1, "maxSizePerFPGA": 100.0,
-       "nodes": [{"id": 1, "cpuLatency": 2.0, "fpgaLatency": 1.0, "supportedOnFpga": 1, "size": 10.0},
-                 {"id": 2, "cpuLatency": 2.0, "fpgaLatency": 1.0, "supportedOnFpga": 1, "size": 10.0}],
-       "edges": [{"sourceId": 1, "destId": 2, "cost": 1.0}]}
+MSR = {
+    "maxFPGAs": 2,
+    "maxCPUs": 1,
+    "maxSizePerFPGA": 100.0,
+    "nodes": [
+        {"id": 1, "cpuLatency": 2.0, "fpgaLatency": 1.0, "supportedOnFpga": 1, "size": 10.0},
+        {"id": 2, "cpuLatency": 2.0, "fpgaLatency": 1.0, "supportedOnFpga": 1, "size": 10.0},
+    ],
+    "edges": [{"sourceId": 1, "destId": 2, "cost": 1.0}],
+}
 
 
 def platform_with(path, value):
@@ -42,33 +49,47 @@ def platform_with(path, value):
     return data
 
 
-@pytest.mark.parametrize("path, value, field", [
-    (("devices", 1, "peak_flops"), "fast", "devices[rtx2080ti].peak_flops"),
-    (("devices", 1, "memory_bytes"), "lots", "devices[rtx2080ti].memory_bytes"),
-    (("devices", 1, "memory_bytes"), math.nan, "devices[rtx2080ti].memory_bytes"),
-    (("devices", 1, "efficiency"), "0.5", "devices[rtx2080ti].efficiency"),
-    (("devices", 1, "launch_overhead_s"), math.nan, "devices[rtx2080ti].launch_overhead_s"),
-    (("default_link",), "fast", "default_link"),
-    (("links",), None, "links"),
-    (("links", 0, "latency_s"), math.nan, "latency_s"),
-    (("links", 0, "bandwidth_Bps"), math.inf, "bandwidth_Bps"),
-    (("links", 0, "bandwidth_Bps"), -1e9, "bandwidth_Bps"),
-])
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        (("devices", 1, "peak_flops"), "fast", "devices[rtx2080ti].peak_flops"),
+        (("devices", 1, "memory_bytes"), "lots", "devices[rtx2080ti].memory_bytes"),
+        (("devices", 1, "memory_bytes"), math.nan, "devices[rtx2080ti].memory_bytes"),
+        (("devices", 1, "efficiency"), "0.5", "devices[rtx2080ti].efficiency"),
+        (("devices", 1, "launch_overhead_s"), math.nan, "devices[rtx2080ti].launch_overhead_s"),
+        (("default_link",), "fast", "default_link"),
+        (("links",), None, "links"),
+        (("links", 0, "latency_s"), math.nan, "latency_s"),
+        (("links", 0, "bandwidth_Bps"), math.inf, "bandwidth_Bps"),
+        (("links", 0, "bandwidth_Bps"), -1e9, "bandwidth_Bps"),
+    ],
+)
 def test_bad_platform_fields_are_named(path, value, field):
     with pytest.raises(DivimlInputError) as info:
         Platform.from_json(platform_with(path, value))
     assert field in info.value.field
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"kernels": {"a": {"cpu0": 1e300}}}, "kernels.a.cpu0"),
-    ({"kernels": {"a": {"cpu0": math.nan}}}, "kernels.a.cpu0"),
-    ({"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": -1, "bandwidth_Bps": 1e9}]}, "latency_s"),
-    ({"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": 0, "bandwidth_Bps": 0}]}, "bandwidth_Bps"),
-    ({"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": 0, "bandwidth_Bps": -1e9}]},
-     "bandwidth_Bps"),
-    ({"kernels": {}, "sources": [1, 2]}, "sources"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"kernels": {"a": {"cpu0": 1e300}}}, "kernels.a.cpu0"),
+        ({"kernels": {"a": {"cpu0": math.nan}}}, "kernels.a.cpu0"),
+        (
+            {"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": -1, "bandwidth_Bps": 1e9}]},
+            "latency_s",
+        ),
+        (
+            {"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": 0, "bandwidth_Bps": 0}]},
+            "bandwidth_Bps",
+        ),
+        (
+            {"kernels": {}, "links": [{"src": "cpu0", "dst": "cpu1", "latency_s": 0, "bandwidth_Bps": -1e9}]},
+            "bandwidth_Bps",
+        ),
+        ({"kernels": {}, "sources": [1, 2]}, "sources"),
+    ],
+)
 def test_bad_cost_tables_are_named(data, field):
     with pytest.raises(DivimlInputError) as info:
         TableCostModel.from_json(data, get_platform("cpu2"))
@@ -81,14 +102,17 @@ def graph_with(change):
     return data
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d["kernels"][0].update(attrs=[1, 2]), "attrs"),
-    (lambda d: d["kernels"][0].update(allowed_devices="cpu"), "allowed_devices"),
-    (lambda d: d["kernels"][0].update(weights="w0"), "weights"),
-    (lambda d: d.update(outputs="k5"), "outputs"),
-    (lambda d: d["kernels"][0].update(flops=math.inf), "flops"),
-    (lambda d: d["edges"][0].update(bytes=math.inf), "bytes"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d["kernels"][0].update(attrs=[1, 2]), "attrs"),
+        (lambda d: d["kernels"][0].update(allowed_devices="cpu"), "allowed_devices"),
+        (lambda d: d["kernels"][0].update(weights="w0"), "weights"),
+        (lambda d: d.update(outputs="k5"), "outputs"),
+        (lambda d: d["kernels"][0].update(flops=math.inf), "flops"),
+        (lambda d: d["edges"][0].update(bytes=math.inf), "bytes"),
+    ],
+)
 def test_bad_graph_fields_are_named(change, field):
     with pytest.raises(DivimlInputError) as info:
         OpGraph.from_json(graph_with(change))
@@ -99,10 +123,15 @@ def test_an_empty_graph_is_refused_for_every_objective():
     empty = OpGraph.from_json({"kernels": [], "edges": []})
     platform = get_platform("paper-node")
     from tvm_diviml.cost.roofline import RooflineCostModel
+
     for objective, stages in (("latency", None), ("throughput", None), ("pipeline", 2)):
         with pytest.raises(DivimlInputError, match="no kernels to place"):
-            solve_and_report(Problem(empty, platform, RooflineCostModel(empty, platform), objective=objective,
-                                     stages=stages), "auto", "empty", "roofline")
+            solve_and_report(
+                Problem(empty, platform, RooflineCostModel(empty, platform), objective=objective, stages=stages),
+                "auto",
+                "empty",
+                "roofline",
+            )
 
 
 def test_json_nested_too_deeply_is_one_line(tmp_path):
@@ -112,18 +141,31 @@ def test_json_nested_too_deeply_is_one_line(tmp_path):
         Platform.load(str(path))
 
 
-@pytest.mark.parametrize("spec", ["llama:layers=-1", "llama:layers=0", "llama:heads=0", "bert_base:seq=0",
-                                  "branchy:branches=0", "random:kernels=0", "llama:layers=2.5"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "llama:layers=-1",
+        "llama:layers=0",
+        "llama:heads=0",
+        "bert_base:seq=0",
+        "branchy:branches=0",
+        "random:kernels=0",
+        "llama:layers=2.5",
+    ],
+)
 def test_counts_in_model_options_must_be_positive_integers(spec):
     with pytest.raises(DivimlInputError, match="must be a positive integer"):
         load_graph(spec)
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d.pop("maxFPGAs"), "maxFPGAs"),
-    (lambda d: d.update(maxFPGAs=2.5), "maxFPGAs"),
-    (lambda d: d["nodes"][0].update(fpgaLatency=math.nan), "fpgaLatency"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d.pop("maxFPGAs"), "maxFPGAs"),
+        (lambda d: d.update(maxFPGAs=2.5), "maxFPGAs"),
+        (lambda d: d["nodes"][0].update(fpgaLatency=math.nan), "fpgaLatency"),
+    ],
+)
 def test_bad_msr_fiddle_files_are_named(change, field):
     data = copy.deepcopy(MSR)
     change(data)
@@ -146,14 +188,15 @@ def test_a_cache_with_bad_rows_measures_them_again(tmp_path, caplog):
             db.execute("UPDATE link_profile SET bandwidth_Bps = ?", (median,))
         with ProfileCache(path) as cache:
             assert cache.get_many([key]) == {} and cache.get_link(link) is None
-            cache.put_many({key: Measurement(2e-3, 1e-5, 5, "measured")})        # measured again, replaced
+            cache.put_many({key: Measurement(2e-3, 1e-5, 5, "measured")})  # measured again, replaced
             assert cache.get_many([key])[key].median_s == 2e-3
     assert "damaged row" in caplog.text and "damaged link row" in caplog.text
 
 
 # ---------------------------------------------------------------------- fuzz
-BAD_VALUES = st.sampled_from([None, True, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", [], [1, 2],
-                              {}, {"a": 1}, [[[]]]])
+BAD_VALUES = st.sampled_from(
+    [None, True, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", [], [1, 2], {}, {"a": 1}, [[[]]]]
+)
 
 
 def paths(data, prefix=()):
@@ -188,6 +231,7 @@ def solved_or_refused(graph_json, platform_json, table_json=None):
         graph, platform = OpGraph.from_json(graph_json), Platform.from_json(platform_json)
         if table_json is None:
             from tvm_diviml.cost.roofline import RooflineCostModel
+
             costs = RooflineCostModel(graph, platform)
         else:
             costs = TableCostModel.from_json(table_json, platform)
@@ -200,8 +244,10 @@ def solved_or_refused(graph_json, platform_json, table_json=None):
     assert not math.isnan(row["value_s"])
 
 
-SOLVER = "auto"           # split with CP-SAT windows for latency: the default path
-FUZZ = settings(max_examples=examples(40), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SOLVER = "auto"  # split with CP-SAT windows for latency: the default path
+FUZZ = settings(
+    max_examples=examples(40), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 SMALL_PLATFORM = get_platform("paper-node").to_json()
 SMALL_GRAPH = random_dag(kernels=4, seed=2).to_json()
 
@@ -228,10 +274,15 @@ def test_fuzzed_cost_tables_are_planned_or_refused(data):
     graph = OpGraph.from_json(SMALL_GRAPH)
     platform = Platform.from_json(SMALL_PLATFORM)
     from tvm_diviml.cost.roofline import RooflineCostModel
+
     roofline = RooflineCostModel(graph, platform)
     from tvm_diviml.cost.table import TableCostModel as Table
-    table = Table(platform, {k: {d: roofline.compute_s(k, d) for d in platform.device_names} for k in graph.kernels},
-                  dict(platform.links)).to_json()
+
+    table = Table(
+        platform,
+        {k: {d: roofline.compute_s(k, d) for d in platform.device_names} for k in graph.kernels},
+        dict(platform.links),
+    ).to_json()
     path = data.draw(st.sampled_from(paths(table)))
     value, drop = data.draw(BAD_VALUES), data.draw(st.booleans())
     solved_or_refused(SMALL_GRAPH, SMALL_PLATFORM, mutated(table, path, value, drop))
@@ -249,21 +300,26 @@ def test_fuzzed_msr_fiddle_files_are_planned_or_refused(data):
         return
     for objective in ("latency", "throughput"):
         try:
-            _, _, row = solve_and_report(Problem(graph, platform, costs, objective=objective), SOLVER, "fuzz", "fuzz",
-                                         time_limit_s=2)
+            _, _, row = solve_and_report(
+                Problem(graph, platform, costs, objective=objective), SOLVER, "fuzz", "fuzz", time_limit_s=2
+            )
         except DivimlInputError as error:
             assert "\n" not in str(error)
             continue
         assert not math.isnan(row["value_s"]) and (row["lower_bound_s"] is None or not math.isnan(row["lower_bound_s"]))
 
 
-CACHE_COLUMNS = {"kernel_profile": ["median_s", "spread_s", "repeats", "source", "recorded_at", "primfunc_hash"],
-                 "link_profile": ["latency_s", "bandwidth_Bps", "max_rel_error", "recorded_at", "src"]}
+CACHE_COLUMNS = {
+    "kernel_profile": ["median_s", "spread_s", "repeats", "source", "recorded_at", "primfunc_hash"],
+    "link_profile": ["latency_s", "bandwidth_Bps", "max_rel_error", "recorded_at", "src"],
+}
 
 
 @FUZZ
-@given(st.sampled_from(sorted((t, c) for t, cs in CACHE_COLUMNS.items() for c in cs)),
-       st.sampled_from([None, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", b"\x00\xff", 2**62]))
+@given(
+    st.sampled_from(sorted((t, c) for t, cs in CACHE_COLUMNS.items() for c in cs)),
+    st.sampled_from([None, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", b"\x00\xff", 2**62]),
+)
 def test_fuzzed_profile_cache_rows_are_measured_again_or_served_whole(tmp_path_factory, column, value):
     """A row whose field is damaged is dropped (and measured again), never served and never a traceback;
     what is served is a whole, finite, positive measurement."""
@@ -277,7 +333,7 @@ def test_fuzzed_profile_cache_rows_are_measured_again_or_served_whole(tmp_path_f
     with sqlite3.connect(path) as db:
         try:
             db.execute(f"UPDATE {table_name} SET {name} = ?", (value,))
-        except sqlite3.IntegrityError:         # NOT NULL: SQLite itself keeps the row whole
+        except sqlite3.IntegrityError:  # NOT NULL: SQLite itself keeps the row whole
             return
     with ProfileCache(path) as cache:
         served = cache.get_many([key]).get(key)

@@ -1,5 +1,6 @@
 """The library's import graph, read from the source with ``ast``: module-level and function-level
 imports alike. It has no cycle, and the solvers, bounds, toolkit and simulator reach no TVM."""
+
 import ast
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def imported_names(module: str, path: Path) -> set[str]:
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - node.level + 1]
+                anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             names.add(base)
             names |= {f"{base}.{alias.name}" for alias in node.names}
@@ -55,19 +56,18 @@ def import_graph() -> nx.DiGraph:
 
 def test_the_library_has_no_import_cycle():
     graph = import_graph()
-    assert len(graph) > 80                       # the walk found the library
+    assert len(graph) > 80  # the walk found the library
     cycles = list(nx.simple_cycles(graph.subgraph(n for n in graph if n != "tvm")))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
 
 
 def test_solvers_bounds_toolkit_and_simulator_reach_no_tvm():
     graph = import_graph()
-    assert nx.has_path(graph, "tvm_diviml.passes.extract", "tvm")     # the check can see TVM
+    assert nx.has_path(graph, "tvm_diviml.passes.extract", "tvm")  # the check can see TVM
     for module in graph:
         if module.startswith(TVM_FREE):
             reached = nx.descendants(graph, module)
-            assert "tvm" not in reached, f"{module} reaches TVM: " + " -> ".join(
-                nx.shortest_path(graph, module, "tvm"))
+            assert "tvm" not in reached, f"{module} reaches TVM: " + " -> ".join(nx.shortest_path(graph, module, "tvm"))
 
 
 def test_no_private_name_is_imported_across_library_modules():
@@ -75,6 +75,9 @@ def test_no_private_name_is_imported_across_library_modules():
     for module, path in module_files().items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                private += [f"{module} imports {alias.name} from {node.module or '.'}" for alias in node.names
-                            if alias.name.startswith("_") and not alias.name.startswith("__")]
+                private += [
+                    f"{module} imports {alias.name} from {node.module or '.'}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
     assert not private, "; ".join(private)

@@ -3,6 +3,7 @@
 Hand-computed cases use ``unit_platform``: A is the host CPU; sending b > 0 bytes takes
 latency + b / bandwidth (nothing for zero bytes or on one device).
 """
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,18 +39,19 @@ def test_heft_runs_the_branches_of_a_fork_on_two_devices():
     assert heft.order == {"A": ["s", "x"], "B": ["y", "t"]}
     assert heft.value_s == sim.value_s == 13
     greedy, _ = solve("greedy", graph, platform, costs)
-    assert set(greedy.assignment.values()) == {"A"}          # every device ties: the first wins
+    assert set(greedy.assignment.values()) == {"A"}  # every device ties: the first wins
     assert greedy.value_s == 22
 
 
 def test_communication_keeps_a_chain_on_one_device():
     platform = unit_platform(latency=1.0)
     graph = graph_of([("a", "b", 5), ("b", "c", 5)])
-    costs = table(platform, {"a": {"A": 1, "B": 2, "C": 2}, "b": {"A": 3, "B": 1, "C": 3},
-                             "c": {"A": 1, "B": 2, "C": 2}})
+    costs = table(
+        platform, {"a": {"A": 1, "B": 2, "C": 2}, "b": {"A": 3, "B": 1, "C": 3}, "c": {"A": 1, "B": 2, "C": 2}}
+    )
     greedy, _ = solve("greedy", graph, platform, costs)
     assert greedy.assignment == {"a": "A", "b": "B", "c": "A"}
-    assert greedy.value_s == 1 + 6 + 1 + 6 + 1                # each crossing costs 1 + 5 s
+    assert greedy.value_s == 1 + 6 + 1 + 6 + 1  # each crossing costs 1 + 5 s
     heft, _ = solve("heft", graph, platform, costs)
     assert heft.assignment == {"a": "A", "b": "A", "c": "A"}
     assert heft.value_s == 5
@@ -58,13 +60,15 @@ def test_communication_keeps_a_chain_on_one_device():
 def test_insertion_fills_an_idle_gap():
     platform = unit_platform(("A", "B"), latency=0.0)
     graph = graph_of([("p", "q", 1), ("q", "z", 1)], kernels=["p", "q", "z", "r"])
-    costs = table(platform, {"p": {"A": None, "B": 5}, "q": {"A": 1, "B": None}, "z": {"A": 10, "B": None},
-                             "r": {"A": 3, "B": None}})
+    costs = table(
+        platform,
+        {"p": {"A": None, "B": 5}, "q": {"A": 1, "B": None}, "z": {"A": 10, "B": None}, "r": {"A": 3, "B": None}},
+    )
     plan, sim = solve("heft", graph, platform, costs)
     # q waits on A for p's tensor (5 + 1 = 6); r, scheduled last, fits in A's idle 0-6
     assert plan.order == {"A": ["r", "q", "z"], "B": ["p"]}
     assert (sim.start_s["r"], sim.start_s["q"], sim.start_s["z"]) == (0, 6, 7)
-    assert plan.value_s == 17                                 # without insertion r would end at 20
+    assert plan.value_s == 17  # without insertion r would end at 20
 
 
 def test_zero_time_kernels_keep_their_dependencies_in_order():
@@ -117,11 +121,12 @@ def test_allowed_devices_and_infinite_costs_are_respected():
 
 def test_colocated_kernels_share_a_device():
     platform = unit_platform()
-    graph = OpGraph([Kernel("a", colocate="g"), Kernel("b"), Kernel("c", colocate="g")],
-                    [Edge("a", "b", 1), Edge("b", "c", 1)])
+    graph = OpGraph(
+        [Kernel("a", colocate="g"), Kernel("b"), Kernel("c", colocate="g")], [Edge("a", "b", 1), Edge("b", "c", 1)]
+    )
     costs = table(platform, {"a": {"A": 1, "B": 5, "C": 5}, "b": 1, "c": {"A": 10, "B": 1, "C": 10}})
     greedy, _ = solve("greedy", graph, platform, costs)
-    assert greedy.assignment["a"] == greedy.assignment["c"] == "B"   # group time: A 11, B 6, C 15
+    assert greedy.assignment["a"] == greedy.assignment["c"] == "B"  # group time: A 11, B 6, C 15
     heft, sim = solve("heft", graph, platform, costs)
     assert heft.assignment["a"] == heft.assignment["c"]
     assert sim.feasible
@@ -139,15 +144,21 @@ def test_heft_places_a_group_by_the_work_it_commits_to_a_device():
 
 def test_budget_places_a_group_where_all_of_it_runs_and_fits():
     platform = unit_platform(memory=100)
-    graph = OpGraph([Kernel("z", weights=("wz",)), Kernel("a", weights=("wa",), colocate="g"),
-                     Kernel("c", weights=("wc",), colocate="g", allowed_devices=("A", "B"))],
-                    [], weights={"wz": 30, "wa": 40, "wc": 40})
+    graph = OpGraph(
+        [
+            Kernel("z", weights=("wz",)),
+            Kernel("a", weights=("wa",), colocate="g"),
+            Kernel("c", weights=("wc",), colocate="g", allowed_devices=("A", "B")),
+        ],
+        [],
+        weights={"wz": 30, "wa": 40, "wc": 40},
+    )
     budget = DeviceBudget(Problem(graph, platform, table(platform, {"z": 1, "a": 1, "c": 1})))
-    assert budget.allowed("a") == ["A", "B"]            # c cannot run on C
+    assert budget.allowed("a") == ["A", "B"]  # c cannot run on C
     budget.place("z", "A")
-    assert budget.allowed("a") == ["B"]                 # A would need 30 + 80 for the whole group
+    assert budget.allowed("a") == ["B"]  # A would need 30 + 80 for the whole group
     budget.place("a", "B")
-    assert budget.weight_bytes_on("B") == 80            # c's weights are reserved with a's
+    assert budget.weight_bytes_on("B") == 80  # c's weights are reserved with a's
     assert budget.allowed("c") == ["B"]
     with pytest.raises(ValueError, match="may not be placed on 'A'"):
         budget.place("c", "A")
@@ -173,38 +184,43 @@ def test_weights_force_a_second_device(name):
     plan, sim = solve(name, graph, platform, table(platform, {"a": 1, "b": 1}))
     assert plan.assignment == {"a": "A", "b": "B"}
     assert sim.feasible
-    assert plan.value_s == 1 + 2 + 1                   # a, one byte to B in 1 + 1 s, b
+    assert plan.value_s == 1 + 2 + 1  # a, one byte to B in 1 + 1 s, b
 
 
 @pytest.mark.parametrize("name", BOTH)
 def test_weights_that_fit_nowhere_name_device_need_and_capacity(name):
     platform = unit_platform(("A", "B"), memory=100)
-    graph = graph_of([("a", "b", 1), ("b", "c", 1)], weights={"w1": 60, "w2": 60, "w3": 60},
-                     kernel_weights={"a": ["w1"], "b": ["w2"], "c": ["w3"]})
+    graph = graph_of(
+        [("a", "b", 1), ("b", "c", 1)],
+        weights={"w1": 60, "w2": 60, "w3": 60},
+        kernel_weights={"a": ["w1"], "b": ["w2"], "c": ["w3"]},
+    )
     problem = Problem(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1}))
-    problem.validate()                                 # each kernel fits alone, and 180 B < 200 B in all
+    problem.validate()  # each kernel fits alone, and 180 B < 200 B in all
     with pytest.raises(DivimlInputError, match="kernel 'c' fits on no device") as error:
         get_solver(name, exact_fallback=False).solve(problem)
     assert "'A' needs 120 B" in str(error.value) and "'B' needs 120 B" in str(error.value)
     assert "capacity 100 B" in str(error.value)
-    with pytest.raises(DivimlInputError, match="the MILP proves that the weights"):   # no placement at all
+    with pytest.raises(DivimlInputError, match="the MILP proves that the weights"):  # no placement at all
         get_solver(name).solve(problem)
 
 
 def test_default_reserve_is_the_largest_working_set_a_device_may_receive():
     platform = unit_platform()
-    graph = OpGraph([Kernel("a", output_bytes=10), Kernel("b", output_bytes=7, allowed_devices=("B",))],
-                    [Edge("a", "b", 10)], inputs=[GraphInput("x", 5, ("a",))])
+    graph = OpGraph(
+        [Kernel("a", output_bytes=10), Kernel("b", output_bytes=7, allowed_devices=("B",))],
+        [Edge("a", "b", 10)],
+        inputs=[GraphInput("x", 5, ("a",))],
+    )
     reserve = default_reserve(Problem(graph, platform, table(platform, {"a": 1, "b": 1})))
-    assert reserve == {"A": 15, "B": 17, "C": 15}      # a: 10 out + 5 in; b: 7 out + 10 in
+    assert reserve == {"A": 15, "B": 17, "C": 15}  # a: 10 out + 5 in; b: 7 out + 10 in
 
 
 def test_a_default_reserve_that_leaves_no_room_gives_way_to_the_working_sets():
     platform = unit_platform(memory=100)
     # big's 50-byte output makes the default reserve 50 everywhere, and a's 90 B of weights fit nowhere
     # with it; yet big can go elsewhere: the budget then keeps free only the working sets placed
-    graph = graph_of([], kernels=["a", "big"], weights={"w": 90}, kernel_weights={"a": ["w"]},
-                     output_bytes={"big": 50})
+    graph = graph_of([], kernels=["a", "big"], weights={"w": 90}, kernel_weights={"a": ["w"]}, output_bytes={"big": 50})
     costs = table(platform, {"a": 1, "big": {"A": 5, "B": 1, "C": 1}})
     for reserve in (None, {"A": 0}):
         plan = get_solver("greedy", reserve=reserve).solve(Problem(graph, platform, costs))
@@ -220,8 +236,12 @@ def test_a_default_reserve_that_leaves_no_room_gives_way_to_the_working_sets():
 def skip_connection(memory=100):
     """a's tensor stays live until d: at c, a + b + c = 30 B are live, above every working set (21 B)."""
     platform = unit_platform(memory=memory)
-    graph = graph_of([("a", "b", 10), ("b", "c", 10), ("c", "d", 10), ("a", "d", 10)], weights={"w": 75},
-                     kernel_weights={"a": ["w"]}, output_bytes={"a": 10, "b": 10, "c": 10, "d": 1})
+    graph = graph_of(
+        [("a", "b", 10), ("b", "c", 10), ("c", "d", 10), ("a", "d", 10)],
+        weights={"w": 75},
+        kernel_weights={"a": ["w"]},
+        output_bytes={"a": 10, "b": 10, "c": 10, "d": 1},
+    )
     return graph, platform, table(platform, {"a": 1, "b": 1, "c": 1, "d": 1})
 
 
@@ -229,7 +249,7 @@ def test_activations_above_the_reserve_are_repaired():
     graph, platform, costs = skip_connection()
     assert set(default_reserve(Problem(graph, platform, costs)).values()) == {21}
     everything_on_a = simulate(graph, platform, costs, Plan({k: "A" for k in graph.kernels}))
-    assert everything_on_a.memory_bytes["A"] == 75 + 30         # greedy's first attempt
+    assert everything_on_a.memory_bytes["A"] == 75 + 30  # greedy's first attempt
     plan, sim = solve("greedy", graph, platform, costs)
     # second attempt, A reserving 30 B: a (75 B of weights) moves to B, the rest stays on A
     assert plan.assignment == {"a": "B", "b": "A", "c": "A", "d": "A"}
@@ -253,13 +273,14 @@ def test_a_plan_that_still_overflows_is_returned_for_the_simulator_to_flag():
 def test_other_objectives_are_refused_with_a_pointer():
     platform = unit_platform()
     graph = graph_of([("a", "b", 1)])
-    with pytest.raises(DivimlInputError, match="greedy") as error:       # greedy does throughput too
+    with pytest.raises(DivimlInputError, match="greedy") as error:  # greedy does throughput too
         get_solver("heft").solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="throughput"))
     assert error.value.field == "objective"
     for name in BOTH:
         with pytest.raises(DivimlInputError, match="slicegraph") as error:
-            get_solver(name).solve(Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="pipeline",
-                                           stages=2))
+            get_solver(name).solve(
+                Problem(graph, platform, table(platform, {"a": 1, "b": 1}), objective="pipeline", stages=2)
+            )
         assert error.value.field == "objective"
 
 
@@ -280,8 +301,11 @@ def test_validate_names_a_kernel_too_heavy_for_every_device_it_may_use():
 
 def test_validate_names_a_group_too_heavy_for_its_devices():
     platform = unit_platform(memory=100)
-    graph = OpGraph([Kernel("a", weights=("w1",), colocate="g"), Kernel("b", weights=("w2",), colocate="g")],
-                    [], weights={"w1": 60, "w2": 60})
+    graph = OpGraph(
+        [Kernel("a", weights=("w1",), colocate="g"), Kernel("b", weights=("w2",), colocate="g")],
+        [],
+        weights={"w1": 60, "w2": 60},
+    )
     with pytest.raises(DivimlInputError, match=r"group 'g' needs 120 B of weights.*'A', has 100 B"):
         validate(graph, platform)
 
@@ -290,11 +314,16 @@ def test_validate_compares_all_weights_with_all_memory():
     platform = unit_platform(memory=100)
     names = [f"k{i}" for i in range(6)]
     graph = OpGraph([Kernel(n, weights=(f"w{n}",)) for n in names], [], weights={f"w{n}": 60 for n in names})
-    with pytest.raises(DivimlInputError, match=r"need 360 B, more than all devices hold together: 300 B "
-                                               r"\('A' 100 B, 'B' 100 B, 'C' 100 B\)"):
+    with pytest.raises(
+        DivimlInputError,
+        match=r"need 360 B, more than all devices hold together: 300 B "
+        r"\('A' 100 B, 'B' 100 B, 'C' 100 B\)",
+    ):
         validate(graph, platform)
-    validate(OpGraph([Kernel(n, weights=(f"w{n}",)) for n in names[:5]], [],
-                     weights={f"w{n}": 60 for n in names[:5]}), platform)
+    validate(
+        OpGraph([Kernel(n, weights=(f"w{n}",)) for n in names[:5]], [], weights={f"w{n}": 60 for n in names[:5]}),
+        platform,
+    )
 
 
 # ---------------------------------------------------------------------- properties
@@ -309,7 +338,7 @@ def test_claims_equal_the_simulator(data, name):
     assert plan.value_s == sim.value_s and sim.feasible
     assert sorted(k for run in plan.order.values() for k in run) == sorted(graph.kernels)
     assert plan.value_s >= lower_bound(problem) - 1e-9
-    assert get_solver(name).solve(problem).order == plan.order          # deterministic
+    assert get_solver(name).solve(problem).order == plan.order  # deterministic
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -328,8 +357,11 @@ def test_heft_estimate_is_the_simulated_value_when_each_tensor_has_one_size(prob
     plan = get_solver("heft").solve(Problem(graph, platform, costs))
     # the simulator never starts a kernel earlier than HEFT assumed
     assert plan.value_s >= plan.attrs["heft_estimate_s"] - 1e-9
-    uniform = OpGraph(graph.kernels.values(), [Edge(e.src, e.dst, graph.kernels[e.src].output_bytes)
-                                               for e in graph.edges], inputs=graph.inputs)
+    uniform = OpGraph(
+        graph.kernels.values(),
+        [Edge(e.src, e.dst, graph.kernels[e.src].output_bytes) for e in graph.edges],
+        inputs=graph.inputs,
+    )
     plan = get_solver("heft").solve(Problem(uniform, platform, costs))
     assert plan.value_s == pytest.approx(plan.attrs["heft_estimate_s"], rel=1e-12, abs=1e-12)
 
@@ -338,7 +370,7 @@ def test_upward_rank_is_the_mean_cost_path_to_the_end():
     platform = unit_platform(latency=1.0)
     graph = graph_of([("a", "b", 2)], output_bytes={"b": 4})
     ranks = upward_ranks(Problem(graph, platform, table(platform, {"a": {"A": 1, "B": 2, "C": 3}, "b": 3})))
-    returned = (0 + 5 + 5) / 3                      # b's output back to the host A, averaged over devices
+    returned = (0 + 5 + 5) / 3  # b's output back to the host A, averaged over devices
     assert ranks["b"] == pytest.approx(3 + returned)
     assert ranks["a"] == pytest.approx(2 + (1 + 2) + ranks["b"])
 
@@ -349,4 +381,4 @@ def test_upward_ranks_decrease_along_every_edge(problem):
     graph, platform, costs = problem
     ranks = upward_ranks(Problem(graph, platform, costs))
     for edge in graph.edges:
-        assert ranks[edge.src] > ranks[edge.dst]          # compute times are at least 1 s
+        assert ranks[edge.src] > ranks[edge.dst]  # compute times are at least 1 s

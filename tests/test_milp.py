@@ -2,6 +2,7 @@
 
 Links cost 1 s + 1 s per byte (``unit_platform``); A is the host.
 """
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -11,11 +12,11 @@ from tvm_diviml.graph import Edge, Kernel, OpGraph
 from tvm_diviml.platform import Device, Link, Platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.solvers.split import Split
+from tvm_diviml.synthetic import random_dag
+from tvm_diviml.toolkit.communities import modules
 from tvm_diviml.toolkit.latency_model import LatencyModel
 from tvm_diviml.toolkit.windows import Context, list_schedule
-from tvm_diviml.solvers.split import Split
-from tvm_diviml.toolkit.communities import modules
-from tvm_diviml.synthetic import random_dag
 
 from .bruteforce import best_latency
 from .conftest import examples, graph_of, table, unit_platform
@@ -75,8 +76,9 @@ def test_largest_tensor_rule_is_modelled():
     # for 1 + 1 + 5 = 7 s as well, not 1 + 1 + 1 = 3 s. The proven optimum must equal the simulator's.
     graph = graph_of([("u", "v", 1), ("u", "w", 5)], output_bytes={"u": 5})
     platform = unit_platform()
-    costs = table(platform, {"u": {"A": 1, "B": 50, "C": 50}, "v": {"A": 20, "B": 1, "C": 20},
-                             "w": {"A": 20, "B": 1, "C": 20}})
+    costs = table(
+        platform, {"u": {"A": 1, "B": 50, "C": 50}, "v": {"A": 20, "B": 1, "C": 20}, "w": {"A": 20, "B": 1, "C": 20}}
+    )
     plan, sim = solve(Problem(graph, platform, costs))
     optimum, _ = best_latency(graph, platform, costs)
     assert plan.optimal and plan.value_s == pytest.approx(optimum)
@@ -84,18 +86,32 @@ def test_largest_tensor_rule_is_modelled():
 
 
 def test_milp_honours_memory_allowed_devices_and_colocation():
-    kernels = [Kernel("a", weights=("wa",)), Kernel("b", weights=("wb",), allowed_devices=("B", "C")),
-               Kernel("c", colocate="g"), Kernel("d", colocate="g")]
-    graph = OpGraph(kernels, [Edge("a", "b", 0), Edge("a", "c", 0), Edge("b", "d", 0), Edge("c", "d", 0)],
-                    weights={"wa": 60, "wb": 60})
+    kernels = [
+        Kernel("a", weights=("wa",)),
+        Kernel("b", weights=("wb",), allowed_devices=("B", "C")),
+        Kernel("c", colocate="g"),
+        Kernel("d", colocate="g"),
+    ]
+    graph = OpGraph(
+        kernels,
+        [Edge("a", "b", 0), Edge("a", "c", 0), Edge("b", "d", 0), Edge("c", "d", 0)],
+        weights={"wa": 60, "wb": 60},
+    )
     platform = unit_platform(memory=100, latency=0.0)
-    costs = table(platform, {"a": {"A": 1, "B": 1, "C": 1}, "b": {"A": 1, "B": 9, "C": 1},
-                             "c": {"A": 5, "B": 1, "C": 5}, "d": {"A": 1, "B": 9, "C": 1}})
+    costs = table(
+        platform,
+        {
+            "a": {"A": 1, "B": 1, "C": 1},
+            "b": {"A": 1, "B": 9, "C": 1},
+            "c": {"A": 5, "B": 1, "C": 5},
+            "d": {"A": 1, "B": 9, "C": 1},
+        },
+    )
     for solver in ("milp", "split"):
         plan, sim = solve(Problem(graph, platform, costs), solver)
         assert plan.assignment["b"] in ("B", "C")
         assert plan.assignment["c"] == plan.assignment["d"]
-        assert plan.assignment["a"] != plan.assignment["b"]     # 60 + 60 bytes of weights do not fit in 100
+        assert plan.assignment["a"] != plan.assignment["b"]  # 60 + 60 bytes of weights do not fit in 100
 
 
 @pytest.mark.parametrize("objective", ["latency", "throughput"])
@@ -103,9 +119,15 @@ def test_a_default_reserve_that_leaves_no_plan_gives_way_to_the_weights(objectiv
     """q (6 B of weights) may run only on B (10 B). r, which may run on A or B, makes an 8 B tensor, so
     the default activation reserve keeps 8 B free on B and leaves q no room: a plan exists all the same
     (r on A, the host without a limit). The exact models solve again with weights alone and find it."""
-    graph = OpGraph([Kernel("p", output_bytes=8, allowed_devices=("A",)), Kernel("q", weights=("wq",),
-                     allowed_devices=("B",)), Kernel("r", output_bytes=8, allowed_devices=("A", "B"))],
-                    [], weights={"wq": 6})
+    graph = OpGraph(
+        [
+            Kernel("p", output_bytes=8, allowed_devices=("A",)),
+            Kernel("q", weights=("wq",), allowed_devices=("B",)),
+            Kernel("r", output_bytes=8, allowed_devices=("A", "B")),
+        ],
+        [],
+        weights={"wq": 6},
+    )
     devices = [Device("A", {"kind": "llvm"}, "cpu:0"), Device("B", {"kind": "cuda"}, "cuda:0", memory_bytes=10)]
     platform = Platform("two", devices, {(a, b): Link(a, b, 0.0, 1.0) for a in "AB" for b in "AB" if a != b})
     problem = Problem(graph, platform, table(platform, {"p": 1, "q": 1, "r": 1}), objective=objective)
@@ -121,14 +143,18 @@ def test_an_overflow_excludes_its_kernel_set_not_the_device(objective):
     """a -> b -> c -> d and a -> d, 10 B tensors, a with 75 B of weights, 100 B devices: with everything
     on one device a's tensor is live across c (30 B of activations): 105 B. Raising that device's
     reserve to 30 B would keep a (85 B alone) off it; excluding the set that overflowed does not."""
-    graph = graph_of([("a", "b", 10), ("b", "c", 10), ("c", "d", 10), ("a", "d", 10)], weights={"w": 75},
-                     kernel_weights={"a": ["w"]}, output_bytes={"a": 10, "b": 10, "c": 10, "d": 1})
+    graph = graph_of(
+        [("a", "b", 10), ("b", "c", 10), ("c", "d", 10), ("a", "d", 10)],
+        weights={"w": 75},
+        kernel_weights={"a": ["w"]},
+        output_bytes={"a": 10, "b": 10, "c": 10, "d": 1},
+    )
     platform = unit_platform(memory=100, latency=0.0)
     problem = Problem(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1, "d": 1}), objective=objective)
     plan = get_solver("milp", time_limit_s=20, warm_start=False).solve(problem)
     sim = simulate(graph, platform, problem.costs, plan)
     assert sim.feasible, sim.problems
-    assert len(set(plan.assignment.values())) > 1 and not plan.optimal       # memory binds: no proof claimed
+    assert len(set(plan.assignment.values())) > 1 and not plan.optimal  # memory binds: no proof claimed
 
 
 def test_impossible_memory_names_device_need_and_capacity():
@@ -145,7 +171,7 @@ def test_time_limited_milp_keeps_a_valid_plan_and_bound():
     problem = Problem(graph, platform, costs)
     plan, _ = solve(problem, time_limit_s=1.0)
     heft, _ = solve(problem, "heft")
-    assert plan.value_s <= heft.value_s                       # warm-started from the best heuristic
+    assert plan.value_s <= heft.value_s  # warm-started from the best heuristic
     assert plan.lower_bound_s is None or plan.lower_bound_s <= plan.value_s * (1 + 1e-9)
 
 
@@ -181,7 +207,7 @@ def test_split_modules_are_contiguous_capped_and_acyclic():
     assert all(len(piece) <= 10 for piece in pieces)
     flat = [k for piece in pieces for k in piece]
     where = {k: i for i, k in enumerate(flat)}
-    assert all(where[e.src] < where[e.dst] for e in graph.edges)     # a topological order: acyclic quotient
+    assert all(where[e.src] < where[e.dst] for e in graph.edges)  # a topological order: acyclic quotient
 
 
 def test_split_rejects_bad_options():

@@ -1,4 +1,5 @@
 """OpGraph, Platform, cost tables and Plans: validation and JSON round trips."""
+
 import json
 import math
 
@@ -21,15 +22,31 @@ def roundtrip(obj, cls, *args):
 
 
 def test_opgraph_json_roundtrip_keeps_everything():
-    graph = OpGraph([Kernel("a", flops=2e9, bytes_moved=10, output_bytes=4, weights=("w",), allowed_devices=("A",),
-                            colocate="g", attrs={"primfunc": "fused_conv"}),
-                     Kernel("b", weights=("w",))],
-                    [Edge("a", "b", 4)], inputs=[GraphInput("x", 8, ("a",))], outputs=["b"], weights={"w": 100},
-                    name="g1", attrs={"source": "test"})
+    graph = OpGraph(
+        [
+            Kernel(
+                "a",
+                flops=2e9,
+                bytes_moved=10,
+                output_bytes=4,
+                weights=("w",),
+                allowed_devices=("A",),
+                colocate="g",
+                attrs={"primfunc": "fused_conv"},
+            ),
+            Kernel("b", weights=("w",)),
+        ],
+        [Edge("a", "b", 4)],
+        inputs=[GraphInput("x", 8, ("a",))],
+        outputs=["b"],
+        weights={"w": 100},
+        name="g1",
+        attrs={"source": "test"},
+    )
     again = roundtrip(graph, OpGraph)
     assert again.to_json() == graph.to_json()
     assert again.kernels["a"] == graph.kernels["a"] and again.kernels["a"].attrs == {"primfunc": "fused_conv"}
-    assert again.weight_bytes(["a", "b"]) == 100          # a shared weight counts once
+    assert again.weight_bytes(["a", "b"]) == 100  # a shared weight counts once
 
 
 def test_generated_graphs_roundtrip_and_are_deterministic():
@@ -46,17 +63,20 @@ def test_networkx_view():
     assert graph.topo_order[0] == "a" and graph.outputs == ["b", "c"]
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: graph_of([("a", "b", 1), ("b", "c", 1), ("c", "a", 1)]), "cycle: "),
-    (lambda: OpGraph([Kernel("a"), Kernel("a")], []), "appears twice"),
-    (lambda: OpGraph([Kernel("a")], [Edge("a", "z", 1)]), "unknown kernel 'z'"),
-    (lambda: OpGraph([Kernel("a", flops=-1)], []), "non-negative"),
-    (lambda: OpGraph([Kernel("a"), Kernel("b")], [Edge("a", "b", -2)]), "non-negative"),
-    (lambda: OpGraph([Kernel("a", weights=("w",))], []), "unknown weight 'w'"),
-    (lambda: OpGraph([Kernel("a")], [], outputs=["q"]), "output 'q'"),
-    (lambda: OpGraph([Kernel("a")], [], inputs=[GraphInput("x", 1, ("q",))]), "unknown kernel 'q'"),
-    (lambda: OpGraph([Kernel("a")], [], inputs=[GraphInput("a", 1, ("a",))]), "name of a kernel"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: graph_of([("a", "b", 1), ("b", "c", 1), ("c", "a", 1)]), "cycle: "),
+        (lambda: OpGraph([Kernel("a"), Kernel("a")], []), "appears twice"),
+        (lambda: OpGraph([Kernel("a")], [Edge("a", "z", 1)]), "unknown kernel 'z'"),
+        (lambda: OpGraph([Kernel("a", flops=-1)], []), "non-negative"),
+        (lambda: OpGraph([Kernel("a"), Kernel("b")], [Edge("a", "b", -2)]), "non-negative"),
+        (lambda: OpGraph([Kernel("a", weights=("w",))], []), "unknown weight 'w'"),
+        (lambda: OpGraph([Kernel("a")], [], outputs=["q"]), "output 'q'"),
+        (lambda: OpGraph([Kernel("a")], [], inputs=[GraphInput("x", 1, ("q",))]), "unknown kernel 'q'"),
+        (lambda: OpGraph([Kernel("a")], [], inputs=[GraphInput("a", 1, ("a",))]), "name of a kernel"),
+    ],
+)
 def test_opgraph_rejects_bad_graphs(build, message):
     with pytest.raises(DivimlInputError, match=message):
         build()
@@ -81,16 +101,19 @@ def test_paper_node_has_a_cpu_and_two_distinct_gpus():
     assert [d.device for d in cpu2.devices] == ["cpu:0", "cpu:1"] and all(d.num_threads == 1 for d in cpu2.devices)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["devices"][0].update(target="llvm -mcpu=znver3"), "has options"),
-    (lambda d: d["devices"][0].update(device="gpu0"), "kind:index"),
-    (lambda d: d["devices"][0].update(efficiency=1.5), "efficiency"),
-    (lambda d: d["devices"][0].update(colour="red"), "unknown keys"),
-    (lambda d: d["devices"][1].update(name=d["devices"][0]["name"]), "appears twice"),
-    (lambda d: d["links"].pop(), "no link from"),
-    (lambda d: d.update(host="nowhere"), "host 'nowhere'"),
-    (lambda d: d.update(devices=[]), "at least one device"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["devices"][0].update(target="llvm -mcpu=znver3"), "has options"),
+        (lambda d: d["devices"][0].update(device="gpu0"), "kind:index"),
+        (lambda d: d["devices"][0].update(efficiency=1.5), "efficiency"),
+        (lambda d: d["devices"][0].update(colour="red"), "unknown keys"),
+        (lambda d: d["devices"][1].update(name=d["devices"][0]["name"]), "appears twice"),
+        (lambda d: d["links"].pop(), "no link from"),
+        (lambda d: d.update(host="nowhere"), "host 'nowhere'"),
+        (lambda d: d.update(devices=[]), "at least one device"),
+    ],
+)
 def test_platform_json_rejects_bad_input(mutate, message):
     data = get_platform("paper-node").to_json()
     mutate(data)
@@ -99,9 +122,14 @@ def test_platform_json_rejects_bad_input(mutate, message):
 
 
 def test_platform_default_link_fills_every_pair():
-    data = {"name": "p", "devices": [{"name": "c", "target": {"kind": "llvm"}, "device": "cpu:0"},
-                                     {"name": "g", "target": "nvidia/nvidia-a100", "device": "cuda:0"}],
-            "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10}}
+    data = {
+        "name": "p",
+        "devices": [
+            {"name": "c", "target": {"kind": "llvm"}, "device": "cpu:0"},
+            {"name": "g", "target": "nvidia/nvidia-a100", "device": "cuda:0"},
+        ],
+        "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
+    }
     platform = Platform.from_json(data)
     assert platform.transfer_s(1e10, "c", "g") == pytest.approx(1 + 1e-5)
     assert platform.transfer_s(1e10, "g", "g") == 0
@@ -127,23 +155,40 @@ def test_cost_table_roundtrip_and_coverage_errors(tmp_path):
 
 def test_roofline_is_monotone_in_flops_and_bytes_and_uses_effective_peaks():
     platform = get_platform("paper-node")
-    kernels = [Kernel(f"k{i}", flops=f, bytes_moved=b) for i, (f, b) in
-               enumerate([(1e9, 1e6), (2e9, 1e6), (2e9, 1e9), (4e9, 1e9)])]
+    kernels = [
+        Kernel(f"k{i}", flops=f, bytes_moved=b)
+        for i, (f, b) in enumerate([(1e9, 1e6), (2e9, 1e6), (2e9, 1e9), (4e9, 1e9)])
+    ]
     costs = RooflineCostModel(OpGraph(kernels, []), platform)
     for device in platform.device_names:
         times = [costs.compute_s(k.name, device) for k in kernels]
         assert times == sorted(times)
     cpu = platform.device("cpu")
-    assert costs.compute_s("k0", "cpu") == pytest.approx(1e9 / (cpu.peak_flops * cpu.efficiency) + cpu.launch_overhead_s)
+    assert costs.compute_s("k0", "cpu") == pytest.approx(
+        1e9 / (cpu.peak_flops * cpu.efficiency) + cpu.launch_overhead_s
+    )
 
 
 def test_plan_json_roundtrip():
-    plan = Plan({"a": "A", "b": "B"}, objective="throughput", mode="period_overlap",
-                replicas=[ReplicaGroup(["a"], {"A": 0.25, "B": 0.75})], solver="x", value_s=1.5, batch_split=2,
-                attrs={"note": 1})
+    plan = Plan(
+        {"a": "A", "b": "B"},
+        objective="throughput",
+        mode="period_overlap",
+        replicas=[ReplicaGroup(["a"], {"A": 0.25, "B": 0.75})],
+        solver="x",
+        value_s=1.5,
+        batch_split=2,
+        attrs={"note": 1},
+    )
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
-    pipeline = Plan({"a": "A", "b": "B"}, objective="pipeline", mode="stage_serial", stages=[["a"], ["b"]],
-                    stage_devices=["A", "B"], order={"A": ["a"], "B": ["b"]})
+    pipeline = Plan(
+        {"a": "A", "b": "B"},
+        objective="pipeline",
+        mode="stage_serial",
+        stages=[["a"], ["b"]],
+        stage_devices=["A", "B"],
+        order={"A": ["a"], "B": ["b"]},
+    )
     assert Plan.from_json(json.loads(json.dumps(pipeline.to_json()))) == pipeline
     with pytest.raises(DivimlInputError, match="cost mode"):
         Plan({"a": "A"}, mode="fast")
@@ -152,12 +197,20 @@ def test_plan_json_roundtrip():
 
 
 def test_a_plan_copy_keeps_the_placement_and_shares_nothing_mutable():
-    plan = Plan({"a": "A", "b": "B"}, objective="throughput", mode="period_overlap", solver="heft", value_s=2.0,
-                lower_bound_s=1.0, optimal=True, replicas=[ReplicaGroup(["b"], {"B": 0.5, "C": 0.5})],
-                attrs={"heft_estimate_s": 2.0})
+    plan = Plan(
+        {"a": "A", "b": "B"},
+        objective="throughput",
+        mode="period_overlap",
+        solver="heft",
+        value_s=2.0,
+        lower_bound_s=1.0,
+        optimal=True,
+        replicas=[ReplicaGroup(["b"], {"B": 0.5, "C": 0.5})],
+        attrs={"heft_estimate_s": 2.0},
+    )
     copy = plan.copy("milp")
     assert (copy.assignment, copy.replicas, copy.value_s, copy.solver) == (plan.assignment, plan.replicas, 2.0, "milp")
-    assert copy.lower_bound_s is None and not copy.optimal and not copy.attrs     # a claim of the other solver's
+    assert copy.lower_bound_s is None and not copy.optimal and not copy.attrs  # a claim of the other solver's
     copy.assignment["a"] = "C"
     copy.replicas[0].shares["B"] = 1.0
     assert plan.assignment["a"] == "A" and plan.replicas[0].shares["B"] == 0.5

@@ -1,4 +1,5 @@
 """The msr-fiddle reader: a hand-made file priced by hand, and every real file read from ../shared."""
+
 import glob
 import os
 
@@ -14,11 +15,27 @@ from tvm_diviml.solvers import Problem, get_solver
 def hand_file(**overrides):
     """1 -> 2 -> 3 -> 4 and 1 -> 3; accelerator times 1..4 ms, CPU 10 ms; 3 colour-shares with 4."""
     data = {
-        "maxSizePerFPGA": 100.0, "maxFPGAs": 2, "maxCPUs": 1,
-        "nodes": [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0, "fpgaLatency": float(i), "size": 30.0,
-                   "isBackwardNode": False, "colorClass": {3: 34, 4: 34}.get(i, i)} for i in (1, 2, 3, 4)],
-        "edges": [{"sourceId": 1, "destId": 2, "cost": 0.5}, {"sourceId": 1, "destId": 3, "cost": 0.5},
-                  {"sourceId": 2, "destId": 3, "cost": 0.25}, {"sourceId": 3, "destId": 4, "cost": 1.0}],
+        "maxSizePerFPGA": 100.0,
+        "maxFPGAs": 2,
+        "maxCPUs": 1,
+        "nodes": [
+            {
+                "id": i,
+                "supportedOnFpga": 1,
+                "cpuLatency": 10.0,
+                "fpgaLatency": float(i),
+                "size": 30.0,
+                "isBackwardNode": False,
+                "colorClass": {3: 34, 4: 34}.get(i, i),
+            }
+            for i in (1, 2, 3, 4)
+        ],
+        "edges": [
+            {"sourceId": 1, "destId": 2, "cost": 0.5},
+            {"sourceId": 1, "destId": 3, "cost": 0.5},
+            {"sourceId": 2, "destId": 3, "cost": 0.25},
+            {"sourceId": 3, "destId": 4, "cost": 1.0},
+        ],
     }
     data.update(overrides)
     return data
@@ -50,7 +67,7 @@ def test_cpu_pays_no_transfers_and_colour_classes_bind():
 
 def test_accelerator_memory_is_their_size_sum():
     sim = price(hand_file(), {"1": "acc0", "2": "acc0", "3": "acc0", "4": "acc0"})
-    assert sim.memory_bytes["acc0"] == 120 and not sim.feasible      # 4 x 30 > 100
+    assert sim.memory_bytes["acc0"] == 120 and not sim.feasible  # 4 x 30 > 100
 
 
 def test_latency_mode_copies_between_accelerators_take_two_hops():
@@ -68,13 +85,16 @@ def test_unsupported_nodes_are_cpu_only():
     assert costs.compute_s("2", "acc0") == float("inf")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"maxFPGAs": -1}, "maxFPGAs"),
-    ({"maxFPGAs": 0, "maxCPUs": 0}, "no device"),
-    ({"nodes": [{"id": 1}]}, "missing 'cpuLatency'"),
-    ({"edges": [{"sourceId": 1, "destId": 9, "cost": 1}]}, "unknown kernel '9'"),
-    ({"edges": [{"sourceId": 1, "destId": 2, "cost": -1}]}, "non-negative"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"maxFPGAs": -1}, "maxFPGAs"),
+        ({"maxFPGAs": 0, "maxCPUs": 0}, "no device"),
+        ({"nodes": [{"id": 1}]}, "missing 'cpuLatency'"),
+        ({"edges": [{"sourceId": 1, "destId": 9, "cost": 1}]}, "unknown kernel '9'"),
+        ({"edges": [{"sourceId": 1, "destId": 2, "cost": -1}]}, "non-negative"),
+    ],
+)
 def test_bad_files_are_named(change, message):
     with pytest.raises(DivimlInputError, match=message):
         read_msr_fiddle(hand_file(**change))
@@ -82,7 +102,7 @@ def test_bad_files_are_named(change, message):
 
 def test_colour_class_with_no_common_device_is_reported():
     data = hand_file(maxCPUs=0)
-    data["nodes"][2]["supportedOnFpga"] = 0       # node 3 can run nowhere, and shares a colour with 4
+    data["nodes"][2]["supportedOnFpga"] = 0  # node 3 can run nowhere, and shares a colour with 4
     graph, platform, costs = read_msr_fiddle(data)
     with pytest.raises(DivimlInputError, match="can run on no device"):
         Problem(graph, platform, costs, objective="throughput").validate()
@@ -94,6 +114,7 @@ def test_colour_class_with_no_common_device_is_reported():
 
 def test_every_real_file_reads_and_costs_match_the_file(msr_fiddle_dir):
     import json
+
     files = sorted(glob.glob(os.path.join(msr_fiddle_dir, "*-inputs", "*", "*.json")))
     assert len(files) >= 20
     for path in files:
@@ -110,6 +131,7 @@ def test_every_real_file_reads_and_costs_match_the_file(msr_fiddle_dir):
 def test_fastest_single_device_on_inference_files(msr_fiddle_dir):
     for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "*-inputs", "*", "*_inference.json"))):
         import json
+
         graph, platform, costs = read_msr_fiddle(json.load(open(path)))
         for objective in ("latency", "throughput"):
             problem = Problem(graph, platform, costs, objective=objective)
@@ -137,8 +159,11 @@ def test_without_cpus_every_accelerator_still_pays_one_hop_per_copy():
 
 # ---------------------------------------------------------------------- human-expert splits
 def expert(fpgas, cpus=((),)):
-    return {"cpus": [{"load": 0.0, "nodes": list(n)} for n in cpus],
-            "fpgas": [{"load": -1, "nodes": list(n)} for n in fpgas], "maxLoad": -1}
+    return {
+        "cpus": [{"load": 0.0, "nodes": list(n)} for n in cpus],
+        "fpgas": [{"load": -1, "nodes": list(n)} for n in fpgas],
+        "maxLoad": -1,
+    }
 
 
 def test_expert_split_is_read_and_scored_by_the_simulator():
@@ -151,15 +176,18 @@ def test_expert_split_is_read_and_scored_by_the_simulator():
     assert plan.assignment == {"1": "acc1", "2": "acc1", "3": "cpu0", "4": "cpu0"}
 
 
-@pytest.mark.parametrize("split, message", [
-    (expert([[1, 2], [3]]), "leaves node '4' unplaced"),
-    (expert([[1, 2], [3, 4, 2]]), "places node 2 again"),
-    (expert([[1, 2], [3, 4, 9]]), "node 9"),
-    (expert([[1], [2], [3, 4]]), "'acc2'"),
-    (expert([[1, 2, 3, 4]], cpus=[[], [5]]), "'cpu1'"),
-    ({"fpgas": [{"load": 1}]}, "'nodes' list"),
-    ([1, 2], "not an expert split"),
-])
+@pytest.mark.parametrize(
+    "split, message",
+    [
+        (expert([[1, 2], [3]]), "leaves node '4' unplaced"),
+        (expert([[1, 2], [3, 4, 2]]), "places node 2 again"),
+        (expert([[1, 2], [3, 4, 9]]), "node 9"),
+        (expert([[1], [2], [3, 4]]), "'acc2'"),
+        (expert([[1, 2, 3, 4]], cpus=[[], [5]]), "'cpu1'"),
+        ({"fpgas": [{"load": 1}]}, "'nodes' list"),
+        ([1, 2], "not an expert split"),
+    ],
+)
 def test_bad_expert_splits_name_the_node(split, message):
     graph, platform, _ = read_msr_fiddle(hand_file())
     with pytest.raises(DivimlInputError, match=message):
@@ -168,27 +196,30 @@ def test_bad_expert_splits_name_the_node(split, message):
 
 def test_real_expert_splits_place_every_node_of_their_layer_graph(msr_fiddle_dir):
     import json
+
     for path in sorted(glob.glob(os.path.join(msr_fiddle_dir, "human-experts", "*_inference_expert.json"))):
         name = os.path.basename(path).replace("_expert", "")
-        graph, platform, costs = read_msr_fiddle(json.load(open(os.path.join(
-            msr_fiddle_dir, "throughput-inputs", "LayerGraphs", name))))
+        graph, platform, costs = read_msr_fiddle(
+            json.load(open(os.path.join(msr_fiddle_dir, "throughput-inputs", "LayerGraphs", name)))
+        )
         sim = simulate(graph, platform, costs, read_expert_split(json.load(open(path)), graph, platform))
         assert sim.feasible and sim.value_s > 0
 
 
 def test_bench_suite_on_the_two_smallest_files(msr_fiddle_dir):
     from tvm_diviml.bench import suite_msr_fiddle
+
     rows = list(suite_msr_fiddle(quick=True, msr_fiddle_dir=msr_fiddle_dir))
     graphs = [r for r in rows if "expert_value_s" not in r]
     experts = [r for r in rows if "expert_value_s" in r]
     assert len(graphs) == 2 and {r["graph"] for r in experts} == {r["model"] for r in graphs}
     for row in graphs:
         assert row["gap"] >= -1e-9 and row["lower_bound_s"] <= row["best_bound_s"]
-        if row["dp_exact"]:                          # the DP's optimum bounds SliceGraph on the same problem
+        if row["dp_exact"]:  # the DP's optimum bounds SliceGraph on the same problem
             assert row["slicegraph_value_s"] >= row["downsets_value_s"] * (1 - 1e-9)
     exact = {r["model"] for r in graphs if r["dp_exact"]}
     assert exact
-    for row in experts:            # an ordered contiguous expert split cannot beat the contiguous optimum
+    for row in experts:  # an ordered contiguous expert split cannot beat the contiguous optimum
         assert row["expert_feasible"]
         if row["graph"] in exact and row["expert_contiguous"]:
             assert row["ours_value_s"] <= row["expert_value_s"] * (1 + 1e-9)
@@ -196,4 +227,5 @@ def test_bench_suite_on_the_two_smallest_files(msr_fiddle_dir):
 
 def test_bench_suite_is_skipped_without_the_files(tmp_path):
     from tvm_diviml.bench import suite_msr_fiddle
+
     assert list(suite_msr_fiddle(msr_fiddle_dir=str(tmp_path))) == []

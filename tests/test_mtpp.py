@@ -4,6 +4,7 @@ hand-priced cases and the simulator's ``stage_serial`` mode.
 
 Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
 """
+
 import dataclasses
 import itertools
 import math
@@ -14,18 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tvm_diviml.bounds import lower_bounds
+from tvm_diviml.bounds.pipeline import pipeline_bounds, superblock_bound
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Link
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
-from tvm_diviml.problem import Problem
-from tvm_diviml.bounds.pipeline import pipeline_bounds, superblock_bound
 from tvm_diviml.solvers.pipeline_mip import solve_pipeline_mip
-from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
 from tvm_diviml.solvers.slicegraph import slice_order
+from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
 from tvm_diviml.workload import load_workload
 
 from .conftest import examples, graph_of, table, unit_platform
@@ -33,7 +34,7 @@ from .strategies import DEVICES, dag_problems
 from .test_slicegraph import hand_chain as slicegraph_chain
 from .test_slicegraph import pipeline, simulated
 
-TOLERANCE = 1e-6       # MIP bounds carry a relative slack of 1e-6
+TOLERANCE = 1e-6  # MIP bounds carry a relative slack of 1e-6
 
 
 def best_pipeline(problem):
@@ -52,8 +53,13 @@ def best_pipeline(problem):
             if kept in seen:
                 continue
             seen.add(kept)
-            plan = Plan({k: d for s, d in kept for k in s}, objective="pipeline", mode="stage_serial",
-                        stages=[list(s) for s, _ in kept], stage_devices=[d for _, d in kept])
+            plan = Plan(
+                {k: d for s, d in kept for k in s},
+                objective="pipeline",
+                mode="stage_serial",
+                stages=[list(s) for s, _ in kept],
+                stage_devices=[d for _, d in kept],
+            )
             sim = simulated(problem, plan)
             if sim.feasible:
                 best = min(best, sim.value_s)
@@ -86,8 +92,11 @@ def test_mip_optimum_is_brute_force_and_the_dp_over_every_order(problem):
     assert plan.lower_bound_s <= plan.value_s and close(plan.lower_bound_s, optimum)
     assert len(plan.stages) <= problem.stages and len(set(plan.stage_devices)) == len(plan.stage_devices)
     orders = list(nx.all_topological_sorts(problem.graph.to_networkx()))
-    dp = min(slice_order(problem, list(order), list(devices))[0] for order in orders
-             for devices in itertools.permutations(DEVICES, problem.stages))
+    dp = min(
+        slice_order(problem, list(order), list(devices))[0]
+        for order in orders
+        for devices in itertools.permutations(DEVICES, problem.stages)
+    )
     assert close(dp, optimum)
 
 
@@ -110,10 +119,15 @@ def constrained_problems(draw):
     device holds either weight with them, never both weights (the MIP models weights only)."""
     problem = draw(pipeline_problems(max_kernels=5))
     graph = problem.graph
-    kernels = [dataclasses.replace(k, allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
-                                   colocate=draw(st.sampled_from([None, None, "g"])),
-                                   weights=draw(st.sampled_from([(), ("w1",), ("w2",), ("w1", "w2")])))
-               for k in graph.kernels.values()]
+    kernels = [
+        dataclasses.replace(
+            k,
+            allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
+            colocate=draw(st.sampled_from([None, None, "g"])),
+            weights=draw(st.sampled_from([(), ("w1",), ("w2",), ("w1", "w2")])),
+        )
+        for k in graph.kernels.values()
+    ]
     graph = OpGraph(kernels, graph.edges, inputs=graph.inputs, weights={"w1": 20, "w2": 25})
     platform = unit_platform(DEVICES, memory=draw(st.sampled_from([None, 44, 100])))
     costs = TableCostModel(platform, problem.costs.compute)
@@ -149,9 +163,14 @@ def test_mip_chooses_which_device_takes_which_stage():
 
 def test_a_warm_start_is_improved_on_and_must_be_a_pipeline_plan():
     problem = hand_chain()
-    slow = Plan({"a": "C", "b": "C", "c": "C"}, objective="pipeline", mode="stage_serial",
-                stages=[["a", "b", "c"]], stage_devices=["C"])
-    assert simulated(problem, slow).value_s == 16.0           # 12 of work + input 2 + output 2
+    slow = Plan(
+        {"a": "C", "b": "C", "c": "C"},
+        objective="pipeline",
+        mode="stage_serial",
+        stages=[["a", "b", "c"]],
+        stage_devices=["C"],
+    )
+    assert simulated(problem, slow).value_s == 16.0  # 12 of work + input 2 + output 2
     plan = solve_pipeline_mip(problem, time_limit_s=10, warm_start=slow)
     assert plan.value_s == 7.0 and plan.optimal
     with pytest.raises(DivimlInputError, match="stage_serial"):
@@ -182,8 +201,15 @@ def test_mip_refuses_other_objectives_and_too_many_stages():
 def test_every_bound_lies_below_the_optimum(problem):
     optimum = best_pipeline(problem)
     parts = lower_bounds(problem, mip_time_limit_s=5)
-    assert {"average_load", "largest_kernel", "neighbourhood", "lp_load", "three_superblock", "guess_bottleneck",
-            "exact_mip"} <= set(parts)
+    assert {
+        "average_load",
+        "largest_kernel",
+        "neighbourhood",
+        "lp_load",
+        "three_superblock",
+        "guess_bottleneck",
+        "exact_mip",
+    } <= set(parts)
     for name, bound in parts.items():
         assert bound <= optimum * (1 + TOLERANCE), name
 
@@ -237,9 +263,12 @@ def test_lp_load_bounds_host_staged_plans(case):
     problem = Problem(graph, platform, costs, objective="throughput")
     assert problem.mode == "host_staged"
     parts = lower_bounds(problem)
-    best = min(simulate(graph, platform, costs, Plan(dict(zip(graph.kernels, devices)), objective="throughput",
-                                                     mode="host_staged")).value_s
-               for devices in itertools.product(DEVICES, repeat=len(graph)))
+    best = min(
+        simulate(
+            graph, platform, costs, Plan(dict(zip(graph.kernels, devices)), objective="throughput", mode="host_staged")
+        ).value_s
+        for devices in itertools.product(DEVICES, repeat=len(graph))
+    )
     assert parts["lp_load"] <= best * (1 + TOLERANCE)
 
 
@@ -261,12 +290,11 @@ def test_a_colocation_group_bounds_every_mode_by_its_work_on_its_cheapest_common
     from .conftest import table, unit_platform
 
     platform = unit_platform()
-    graph = OpGraph([Kernel("a", colocate="g"), Kernel("b", colocate="g", allowed_devices=("A", "B")),
-                     Kernel("c")], [])
+    graph = OpGraph([Kernel("a", colocate="g"), Kernel("b", colocate="g", allowed_devices=("A", "B")), Kernel("c")], [])
     costs = table(platform, {"a": {"A": 5.0, "B": 3.0, "C": 1.0}, "b": {"A": 5.0, "B": 4.0, "C": 1.0}, "c": 1.0})
     for objective, stages in (("latency", None), ("throughput", None), ("pipeline", 3)):
         parts = lower_bounds(Problem(graph, platform, costs, objective=objective, stages=stages))
-        assert parts["largest_group"] == 7.0          # a and b together on B (C may not run b)
+        assert parts["largest_group"] == 7.0  # a and b together on B (C may not run b)
 
 
 def test_the_neighbourhood_bound_holds_for_any_number_of_stages():

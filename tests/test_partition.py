@@ -1,5 +1,6 @@
 """PartitionForDevices: the plan it attaches is the solver's plan, the build it feeds runs like the
 single-device reference, and the registered "diviml" pipeline takes its options from partition_options."""
+
 from __future__ import annotations
 
 import importlib
@@ -8,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-
 import tvm
 
 from tvm_diviml.cost import RooflineCostModel, TableCostModel
@@ -98,7 +98,7 @@ def test_with_candidates_the_pass_keeps_the_fastest_measured_plan(model, referen
     executable = tvm.compile(model.mod, target=None, relax_pipeline=partition.pipeline())
     selection = partition.selection
     measured = [c.measured_s for c in selection.candidates]
-    assert measured == sorted(measured) and len(measured) >= 2          # HEFT's plan and the single devices
+    assert measured == sorted(measured) and len(measured) >= 2  # HEFT's plan and the single devices
     assert partition.plan.assignment == selection.winner.plan.assignment
     assert partition.placement.assignment == selection.winner.plan.assignment
     inputs, outputs = reference
@@ -111,7 +111,7 @@ def test_measured_costs_are_calibrated_inside_the_model_as_diviml_run_has_them(m
     extraction = extract(model.mod, model.entry)
     costs = partition.cost_model(extraction, model.mod)
     assert set(costs.in_context_s) == {"cpu0", "cpu1"} and costs.executor_segments
-    uncalibrated = partition.cost_model(extraction)                  # without the module: kernels alone
+    uncalibrated = partition.cost_model(extraction)  # without the module: kernels alone
     assert not uncalibrated.in_context_s
 
 
@@ -131,14 +131,17 @@ def test_contexts_nest_and_unwind():
     assert _ACTIVE.get() is None
 
 
-@pytest.mark.parametrize("options, field", [
-    ({"objective": "fastest"}, "objective"),
-    ({"solver": "gurobi"}, "solver"),
-    ({"cost": "guess"}, "cost"),
-    ({"cost": "/no/such/costs.json"}, "cost"),
-    ({"time_limit_s": 0}, "time_limit_s"),
-    ({"candidates": 0}, "candidates"),
-])
+@pytest.mark.parametrize(
+    "options, field",
+    [
+        ({"objective": "fastest"}, "objective"),
+        ({"solver": "gurobi"}, "solver"),
+        ({"cost": "guess"}, "cost"),
+        ({"cost": "/no/such/costs.json"}, "cost"),
+        ({"time_limit_s": 0}, "time_limit_s"),
+        ({"candidates": 0}, "candidates"),
+    ],
+)
 def test_unknown_options_are_refused_at_construction(options, field):
     with pytest.raises(DivimlInputError) as error:
         PartitionForDevices("cpu2", **options)
@@ -189,8 +192,9 @@ def test_same_options_same_plan(model):
 def test_reimport_keeps_one_working_registration():
     """TVM refuses a second register_pipeline under one name; reloading the module must not, and the
     registered pipeline must still see the reloaded module's partition_options."""
-    import tvm_diviml.passes.partition as partition_module
     from tvm import relax
+
+    import tvm_diviml.passes.partition as partition_module
 
     reloaded = importlib.reload(partition_module)
     with reloaded.partition_options("cpu2") as active:

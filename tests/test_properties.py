@@ -1,4 +1,5 @@
 """Properties of the simulator and the bounds on random DAGs (hypothesis)."""
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,9 +29,9 @@ def test_latency_between_critical_path_and_total_work(data, contention):
     work = sum(costs.compute_s(k, d) for k, d in assignment.items())
     moved = sum(t.end_s - t.start_s for t in sim.transfers)
     assert critical_path_at_fastest(graph, costs) - 1e-9 <= sim.value_s <= work + moved + 1e-9
-    for edge in graph.edges:          # dependencies honoured
+    for edge in graph.edges:  # dependencies honoured
         assert sim.start_s[edge.dst] >= sim.finish_s[edge.src] - 1e-9
-    for device in DEVICES:            # one kernel at a time per device
+    for device in DEVICES:  # one kernel at a time per device
         spans = sorted((sim.start_s[k], sim.finish_s[k]) for k, d in assignment.items() if d == device)
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
 
@@ -47,11 +48,16 @@ def test_contention_never_makes_latency_shorter(data):
 def _random_stage_plan(data, graph):
     order = graph.topo_order
     stages = data.draw(st.integers(1, min(len(DEVICES), len(order))))
-    cuts = sorted(data.draw(st.lists(st.integers(1, len(order) - 1), min_size=stages - 1, max_size=stages - 1,
-                                     unique=True))) if len(order) > 1 else []
+    cuts = (
+        sorted(
+            data.draw(st.lists(st.integers(1, len(order) - 1), min_size=stages - 1, max_size=stages - 1, unique=True))
+        )
+        if len(order) > 1
+        else []
+    )
     bounds = [0, *cuts, len(order)]
     slices = [order[a:b] for a, b in zip(bounds, bounds[1:])]
-    devices = data.draw(st.permutations(DEVICES))[:len(slices)]
+    devices = data.draw(st.permutations(DEVICES))[: len(slices)]
     assignment = {k: devices[i] for i, s in enumerate(slices) for k in s}
     return Plan(assignment, objective="pipeline", mode="stage_serial", stages=slices, stage_devices=list(devices))
 

@@ -1,4 +1,5 @@
 """Random-wired stage graphs: determinism, DAG shape, and each generator's degree statistics."""
+
 import statistics
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from tvm_diviml.zoo.randwire_graph import GENERATORS, random_undirected_graph, s
 from .conftest import examples
 
 generators = st.sampled_from(GENERATORS)
-node_counts = st.integers(5, 40)      # WS needs nodes > k = 4
+node_counts = st.integers(5, 40)  # WS needs nodes > k = 4
 seeds = st.integers(0, 2**31 - 1)
 
 
@@ -81,15 +82,18 @@ def test_erdos_renyi_edge_count_matches_its_expectation():
     assert abs(statistics.mean(counts) - p * pairs) < 4 * standard_error
 
 
-@pytest.mark.parametrize("generator, nodes, options, message", [
-    ("ws", 4, {}, "nodes > k"),
-    ("ws", 10, {"k": 3}, "even k"),
-    ("ws", 10, {"p": 1.5}, r"\[0, 1\]"),
-    ("er", 10, {"p": -0.1}, r"\[0, 1\]"),
-    ("ba", 1, {}, "at least 2 nodes"),
-    ("er", 0, {}, "at least 1 node"),
-    ("xx", 10, {}, "unknown random graph generator"),
-])
+@pytest.mark.parametrize(
+    "generator, nodes, options, message",
+    [
+        ("ws", 4, {}, "nodes > k"),
+        ("ws", 10, {"k": 3}, "even k"),
+        ("ws", 10, {"p": 1.5}, r"\[0, 1\]"),
+        ("er", 10, {"p": -0.1}, r"\[0, 1\]"),
+        ("ba", 1, {}, "at least 2 nodes"),
+        ("er", 0, {}, "at least 1 node"),
+        ("xx", 10, {}, "unknown random graph generator"),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(generator, nodes, options, message):
     with pytest.raises(ValueError, match=message):
         stage_graph(generator, nodes, 0, **options)

@@ -1,4 +1,5 @@
 """The plan report: what it says about a plan beyond its numbers."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,8 +38,10 @@ def test_auto_picks_a_solver_for_each_objective_and_mode():
     assert default_solver(Problem(graph, direct, costs, objective="latency")) == "split"
     assert default_solver(Problem(graph, direct, costs, objective="throughput")) == "milp"
     assert default_solver(Problem(graph, direct, costs, objective="pipeline", stages=2)) == "slicegraph"
-    assert default_solver(Problem(graph, staged, table(staged, {"a": 1.0, "b": 1.0}), objective="throughput")) \
+    assert (
+        default_solver(Problem(graph, staged, table(staged, {"a": 1.0, "b": 1.0}), objective="throughput"))
         == "downsets"
+    )
 
 
 def test_throughput_baselines_score_heft_placement_in_the_period_mode():
@@ -70,11 +73,13 @@ def test_auto_keeps_the_single_device_unless_the_split_wins_by_more_than_the_mea
     assert row["value_s"] == 1.0 and row["baselines"]["fastest_single_device"] == 2.0
     kept, _, row = solve_and_report(twin_branches_problem(0.6), "auto", "twins", "table", time_limit_s=5)
     assert len(kept.devices_used()) == 1 and row["value_s"] == 2.0 and row["solver"] == "fastest_single_device"
-    assert "predicted 100.0% faster than the fastest single device, within the measured error of 60.0%" \
+    assert (
+        "predicted 100.0% faster than the fastest single device, within the measured error of 60.0%"
         in row["kept_single_device"]
+    )
     assert row["kept_single_device"] in format_row(row, ["A", "B", "C"])
     chosen, _, row = solve_and_report(twin_branches_problem(0.6), "heft", "twins", "table", time_limit_s=5)
-    assert len(chosen.devices_used()) == 2 and row["kept_single_device"] is None      # a named solver is obeyed
+    assert len(chosen.devices_used()) == 2 and row["kept_single_device"] is None  # a named solver is obeyed
 
 
 def forced_split(objective, stages=None):
@@ -85,13 +90,28 @@ def forced_split(objective, stages=None):
     kernels = [Kernel(k.name, allowed_devices={"a": ("B",), "c": ("C",)}.get(k.name)) for k in base.kernels.values()]
     graph = OpGraph(kernels, list(base.edges))
     platform = unit_platform()
-    return Problem(graph, platform, table(platform, {"a": {"B": 1.0}, "b": 1.0, "c": {"C": 1.0}}),
-                   objective=objective, stages=stages)
+    return Problem(
+        graph,
+        platform,
+        table(platform, {"a": {"B": 1.0}, "b": 1.0, "c": {"C": 1.0}}),
+        objective=objective,
+        stages=stages,
+    )
 
 
-@pytest.mark.parametrize("objective, solver, stages", [
-    ("latency", "auto", None), ("latency", "milp", None), ("latency", "heft", None), ("latency", "cpsat", None),
-    ("throughput", "auto", None), ("throughput", "split", None), ("pipeline", "auto", 2), ("pipeline", "milp", 3)])
+@pytest.mark.parametrize(
+    "objective, solver, stages",
+    [
+        ("latency", "auto", None),
+        ("latency", "milp", None),
+        ("latency", "heft", None),
+        ("latency", "cpsat", None),
+        ("throughput", "auto", None),
+        ("throughput", "split", None),
+        ("pipeline", "auto", 2),
+        ("pipeline", "milp", 3),
+    ],
+)
 def test_a_model_no_single_device_can_run_is_planned_and_the_missing_baseline_said(objective, solver, stages):
     from tvm_diviml.report import solve_and_report
 

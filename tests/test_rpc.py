@@ -7,6 +7,7 @@ the tensors that cross servers are exactly those the segment graph says, two hop
 connection, a killed server and a hung one each raise an error that names the server, its address
 and the segment, within the timeout.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,10 @@ from tvm_diviml.runtime.rpc_hops import DriverHop, driver_hop_platform, measure_
 from tvm_diviml.runtime.rpc_servers import connect_servers, parse_addresses, start_local_servers
 
 TWIN = ("twin_branch", {"depth": 2, "hidden": 32, "batch": 2})
-TINY_LLAMA = ("llama", {"layers": 2, "hidden": 32, "heads": 2, "kv_heads": 1, "intermediate": 64, "vocab": 100,
-                        "seq": 8})
+TINY_LLAMA = (
+    "llama",
+    {"layers": 2, "hidden": 32, "heads": 2, "kv_heads": 1, "intermediate": 64, "vocab": 100, "seq": 8},
+)
 
 
 # ---------------------------------------------------------------------- without servers
@@ -36,15 +39,18 @@ def test_addresses_parse_in_order():
     assert parse_addresses("[::1]:9090", 1) == [("::1", 9090)]
 
 
-@pytest.mark.parametrize("text, servers, words", [
-    ("127.0.0.1:9090", 2, ["1 address", "2 server", "give 2"]),
-    ("a:1,b:2,c:3", 2, ["3 address", "give 2"]),
-    ("127.0.0.1:0,127.0.0.1:9091", 2, ["port 0", "between 1 and 65535"]),
-    ("127.0.0.1:70000", 1, ["port 70000"]),
-    ("127.0.0.1", 1, ["'127.0.0.1' is not HOST:PORT"]),
-    ("host:port", 1, ["'host:port' is not HOST:PORT"]),
-    ("", 1, ["0 address", "give 1"]),
-])
+@pytest.mark.parametrize(
+    "text, servers, words",
+    [
+        ("127.0.0.1:9090", 2, ["1 address", "2 server", "give 2"]),
+        ("a:1,b:2,c:3", 2, ["3 address", "give 2"]),
+        ("127.0.0.1:0,127.0.0.1:9091", 2, ["port 0", "between 1 and 65535"]),
+        ("127.0.0.1:70000", 1, ["port 70000"]),
+        ("127.0.0.1", 1, ["'127.0.0.1' is not HOST:PORT"]),
+        ("host:port", 1, ["'host:port' is not HOST:PORT"]),
+        ("", 1, ["0 address", "give 1"]),
+    ],
+)
 def test_bad_addresses_say_what_is_wrong(text, servers, words):
     with pytest.raises(DivimlInputError) as caught:
         parse_addresses(text, servers)
@@ -58,20 +64,24 @@ def test_cross_server_links_are_priced_through_the_driver():
     platform = get_platform("servers:2xcpu2")
     hops = {"s0": DriverHop(1e-3, 100e6, 2e-3, 50e6), "s1": DriverHop(3e-3, 200e6, 4e-3, 25e6)}
     priced = driver_hop_platform(platform, hops)
-    assert priced.link("s0.cpu0", "s0.cpu1") == platform.link("s0.cpu0", "s0.cpu1") == Link("s0.cpu0", "s0.cpu1",
-                                                                                             5e-6, 10e9)
+    assert (
+        priced.link("s0.cpu0", "s0.cpu1")
+        == platform.link("s0.cpu0", "s0.cpu1")
+        == Link("s0.cpu0", "s0.cpu1", 5e-6, 10e9)
+    )
     nbytes = 1e6
     # host to host: download from s0 (1 ms + b / 100 MB/s), upload to s1 (4 ms + b / 25 MB/s)
     assert priced.transfer_s(nbytes, "s0.cpu0", "s1.cpu0") == pytest.approx(1e-3 + 0.01 + 4e-3 + 0.04)
     # device to device adds each server's own hop to its host: 5 us + b / 10 GB/s at either end
     assert priced.transfer_s(nbytes, "s1.cpu1", "s0.cpu1") == pytest.approx(
-        5e-6 + 1e-4 + 3e-3 + 0.005 + 2e-3 + 0.02 + 5e-6 + 1e-4)
+        5e-6 + 1e-4 + 3e-3 + 0.005 + 2e-3 + 0.02 + 5e-6 + 1e-4
+    )
     assert priced.attrs["servers"] == platform.attrs["servers"]
     assert priced.attrs["driver_hops"]["s1"]["upload_Bps"] == 25e6
 
 
 def test_default_driver_hop_is_the_network_twice():
-    platform = get_platform("servers:2xcpu1,network_gbps=8,network_latency_us=50")   # 1 GB/s, 50 us
+    platform = get_platform("servers:2xcpu1,network_gbps=8,network_latency_us=50")  # 1 GB/s, 50 us
     hop = network_hop(platform)
     assert (hop.download_latency_s, hop.download_Bps) == pytest.approx((50e-6, 1e9))
     assert (hop.upload_latency_s, hop.upload_Bps) == pytest.approx((50e-6, 1e9))
@@ -83,7 +93,7 @@ def test_default_driver_hop_is_the_network_twice():
 def test_refused_connection_names_the_address_and_how_to_start_a_server():
     import socket
 
-    with socket.socket() as probe:                 # a port nothing listens on
+    with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     platform = get_platform("servers:2xcpu1")
@@ -142,9 +152,9 @@ def crossings_of(built) -> dict[str, int]:
 def test_each_server_builds_only_its_segments(models):
     """servers:2xcpu2: both servers' builds use TVM devices cpu:0 and cpu:1; together they hold every
     segment of the global split once, each with the weights it reads on its own devices."""
-    from tvm_diviml.simulator import run_order
     from tvm_diviml.passes.servers import build_per_server
     from tvm_diviml.runtime.segments import split_segments
+    from tvm_diviml.simulator import run_order
 
     model, extraction = models(TWIN)
     platform = get_platform("servers:2xcpu2")
@@ -159,9 +169,9 @@ def test_each_server_builds_only_its_segments(models):
         read = {tuple(w) for seg in placement.segments for w in seg["weights"]}
         assert {tuple(w) for w in placement.weight_params} == read
         assert all(device in placement.devices for _, _, device in placement.weight_params)
-        vm = server_build.new_vm()                   # this machine has cpu:0 and cpu:1 too
+        vm = server_build.new_vm()  # this machine has cpu:0 and cpu:1 too
         assert vm.module.implements_function(placement.segments[0]["name"])
-        assert not vm.module.implements_function(extraction.entry)     # no whole-model function
+        assert not vm.module.implements_function(extraction.entry)  # no whole-model function
 
 
 def test_two_servers_give_the_reference_outputs_and_count_the_hops(servers, models):
@@ -170,13 +180,22 @@ def test_two_servers_give_the_reference_outputs_and_count_the_hops(servers, mode
     model, extraction = models(TWIN)
     platform = get_platform("servers:2xcpu1")
     plan = round_robin(extraction, platform)
-    run, built = run_plan_rpc(model, extraction, platform, plan, 1e-3, servers.addresses[:2], repeats=2,
-                              predicted_busy_s={"s0.cpu": 2e-4, "s1.cpu": 1e-4}, progress=lambda _: None)
+    run, built = run_plan_rpc(
+        model,
+        extraction,
+        platform,
+        plan,
+        1e-3,
+        servers.addresses[:2],
+        repeats=2,
+        predicted_busy_s={"s0.cpu": 2e-4, "s1.cpu": 1e-4},
+        progress=lambda _: None,
+    )
     assert run.max_rel_diff <= 1e-5
     assert set(built.builds) == {"s0", "s1"}
     expected = crossings_of(built)
     assert expected, "a round-robin plan of twin_branch must cross servers"
-    assert run.crossings == expected                      # per inference, every run alike
+    assert run.crossings == expected  # per inference, every run alike
     assert run.hops == 2 * sum(expected.values()) and run.hop_s > 0 and run.hop_bytes > 0
     assert set(run.server_busy_s) == {"s0", "s1"} and all(s > 0 for s in run.server_busy_s.values())
     assert run.predicted_server_busy_s == {"s0": 2e-4, "s1": 1e-4}
@@ -191,8 +210,17 @@ def test_three_servers_run_a_tiny_llama_and_a_stream(servers, models):
     platform = get_platform("servers:3xcpu1")
     plan = round_robin(extraction, platform)
     plan.objective = "throughput"
-    run, built = run_plan_rpc(model, extraction, platform, plan, 1e-3, servers.addresses[:3], stream_inputs=6,
-                              in_flight=3, progress=lambda _: None)
+    run, built = run_plan_rpc(
+        model,
+        extraction,
+        platform,
+        plan,
+        1e-3,
+        servers.addresses[:3],
+        stream_inputs=6,
+        in_flight=3,
+        progress=lambda _: None,
+    )
     assert run.max_rel_diff <= 1e-4
     assert set(built.builds) == {"s0", "s1", "s2"} and run.in_flight == 3
     assert run.crossings == crossings_of(built) and len(run.crossings) >= 2
@@ -255,18 +283,19 @@ def run_until_failure(model, extraction, addresses, act, timeout_s):
         with pytest.raises(ServerError) as caught:
             for _ in runner.stream((model.sample_inputs(i % 2) for i in range(10**6)), in_flight=2):
                 if time.monotonic() - acted.get("at", time.monotonic()) > timeout_s + 30:
-                    break                                  # never reached when the error comes
+                    break  # never reached when the error comes
         return caught.value, time.monotonic() - acted["at"], remotes
 
 
 def test_killed_server_is_named_at_once(servers, models):
     model, extraction = models(TWIN)
-    error, elapsed, remotes = run_until_failure(model, extraction, [servers.addresses[0], servers.addresses[SPARE]],
-                                                lambda: servers.kill(SPARE), timeout_s=20)
+    error, elapsed, remotes = run_until_failure(
+        model, extraction, [servers.addresses[0], servers.addresses[SPARE]], lambda: servers.kill(SPARE), timeout_s=20
+    )
     address = f"127.0.0.1:{servers.addresses[SPARE][1]}"
     assert error.server == "s1" and error.address == address
     assert f"server s1 ({address}) failed" in str(error) and error.segment in str(error)
-    assert elapsed < 5                                     # a dead socket fails at once, not at the timeout
+    assert elapsed < 5  # a dead socket fails at once, not at the timeout
     remotes["s0"].close()
 
 
@@ -281,8 +310,9 @@ def victim():
 def test_hung_server_is_named_within_the_timeout(servers, victim, models):
     model, extraction = models(TWIN)
     stop = lambda: os.killpg(victim.processes[0].pid, signal.SIGSTOP)  # noqa: E731
-    error, elapsed, remotes = run_until_failure(model, extraction, servers.addresses[:1] + victim.addresses, stop,
-                                                timeout_s=2)
+    error, elapsed, remotes = run_until_failure(
+        model, extraction, servers.addresses[:1] + victim.addresses, stop, timeout_s=2
+    )
     assert isinstance(error, ServerTimeoutError)
     assert error.server == "s1" and f"server s1 (127.0.0.1:{victim.addresses[0][1]}) did not answer" in str(error)
     assert error.segment and error.segment in str(error)
@@ -297,10 +327,26 @@ def test_cli_runs_over_given_servers(servers, tmp_path, capsys):
 
     addresses = ",".join(f"{host}:{port}" for host, port in servers.addresses[:2])
     # heft, not auto: a list schedule plans in milliseconds, whatever hop figures this run measures
-    code = main(["run", "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
-                 "servers:2xcpu1", "--rpc", addresses,
-                 "--cost", "roofline", "--solver", "heft", "--repeats", "2", "--json", str(tmp_path / "row.json"),
-                 "--export", str(tmp_path / "builds")])
+    code = main(
+        [
+            "run",
+            "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32",
+            "--platform",
+            "servers:2xcpu1",
+            "--rpc",
+            addresses,
+            "--cost",
+            "roofline",
+            "--solver",
+            "heft",
+            "--repeats",
+            "2",
+            "--json",
+            str(tmp_path / "row.json"),
+            "--export",
+            str(tmp_path / "builds"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "outputs against the single-device reference" in out and ": equal" in out
@@ -331,15 +377,33 @@ def test_cli_starts_local_servers_and_plans_with_the_measured_hops(tmp_path, cap
 
     from tvm_diviml.cli import main
 
-    code = main(["run", "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
-                 "servers:2xcpu1", "--rpc", "local",
-                 "--objective", "throughput", "--cost", "roofline", "--solver", "milp", "--inputs", "4",
-                 "--time-limit", "5", "--json", str(tmp_path / "row.json")])
+    code = main(
+        [
+            "run",
+            "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32",
+            "--platform",
+            "servers:2xcpu1",
+            "--rpc",
+            "local",
+            "--objective",
+            "throughput",
+            "--cost",
+            "roofline",
+            "--solver",
+            "milp",
+            "--inputs",
+            "4",
+            "--time-limit",
+            "5",
+            "--json",
+            str(tmp_path / "row.json"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "starting 2 RPC server(s) on 127.0.0.1" in out and "throughput over RPC" in out
     run = json.loads((tmp_path / "row.json").read_text())["run"]
-    for hop in run["driver_hops"].values():           # measured over the sessions, not the platform's network
+    for hop in run["driver_hops"].values():  # measured over the sessions, not the platform's network
         assert hop["upload_Bps"] < 12.5e9 and hop["download_Bps"] < 12.5e9
     assert all(addr.startswith("127.0.0.1:") for addr in run["addresses"].values())
 
@@ -354,8 +418,11 @@ def test_server_dead_before_setup_is_named(servers, victim, models):
     remotes = connect_servers(platform, servers.addresses[:1] + victim.addresses)
     victim.kill(0)
     try:
-        with pytest.raises(ServerError, match=rf"server s1 \(127\.0\.0\.1:{victim.addresses[0][1]}\) failed while "
-                                              "taking its build"):
+        with pytest.raises(
+            ServerError,
+            match=rf"server s1 \(127\.0\.0\.1:{victim.addresses[0][1]}\) failed while "
+            "taking its build",
+        ):
             RpcRunner(built, remotes, [w for _, w in model.params], timeout_s=10)
     finally:
         remotes["s0"].close()
@@ -379,10 +446,26 @@ def test_cli_names_a_server_that_fails_mid_run_and_releases_the_others(servers, 
 
     monkeypatch.setattr(RpcRunner, "stream", stream_then_fault)
     addresses = [servers.addresses[0], victim.addresses[0]]
-    code = main(["run", "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
-                 "servers:2xcpu1", "--rpc",
-                 ",".join(f"{host}:{port}" for host, port in addresses), "--objective", "throughput", "--cost",
-                 "roofline", "--solver", "greedy", "--inputs", "200", "--rpc-timeout", "2"])
+    code = main(
+        [
+            "run",
+            "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32",
+            "--platform",
+            "servers:2xcpu1",
+            "--rpc",
+            ",".join(f"{host}:{port}" for host, port in addresses),
+            "--objective",
+            "throughput",
+            "--cost",
+            "roofline",
+            "--solver",
+            "greedy",
+            "--inputs",
+            "200",
+            "--rpc-timeout",
+            "2",
+        ]
+    )
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.startswith("diviml: error:")]
     assert code == 3, out + err
@@ -399,20 +482,45 @@ def test_a_stopped_rpc_run_exits_cleanly_and_leaves_no_server(how, tmp_path):
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "tvm_diviml.cli", "run",
-               "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32", "--platform",
-               "servers:2xcpu1", "--rpc", "local", "--objective", "throughput", "--cost", "roofline", "--solver",
-               "greedy", "--inputs", "1000000"]
+    command = [
+        sys.executable,
+        "-m",
+        "tvm_diviml.cli",
+        "run",
+        "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32",
+        "--platform",
+        "servers:2xcpu1",
+        "--rpc",
+        "local",
+        "--objective",
+        "throughput",
+        "--cost",
+        "roofline",
+        "--solver",
+        "greedy",
+        "--inputs",
+        "1000000",
+    ]
     # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    driver = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
-        for line in driver.stdout:                       # the stream starts right after the build
+        for line in driver.stdout:  # the stream starts right after the build
             if line.startswith("built for servers"):
                 break
-        servers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(driver.pid), "-f", "rpc_servers"],
-                                                      capture_output=True, text=True).stdout.split()]
+        servers = [
+            int(pid)
+            for pid in subprocess.run(
+                ["pgrep", "-P", str(driver.pid), "-f", "rpc_servers"], capture_output=True, text=True
+            ).stdout.split()
+        ]
         assert len(servers) == 2, driver.stderr.read() if driver.poll() is not None else "no servers found"
         time.sleep(1.0)
         stopped = time.monotonic()

@@ -1,4 +1,5 @@
 """ConcurrentExecutor with pure-Python fakes for the segment calls and the device copies."""
+
 import threading
 import time
 import weakref
@@ -18,20 +19,25 @@ from .strategies import assignments, dag_problems
 
 def executor_of(functions, calls, outputs, *, move=None, timeout_s=10.0):
     """An executor whose segment ``name`` runs ``functions[name](*args)`` (a tuple of results)."""
+
     def make_caller(device):
         return lambda name, args: functions[name](*args)
-    return ConcurrentExecutor(calls, outputs, make_caller=make_caller, move=move or (lambda value, device: value),
-                              timeout_s=timeout_s)
+
+    return ConcurrentExecutor(
+        calls, outputs, make_caller=make_caller, move=move or (lambda value, device: value), timeout_s=timeout_s
+    )
 
 
 def sleeping(seconds, result=0, spans=None, name=None):
     """A call that sleeps ``seconds``; with ``spans``, it appends (name, start, end) there."""
+
     def call(*args):
         began = time.perf_counter()
         time.sleep(seconds)
         if spans is not None:
             spans.append((name, began, time.perf_counter()))
         return [result]
+
     return call
 
 
@@ -43,9 +49,13 @@ def overlap(first, second) -> bool:
 
 # ---------------------------------------------------------------------- concurrency
 def two_branches(left_device, right_device, spans):
-    calls = [SegmentCall("left", left_device, ["input:x"], ["l"]), SegmentCall("right", right_device, ["input:x"], ["r"])]
-    return executor_of({"left": sleeping(0.2, "L", spans, "left"), "right": sleeping(0.2, "R", spans, "right")},
-                       calls, ["l", "r"])
+    calls = [
+        SegmentCall("left", left_device, ["input:x"], ["l"]),
+        SegmentCall("right", right_device, ["input:x"], ["r"]),
+    ]
+    return executor_of(
+        {"left": sleeping(0.2, "L", spans, "left"), "right": sleeping(0.2, "R", spans, "right")}, calls, ["l", "r"]
+    )
 
 
 def test_branches_on_two_devices_overlap():
@@ -63,15 +73,21 @@ def test_a_device_cycle_still_pipelines_inputs():
     """cpu0 -> cpu1 -> cpu0: while cpu1 works on input i, cpu0 starts input i+1 (a worker takes any
     ready task, not the next one in a fixed order), so the period is the largest device load."""
     spans = []
-    functions = {"a": sleeping(0.05, spans=spans, name="a"), "b": sleeping(0.05, spans=spans, name="b"),
-                 "c": sleeping(0.001)}
-    cycle = [SegmentCall("a", "cpu0", ["input:x"], ["ta"]), SegmentCall("b", "cpu1", ["ta"], ["tb"]),
-             SegmentCall("c", "cpu0", ["tb"], ["tc"])]
+    functions = {
+        "a": sleeping(0.05, spans=spans, name="a"),
+        "b": sleeping(0.05, spans=spans, name="b"),
+        "c": sleeping(0.001),
+    }
+    cycle = [
+        SegmentCall("a", "cpu0", ["input:x"], ["ta"]),
+        SegmentCall("b", "cpu1", ["ta"], ["tb"]),
+        SegmentCall("c", "cpu0", ["tb"], ["tc"]),
+    ]
     with executor_of(functions, cycle, ["tc"]) as executor:
         assert len(list(executor.stream(({"input:x": 0} for _ in range(8)), in_flight=3))) == 8
     a_spans = [span for span in spans if span[0] == "a"]
     b_spans = [span for span in spans if span[0] == "b"]
-    assert sum(overlap(a, b) for a in a_spans for b in b_spans) >= 4     # cpu0 and cpu1 busy at once
+    assert sum(overlap(a, b) for a in a_spans for b in b_spans) >= 4  # cpu0 and cpu1 busy at once
 
 
 # ---------------------------------------------------------------------- values
@@ -102,6 +118,7 @@ def segment_function(graph, seg, calls_by_name):
         for kernel in seg.kernels:
             values[kernel] = kernel_value(graph, kernel, values)
         return [Tagged(key, values[key], seg.device) for key in call.writes]
+
     return run
 
 
@@ -111,8 +128,15 @@ def test_outputs_match_a_serial_evaluation_and_each_tensor_moves_once_per_device
     graph, assignment = problem
     segments = split_segments(graph, assignment, graph.topo_order)
     boundaries = segment_boundaries(graph, segments)
-    calls = [SegmentCall(seg.name, seg.device, [f"input:{n}" for n in boundaries[seg.name].inputs]
-                         + list(boundaries[seg.name].reads), list(boundaries[seg.name].writes)) for seg in segments]
+    calls = [
+        SegmentCall(
+            seg.name,
+            seg.device,
+            [f"input:{n}" for n in boundaries[seg.name].inputs] + list(boundaries[seg.name].reads),
+            list(boundaries[seg.name].writes),
+        )
+        for seg in segments
+    ]
     calls_by_name = {call.name: call for call in calls}
     moves = []
 
@@ -130,8 +154,12 @@ def test_outputs_match_a_serial_evaluation_and_each_tensor_moves_once_per_device
             values[kernel] = kernel_value(graph, kernel, values)
         assert [t.number for t in result] == [values[k] for k in graph.outputs]
         assert [t.device for t in result] == [assignment[k] for k in graph.outputs]
-    expected = {(key, call.device) for call in calls for key in call.reads
-                if key.startswith("input:") or assignment[key] != call.device}
+    expected = {
+        (key, call.device)
+        for call in calls
+        for key in call.reads
+        if key.startswith("input:") or assignment[key] != call.device
+    }
     assert Counter(moves) == Counter({pair: len(xs) for pair in expected})
 
 
@@ -150,8 +178,11 @@ def test_a_tensor_is_dropped_once_its_last_reader_is_done():
         "second": lambda t1: [make("t2", t1.number * 2, "B")],
         "third": lambda t2: (seen_by_third.append(sorted(alive.keys())), [make("out", t2.number + 1, "A")])[1],
     }
-    calls = [SegmentCall("first", "A", ["input:x"], ["t1"]), SegmentCall("second", "B", ["t1"], ["t2"]),
-             SegmentCall("third", "A", ["t2"], ["out"])]
+    calls = [
+        SegmentCall("first", "A", ["input:x"], ["t1"]),
+        SegmentCall("second", "B", ["t1"], ["t2"]),
+        SegmentCall("third", "A", ["t2"], ["out"]),
+    ]
     with executor_of(functions, calls, ["out"], move=lambda v, d: make(v.key, v.number, d)) as executor:
         [out] = executor.run({"input:x": Tagged("input:x", 4, "host")})
     assert out.number == 11
@@ -199,7 +230,7 @@ def test_stream_keeps_at_most_in_flight_inputs_started_and_consumes_lazily(in_fl
     with executor_of({"a": record, "b": lambda a: [a]}, calls, ["b"]) as executor:
         for j, result in enumerate(executor.stream(inputs(), in_flight=in_flight)):
             assert result == [j]
-            time.sleep(0.03)                  # time for the workers to run ahead if they could
+            time.sleep(0.03)  # time for the workers to run ahead if they could
             assert max(started) <= j + in_flight - 1 and len(pulled) <= j + in_flight
             reached = max(reached, sum(1 for i in started if i > j))
     assert reached == in_flight - 1
@@ -212,10 +243,14 @@ def test_a_failing_segment_surfaces_with_its_name_and_the_executor_recovers():
             raise ValueError("negative input")
         return [x]
 
-    calls = [SegmentCall("fine", "A", ["input:x"], ["a"]), SegmentCall("fragile", "B", ["input:x"], ["b"]),
-             SegmentCall("join", "A", ["a", "b"], ["c"])]
-    with executor_of({"fine": lambda x: [x], "fragile": fragile, "join": lambda a, b: [a + b]},
-                     calls, ["c"], timeout_s=5.0) as executor:
+    calls = [
+        SegmentCall("fine", "A", ["input:x"], ["a"]),
+        SegmentCall("fragile", "B", ["input:x"], ["b"]),
+        SegmentCall("join", "A", ["a", "b"], ["c"]),
+    ]
+    with executor_of(
+        {"fine": lambda x: [x], "fragile": fragile, "join": lambda a, b: [a + b]}, calls, ["c"], timeout_s=5.0
+    ) as executor:
         with pytest.raises(SegmentError, match="segment 'fragile' on device 'B'.*negative input") as info:
             executor.run({"input:x": -1})
         assert isinstance(info.value.__cause__, ValueError) and info.value.segment == "fragile"
@@ -246,9 +281,9 @@ def test_a_hung_call_hits_the_timeout_with_its_name(read_by_another, caplog):
     with pytest.raises(SegmentTimeoutError, match="segment 'stuck' on device 'B'") as info:
         executor.run({"input:x": 1})
     assert time.perf_counter() - started < 3.0 and info.value.segment == "stuck"
-    executor.close()                          # does not wait for the hung worker, says so
+    executor.close()  # does not wait for the hung worker, says so
     assert "diviml-B did not stop" in caplog.text
-    release.set()                             # the call returns; its worker then ends by itself
+    release.set()  # the call returns; its worker then ends by itself
     deadline = time.monotonic() + 5.0
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -268,8 +303,9 @@ def test_a_failing_move_names_the_tensor_and_the_segment_and_the_executor_recove
         return value
 
     with executor_of(CROSSING_FUNCTIONS, CROSSING, ["b"], move=move, timeout_s=5.0) as executor:
-        with pytest.raises(SegmentError, match="segment 'use' on device 'B' could not move tensor 'a'.*link down") \
-                as info:
+        with pytest.raises(
+            SegmentError, match="segment 'use' on device 'B' could not move tensor 'a'.*link down"
+        ) as info:
             executor.run({"input:x": 1})
         assert info.value.segment == "use" and isinstance(info.value.__cause__, ConnectionError)
         broken["now"] = False
@@ -309,8 +345,8 @@ def test_a_failure_with_inputs_in_flight_stops_the_stream_and_the_executor_recov
         with pytest.raises(SegmentError, match="segment 'fragile'.*input 2.*bad input") as info:
             for outputs in executor.stream(({"input:x": i} for i in range(100)), in_flight=4):
                 seen.append(outputs[0])
-        assert info.value.input_index == 2 and seen == [0, 1][:len(seen)]   # the failure ends the stream at once
-        assert max(started) < 2 + 4                 # nothing past the inputs in flight was started
+        assert info.value.input_index == 2 and seen == [0, 1][: len(seen)]  # the failure ends the stream at once
+        assert max(started) < 2 + 4  # nothing past the inputs in flight was started
         assert executor.run({"input:x": 7}) == [7]
 
 
@@ -327,7 +363,7 @@ def test_a_stream_abandoned_early_starts_nothing_more():
         stream = executor.stream(({"input:x": i} for i in range(100)), in_flight=3)
         assert [next(stream) for _ in range(2)] == [[0], [1]]
         stream.close()
-        time.sleep(0.1)                             # time for the workers to go on if they would
+        time.sleep(0.1)  # time for the workers to go on if they would
         assert len(started) <= 2 + 3
         assert executor.run({"input:x": 5}) == [5]
 
@@ -353,6 +389,7 @@ def test_one_caller_per_device_made_in_its_worker_and_close_joins_the_threads():
         def call(name, args):
             assert threading.current_thread() is home
             return [args[0] + 1]
+
         return call
 
     calls = [SegmentCall(f"s{i}", device, [f"t{i}"], [f"t{i + 1}"]) for i, device in enumerate("ABCA")]
@@ -385,7 +422,7 @@ def test_bad_segment_lists_and_inputs_are_refused():
 def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
     from tvm_diviml.runtime.measure import fit_executor_overheads
 
-    def seconds_per_run(segments, devices):       # 50 us per inference, 10 us per call, 40 us per hand-off
+    def seconds_per_run(segments, devices):  # 50 us per inference, 10 us per call, 40 us per hand-off
         return 50e-6 + 10e-6 * segments + (40e-6 * (segments - 1) if devices > 1 else 0.0)
 
     fitted = fit_executor_overheads(seconds_per_run)

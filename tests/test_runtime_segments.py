@@ -1,4 +1,5 @@
 """split_segments: per-device runs of kernels whose graph (with each device's succession) is acyclic."""
+
 import random
 from itertools import pairwise
 
@@ -141,12 +142,15 @@ def test_fork_join_with_the_fork_on_the_other_device():
     assert [(s.device, s.kernels) for s in segments] == [("d2", ("a", "c")), ("d1", ("b", "e"))]
 
 
-@pytest.mark.parametrize("order, message", [
-    (["a", "b", "c"], "'e' is missing"),
-    (["a", "b", "c", "e", "a"], "appears twice"),
-    (["a", "b", "c", "e", "z"], "'z' is not a kernel"),
-    (["a", "e", "b", "c"], "'e' comes before"),
-])
+@pytest.mark.parametrize(
+    "order, message",
+    [
+        (["a", "b", "c"], "'e' is missing"),
+        (["a", "b", "c", "e", "a"], "appears twice"),
+        (["a", "b", "c", "e", "z"], "'z' is not a kernel"),
+        (["a", "e", "b", "c"], "'e' comes before"),
+    ],
+)
 def test_bad_run_order_is_refused(order, message):
     graph = graph_of(FORK_JOIN)
     assignment = dict.fromkeys("abce", "d1")

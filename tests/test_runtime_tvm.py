@@ -2,6 +2,7 @@
 whatever its segments, gives the single-device reference's outputs, for one input and for a stream
 with several inputs in flight, in input order; and an exported build runs the same after loading.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,8 @@ import pytest
 from tvm_diviml.passes import apply_plan, build, extract
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
-from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime import vm
+from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.vm import PlacedExecutable
 from tvm_diviml.zoo import SMALL_OPTIONS, build_model
@@ -24,16 +25,16 @@ from tvm_diviml.zoo.reference import run_reference
 
 CPU2 = get_platform("cpu2")
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-CHAIN = {"branches": 1, "depth": 6, "hidden": 32, "batch": 2}     # twin_branch as one chain of 7 kernels
+CHAIN = {"branches": 1, "depth": 6, "hidden": 32, "batch": 2}  # twin_branch as one chain of 7 kernels
 STREAM_SEEDS = range(6)
-TINY_BERT = {"layers": 1, "seq": 8, "hidden": 32, "heads": 2, "intermediate": 64, "vocab": 100}   # compiles in ~2 s
+TINY_BERT = {"layers": 1, "seq": 8, "hidden": 32, "heads": 2, "intermediate": 64, "vocab": 100}  # compiles in ~2 s
 
 
 @dataclasses.dataclass
 class Case:
-    model: object                          # BuiltModel
-    extraction: object                     # Extraction
-    references: dict[int, list]            # input seed -> run_reference's outputs
+    model: object  # BuiltModel
+    extraction: object  # Extraction
+    references: dict[int, list]  # input seed -> run_reference's outputs
 
     @property
     def weights(self) -> list[np.ndarray]:
@@ -45,8 +46,11 @@ class Case:
 
 def make_case(name: str, options: dict, seeds=(0,)) -> Case:
     model = build_model(name, options)
-    return Case(model, extract(model.mod, model.entry),
-                {seed: run_reference(model, model.sample_inputs(seed)) for seed in seeds})
+    return Case(
+        model,
+        extract(model.mod, model.entry),
+        {seed: run_reference(model, model.sample_inputs(seed)) for seed in seeds},
+    )
 
 
 def assert_matches(outputs, reference) -> None:
@@ -71,7 +75,7 @@ def chain() -> Case:
     result delivered for the wrong input cannot pass."""
     case = make_case("twin_branch", CHAIN, seeds=STREAM_SEEDS)
     firsts = [case.references[s][0] for s in STREAM_SEEDS]
-    assert all(not np.allclose(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1:])
+    assert all(not np.allclose(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1 :])
     return case
 
 
@@ -83,12 +87,15 @@ def assert_stream_matches(runner: ConcurrentRunner, case: Case, in_flight: int) 
         assert_matches(outputs, case.references[seed])
 
 
-@pytest.mark.parametrize("name, options, make_assignment", [
-    pytest.param("twin_branch", SMALL_OPTIONS["twin_branch"], alternating, id="twin_branch-alternating"),
-    pytest.param("vit_b16", SMALL_OPTIONS["vit_b16"], seeded_random, id="vit_b16-random", marks=pytest.mark.slow),
-    # two outputs: the sequence and the pooled tensor
-    pytest.param("bert_base", TINY_BERT, seeded_random, id="bert_base-random"),
-])
+@pytest.mark.parametrize(
+    "name, options, make_assignment",
+    [
+        pytest.param("twin_branch", SMALL_OPTIONS["twin_branch"], alternating, id="twin_branch-alternating"),
+        pytest.param("vit_b16", SMALL_OPTIONS["vit_b16"], seeded_random, id="vit_b16-random", marks=pytest.mark.slow),
+        # two outputs: the sequence and the pooled tensor
+        pytest.param("bert_base", TINY_BERT, seeded_random, id="bert_base-random"),
+    ],
+)
 def test_latency_plan_gives_the_reference_outputs(name, options, make_assignment):
     case = make_case(name, options)
     assignment = make_assignment(case.extraction.graph.topo_order)
@@ -116,8 +123,9 @@ def device_graph(build: PlacedExecutable) -> nx.DiGraph:
     writer = {key: seg["device"] for seg in build.placement.segments for key in seg["writes"]}
     graph = nx.DiGraph()
     for seg in build.placement.segments:
-        graph.add_edges_from((writer[key], seg["device"]) for key in seg["reads"]
-                             if key in writer and writer[key] != seg["device"])
+        graph.add_edges_from(
+            (writer[key], seg["device"]) for key in seg["reads"] if key in writer and writer[key] != seg["device"]
+        )
     return graph
 
 
@@ -161,8 +169,11 @@ def test_exported_build_loads_and_runs_concurrently(chain, pipeline_build, tmp_p
 
 @pytest.mark.parametrize("kind", ["both devices", "cpu1 only"])
 def test_busy_time_is_positive_for_each_device_used_and_only_those(chain, chain_latency_build, kind):
-    built = chain_latency_build if kind == "both devices" else chain.build(
-        dict.fromkeys(chain.extraction.graph.topo_order, "cpu1"))
+    built = (
+        chain_latency_build
+        if kind == "both devices"
+        else chain.build(dict.fromkeys(chain.extraction.graph.topo_order, "cpu1"))
+    )
     used = set(built.placement.assignment.values())
     with ConcurrentRunner(built, chain.weights) as runner:
         assert_matches(runner(chain.model.sample_inputs(0)), chain.references[0])
@@ -172,17 +183,29 @@ def test_busy_time_is_positive_for_each_device_used_and_only_those(chain, chain_
 
 def placement_of(devices: list[tuple[str, str, int | None]]) -> Placement:
     names, specs, threads = (list(x) for x in zip(*devices))
-    return Placement(entry="main", devices=names, tvm_devices=specs, num_threads=threads, inputs=[], weight_params=[],
-                     num_params=0, weight_ids=[], transform_params=None, constant_ids=[], constants_func=None,
-                     num_outputs=1, copies_per_run=0)
+    return Placement(
+        entry="main",
+        devices=names,
+        tvm_devices=specs,
+        num_threads=threads,
+        inputs=[],
+        weight_params=[],
+        num_params=0,
+        weight_ids=[],
+        transform_params=None,
+        constant_ids=[],
+        constants_func=None,
+        num_outputs=1,
+        copies_per_run=0,
+    )
 
 
 def test_cpu_workers_get_cores_of_their_own_when_they_fit(monkeypatch):
     monkeypatch.setattr(vm, "_ALLOWED_CPUS", frozenset({2, 3, 5}))
     two = placement_of([("cpu0", "cpu:0", 1), ("gpu", "cuda:0", None), ("cpu1", "cpu:0", 2)])
-    assert vm.worker_cores(two) == {"cpu0": [2], "cpu1": [3, 5]}      # the GPU's worker stays free
-    assert vm.worker_cores(placement_of([("cpu0", "cpu:0", 2), ("cpu1", "cpu:0", 2)])) == {}   # 4 threads, 3 cores
-    monkeypatch.setattr(vm, "_ALLOWED_CPUS", None)                     # an OS that cannot pin
+    assert vm.worker_cores(two) == {"cpu0": [2], "cpu1": [3, 5]}  # the GPU's worker stays free
+    assert vm.worker_cores(placement_of([("cpu0", "cpu:0", 2), ("cpu1", "cpu:0", 2)])) == {}  # 4 threads, 3 cores
+    monkeypatch.setattr(vm, "_ALLOWED_CPUS", None)  # an OS that cannot pin
     assert vm.worker_cores(two) == {}
 
 

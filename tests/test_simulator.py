@@ -2,6 +2,7 @@
 
 Links cost 1 s + 1 s per byte (``unit_platform``) unless a test says otherwise; A is the host CPU.
 """
+
 import pytest
 
 from tvm_diviml.cost.base import ExecutorOverheads
@@ -57,7 +58,7 @@ def test_fork_branches_run_in_parallel_on_two_devices():
     assert (sim.start_s["y"], sim.finish_s["y"]) == (3, 6)
     assert sim.value_s == 9
     serial = run(graph, platform, costs, {k: "A" for k in "sxyt"})
-    assert serial.value_s == 8          # here the transfers cost more than the overlap gains
+    assert serial.value_s == 8  # here the transfers cost more than the overlap gains
 
 
 @pytest.mark.parametrize("contention, q_start", [(False, 8), (True, 13)])
@@ -77,7 +78,7 @@ def test_tensor_consumed_twice_on_one_remote_device_is_sent_once():
     graph = graph_of([("p", "q1", 4), ("p", "q2", 2)])
     sim = run(graph, platform, table(platform, {"p": 1, "q1": 1, "q2": 1}), {"p": "A", "q1": "B", "q2": "B"})
     assert len(sim.transfers) == 1
-    assert sim.link_busy_s == {("A", "B"): 5}     # 1 + 4 bytes, the larger edge
+    assert sim.link_busy_s == {("A", "B"): 5}  # 1 + 4 bytes, the larger edge
     assert sim.finish_s == {"p": 1, "q1": 7, "q2": 8}
 
 
@@ -121,8 +122,9 @@ def test_period_overlap_replicas_share_the_stream():
     graph = graph_of([("a", "b", 10)], inputs=[("x", 1, ["a"])])
     costs = table(platform, {"a": {"A": 9, "B": 4, "C": 8}, "b": {"A": 9, "B": 2, "C": 4}})
     whole = ReplicaGroup(["a", "b"], {"B": 2 / 3, "C": 1 / 3})
-    sim = run(graph, platform, costs, {"a": "B", "b": "B"}, objective="throughput", mode="period_overlap",
-              replicas=[whole])
+    sim = run(
+        graph, platform, costs, {"a": "B", "b": "B"}, objective="throughput", mode="period_overlap", replicas=[whole]
+    )
     # B takes 2/3 of the stream: 2/3 * 6 = 4; C 1/3 * 12 = 4; the a -> b tensor never leaves a replica;
     # the input goes from the host A to B 2/3 of the time (1 + 1 byte = 2 s) and to C 1/3.
     assert sim.device_busy_s == pytest.approx({"B": 4, "C": 4})
@@ -137,8 +139,9 @@ def test_period_overlap_independent_replica_groups_exchange_tensors():
     graph = graph_of([("a", "b", 10)])
     costs = table(platform, {"a": 1, "b": 1})
     plan_a = ReplicaGroup(["a"], {"A": 0.5, "B": 0.5})
-    sim = run(graph, platform, costs, {"a": "A", "b": "B"}, objective="throughput", mode="period_overlap",
-              replicas=[plan_a])
+    sim = run(
+        graph, platform, costs, {"a": "A", "b": "B"}, objective="throughput", mode="period_overlap", replicas=[plan_a]
+    )
     # half the inputs make a on A and must send 10 bytes to b on B; the other half are local
     assert sim.link_busy_s == pytest.approx({("A", "B"): 5})
     assert sim.device_busy_s == pytest.approx({"A": 0.5, "B": 1.5})
@@ -149,8 +152,16 @@ def test_stage_serial_charges_in_and_out_transfers_once_per_tensor():
     graph = graph_of([("a", "b", 2), ("a", "c", 3), ("a", "d", 2), ("b", "d", 1), ("c", "d", 1)])
     costs = table(platform, {"a": 1, "b": 2, "c": 3, "d": 4})
     assignment = {"a": "A", "b": "A", "c": "B", "d": "B"}
-    sim = run(graph, platform, costs, assignment, objective="pipeline", mode="stage_serial",
-              stages=[["a", "b"], ["c", "d"]], stage_devices=["A", "B"])
+    sim = run(
+        graph,
+        platform,
+        costs,
+        assignment,
+        objective="pipeline",
+        mode="stage_serial",
+        stages=[["a", "b"], ["c", "d"]],
+        stage_devices=["A", "B"],
+    )
     # stage 0: work 3 + a out once (1+3) + b out (1+1) = 9; stage 1: work 7 + a in once (1+3) + b in (1+1) = 13
     assert sim.stage_cost_s == [9, 13]
     assert sim.value_s == 13
@@ -161,11 +172,27 @@ def test_stage_serial_rejects_an_edge_back_to_an_earlier_stage():
     graph = graph_of([("a", "b", 1)])
     costs = table(platform, {"a": 1, "b": 1})
     with pytest.raises(PlanError, match="back to"):
-        run(graph, platform, costs, {"a": "B", "b": "A"}, objective="pipeline", mode="stage_serial",
-            stages=[["b"], ["a"]], stage_devices=["A", "B"])
+        run(
+            graph,
+            platform,
+            costs,
+            {"a": "B", "b": "A"},
+            objective="pipeline",
+            mode="stage_serial",
+            stages=[["b"], ["a"]],
+            stage_devices=["A", "B"],
+        )
     with pytest.raises(PlanError, match="in no stage"):
-        run(graph, platform, costs, {"a": "A", "b": "A"}, objective="pipeline", mode="stage_serial",
-            stages=[["a"]], stage_devices=["A"])
+        run(
+            graph,
+            platform,
+            costs,
+            {"a": "A", "b": "A"},
+            objective="pipeline",
+            mode="stage_serial",
+            stages=[["a"]],
+            stage_devices=["A"],
+        )
 
 
 def test_host_staged_accelerators_pay_transfers_cpus_do_not():
@@ -180,9 +207,12 @@ def test_host_staged_accelerators_pay_transfers_cpus_do_not():
 
 def test_memory_counts_shared_weights_once_plus_peak_live_activations():
     platform = unit_platform(memory=100)
-    graph = graph_of([("a", "b", 10), ("b", "c", 20)], weights={"w1": 100, "w2": 50},
-                     kernel_weights={"a": ["w1"], "b": ["w1"], "c": ["w2"]},
-                     output_bytes={"a": 10, "b": 20, "c": 5})
+    graph = graph_of(
+        [("a", "b", 10), ("b", "c", 20)],
+        weights={"w1": 100, "w2": 50},
+        kernel_weights={"a": ["w1"], "b": ["w1"], "c": ["w2"]},
+        output_bytes={"a": 10, "b": 20, "c": 5},
+    )
     sim = run(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1}), {"a": "A", "b": "A", "c": "B"})
     # A: w1 once (100) + a and b live together (30); B: w2 (50) + b received (20) + c (5)
     assert sim.memory_bytes == {"A": 130, "B": 75}
@@ -192,9 +222,9 @@ def test_memory_counts_shared_weights_once_plus_peak_live_activations():
 
 def test_allowed_devices_and_colocation_are_checked():
     from tvm_diviml.graph import Edge, Kernel, OpGraph
+
     platform = unit_platform()
-    graph = OpGraph([Kernel("a", allowed_devices=("A",), colocate="g"), Kernel("b", colocate="g")],
-                    [Edge("a", "b", 1)])
+    graph = OpGraph([Kernel("a", allowed_devices=("A",), colocate="g"), Kernel("b", colocate="g")], [Edge("a", "b", 1)])
     costs = table(platform, {"a": 1, "b": 1})
     sim = run(graph, platform, costs, {"a": "B", "b": "C"})
     assert not sim.feasible
@@ -226,7 +256,7 @@ def test_device_graph_cycle_is_reported():
 # ---------------------------------------------------------------------- latency as the executor runs it
 def executor_table(platform, times):
     costs = table(platform, times)
-    costs.executor_segments = True          # costs measured here: plans are priced as the executor runs them
+    costs.executor_segments = True  # costs measured here: plans are priced as the executor runs them
     return costs
 
 
@@ -236,7 +266,7 @@ def test_executor_hands_a_segments_tensors_on_when_its_call_returns():
     graph = graph_of([("a", "a2", 1), ("a", "b", 1)])
     times = {"a": 1, "a2": 5, "b": 1}
     assignment = {"a": "A", "a2": "A", "b": "B"}
-    assert run(graph, platform, table(platform, times), assignment).value_s == 6      # kernel by kernel
+    assert run(graph, platform, table(platform, times), assignment).value_s == 6  # kernel by kernel
     sim = run(graph, platform, executor_table(platform, times), assignment)
     # segment A: a 0-1, a2 1-6, both handed on at 6; B copies a (1 + 1 s): 6-8, then b 8-9
     assert sim.value_s == 9
@@ -289,11 +319,15 @@ def test_streams_charge_each_device_a_segment_call_per_segment():
     charged = executor_table(platform, times)
     charged.executor_overheads = ExecutorOverheads(run_s=0.25, segment_s=0.5, handoff_s=0.125)
     plain = table(platform, times)
-    for assignment, per_device in ((halves, {"A": 1, "B": 1}), (alternating, {"A": 2, "B": 2}),
-                                   (dict.fromkeys(times, "A"), {"A": 1})):
+    for assignment, per_device in (
+        (halves, {"A": 1, "B": 1}),
+        (alternating, {"A": 2, "B": 2}),
+        (dict.fromkeys(times, "A"), {"A": 1}),
+    ):
         with_calls, without = loads(assignment, "period_overlap", charged), loads(assignment, "period_overlap", plain)
         assert {d: with_calls[d] - without[d] for d in with_calls} == pytest.approx(
-            {d: 0.5 * n for d, n in per_device.items()})
+            {d: 0.5 * n for d, n in per_device.items()}
+        )
     stages = {"stages": [["a", "b"], ["c", "d"]], "stage_devices": ["A", "B"]}
     with_calls = run(graph, platform, charged, halves, mode="stage_serial", **stages)
     without = run(graph, platform, plain, halves, mode="stage_serial", **stages)
@@ -325,15 +359,19 @@ def test_co_running_cpu_workers_stretch_only_the_time_they_overlap():
     # b1 0-4 on A; B copies x (1 + 1 s): 0-2, b2 2-6; they overlap 2-4, half of each: x1.25 each
     assert (plain.finish_s["b1"], plain.finish_s["b2"]) == (4, 6)
     assert (stretched.finish_s["b1"], stretched.finish_s["b2"]) == pytest.approx((5, 7))
-    assert stretched.value_s - plain.value_s == pytest.approx(1.0)      # c waits for b2's copy: 1 s later
+    assert stretched.value_s - plain.value_s == pytest.approx(1.0)  # c waits for b2's copy: 1 s later
     chain = graph_of([("a", "b", 1), ("b", "c", 1)])
     across = {"a": "A", "b": "B", "c": "A"}
     chain_times = {"a": 1, "b": 4, "c": 1}
-    assert run(chain, platform, corun_table(platform, chain_times, 1.5), across).value_s == \
-        run(chain, platform, corun_table(platform, chain_times, 1.0), across).value_s
-    gpus = unit_platform(("A", "B"))                    # A a CPU, B a GPU
-    assert run(graph, gpus, corun_table(gpus, times, 1.5), split).value_s == \
-        run(graph, gpus, corun_table(gpus, times, 1.0), split).value_s
+    assert (
+        run(chain, platform, corun_table(platform, chain_times, 1.5), across).value_s
+        == run(chain, platform, corun_table(platform, chain_times, 1.0), across).value_s
+    )
+    gpus = unit_platform(("A", "B"))  # A a CPU, B a GPU
+    assert (
+        run(graph, gpus, corun_table(gpus, times, 1.5), split).value_s
+        == run(graph, gpus, corun_table(gpus, times, 1.0), split).value_s
+    )
 
 
 def test_streams_on_two_busy_cpu_devices_pay_the_corun_factor_on_their_kernels():
@@ -345,11 +383,14 @@ def test_streams_on_two_busy_cpu_devices_pay_the_corun_factor_on_their_kernels()
     for mode, fields in (("period_overlap", {}), ("stage_serial", stages)):
         plain = run(graph, platform, corun_table(platform, times, 1.0), halves, mode=mode, **fields)
         stretched = run(graph, platform, corun_table(platform, times, 1.5), halves, mode=mode, **fields)
-        assert {d: stretched.device_busy_s[d] - plain.device_busy_s[d] for d in "AB"} == \
-            pytest.approx({"A": 0.5 * 3, "B": 0.5 * 3}), mode
-    alone = dict.fromkeys(times, "A")                   # one device: nothing co-runs
-    assert run(graph, platform, corun_table(platform, times, 1.5), alone, mode="period_overlap").value_s == \
-        run(graph, platform, corun_table(platform, times, 1.0), alone, mode="period_overlap").value_s
+        assert {d: stretched.device_busy_s[d] - plain.device_busy_s[d] for d in "AB"} == pytest.approx(
+            {"A": 0.5 * 3, "B": 0.5 * 3}
+        ), mode
+    alone = dict.fromkeys(times, "A")  # one device: nothing co-runs
+    assert (
+        run(graph, platform, corun_table(platform, times, 1.5), alone, mode="period_overlap").value_s
+        == run(graph, platform, corun_table(platform, times, 1.0), alone, mode="period_overlap").value_s
+    )
 
 
 def test_executor_copies_a_tensor_once_per_device_and_inputs_from_the_host():

@@ -3,6 +3,7 @@ hand-priced heterogeneous stages, the BRKGA around it, the pipeline bounds, and 
 
 Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
 """
+
 import dataclasses
 import itertools
 import math
@@ -17,9 +18,9 @@ from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.platform import Link, Platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
-from tvm_diviml.problem import Problem
 from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
 from tvm_diviml.workload import load_workload
 
@@ -70,7 +71,7 @@ def best_split(problem, devices):
 def sliced_problems(draw, max_kernels):
     """A pipeline problem on the three-device unit platform and a sequence of distinct stage devices."""
     graph, platform, costs = draw(dag_problems(max_kernels=max_kernels))
-    devices = list(draw(st.permutations(DEVICES)))[:draw(st.integers(1, len(DEVICES)))]
+    devices = list(draw(st.permutations(DEVICES)))[: draw(st.integers(1, len(DEVICES)))]
     return pipeline(graph, platform, costs, len(devices)), devices
 
 
@@ -80,8 +81,10 @@ def dp_against_every_cut(problem, devices, rng):
     order = kahn_by_priority(problem.graph, {k: rng.random() for k in problem.graph.kernels})
     value, cuts = slice_order(problem, order, devices)
     n = len(order)
-    brute = min(period(problem, order, devices, [0, *inner, n])
-                for inner in itertools.combinations_with_replacement(range(n + 1), len(devices) - 1))
+    brute = min(
+        period(problem, order, devices, [0, *inner, n])
+        for inner in itertools.combinations_with_replacement(range(n + 1), len(devices) - 1)
+    )
     assert close(value, brute)
     return order, value, cuts
 
@@ -110,8 +113,10 @@ def hand_chain(c_on_b=4.0, c_on_c=2.0):
     (2 s each off the host); A, the host, is too slow to use."""
     platform = unit_platform()
     graph = graph_of([("a", "b", 2), ("b", "c", 2)], inputs=[("x", 1, ["a"])], output_bytes={"c": 1})
-    costs = table(platform, {"a": {"A": 100, "B": 2, "C": 10}, "b": {"A": 100, "B": 5, "C": 1},
-                             "c": {"A": 100, "B": c_on_b, "C": c_on_c}})
+    costs = table(
+        platform,
+        {"a": {"A": 100, "B": 2, "C": 10}, "b": {"A": 100, "B": 5, "C": 1}, "c": {"A": 100, "B": c_on_b, "C": c_on_c}},
+    )
     return pipeline(graph, platform, costs, 2)
 
 
@@ -134,17 +139,18 @@ def test_a_tensor_leaves_once_at_its_largest_edge_and_enters_each_stage_once():
     # Stages [a] | [b] | [c] on B, C, A: a leaves once (4 s), b gets 2, b sends 1, c gets a (4) and b (1).
     plan = pipeline_plan(problem, ["a", "b", "c"], ["B", "C", "A"], [0, 1, 2, 3])
     assert simulated(problem, plan).stage_cost_s == [5.0, 4.0, 6.0]
-    assert slice_order(problem, ["a", "b", "c"], ["B", "C", "A"])[0] == 3.0      # everything in one stage
+    assert slice_order(problem, ["a", "b", "c"], ["B", "C", "A"])[0] == 3.0  # everything in one stage
 
 
 def test_links_that_differ_are_priced_at_the_dearest_so_the_dp_never_understates():
     platform = unit_platform()
     links = dict(platform.links)
-    links[("B", "C")] = Link("B", "C", 0.0, 10.0)              # one cheap link among dear ones
+    links[("B", "C")] = Link("B", "C", 0.0, 10.0)  # one cheap link among dear ones
     cheap = Platform("uneven", platform.devices, links)
     graph = graph_of([("a", "b", 2), ("b", "c", 2)], inputs=[("x", 1, ["a"])])
-    costs = TableCostModel(cheap, {"a": {"A": 1, "B": 5, "C": 5}, "b": {"A": 9, "B": 1, "C": 9},
-                                   "c": {"A": 9, "B": 9, "C": 1}})
+    costs = TableCostModel(
+        cheap, {"a": {"A": 1, "B": 5, "C": 5}, "b": {"A": 9, "B": 1, "C": 9}, "c": {"A": 9, "B": 9, "C": 1}}
+    )
     problem = pipeline(graph, cheap, costs, 3)
     for devices in itertools.permutations(DEVICES):
         value, cuts = slice_order(problem, ["a", "b", "c"], list(devices))
@@ -161,9 +167,14 @@ def constrained_problems(draw):
     """Sliced problems whose kernels may be barred from devices and tied into co-location groups."""
     problem, devices = draw(sliced_problems(max_kernels=6))
     graph = problem.graph
-    kernels = [dataclasses.replace(k, allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
-                                   colocate=draw(st.sampled_from([None, None, "g", "h"])))
-               for k in graph.kernels.values()]
+    kernels = [
+        dataclasses.replace(
+            k,
+            allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
+            colocate=draw(st.sampled_from([None, None, "g", "h"])),
+        )
+        for k in graph.kernels.values()
+    ]
     graph = OpGraph(kernels, graph.edges, inputs=graph.inputs)
     return pipeline(graph, problem.platform, problem.costs, problem.stages), devices
 
@@ -189,8 +200,11 @@ def test_dp_keeps_kernels_on_allowed_devices_and_groups_together(case):
 
 def test_a_stage_holds_no_more_weights_than_its_device():
     platform = unit_platform(latency=0.0, memory=10)
-    graph = graph_of([("a", "b", 0), ("b", "c", 0)], weights={"wa": 4, "wb": 4, "wc": 4},
-                     kernel_weights={"a": ["wa"], "b": ["wb"], "c": ["wc"]})
+    graph = graph_of(
+        [("a", "b", 0), ("b", "c", 0)],
+        weights={"wa": 4, "wb": 4, "wc": 4},
+        kernel_weights={"a": ["wa"], "b": ["wb"], "c": ["wc"]},
+    )
     costs = table(platform, {"a": 1, "b": 1, "c": 1})
     problem = pipeline(graph, platform, costs, 2)
     # Free transfers: one stage (3 s) would be best, but 12 bytes of weights exceed 10.
@@ -205,8 +219,12 @@ def activation_heavy_chain(stages):
     """a -> b -> c, 4 bytes of weights each and 3 of output, every device 10 bytes: two kernels
     fit by their weights (8) but not with their activations (8 + 6), so each stage holds one."""
     platform = unit_platform(latency=0.0, memory=10)
-    graph = graph_of([("a", "b", 0), ("b", "c", 0)], weights={"wa": 4, "wb": 4, "wc": 4},
-                     kernel_weights={"a": ["wa"], "b": ["wb"], "c": ["wc"]}, output_bytes={"a": 3, "b": 3, "c": 3})
+    graph = graph_of(
+        [("a", "b", 0), ("b", "c", 0)],
+        weights={"wa": 4, "wb": 4, "wc": 4},
+        kernel_weights={"a": ["wa"], "b": ["wb"], "c": ["wc"]},
+        output_bytes={"a": 3, "b": 3, "c": 3},
+    )
     times = {k: {"A": 5.0, "B": 1.0, "C": 1.0} for k in "abc"}
     return pipeline(graph, platform, table(platform, times), stages)
 
@@ -268,7 +286,7 @@ def test_slicegraph_on_a_generated_model_uses_every_gpu_it_may():
     problem = pipeline(workload.graph, workload.platform, workload.costs, 3)
     plan = get_solver("slicegraph", seed=1, time_limit_s=30).solve(problem)
     assert plan.value_s == simulated(problem, plan).value_s
-    assert plan.value_s <= period(problem, list(problem.graph.topo_order), ["gpu0"], [0, 40])   # one GPU
+    assert plan.value_s <= period(problem, list(problem.graph.topo_order), ["gpu0"], [0, 40])  # one GPU
     assert len(plan.stages) == 3 and plan.attrs["dp_exact"]
     assert math.isclose(plan.attrs["dp_value_s"], plan.value_s, rel_tol=1e-9)
 
@@ -283,23 +301,31 @@ def test_slicegraph_refuses_other_objectives_and_too_many_stages():
     assert error.value.field == "stages"
 
 
-@pytest.mark.parametrize("order, devices, message", [
-    (["b", "a", "c"], ["B"], "before its input"),
-    (["a", "b"], ["B"], "every kernel"),
-    (["a", "b", "z"], ["B"], "unknown kernel 'z'"),
-    (["a", "b", "c"], ["B", "B"], "repeat"),
-    (["a", "b", "c"], ["Q"], "unknown device 'Q'"),
-    (["a", "b", "c"], [], "at least one"),
-])
+@pytest.mark.parametrize(
+    "order, devices, message",
+    [
+        (["b", "a", "c"], ["B"], "before its input"),
+        (["a", "b"], ["B"], "every kernel"),
+        (["a", "b", "z"], ["B"], "unknown kernel 'z'"),
+        (["a", "b", "c"], ["B", "B"], "repeat"),
+        (["a", "b", "c"], ["Q"], "unknown device 'Q'"),
+        (["a", "b", "c"], [], "at least one"),
+    ],
+)
 def test_slice_order_rejects_bad_orders_and_devices(order, devices, message):
     with pytest.raises(DivimlInputError, match=message):
         slice_order(hand_chain(), order, devices)
 
 
-@pytest.mark.parametrize("options, field", [
-    ({"population": 2}, "population"), ({"elite_fraction": 0.6, "mutant_fraction": 0.4}, "elite_fraction"),
-    ({"inheritance_bias": 0.3}, "inheritance_bias"), ({"generations": -1}, "generations"),
-])
+@pytest.mark.parametrize(
+    "options, field",
+    [
+        ({"population": 2}, "population"),
+        ({"elite_fraction": 0.6, "mutant_fraction": 0.4}, "elite_fraction"),
+        ({"inheritance_bias": 0.3}, "inheritance_bias"),
+        ({"generations": -1}, "generations"),
+    ],
+)
 def test_slicegraph_rejects_bad_options(options, field):
     with pytest.raises(DivimlInputError) as error:
         SliceGraph(**options)
@@ -312,7 +338,7 @@ def host_staged_problems(draw, max_kernels):
     """Throughput on a host_staged platform (A the host CPU pays nothing; B and C pay their copies)
     and a sequence of distinct devices for the sets."""
     graph, platform, costs = draw(dag_problems(max_kernels=max_kernels, transfer_model="host_staged"))
-    devices = list(draw(st.permutations(DEVICES)))[:draw(st.integers(1, len(DEVICES)))]
+    devices = list(draw(st.permutations(DEVICES)))[: draw(st.integers(1, len(DEVICES)))]
     return Problem(graph, platform, costs, objective="throughput"), devices
 
 
@@ -345,10 +371,15 @@ def test_slicegraph_refuses_period_overlap_throughput_and_points_to_its_solvers(
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(st.integers(1, 9).flatmap(lambda n: st.tuples(
-    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n),
-    st.lists(st.integers(0, 3), min_size=n, max_size=n),
-    st.lists(st.floats(0, 1, exclude_max=True), min_size=n, max_size=n))))
+@given(
+    st.integers(1, 9).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n),
+            st.lists(st.integers(0, 3), min_size=n, max_size=n),
+            st.lists(st.floats(0, 1, exclude_max=True), min_size=n, max_size=n),
+        )
+    )
+)
 def test_group_aware_decode_gives_a_topological_order(case):
     pairs, labels, keys = case
     n = len(labels)
@@ -368,7 +399,7 @@ def test_group_aware_decode_gives_a_topological_order(case):
 def test_group_aware_decode_keeps_weights_beside_their_operator():
     """Weights w1, w2 (no inputs) belong to op 3's group; a long chain 0 -> 4 -> 5 -> 3 runs beside them.
     By keys alone the weights would come first, and no cut could fall between them and 3."""
-    successors = [[4], [3], [3], [], [5], [3]]       # 0 -> 4 -> 5 -> 3, 1 -> 3, 2 -> 3
+    successors = [[4], [3], [3], [], [5], [3]]  # 0 -> 4 -> 5 -> 3, 1 -> 3, 2 -> 3
     indegree = [0, 0, 0, 3, 1, 1]
     keys = [0.5, 0.1, 0.2, 0.9, 0.6, 0.7]
     assert order_by_keys(successors, indegree, keys) == [1, 2, 0, 4, 5, 3]

@@ -1,4 +1,5 @@
 """Solvers: claims equal the simulator, and baselines equal brute force."""
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,9 +23,13 @@ def test_fastest_single_device_is_the_best_device_alone(data, objective):
     assert plan.value_s == simulate(graph, platform, costs, plan).value_s
     alone = []
     for device in DEVICES:
-        candidate = Plan({k: device for k in graph.kernels}, objective=objective, mode=problem.mode,
-                         stages=[graph.topo_order] if objective == "pipeline" else None,
-                         stage_devices=[device] if objective == "pipeline" else None)
+        candidate = Plan(
+            {k: device for k in graph.kernels},
+            objective=objective,
+            mode=problem.mode,
+            stages=[graph.topo_order] if objective == "pipeline" else None,
+            stage_devices=[device] if objective == "pipeline" else None,
+        )
         alone.append(simulate(graph, platform, costs, candidate).value_s)
     assert plan.value_s == min(alone)
     assert [plan.attrs["per_device"][d]["value_s"] for d in DEVICES] == alone
@@ -37,8 +42,9 @@ def test_single_device_skips_devices_that_cannot_hold_the_model():
     with pytest.raises(DivimlInputError, match="no single device can run the whole model"):
         get_solver("fastest_single_device").solve(Problem(graph, platform, costs))
     big = unit_platform(memory=None)
-    plan = get_solver("fastest_single_device").solve(Problem(graph, big, table(big, {"a": {"A": 5, "B": 1, "C": 1},
-                                                                                      "b": 1})))
+    plan = get_solver("fastest_single_device").solve(
+        Problem(graph, big, table(big, {"a": {"A": 5, "B": 1, "C": 1}, "b": 1}))
+    )
     assert set(plan.assignment.values()) == {"B"}
 
 

@@ -12,12 +12,12 @@ from tvm_diviml.graph import Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem
-from tvm_diviml.toolkit.cpsat_session import CpsatSession
 from tvm_diviml.solvers.heft import Heft
-from tvm_diviml.toolkit.latency_model import LatencyModel
-from tvm_diviml.toolkit.windows import Context, list_schedule
 from tvm_diviml.solvers.split import Split, plan_tails
 from tvm_diviml.synthetic import random_dag
+from tvm_diviml.toolkit.cpsat_session import CpsatSession
+from tvm_diviml.toolkit.latency_model import LatencyModel
+from tvm_diviml.toolkit.windows import Context, list_schedule
 
 from .bruteforce import best_latency
 from .conftest import examples, graph_of, table, unit_platform
@@ -44,12 +44,14 @@ def test_a_window_kernel_fills_an_idle_gap_between_fixed_kernels():
         for on_a, device, end in [(1.5, "A", 1.5), (2.5, "B", 4.0)]:
             problem = Problem(graph, platform, table(platform, {"f": 3, "w": {"A": on_a, "B": 4, "C": 4}}))
             hint = list_schedule(problem, ["w"], context, {"w": "B"})
-            solution = session.solve_window(problem, ["w"], context, fixed_start_s={"f": 2.0}, hint=hint,
-                                            time_limit_s=10)
+            solution = session.solve_window(
+                problem, ["w"], context, fixed_start_s={"f": 2.0}, hint=hint, time_limit_s=10
+            )
             assert solution.optimal and solution.assignment == {"w": device}
             assert solution.finish_s["w"] == solution.objective_s == end
-    ready_only = LatencyModel(Problem(graph, platform, table(platform, {"f": 3, "w": {"A": 1.5, "B": 4, "C": 4}})),
-                              ["w"], context).solve(10)
+    ready_only = LatencyModel(
+        Problem(graph, platform, table(platform, {"f": 3, "w": {"A": 1.5, "B": 4, "C": 4}})), ["w"], context
+    ).solve(10)
     assert ready_only.objective_s == pytest.approx(4.0)
 
 
@@ -62,8 +64,14 @@ def test_a_fixed_producer_sends_its_largest_tensor_and_tails_extend_the_makespan
     problem = Problem(graph, platform, table(platform, {"p": 1, "q": 1, "w": {"A": 1, "B": 10, "C": 2.5}}))
     context = Context({"p": "B", "q": "A"}, {"p": 5.0, "q": 10.0}, {"A": 10.0, "B": 5.0})
     with CpsatSession() as session:
-        solution = session.solve_window(problem, ["w"], context, tail_s={"w": 2.0}, time_limit_s=10,
-                                        hint=list_schedule(problem, ["w"], context, {"w": "B"}, {"w": 2.0}))
+        solution = session.solve_window(
+            problem,
+            ["w"],
+            context,
+            tail_s={"w": 2.0},
+            time_limit_s=10,
+            hint=list_schedule(problem, ["w"], context, {"w": "B"}, {"w": 2.0}),
+        )
     assert solution.optimal and solution.assignment == {"w": "C"}
     assert solution.start_s["w"] == 7.0 and solution.objective_s == 11.5
 
@@ -76,8 +84,14 @@ def test_back_to_back_fixed_runs_with_inexact_times_leave_the_window_feasible():
     problem = Problem(graph, platform, table(platform, {"f1": 0.2, "f2": 0.4, "w": 1}))
     context = Context({"f1": "A", "f2": "A"}, {"f1": 0.3, "f2": 0.7}, {"A": 0.7})
     with CpsatSession() as session:
-        solution = session.solve_window(problem, ["w"], context, fixed_start_s={"f1": 0.1, "f2": 0.3},
-                                        hint=list_schedule(problem, ["w"], context, {"w": "A"}), time_limit_s=10)
+        solution = session.solve_window(
+            problem,
+            ["w"],
+            context,
+            fixed_start_s={"f1": 0.1, "f2": 0.3},
+            hint=list_schedule(problem, ["w"], context, {"w": "A"}),
+            time_limit_s=10,
+        )
     assert solution.optimal and solution.start_s["w"] == pytest.approx(0.7, rel=1e-9)
 
 
@@ -97,8 +111,9 @@ def test_plan_tails_charge_successors_and_the_next_kernel_on_each_device():
 def test_sweeps_keep_every_promise_with_either_backend(backend):
     graph = random_dag(kernels=14, seed=5)
     platform = unit_platform(latency=0.5, bandwidth=2.0)
-    costs = table(platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0 - i % 2 * 0.5}
-                             for i, k in enumerate(graph.kernels)})
+    costs = table(
+        platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0 - i % 2 * 0.5} for i, k in enumerate(graph.kernels)}
+    )
     problem = Problem(graph, platform, costs)
     plan = solve(problem, module_size=4, backend=backend)
     assert plan.attrs["split_backend"] == backend and plan.attrs["windows_solved"] > plan.attrs["modules"]
@@ -108,8 +123,9 @@ def test_sweeps_keep_every_promise_with_either_backend(backend):
 def test_split_equals_brute_force_when_one_window_is_the_whole_graph():
     graph = random_dag(kernels=7, seed=11)
     platform = unit_platform(latency=0.5, bandwidth=2.0)
-    costs = table(platform, {k: {"A": 2.0 + i % 3, "B": 1.0 + (i * 5) % 4, "C": 3.0 - i % 2}
-                             for i, k in enumerate(graph.kernels)})
+    costs = table(
+        platform, {k: {"A": 2.0 + i % 3, "B": 1.0 + (i * 5) % 4, "C": 3.0 - i % 2} for i, k in enumerate(graph.kernels)}
+    )
     optimum, _ = best_latency(graph, platform, costs)
     plan = solve(Problem(graph, platform, costs), module_size=8)
     assert plan.attrs["modules"] == 1
@@ -118,7 +134,7 @@ def test_split_equals_brute_force_when_one_window_is_the_whole_graph():
 
 @settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dag_problems(max_kernels=6))
-def test_split_equals_brute_force_on_tiny_graphs(case):    # ~1.2 s an example: one OR-Tools process each
+def test_split_equals_brute_force_on_tiny_graphs(case):  # ~1.2 s an example: one OR-Tools process each
     graph, platform, costs = case
     optimum, _ = best_latency(graph, platform, costs)
     plan = solve(Problem(graph, platform, costs), module_size=6)
@@ -138,7 +154,7 @@ def problems_with_free_kernels(draw):
 @pytest.mark.slow
 @settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems_with_free_kernels(), st.integers(2, 3))
-def test_many_small_windows_keep_every_promise(case, module_size):    # 20-30 s
+def test_many_small_windows_keep_every_promise(case, module_size):  # 20-30 s
     graph, platform, costs = case
     problem = Problem(graph, platform, costs)
     plan = solve(problem, module_size=module_size)
@@ -148,12 +164,13 @@ def test_many_small_windows_keep_every_promise(case, module_size):    # 20-30 s
 def test_split_is_deterministic_for_a_seed_and_never_worse_than_heft():
     graph = random_dag(kernels=48, seed=2)
     platform = unit_platform(latency=0.01, bandwidth=100.0)
-    costs = table(platform, {k: {"A": 4.0, "B": 1.0 + (i % 4), "C": 1.0 + (i % 3)}
-                             for i, k in enumerate(graph.kernels)})
+    costs = table(
+        platform, {k: {"A": 4.0, "B": 1.0 + (i % 4), "C": 1.0 + (i % 3)} for i, k in enumerate(graph.kernels)}
+    )
     problem = Problem(graph, platform, costs)
     first = solve(problem, module_size=12, seed=3, workers=1, module_time_limit_s=20)
     again = solve(problem, module_size=12, seed=3, workers=1, module_time_limit_s=20)
-    assert first.attrs["windows_proven"] == first.attrs["windows_solved"]    # no window stopped by the clock
+    assert first.attrs["windows_proven"] == first.attrs["windows_solved"]  # no window stopped by the clock
     assert (first.assignment, first.order, first.value_s) == (again.assignment, again.order, again.value_s)
     assert first.value_s <= Heft().solve(problem).value_s
     assert first.attrs["modules"] >= 4 and first.attrs["split_backend"] == "cpsat"
@@ -171,5 +188,6 @@ def test_without_ortools_split_says_so_and_uses_highs(monkeypatch, caplog):
     assert plan.value_s == best_latency(graph, platform, problem.costs)[0]
     # the report says so in one line
     from tvm_diviml.report import format_row, solve_and_report
+
     _, _, row = solve_and_report(problem, "split", "fork", "table")
     assert "split solved its windows with the MILP, not CP-SAT" in format_row(row, platform.device_names)

@@ -3,6 +3,7 @@
 Links cost latency + bytes / bandwidth (``unit_platform``: 1 s + 1 s per byte unless told); A is
 the host. The brute force enumerates every assignment and takes the simulator's period.
 """
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,8 +15,8 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.replicas import whole_model_replicas
-from tvm_diviml.toolkit.throughput_model import ThroughputModel
 from tvm_diviml.synthetic import random_dag
+from tvm_diviml.toolkit.throughput_model import ThroughputModel
 
 from .bruteforce import best_period
 from .conftest import examples, graph_of, table, unit_platform
@@ -41,8 +42,9 @@ def solve(problem, solver, **options):
 def test_milp_equals_brute_force_and_every_claim_is_simulated(case, compute_scale):
     graph, platform, costs = case
     # Scaled-down compute lets transfers (inputs, tensors, outputs) set the period more often.
-    costs = table(platform, {k: {d: costs.compute_s(k, d) * compute_scale for d in platform.device_names}
-                             for k in graph.kernels})
+    costs = table(
+        platform, {k: {d: costs.compute_s(k, d) * compute_scale for d in platform.device_names} for k in graph.kernels}
+    )
     problem = Problem(graph, platform, costs, objective="throughput")
     optimum = period_optimum(problem)
     plan = solve(problem, "milp", time_limit_s=60)
@@ -55,7 +57,7 @@ def test_milp_equals_brute_force_and_every_claim_is_simulated(case, compute_scal
     for name in ("greedy", "split"):
         assert solve(problem, name, time_limit_s=20).value_s >= optimum * (1 - 1e-9)
     replicated = solve(problem, "replicas", time_limit_s=20, base="greedy")
-    assert replicated.value_s >= lp_load_bound(problem) * (1 - 1e-9)     # the bound that holds with replicas
+    assert replicated.value_s >= lp_load_bound(problem) * (1 - 1e-9)  # the bound that holds with replicas
 
 
 def test_a_tensor_crosses_once_per_device_at_its_largest_edge():
@@ -64,8 +66,9 @@ def test_a_tensor_crosses_once_per_device_at_its_largest_edge():
     # instead costs 10 s there. u, v, w all on A: 1 + 10 + 10 = 21 s. So 6 s is the optimum.
     graph = graph_of([("u", "v", 1), ("u", "w", 5)])
     platform = unit_platform()
-    costs = table(platform, {"u": {"A": 1, "B": 50, "C": 50}, "v": {"A": 10, "B": 1, "C": 10},
-                             "w": {"A": 10, "B": 1, "C": 10}})
+    costs = table(
+        platform, {"u": {"A": 1, "B": 50, "C": 50}, "v": {"A": 10, "B": 1, "C": 10}, "w": {"A": 10, "B": 1, "C": 10}}
+    )
     problem = Problem(graph, platform, costs, objective="throughput")
     plan = solve(problem, "milp")
     assert plan.optimal and plan.value_s == pytest.approx(6.0) == pytest.approx(period_optimum(problem))
@@ -87,10 +90,15 @@ def test_memory_allowed_devices_and_colocation_are_respected():
     # run only on C; p and q (3 s each) must share a device; s takes 2 s on C and 7 s elsewhere. Without
     # memory s would join r on C (period 6); with it C holds only r's weight, so s runs 7 s on the GPU
     # that p and q leave free: period 7.
-    kernels = [Kernel("p", weights=("wp",), colocate="pq"), Kernel("q", weights=("wp",), colocate="pq"),
-               Kernel("r", weights=("wr",), allowed_devices=("C",)), Kernel("s", weights=("ws",))]
-    graph = OpGraph(kernels, [Edge("p", "q", 0), Edge("q", "r", 0), Edge("r", "s", 0)],
-                    weights={"wp": 6, "wr": 6, "ws": 6})
+    kernels = [
+        Kernel("p", weights=("wp",), colocate="pq"),
+        Kernel("q", weights=("wp",), colocate="pq"),
+        Kernel("r", weights=("wr",), allowed_devices=("C",)),
+        Kernel("s", weights=("ws",)),
+    ]
+    graph = OpGraph(
+        kernels, [Edge("p", "q", 0), Edge("q", "r", 0), Edge("r", "s", 0)], weights={"wp": 6, "wr": 6, "ws": 6}
+    )
     platform = unit_platform(memory=10)
     costs = table(platform, {"p": 3, "q": 3, "r": 4, "s": {"A": 7, "B": 7, "C": 2}})
     problem = Problem(graph, platform, costs, objective="throughput")
@@ -135,8 +143,10 @@ def test_stage_replicas_spread_the_bottleneck_stage():
 def test_window_model_with_the_rest_fixed_equals_brute_force():
     graph = random_dag(7, seed=3)
     platform = unit_platform(latency=0.5, bandwidth=2e5)
-    times = {k: {d: 1.0 + (i * 7 + j * 3) % 5 for j, d in enumerate(platform.device_names)}
-             for i, k in enumerate(graph.topo_order)}
+    times = {
+        k: {d: 1.0 + (i * 7 + j * 3) % 5 for j, d in enumerate(platform.device_names)}
+        for i, k in enumerate(graph.topo_order)
+    }
     problem = Problem(graph, platform, table(platform, times), objective="throughput")
     window = graph.topo_order[2:5]
     fixed = {k: platform.device_names[i % 3] for i, k in enumerate(graph.topo_order) if k not in window}
@@ -152,8 +162,10 @@ def test_window_model_with_the_rest_fixed_equals_brute_force():
 def test_split_is_deterministic_and_never_worse_than_greedy():
     graph = random_dag(24, seed=5)
     platform = unit_platform(latency=1e-5, bandwidth=1e9)
-    times = {k: {d: (1 + (i * 5 + j * 7) % 9) * 1e-4 for j, d in enumerate(platform.device_names)}
-             for i, k in enumerate(graph.topo_order)}
+    times = {
+        k: {d: (1 + (i * 5 + j * 7) % 9) * 1e-4 for j, d in enumerate(platform.device_names)}
+        for i, k in enumerate(graph.topo_order)
+    }
     problem = Problem(graph, platform, table(platform, times), objective="throughput")
     first = solve(problem, "split", seed=3, module_size=8, time_limit_s=60)
     again = solve(problem, "split", seed=3, module_size=8, time_limit_s=60)

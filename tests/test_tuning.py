@@ -3,6 +3,7 @@
 One small tuning run (a matmul and ResNet-18's stem convolution, 4 trials each) is shared by the
 module; the first tuning in a process also pays ~10 s to import TVM's tensor intrinsics.
 """
+
 from __future__ import annotations
 
 import logging
@@ -11,9 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-
 import tvm
-
 import tvm_ffi
 from tvm import relax, te
 from tvm.s_tir import meta_schedule as ms
@@ -75,7 +74,7 @@ def records_of(database, func) -> list:
 
 def test_tuning_records_each_distinct_kernel_once(tuned):
     result, funcs = tuned
-    assert (result.workloads, result.tuned, result.reused) == (2, 2, 0)      # mm_again is mm
+    assert (result.workloads, result.tuned, result.reused) == (2, 2, 0)  # mm_again is mm
     assert os.path.isfile(os.path.join(result.work_dir, "database_tuning_record.json"))
     for func in funcs.values():
         seconds = tuning.tuned_seconds(result.database, func, "llvm")
@@ -100,8 +99,9 @@ def test_applied_schedule_changes_the_kernel_not_its_numbers(tuned):
     assert not tvm_ffi.structural_equal(scheduled, mod["mm"])
     assert scheduled.attrs["tirx.is_scheduled"] and scheduled.attrs["global_symbol"] == "main"
     args, out_shape = random_args(mod["mm"])
-    np.testing.assert_allclose(run_kernel(scheduled, args, out_shape), run_kernel(mod["mm"], args, out_shape),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run_kernel(scheduled, args, out_shape), run_kernel(mod["mm"], args, out_shape), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
@@ -111,11 +111,16 @@ def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
     applied = tuning.apply_database(tvm.IRModule({"stem_conv_on_cpu": renamed}), "llvm", result.database)
     assert applied.scheduled == 1
     assert applied.mod["stem_conv_on_cpu"].attrs["global_symbol"] == "stem_conv_on_cpu"
-    assert tuning.tuned_seconds(result.database, renamed, "llvm") == \
-        tuning.tuned_seconds(result.database, mod[stem], "llvm")
+    assert tuning.tuned_seconds(result.database, renamed, "llvm") == tuning.tuned_seconds(
+        result.database, mod[stem], "llvm"
+    )
     args, out_shape = random_args(renamed)
-    np.testing.assert_allclose(run_kernel(applied.mod["stem_conv_on_cpu"], args, out_shape),
-                               run_kernel(renamed, args, out_shape), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        run_kernel(applied.mod["stem_conv_on_cpu"], args, out_shape),
+        run_kernel(renamed, args, out_shape),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_on_a_lowered_relax_module_it_does_what_metaschedule_does(tuned, resnet):
@@ -138,7 +143,7 @@ def test_kernels_without_a_record_or_for_another_device_are_left_alone(tuned):
     applied = tuning.apply_database(mod, "llvm", result.database)
     assert (applied.scheduled, applied.unscheduled) == (0, 2)
     assert tvm_ffi.structural_equal(applied.mod, mod)
-    assert os.path.getsize(workloads) == size                  # looking up adds no workload
+    assert os.path.getsize(workloads) == size  # looking up adds no workload
 
 
 def test_a_placed_cpu_kernel_keeps_its_target(tuned):
@@ -172,9 +177,10 @@ def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
 
     def commit(seconds):
         database.commit_tuning_record(
-            ms.database.TuningRecord(other.trace, other.workload, [seconds], other.target, other.args_info))
+            ms.database.TuningRecord(other.trace, other.workload, [seconds], other.target, other.args_info)
+        )
 
-    commit(1.0)                                                   # not the best: a build stays the same
+    commit(1.0)  # not the best: a build stays the same
     assert tuning.database_digest(database) == result.digest
     commit(1e-9)
     assert tuning.database_digest(database) != result.digest

@@ -1,5 +1,6 @@
 """Every tutorial runs as a user would run it, with its defaults, and reports success: a tutorial that
 no longer matches the API fails here rather than in a reader's hands."""
+
 import glob
 import os
 import subprocess
@@ -18,10 +19,13 @@ def test_there_are_tutorials():
 
 def run_tutorial(path: str, *args: str) -> subprocess.CompletedProcess:
     """Run a tutorial as a user would (this venv's python, from the repository root); fail showing its output."""
-    result = subprocess.run([sys.executable, path, *args], cwd=REPO, capture_output=True, text=True,
-                            timeout=TIMEOUT_S, check=False)
-    assert result.returncode == 0, (f"{os.path.basename(path)} {' '.join(args)} exited {result.returncode}\n"
-                                    f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}")
+    result = subprocess.run(
+        [sys.executable, path, *args], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
+    assert result.returncode == 0, (
+        f"{os.path.basename(path)} {' '.join(args)} exited {result.returncode}\n"
+        f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+    )
     return result
 
 
@@ -30,8 +34,11 @@ def run_tutorial(path: str, *args: str) -> subprocess.CompletedProcess:
 SLOW_TUTORIALS = {"05_llm_multi_server.py"}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if os.path.basename(p) in SLOW_TUTORIALS
-                                  else p for p in TUTORIALS], ids=os.path.basename)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if os.path.basename(p) in SLOW_TUTORIALS else p for p in TUTORIALS],
+    ids=os.path.basename,
+)
 def test_tutorial_runs_and_succeeds(path):
     run_tutorial(path)
 

@@ -1,5 +1,6 @@
 """twin_branch extracts into equal, independent kernel chains joined by one sum kernel, and computes
 what its weights say: the properties the concurrent executor's two-device demonstration rests on."""
+
 import numpy as np
 import pytest
 
@@ -11,8 +12,7 @@ from tvm_diviml.simulator import simulate
 from tvm_diviml.zoo import build_model
 from tvm_diviml.zoo.reference import run_reference
 
-SHAPES = [{"branches": 2, "depth": 3, "hidden": 16, "batch": 4},
-          {"branches": 3, "depth": 2, "hidden": 8, "batch": 2}]
+SHAPES = [{"branches": 2, "depth": 3, "hidden": 16, "batch": 4}, {"branches": 3, "depth": 2, "hidden": 8, "batch": 2}]
 
 
 def chains_into_sum(graph):
@@ -23,7 +23,7 @@ def chains_into_sum(graph):
     for edge in graph.pred[total]:
         chain = [edge.src]
         while graph.pred[chain[0]]:
-            (into,) = graph.pred[chain[0]]          # a chain kernel reads one kernel at most
+            (into,) = graph.pred[chain[0]]  # a chain kernel reads one kernel at most
             chain.insert(0, into.src)
         chains.append(chain)
     return total, chains
@@ -46,9 +46,9 @@ def test_branches_are_disjoint_chains_from_the_input_to_the_sum(twin):
     assert len(chains) == options["branches"]
     assert all(len(chain) == options["depth"] for chain in chains)
     in_chains = [k for chain in chains for k in chain]
-    assert len(set(in_chains)) == len(in_chains)                      # no kernel in two branches
+    assert len(set(in_chains)) == len(in_chains)  # no kernel in two branches
     assert set(in_chains) | {total} == set(graph.kernels)
-    for chain in chains:                                               # each step feeds only the next
+    for chain in chains:  # each step feeds only the next
         assert [[e.dst for e in graph.succ[k]] for k in chain] == [[k] for k in chain[1:] + [total]]
     (x,) = graph.inputs
     assert sorted(x.consumers) == sorted(chain[0] for chain in chains)
@@ -57,7 +57,7 @@ def test_branches_are_disjoint_chains_from_the_input_to_the_sum(twin):
 def test_every_branch_has_the_hand_counted_flops(twin):
     options, _, graph = twin
     batch, hidden, depth = options["batch"], options["hidden"], options["depth"]
-    per_layer = 2 * batch * hidden * hidden + 2 * batch * hidden     # multiply-adds, then bias and ReLU
+    per_layer = 2 * batch * hidden * hidden + 2 * batch * hidden  # multiply-adds, then bias and ReLU
     _, chains = chains_into_sum(graph)
     assert [sum(graph.kernels[k].flops for k in chain) for chain in chains] == [depth * per_layer] * len(chains)
 
@@ -90,7 +90,7 @@ def test_output_is_the_sum_of_the_numpy_branches(twin):
         expected += h
     (out,) = run_reference(model, [x])
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
-    assert np.abs(expected).max() > 0.1                                # not all ReLUs dead
+    assert np.abs(expected).max() > 0.1  # not all ReLUs dead
 
 
 def test_bad_options_are_refused():

@@ -1,4 +1,5 @@
 """The convolutional and random-wired zoo models: they export, run, and have the architecture's size."""
+
 import numpy as np
 import pytest
 
@@ -23,8 +24,12 @@ SMALL_BUILDS = [
 
 # torchvision's parameter counts (BN running statistics are buffers, not parameters, so BN's scale and
 # shift replace its weight and bias one for one); Inception-v3 without its auxiliary head.
-TORCHVISION_PARAMETERS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "mobilenet_v2": 3_504_872,
-                          "inception_v3": 23_834_568}
+TORCHVISION_PARAMETERS = {
+    "resnet18": 11_689_512,
+    "resnet50": 25_557_032,
+    "mobilenet_v2": 3_504_872,
+    "inception_v3": 23_834_568,
+}
 
 
 def parameter_count(built):
@@ -61,9 +66,10 @@ def test_other_cnns_have_torchvisions_parameter_count(name):
 def test_every_convolution_is_followed_by_a_batch_norm_scale_and_shift():
     names = [name for name, _ in build_model("resnet18", {"resolution": 32}).params]
     convs = [n for n in names if n.endswith("conv.weight")]
-    assert len(convs) == 20                       # stem + 16 in blocks + 3 shortcut projections
-    assert {n.removesuffix("conv.weight") for n in convs} == {n.removesuffix("bn.scale") for n in names
-                                                              if n.endswith("bn.scale")}
+    assert len(convs) == 20  # stem + 16 in blocks + 3 shortcut projections
+    assert {n.removesuffix("conv.weight") for n in convs} == {
+        n.removesuffix("bn.scale") for n in names if n.endswith("bn.scale")
+    }
     assert sum(n.endswith("bn.shift") for n in names) == len(convs)
 
 
@@ -73,7 +79,7 @@ def test_randwire_has_a_node_per_graph_node_and_a_weight_per_aggregated_edge(nam
     params = dict(build_model(name, options).params)
     graphs = [stage_graph(generator, options["nodes"], options["seed"] + stage) for stage in range(options["stages"])]
     depthwise = [n for n in params if n.endswith("depthwise.weight")]
-    assert len(depthwise) == sum(len(graph.nodes) - 1 for graph in graphs)     # every node but the output
+    assert len(depthwise) == sum(len(graph.nodes) - 1 for graph in graphs)  # every node but the output
     edge_weights = sum(params[n].size for n in params if n.endswith("edge_logits"))
     assert edge_weights == sum(len(preds) for graph in graphs for preds in graph.predecessors[1:-1] if len(preds) > 1)
 
@@ -84,12 +90,15 @@ def test_randwire_seed_changes_the_wiring_not_just_the_weights():
     assert [(n, v.shape) for n, v in first.params] != [(n, v.shape) for n, v in second.params]
 
 
-@pytest.mark.parametrize("name, options, message", [
-    ("inception_v3", {"resolution": 74}, "resolution >= 75"),
-    ("resnet18", {"resolution": 0}, "'resolution' of 'resnet18' must be a positive integer"),
-    ("randwire_ws", {"nodes": 4}, "nodes > k"),
-    ("randwire_ba", {"channels": 1}, "channels must be at least 2"),
-])
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        ("inception_v3", {"resolution": 74}, "resolution >= 75"),
+        ("resnet18", {"resolution": 0}, "'resolution' of 'resnet18' must be a positive integer"),
+        ("randwire_ws", {"nodes": 4}, "nodes > k"),
+        ("randwire_ba", {"channels": 1}, "channels must be at least 2"),
+    ],
+)
 def test_bad_options_are_input_errors(name, options, message):
     with pytest.raises(DivimlInputError, match=message):
         build_model(name, options)

@@ -1,5 +1,6 @@
 """Every zoo model extracts; FLOPs match hand-derived figures; running the extracted kernels one by
 one reproduces the whole model (small sizes: CPU kernels are unscheduled, see DESIGN.md)."""
+
 import pytest
 
 from tvm_diviml.passes.load import load_model

@@ -1,6 +1,7 @@
 """The LLaMA-style decoder of the zoo: prefill and decode equal a numpy re-implementation of the same
 math, grouped-query attention really shares key/value heads, a decode step continues a prefill,
 the KV cache is a weight of the extracted graph, and the blocks repeat kernel for kernel."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,8 +39,11 @@ def numpy_llama(params: dict[str, np.ndarray], ids: np.ndarray, heads: int, past
         key = rotate(key, offset)
         value = (h @ p[prefix + "attention.value.weight"].T).reshape(batch, seq, -1, head_dim)
         fresh.append((key, value))
-        keys, values = (key, value) if past is None else (np.concatenate([past[layer][0], key], axis=1),
-                                                          np.concatenate([past[layer][1], value], axis=1))
+        keys, values = (
+            (key, value)
+            if past is None
+            else (np.concatenate([past[layer][0], key], axis=1), np.concatenate([past[layer][1], value], axis=1))
+        )
         group = heads // key.shape[2]
         keys, values = np.repeat(keys, group, axis=2), np.repeat(values, group, axis=2)
         scores = np.einsum("bshd,bthd->bhst", query, keys) / np.sqrt(head_dim)
@@ -113,16 +117,18 @@ def test_decode_of_token_t_continues_the_prefill_of_tokens_before_it(prefill):
     t = 9
     decode = build_model("llama", {**TINY, "step": "decode", "cache": t})
     shared = [(name, value) for name, value in decode.params if not name.startswith("caches.")]
-    assert [n for n, _ in shared] == [n for n, _ in built.params]          # same seed, same weights
+    assert [n for n, _ in shared] == [n for n, _ in built.params]  # same seed, same weights
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(shared, built.params))
     _, cache = numpy_llama(dict(built.params), ids[:, :t], TINY["heads"])
-    _, whole = numpy_llama(dict(built.params), ids[:, :t + 1], TINY["heads"])
-    decode = with_params(decode, {f"caches.{i}.{part}": kv[j] for i, kv in enumerate(cache)
-                                  for j, part in enumerate(("key", "value"))})
-    step_logits, *fresh = run_reference(decode, [ids[:, t:t + 1]])
+    _, whole = numpy_llama(dict(built.params), ids[:, : t + 1], TINY["heads"])
+    decode = with_params(
+        decode, {f"caches.{i}.{part}": kv[j] for i, kv in enumerate(cache) for j, part in enumerate(("key", "value"))}
+    )
+    step_logits, *fresh = run_reference(decode, [ids[:, t : t + 1]])
     np.testing.assert_allclose(step_logits[:, 0], logits[:, t], **TOLERANCE)
-    np.testing.assert_allclose(np.stack(fresh), np.stack([part[:, t:t + 1] for kv in whole for part in kv]),
-                               **TOLERANCE)
+    np.testing.assert_allclose(
+        np.stack(fresh), np.stack([part[:, t : t + 1] for kv in whole for part in kv]), **TOLERANCE
+    )
 
 
 def test_grouped_query_attention_shares_one_kv_head_across_query_heads():
@@ -132,11 +138,13 @@ def test_grouped_query_attention_shares_one_kv_head_across_query_heads():
     grouped = build_model("llama", {**options, "kv_heads": 1})
     full = build_model("llama", {**options, "kv_heads": options["heads"]})
     weights = dict(grouped.params)
-    repeated = {name: np.tile(value, (options["heads"], 1)) if ".key." in name or ".value." in name else value
-                for name, value in weights.items()}
+    repeated = {
+        name: np.tile(value, (options["heads"], 1)) if ".key." in name or ".value." in name else value
+        for name, value in weights.items()
+    }
     full = with_params(full, repeated)
     head_dim = options["hidden"] // options["heads"]
-    saved = 2 * (options["heads"] - 1) * head_dim * options["hidden"]         # key and value, one layer
+    saved = 2 * (options["heads"] - 1) * head_dim * options["hidden"]  # key and value, one layer
     assert sum(w.size for _, w in full.params) - sum(w.size for _, w in grouped.params) == saved
     (ids,) = grouped.sample_inputs()
     (shared,) = run_reference(grouped, [ids])
@@ -145,14 +153,17 @@ def test_grouped_query_attention_shares_one_kv_head_across_query_heads():
 
 
 # ------------------------------------------------------------------ options
-@pytest.mark.parametrize("options", [
-    {"heads": 4, "kv_heads": 3},                  # query heads not divisible into kv groups
-    {"step": "sample"},                           # no such entry point
-    {"hidden": 60, "heads": 4},                   # head dimension 15: rotary pairs need it even
-    {"hidden": 64, "heads": 5, "kv_heads": 1},    # hidden not divisible by heads
-    {"step": "decode", "cache": 0},               # nothing to attend to
-    {"vocab": 50},                                # sampled token ids would index past the embedding
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"heads": 4, "kv_heads": 3},  # query heads not divisible into kv groups
+        {"step": "sample"},  # no such entry point
+        {"hidden": 60, "heads": 4},  # head dimension 15: rotary pairs need it even
+        {"hidden": 64, "heads": 5, "kv_heads": 1},  # hidden not divisible by heads
+        {"step": "decode", "cache": 0},  # nothing to attend to
+        {"vocab": 50},  # sampled token ids would index past the embedding
+    ],
+)
 def test_inconsistent_options_are_input_errors(options):
     with pytest.raises(DivimlInputError):
         build_model("llama", {**SMALL_OPTIONS["llama"], **options})
@@ -169,6 +180,7 @@ def test_models_command_lists_llama(capsys):
 def test_kv_cache_is_a_weight_counted_in_memory():
     """Each layer's cache is a weight of the graph, read by that layer's attention alone, and a
     device running the step holds it: a longer cache adds exactly its bytes to the weights."""
+
     def decode_graph(cache: int):
         built = build_model("llama", {**TINY, "step": "decode", "cache": cache})
         return built, extract(built.mod, built.entry, name=built.name).graph
@@ -182,8 +194,11 @@ def test_kv_cache_is_a_weight_counted_in_memory():
         assert len([k for k in graph.kernels.values() if wid in k.weights]) == 1
     assert sum(graph.weights.values()) == sum(value.nbytes for _, value in built.params)
     everything = list(graph.kernels)
-    assert longer.weight_bytes(longer.kernels) - graph.weight_bytes(everything) == \
-        sum(longer.weights[wid] - graph.weights[wid] for wid in cache_ids) > 0
+    assert (
+        longer.weight_bytes(longer.kernels) - graph.weight_bytes(everything)
+        == sum(longer.weights[wid] - graph.weights[wid] for wid in cache_ids)
+        > 0
+    )
     plan = Plan({kernel: "cpu0" for kernel in everything}, order={"cpu0": graph.topo_order})
     assert memory_per_device(graph, plan)["cpu0"] >= sum(value.nbytes for _, value in built.params)
 

@@ -1,4 +1,5 @@
 """The transformer zoo entries: they export, run and have the published models' sizes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,7 @@ def test_small_vit_runs_on_a_batch():
     built = build_model("vit_b16", {**SMALL_VIT, "batch": 2})
     (logits,) = run_reference(built)
     assert logits.shape == (2, 10) and np.isfinite(logits).all()
-    assert not np.allclose(logits[0], logits[1])      # the images differ, so must the classes
+    assert not np.allclose(logits[0], logits[1])  # the images differ, so must the classes
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -59,7 +60,7 @@ def gpt2_prompts_differing_in_last_token():
     return logits
 
 
-@pytest.mark.slow          # about 12 s, most of it LLVM compiling the fused tanh-GELU kernel
+@pytest.mark.slow  # about 12 s, most of it LLVM compiling the fused tanh-GELU kernel
 def test_small_gpt2_runs(gpt2_prompts_differing_in_last_token):
     logits = gpt2_prompts_differing_in_last_token
     assert logits.shape == (2, 16, 1000) and np.isfinite(logits).all()
@@ -80,26 +81,32 @@ def test_gpt2_embedding_stays_one_weight_after_lifting():
     built = build_model("gpt2", SMALL_GPT2)
     lifted = relax.transform.LiftTransformParams()(relax.transform.LegalizeOps()(built.mod))
     forward = lifted["forward"]
-    weights = forward.params[int(forward.attrs["num_input"]):]
+    weights = forward.params[int(forward.attrs["num_input"]) :]
     shapes = [tuple(int(d) for d in w.ty.shape) for w in weights]
     assert sum(shape in ((1000, 64), (64, 1000)) for shape in shapes) == 1
 
 
-@pytest.mark.parametrize("name, count", [
-    ("bert_base", 109_482_240),   # embeddings (512 positions, 2 token types), 12 layers, pooler
-    ("gpt2", 124_439_808),        # token embedding counted once (tied LM head), 1024 positions
-    ("vit_b16", 86_567_656),      # patch conv, class token, 197 positions, 12 layers, 1000-class head
-])
+@pytest.mark.parametrize(
+    "name, count",
+    [
+        ("bert_base", 109_482_240),  # embeddings (512 positions, 2 token types), 12 layers, pooler
+        ("gpt2", 124_439_808),  # token embedding counted once (tied LM head), 1024 positions
+        ("vit_b16", 86_567_656),  # patch conv, class token, 197 positions, 12 layers, 1000-class head
+    ],
+)
 def test_parameter_counts_match_the_published_models(name, count):
     built = build_model(name)
     assert sum(weights.size for _, weights in built.params) == count
 
 
-@pytest.mark.parametrize("name, options", [
-    ("bert_base", {"hidden": 64, "heads": 5}),
-    ("gpt2", {"vocab": 50}),
-    ("vit_b16", {"resolution": 40, "patch": 16}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("bert_base", {"hidden": 64, "heads": 5}),
+        ("gpt2", {"vocab": 50}),
+        ("vit_b16", {"resolution": 40, "patch": 16}),
+    ],
+)
 def test_inconsistent_options_are_input_errors(name, options):
     with pytest.raises(DivimlInputError):
         build_model(name, options)

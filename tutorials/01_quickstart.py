@@ -14,6 +14,7 @@ The whole flow of tvm-diviml in one script, printed step by step:
 Run:  python tutorials/01_quickstart.py [--model twin_branch] [--objective latency]
 Exits 0 when the placed build reproduces the reference, 1 when the outputs differ.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,10 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray], tolerance: f
         abs_diff = float(np.abs(got - want).max())
         rel_diff = abs_diff / max(float(np.abs(want).max()), 1e-30)
         within = got.shape == want.shape and rel_diff <= tolerance
-        print(f"   output {index}: shape {got.shape}, max |diff| {abs_diff:.3g}, relative {rel_diff:.3g}"
-              f" {'ok' if within else 'DIFFERS'}")
+        print(
+            f"   output {index}: shape {got.shape}, max |diff| {abs_diff:.3g}, relative {rel_diff:.3g}"
+            f" {'ok' if within else 'DIFFERS'}"
+        )
         ok = ok and within
     return ok
 
@@ -91,9 +94,12 @@ def main() -> int:
 
     step("score the plan with the simulator")
     sim = simulate(graph, platform, costs, plan)
-    alone = min(simulate(graph, platform, costs, Plan(dict.fromkeys(graph.kernels, d), objective=plan.objective,
-                                                      mode=plan.mode)).value_s
-                for d in platform.device_names)
+    alone = min(
+        simulate(
+            graph, platform, costs, Plan(dict.fromkeys(graph.kernels, d), objective=plan.objective, mode=plan.mode)
+        ).value_s
+        for d in platform.device_names
+    )
     print(f"   {plan.mode}: {sim.value_s * 1e3:.2f} ms (best single device {alone * 1e3:.2f} ms)")
 
     step("apply the plan, build, run")

@@ -20,6 +20,7 @@ for the torch model). Exits 0 when all agree, 1 when an output differs.
 
 Run:  python tutorials/02_bring_your_own_model.py [--frontends onnx torch] [--hidden 32]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,13 @@ from tvm_diviml.zoo.reference import run_reference
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frontends", nargs="+", default=["onnx"], choices=["onnx", "torch"],
-                        help="the importers to show (torch: when torch is installed)")
+    parser.add_argument(
+        "--frontends",
+        nargs="+",
+        default=["onnx"],
+        choices=["onnx", "torch"],
+        help="the importers to show (torch: when torch is installed)",
+    )
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=32, help="width of the ONNX model's layers")
     parser.add_argument("--platform", default="cpu2", help="a platform preset that runs on this machine")
@@ -62,19 +68,25 @@ def write_onnx_model(path: str, batch: int, hidden: int, seed: int) -> dict[str,
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    weights = {name: (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
-               for name in ("a1", "a2", "b1", "b2")}
+    weights = {
+        name: (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+        for name in ("a1", "a2", "b1", "b2")
+    }
     nodes = []
     for branch in ("a", "b"):
-        nodes += [helper.make_node("MatMul", ["X", f"{branch}1"], [f"{branch}_h"]),
-                  helper.make_node("Relu", [f"{branch}_h"], [f"{branch}_r"]),
-                  helper.make_node("MatMul", [f"{branch}_r", f"{branch}2"], [f"{branch}_out"])]
+        nodes += [
+            helper.make_node("MatMul", ["X", f"{branch}1"], [f"{branch}_h"]),
+            helper.make_node("Relu", [f"{branch}_h"], [f"{branch}_r"]),
+            helper.make_node("MatMul", [f"{branch}_r", f"{branch}2"], [f"{branch}_out"]),
+        ]
     nodes.append(helper.make_node("Add", ["a_out", "b_out"], ["Y"]))
     graph = helper.make_graph(
-        nodes, "two_branches",
+        nodes,
+        "two_branches",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, hidden])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [batch, hidden])],
-        initializer=[numpy_helper.from_array(w, name) for name, w in weights.items()])
+        initializer=[numpy_helper.from_array(w, name) for name, w in weights.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     onnx.save(model, path)
@@ -108,8 +120,9 @@ def run_torch(args: argparse.Namespace) -> bool:
 
         def __init__(self):
             super().__init__()
-            self.wide = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                                            torch.nn.Conv2d(8, 4, 3, padding=1))
+            self.wide = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, padding=1)
+            )
             self.narrow = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1))
 
         def forward(self, x):
@@ -137,8 +150,7 @@ def run_torch(args: argparse.Namespace) -> bool:
 
 
 # ---------------------------------------------------------------------------- plan, build, run
-def place_build_run(model: BuiltModel, args: argparse.Namespace,
-                    outside_tvm: tuple[str, list[np.ndarray]]) -> bool:
+def place_build_run(model: BuiltModel, args: argparse.Namespace, outside_tvm: tuple[str, list[np.ndarray]]) -> bool:
     """Extract, solve for latency on the platform, build, run; True when every comparison holds."""
     graph = extract(model.mod, model.entry, name=model.name).graph
     platform = load_platform(args.platform)
@@ -147,8 +159,10 @@ def place_build_run(model: BuiltModel, args: argparse.Namespace,
     plan = get_solver(default_solver(problem), time_limit_s=10.0).solve(problem)
     placed_on = sorted(set(plan.assignment.values()))
     estimate_s = simulate(graph, platform, costs, plan).value_s
-    print(f"   {model.name}: inputs {[(n, s) for n, s, _ in model.inputs]}, {len(model.params)} weights, "
-          f"{len(graph)} kernels on {placed_on}, estimated latency {estimate_s * 1e3:.2f} ms")
+    print(
+        f"   {model.name}: inputs {[(n, s) for n, s, _ in model.inputs]}, {len(model.params)} weights, "
+        f"{len(graph)} kernels on {placed_on}, estimated latency {estimate_s * 1e3:.2f} ms"
+    )
     built = build(apply_plan(model.mod, plan, platform, entry=model.entry))
     inputs = model.sample_inputs(seed=args.seed)
     outputs = SingleVMRunner(built, [weight for _, weight in model.params])(inputs)

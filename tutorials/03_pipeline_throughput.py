@@ -22,6 +22,7 @@ in the middle gives both devices the same work.
 Run:  python tutorials/03_pipeline_throughput.py [--model resnet18] [--cost measured] [--in-flight 3]
 Exits 0 when every placed output matches the reference, 1 when some differ, 2 on bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,6 +31,7 @@ import sys
 import time
 
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.modelspec import format_model_spec
 from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
 from tvm_diviml.plan import Plan
@@ -38,7 +40,6 @@ from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.modelspec import format_model_spec
 from tvm_diviml.workload import load_workload
 from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
@@ -46,19 +47,34 @@ from tvm_diviml.zoo.reference import run_reference
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="twin_branch:branches=1,depth=8",
-                        help="a zoo model, with options (a bare name runs at its SMALL_OPTIONS size)")
+    parser.add_argument(
+        "--model",
+        default="twin_branch:branches=1,depth=8",
+        help="a zoo model, with options (a bare name runs at its SMALL_OPTIONS size)",
+    )
     parser.add_argument("--platform", default="cpu2", help="a platform whose devices this machine has")
-    parser.add_argument("--cost", default="roofline", choices=["roofline", "measured"],
-                        help="roofline estimates (default, instant) or kernels timed with TVM here")
-    parser.add_argument("--throughput-solver", default="milp", choices=["milp", "greedy", "split"],
-                        help="the solver of the throughput plan")
+    parser.add_argument(
+        "--cost",
+        default="roofline",
+        choices=["roofline", "measured"],
+        help="roofline estimates (default, instant) or kernels timed with TVM here",
+    )
+    parser.add_argument(
+        "--throughput-solver",
+        default="milp",
+        choices=["milp", "greedy", "split"],
+        help="the solver of the throughput plan",
+    )
     parser.add_argument("--inputs", type=positive_int, default=8, help="inputs streamed through each build")
     parser.add_argument("--in-flight", type=positive_int, default=2, help="inputs in the devices at once")
     parser.add_argument("--time-limit", type=float, default=5.0, help="solver time limit in seconds")
     parser.add_argument("--seed", type=int, default=0, help="the solvers' seed")
-    parser.add_argument("--rtol", type=float, default=1e-5,
-                        help="largest difference, relative to the reference's largest output, counted as equal")
+    parser.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-5,
+        help="largest difference, relative to the reference's largest output, counted as equal",
+    )
     return parser.parse_args()
 
 
@@ -84,8 +100,10 @@ def describe(built, acyclic: bool) -> str:
     """The build's segments in run order; a device that comes back in the chain makes the device graph cyclic."""
     segments = built.placement.segments
     chain = " -> ".join(f"{seg['device']}[{len(seg['kernels'])}]" for seg in segments)
-    return (f"{len(segments)} segments (device[kernels], in run order): {chain}; "
-            f"device graph {'acyclic' if acyclic else 'cyclic'}")
+    return (
+        f"{len(segments)} segments (device[kernels], in run order): {chain}; "
+        f"device graph {'acyclic' if acyclic else 'cyclic'}"
+    )
 
 
 def main() -> int:
@@ -99,20 +117,28 @@ def main() -> int:
         raise DivimlInputError(f"'{spec}' has no TVM kernels to build", field="--model", hint="give a zoo model")
     model, extraction = workload.loaded.built, workload.loaded.extraction
     graph, platform, costs = workload.graph, workload.platform, workload.costs
-    print(f"{len(graph)} kernels, {sum(k.flops for k in graph.kernels.values()) / 1e6:.1f} MFLOP, "
-          f"devices {', '.join(platform.device_names)} ({time.perf_counter() - began:.1f} s)")
+    print(
+        f"{len(graph)} kernels, {sum(k.flops for k in graph.kernels.values()) / 1e6:.1f} MFLOP, "
+        f"devices {', '.join(platform.device_names)} ({time.perf_counter() - began:.1f} s)"
+    )
 
     step("2. the single-device build: the reference for every streamed input")
     weights = [w for _, w in model.params]
     stream = [model.sample_inputs(seed) for seed in range(args.inputs)]
-    single = SingleVMRunner(build(apply_plan(model.mod, Plan(dict.fromkeys(graph.kernels, platform.host)), platform,
-                                             extraction=extraction)), weights)
+    single = SingleVMRunner(
+        build(
+            apply_plan(model.mod, Plan(dict.fromkeys(graph.kernels, platform.host)), platform, extraction=extraction)
+        ),
+        weights,
+    )
     _, whole_rel = compare_outputs(single(stream[0]), run_reference(model, stream[0]))
     references = [single(inputs) for inputs in stream]
     single_s = statistics.median(time_calls(single, stream[0], repeats=3))
     single_predicted = sum(costs.compute_s(kernel, platform.host) for kernel in graph.kernels)
-    print(f"all kernels on {platform.host}: predicted {single_predicted * 1e3:.2f} ms, measured "
-          f"{single_s * 1e3:.2f} ms per inference; against the model compiled whole: max rel diff {whole_rel:.2g}")
+    print(
+        f"all kernels on {platform.host}: predicted {single_predicted * 1e3:.2f} ms, measured "
+        f"{single_s * 1e3:.2f} ms per inference; against the model compiled whole: max rel diff {whole_rel:.2g}"
+    )
     worst = whole_rel
 
     objectives = [("pipeline", "slicegraph", 2), ("throughput", args.throughput_solver, None)]
@@ -127,25 +153,31 @@ def main() -> int:
         with ConcurrentRunner(built, weights) as runner:
             outputs = list(runner.stream(stream, in_flight=args.in_flight))
             measured = time_stream(runner, stream, args.in_flight)
-            busy = {device: seconds / len(stream) for device, seconds in runner.busy_s.items()}   # last stream
+            busy = {device: seconds / len(stream) for device, seconds in runner.busy_s.items()}  # last stream
         rel = max(compare_outputs(got, want)[1] for got, want in zip(outputs, references, strict=True))
         worst = max(worst, rel)
-        print(f"period: predicted {predicted * 1e3:.2f} ms (simulator, mode {plan.mode}), measured "
-              f"{measured * 1e3:.2f} ms per inference ({args.inputs} inputs, {args.in_flight} in flight): "
-              f"measured/predicted {measured / predicted:.2f}")
+        print(
+            f"period: predicted {predicted * 1e3:.2f} ms (simulator, mode {plan.mode}), measured "
+            f"{measured * 1e3:.2f} ms per inference ({args.inputs} inputs, {args.in_flight} in flight): "
+            f"measured/predicted {measured / predicted:.2f}"
+        )
         print("busy per inference: " + ", ".join(f"{d} {s * 1e3:.2f} ms" for d, s in sorted(busy.items())))
-        print(f"speed-up over the single-device build: predicted {single_predicted / predicted:.2f}x, measured "
-              f"{single_s / measured:.2f}x; {len(outputs)} outputs in input order, max rel diff {rel:.2g}")
+        print(
+            f"speed-up over the single-device build: predicted {single_predicted / predicted:.2f}x, measured "
+            f"{single_s / measured:.2f}x; {len(outputs)} outputs in input order, max rel diff {rel:.2g}"
+        )
 
     verdict = worst <= args.rtol
-    step(f"every output {'matches' if verdict else 'DIFFERS from'} the reference (max rel diff {worst:.2g}, "
-         f"rtol {args.rtol:g})")
+    step(
+        f"every output {'matches' if verdict else 'DIFFERS from'} the reference (max rel diff {worst:.2g}, "
+        f"rtol {args.rtol:g})"
+    )
     return 0 if verdict else 1
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except DivimlInputError as error:           # a bad --model or --platform: say what, not a traceback
+    except DivimlInputError as error:  # a bad --model or --platform: say what, not a traceback
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

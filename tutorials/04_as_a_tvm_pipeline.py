@@ -13,6 +13,7 @@ The whole placement (extract the kernels, price them, solve, apply the plan) is 
 Run:  python tutorials/04_as_a_tvm_pipeline.py [--model vit_b16] [--no-small]
 Exits 0 when both placed builds reproduce the reference, 1 when the outputs differ.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,12 @@ from tvm_diviml.zoo.reference import run_reference
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="vit_b16", help="a zoo model")
-    parser.add_argument("--small", action=argparse.BooleanOptionalAction, default=True,
-                        help="build the model at its SMALL_OPTIONS size (seconds); --no-small: full size")
+    parser.add_argument(
+        "--small",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="build the model at its SMALL_OPTIONS size (seconds); --no-small: full size",
+    )
     parser.add_argument("--platform", default="cpu2", help="a platform preset that runs on this machine")
     parser.add_argument("--objective", default="latency", choices=["latency", "throughput"])
     parser.add_argument("--solver", default="auto", help="a solver name, or auto for the objective's default")
@@ -58,8 +63,10 @@ def matches(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float)
     ok = len(outputs) == len(reference)
     for index, (got, want) in enumerate(zip(outputs, reference)):
         close = got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=1e-6)
-        print(f"   output {index}: shape {got.shape}, max |diff| {float(np.abs(got - want).max()):.3g}"
-              f" -> {'ok' if close else 'DIFFERENT'}")
+        print(
+            f"   output {index}: shape {got.shape}, max |diff| {float(np.abs(got - want).max()):.3g}"
+            f" -> {'ok' if close else 'DIFFERENT'}"
+        )
         ok = ok and close
     return ok
 
@@ -67,10 +74,14 @@ def matches(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float)
 def describe(partition) -> None:
     plan, placement = partition.plan, partition.placement
     per_device = Counter(plan.assignment.values())
-    print(f"   solver {plan.solver}, objective {plan.objective}, simulated {plan.objective} "
-          f"{plan.attrs['simulated_value_s'] * 1e3:.3f} ms (roofline costs)")
-    print(f"   kernels per device: {', '.join(f'{d} {n}' for d, n in sorted(per_device.items()))}; "
-          f"{placement.copies_per_run} device copies per inference")
+    print(
+        f"   solver {plan.solver}, objective {plan.objective}, simulated {plan.objective} "
+        f"{plan.attrs['simulated_value_s'] * 1e3:.3f} ms (roofline costs)"
+    )
+    print(
+        f"   kernels per device: {', '.join(f'{d} {n}' for d, n in sorted(per_device.items()))}; "
+        f"{placement.copies_per_run} device copies per inference"
+    )
 
 
 def main() -> int:

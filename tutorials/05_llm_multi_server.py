@@ -17,6 +17,7 @@ This script, printed step by step:
 Run:  python tutorials/05_llm_multi_server.py [--layers 24] [--servers 3]
 Exits 0 when the run across servers reproduces the reference, 1 when the outputs differ.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,16 +62,22 @@ def plan_across_servers(model: str, platform: str, time_limit_s: float) -> None:
             print(f"   {objective}: the symmetric solver fell back: {found['fallback']}")
         else:
             per_server = ", ".join(f"{s} {sum(run['blocks'] for run in runs)}" for s, runs in found["servers"].items())
-            print(f"   {objective}: {found['blocks']} blocks of {found['block_kernels']} kernels; "
-                  f"blocks per server: {per_server}")
+            print(
+                f"   {objective}: {found['blocks']} blocks of {found['block_kernels']} kernels; "
+                f"blocks per server: {per_server}"
+            )
         full = get_solver(whole, time_limit_s=time_limit_s).solve(problem)
         bound = symmetric.lower_bound_s
         for plan in (symmetric, full):
-            print(f"   {objective:>10} {plan.solver:>9}: {format_seconds(plan.value_s)} "
-                  f"(gap to the bound {format_seconds(bound)}: {plan.value_s / bound - 1:.1%}), "
-                  f"solved in {plan.solve_s:.2f} s")
-        print(f"   symmetric/{whole}: value {symmetric.value_s / full.value_s:.3f}x, "
-              f"solve time {full.solve_s / symmetric.solve_s:.1f}x faster")
+            print(
+                f"   {objective:>10} {plan.solver:>9}: {format_seconds(plan.value_s)} "
+                f"(gap to the bound {format_seconds(bound)}: {plan.value_s / bound - 1:.1%}), "
+                f"solved in {plan.solve_s:.2f} s"
+            )
+        print(
+            f"   symmetric/{whole}: value {symmetric.value_s / full.value_s:.3f}x, "
+            f"solve time {full.solve_s / symmetric.solve_s:.1f}x faster"
+        )
 
 
 def run_across_servers(model: str, count: int, time_limit_s: float, rtol: float) -> bool:
@@ -84,22 +91,34 @@ def run_across_servers(model: str, count: int, time_limit_s: float, rtol: float)
         try:
             hops = measure_driver_hops(remotes)
             for server, hop in hops.items():
-                print(f"   a hop through the driver, {server}: download {format_seconds(hop.download_latency_s)} + "
-                      f"{hop.download_Bps / 1e6:.1f} MB/s, upload {format_seconds(hop.upload_latency_s)} + "
-                      f"{hop.upload_Bps / 1e6:.1f} MB/s")
+                print(
+                    f"   a hop through the driver, {server}: download {format_seconds(hop.download_latency_s)} + "
+                    f"{hop.download_Bps / 1e6:.1f} MB/s, upload {format_seconds(hop.upload_latency_s)} + "
+                    f"{hop.upload_Bps / 1e6:.1f} MB/s"
+                )
             # cross-server copies as this runtime pays them; the measured costs price links by their platform
             workload.platform = workload.costs.platform = driver_hop_platform(workload.platform, hops)
             problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
             plan = get_solver("symmetric", time_limit_s=time_limit_s).solve(problem)
             sim = simulate(problem.graph, problem.platform, problem.costs, plan)
             per_device = {d: sum(1 for v in plan.assignment.values() if v == d) for d in problem.platform.device_names}
-            print(f"   predicted period {format_seconds(sim.value_s)}; kernels per device: "
-                  + ", ".join(f"{d} {n}" for d, n in per_device.items()))
+            print(
+                f"   predicted period {format_seconds(sim.value_s)}; kernels per device: "
+                + ", ".join(f"{d} {n}" for d, n in per_device.items())
+            )
             step("build each server's part, upload it, run a stream across the servers")
             loaded = workload.loaded
-            measured, _ = run_plan_rpc(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, remotes,
-                                       predicted_busy_s=sim.device_busy_s, driver_hops=hops,
-                                       progress=lambda line: print(f"   {line}"))
+            measured, _ = run_plan_rpc(
+                loaded.built,
+                loaded.extraction,
+                problem.platform,
+                plan,
+                sim.value_s,
+                remotes,
+                predicted_busy_s=sim.device_busy_s,
+                driver_hops=hops,
+                progress=lambda line: print(f"   {line}"),
+            )
         finally:
             for remote in remotes.values():
                 remote.close()

@@ -3,6 +3,7 @@
 The library (graph, platform, costs, plans, the simulator, solvers, bounds) imports no TVM; the
 Relax side lives in ``tvm_diviml.passes``.
 """
+
 from .graph import Edge, GraphInput, Kernel, OpGraph
 from .plan import Plan, ReplicaGroup
 from .platform import Device, Link, Platform
@@ -11,5 +12,19 @@ from .simulator import Simulation, simulate
 
 __version__ = "0.1.0"
 
-__all__ = ["Device", "Edge", "GraphInput", "Kernel", "Link", "OpGraph", "Plan", "Platform", "ReplicaGroup",
-           "Simulation", "get_platform", "load_platform", "simulate", "__version__"]
+__all__ = [
+    "Device",
+    "Edge",
+    "GraphInput",
+    "Kernel",
+    "Link",
+    "OpGraph",
+    "Plan",
+    "Platform",
+    "ReplicaGroup",
+    "Simulation",
+    "get_platform",
+    "load_platform",
+    "simulate",
+    "__version__",
+]

@@ -6,6 +6,7 @@ configuration of the machine (the whole CPU with all its threads among them), an
 measured. This module chooses and ranks; how a candidate is timed is the caller's (``measure``), so
 the choice is tested with given timings.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,13 +32,19 @@ class Candidate:
     measured_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "solver": self.plan.solver, "devices": self.plan.devices_used(),
-                "threads": self.threads, "predicted_s": self.predicted_s, "measured_s": self.measured_s}
+        return {
+            "label": self.label,
+            "solver": self.plan.solver,
+            "devices": self.plan.devices_used(),
+            "threads": self.threads,
+            "predicted_s": self.predicted_s,
+            "measured_s": self.measured_s,
+        }
 
 
 @dataclass
 class Selection:
-    candidates: list[Candidate]            # fastest measured first
+    candidates: list[Candidate]  # fastest measured first
     winner: Candidate
 
     @property
@@ -48,8 +55,11 @@ class Selection:
         return self.candidates[1].measured_s / self.winner.measured_s
 
     def to_json(self) -> dict[str, Any]:
-        return {"winner": self.winner.label, "margin": self.margin,
-                "candidates": [c.to_json() for c in self.candidates]}
+        return {
+            "winner": self.winner.label,
+            "margin": self.margin,
+            "candidates": [c.to_json() for c in self.candidates],
+        }
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -67,7 +77,9 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
         raise DivimlInputError(f"must be at least 1, got {count}", field="--candidates")
     plans = [(f"{chosen.solver or 'given'} plan", chosen)]
     if problem.objective == "latency":
-        plans += [(f"{name} plan", get_solver(name, exact_fallback=False).solve(problem)) for name in ("heft", "greedy")]
+        plans += [
+            (f"{name} plan", get_solver(name, exact_fallback=False).solve(problem)) for name in ("heft", "greedy")
+        ]
     plans += [(f"{device} alone", single_device_plan(problem, device)) for device in problem.platform.device_names]
     scored: dict[tuple, Candidate] = {}
     for label, plan in plans:
@@ -102,9 +114,13 @@ def format_selection(selection: Selection) -> str:
     for candidate in selection.candidates:
         mark = "  <- kept" if candidate is selection.winner else ""
         predicted = format_seconds(candidate.predicted_s) if candidate.predicted_s is not None else "not predicted"
-        lines.append(f"  {candidate.label:<44}predicted {predicted:>12}   measured "
-                     f"{format_seconds(candidate.measured_s):>12}{mark}")
+        lines.append(
+            f"  {candidate.label:<44}predicted {predicted:>12}   measured "
+            f"{format_seconds(candidate.measured_s):>12}{mark}"
+        )
     if selection.margin is not None:
-        lines.append(f"kept {selection.winner.label}: {selection.margin:.2f}x faster than the next candidate "
-                     f"({selection.candidates[1].label})")
+        lines.append(
+            f"kept {selection.winner.label}: {selection.margin:.2f}x faster than the next candidate "
+            f"({selection.candidates[1].label})"
+        )
     return "\n".join(lines)

@@ -1,4 +1,5 @@
 """The ``diviml`` command line. Bad input: one line naming what is wrong, exit status 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,11 +45,14 @@ def write_json(data: Any, destination: str) -> None:
             with open(destination, "w", encoding="utf-8") as handle:
                 handle.write(text + "\n")
         except OSError as error:
-            raise DivimlInputError(f"cannot write: {error.strerror}", source=destination,
-                                   hint="check that the folder exists and is writable") from None
+            raise DivimlInputError(
+                f"cannot write: {error.strerror}",
+                source=destination,
+                hint="check that the folder exists and is writable",
+            ) from None
 
 
-OUTPUT_FLAGS = ("json", "gantt", "export", "markdown")      # options that name a file to write
+OUTPUT_FLAGS = ("json", "gantt", "export", "markdown")  # options that name a file to write
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
@@ -60,11 +64,17 @@ def check_output_paths(args: argparse.Namespace) -> None:
             continue
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
-            raise DivimlInputError(f"cannot write --{flag}: folder {folder} does not exist", source=path,
-                                   hint="create the folder first, or write elsewhere")
+            raise DivimlInputError(
+                f"cannot write --{flag}: folder {folder} does not exist",
+                source=path,
+                hint="create the folder first, or write elsewhere",
+            )
         if os.path.isdir(path) or not os.access(path if os.path.exists(path) else folder, os.W_OK):
-            raise DivimlInputError(f"cannot write --{flag} there (a folder, or not writable)", source=path,
-                                   hint="give a file path you may write")
+            raise DivimlInputError(
+                f"cannot write --{flag} there (a folder, or not writable)",
+                source=path,
+                hint="give a file path you may write",
+            )
 
 
 # ---------------------------------------------------------------------- commands
@@ -91,8 +101,10 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"{name:<14} {entry.description}\n{'':<14} options: {options}")
     for name, (_, description) in GENERATORS.items():
         print(f"{name:<14} synthetic: {description}")
-    print("\nAlso: an .onnx file or a .pt2 program saved with torch.export.save (--shape NAME=VALUE binds "
-          "symbolic dimensions), an OpGraph .json, or an msr-fiddle .json.")
+    print(
+        "\nAlso: an .onnx file or a .pt2 program saved with torch.export.save (--shape NAME=VALUE binds "
+        "symbolic dimensions), an OpGraph .json, or an msr-fiddle .json."
+    )
     return 0
 
 
@@ -107,12 +119,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
     flops = sum(k.flops for k in graph.kernels.values())
     primfuncs = {k.attrs.get("primfunc_hash") for k in graph.kernels.values()} - {None}
     print(f"model {args.model}" + (f" ({args.granularity} granularity)" if found.loaded is not None else ""))
-    print(f"kernels: {len(graph)}   edges: {len(graph.edges)}   inputs: {len(graph.inputs)}   "
-          f"outputs: {len(graph.outputs)}")
+    print(
+        f"kernels: {len(graph)}   edges: {len(graph.edges)}   inputs: {len(graph.inputs)}   "
+        f"outputs: {len(graph.outputs)}"
+    )
     if primfuncs:
         print(f"distinct PrimFuncs: {len(primfuncs)}")
-    print(f"GFLOPs: {flops / 1e9:.3f}   weights: {sum(graph.weights.values()) / 1e6:.2f} MB   "
-          f"widest antichain: {width}{'' if exact else ' (at least; level width)'}")
+    print(
+        f"GFLOPs: {flops / 1e9:.3f}   weights: {sum(graph.weights.values()) / 1e6:.2f} MB   "
+        f"widest antichain: {width}{'' if exact else ' (at least; level width)'}"
+    )
     if found.loaded is not None:
         print(f"imported from {found.loaded.built.origin}")
         print(f"extracted in {found.loaded.extract_s:.2f} s")
@@ -122,12 +138,30 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.batch_split > 1:
         plan, sim, row, problem = plan_with_batch_splits(
-            args.model, args.platform, args.cost, args.batch_split, args.solver, args.objective, args.time_limit,
-            args.seed, stages=args.stages, shapes=args.shape, granularity=args.granularity, tune=args.tune,
-            tuning_db=args.tuning_db)
+            args.model,
+            args.platform,
+            args.cost,
+            args.batch_split,
+            args.solver,
+            args.objective,
+            args.time_limit,
+            args.seed,
+            stages=args.stages,
+            shapes=args.shape,
+            granularity=args.granularity,
+            tune=args.tune,
+            tuning_db=args.tuning_db,
+        )
     else:
-        workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape,
-                                 granularity=args.granularity, tune=args.tune, tuning_db=args.tuning_db)
+        workload = load_workload(
+            args.model,
+            args.platform,
+            args.cost,
+            shapes=args.shape,
+            granularity=args.granularity,
+            tune=args.tune,
+            tuning_db=args.tuning_db,
+        )
         plan, sim, row, problem = _solve(args, workload)
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
@@ -147,6 +181,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 class Solved(NamedTuple):
     """A placement as ``plan`` and ``run`` report it."""
+
     plan: Plan
     sim: Simulation
     row: dict
@@ -159,19 +194,29 @@ def _solve(args: argparse.Namespace, workload) -> Solved:
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
         problem.stages = len(workload.platform.devices)
-    plan, sim, row = solve_and_report(problem, args.solver, workload.model, workload.cost_source,
-                                      time_limit_s=args.time_limit, seed=args.seed,
-                                      bound_time_limit_s=args.bound_time_limit)
+    plan, sim, row = solve_and_report(
+        problem,
+        args.solver,
+        workload.model,
+        workload.cost_source,
+        time_limit_s=args.time_limit,
+        seed=args.seed,
+        bound_time_limit_s=args.bound_time_limit,
+    )
     return Solved(plan, sim, row, problem)
 
 
 def _runnable_workload(args: argparse.Namespace):
     """The workload of ``run``: a model that TVM builds (not an OpGraph or msr-fiddle file)."""
-    workload = load_workload(args.model, args.platform, args.cost, shapes=args.shape,
-                             granularity=args.granularity, tuning_db=args.tuning_db)
+    workload = load_workload(
+        args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity, tuning_db=args.tuning_db
+    )
     if workload.loaded is None:
-        raise DivimlInputError("run needs a model that TVM builds", field="MODEL",
-                               hint="give a zoo name, an .onnx file or a .pt2 program (an OpGraph or msr-fiddle file has no kernels)")
+        raise DivimlInputError(
+            "run needs a model that TVM builds",
+            field="MODEL",
+            hint="give a zoo name, an .onnx file or a .pt2 program (an OpGraph or msr-fiddle file has no kernels)",
+        )
     return workload
 
 
@@ -188,8 +233,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Plan, build and execute on this machine's devices; measured against predicted."""
     if args.rpc:
         if args.candidates:
-            raise DivimlInputError("--candidates times plans on this machine, not across RPC servers",
-                                   field="--candidates", hint="drop --candidates or --rpc")
+            raise DivimlInputError(
+                "--candidates times plans on this machine, not across RPC servers",
+                field="--candidates",
+                hint="drop --candidates or --rpc",
+            )
         return _run_rpc(args)
     workload = _runnable_workload(args)
     plan, sim, row, problem = _solve(args, workload)
@@ -198,22 +246,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .passes.run import format_run, run_plan
 
     loaded = workload.loaded
-    options = dict(repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight,
-                   database=_tuning_database(args))
+    options = dict(
+        repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight, database=_tuning_database(args)
+    )
     if not args.candidates:
         measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, **options)
-        return _report_run(args, row, measured, format_run(measured, args.rtol), built,
-                           f"build exported to {args.export} (+ .placement.json)")
+        return _report_run(
+            args,
+            row,
+            measured,
+            format_run(measured, args.rtol),
+            built,
+            f"build exported to {args.export} (+ .placement.json)",
+        )
     from .candidates import format_selection
     from .passes.run import run_candidates
 
-    selection, measured, built = run_candidates(loaded.built, loaded.extraction, problem, plan, args.candidates,
-                                                rtol=args.rtol, **options)
+    selection, measured, built = run_candidates(
+        loaded.built, loaded.extraction, problem, plan, args.candidates, rtol=args.rtol, **options
+    )
     row["candidates"] = selection.to_json()
     row["kept_assignment"] = selection.winner.plan.assignment
     report = f"{format_selection(selection)}\n\nthe kept plan, run:\n{format_run(measured, args.rtol)}"
-    return _report_run(args, row, measured, report, built,
-                       f"the kept plan's build exported to {args.export} (+ .placement.json)")
+    return _report_run(
+        args, row, measured, report, built, f"the kept plan's build exported to {args.export} (+ .placement.json)"
+    )
 
 
 def _report_run(args: argparse.Namespace, row: dict, measured, report: str, built, exported: str) -> int:
@@ -256,33 +313,56 @@ def _run_rpc(args: argparse.Namespace) -> int:
         print(format_row(row, problem.platform.device_names))
         print()
         loaded = workload.loaded
-        measured, built = run_plan_rpc(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, remotes,
-                                       predicted_busy_s=sim.device_busy_s, repeats=args.repeats,
-                                       stream_inputs=args.inputs, in_flight=args.in_flight,
-                                       timeout_s=args.rpc_timeout, database=_tuning_database(args), driver_hops=hops)
-    return _report_run(args, row, measured, format_rpc_run(measured, args.rtol), built,
-                       f"builds exported to {args.export}/ (one .so per server, + servers.json)")
+        measured, built = run_plan_rpc(
+            loaded.built,
+            loaded.extraction,
+            problem.platform,
+            plan,
+            sim.value_s,
+            remotes,
+            predicted_busy_s=sim.device_busy_s,
+            repeats=args.repeats,
+            stream_inputs=args.inputs,
+            in_flight=args.in_flight,
+            timeout_s=args.rpc_timeout,
+            database=_tuning_database(args),
+            driver_hops=hops,
+        )
+    return _report_run(
+        args,
+        row,
+        measured,
+        format_rpc_run(measured, args.rtol),
+        built,
+        f"builds exported to {args.export}/ (one .so per server, + servers.json)",
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on built-in inputs; it grows as the project does (never canned output)."""
     model = "inception_v3"
-    print(f"tvm-diviml demo: {model} (the zoo's Inception-v3, many parallel branches) is built with TVM Relax,\n"
-          "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
-          "with roofline costs: for latency by DiviML's splitting heuristic (exact solves of small modules),\n"
-          "for throughput (a stream of inputs) by the exact MILP, and as a 3-stage pipeline by SliceGraph\n"
-          "(a genetic search over topological orders, each cut into stages by an exact DP). Then an LLM is\n"
-          "placed across four servers, and a model is planned, built and run for real on this machine (cpu2).\n")
+    print(
+        f"tvm-diviml demo: {model} (the zoo's Inception-v3, many parallel branches) is built with TVM Relax,\n"
+        "its fused kernels are extracted, and it is placed on paper-node (a CPU and two different GPUs)\n"
+        "with roofline costs: for latency by DiviML's splitting heuristic (exact solves of small modules),\n"
+        "for throughput (a stream of inputs) by the exact MILP, and as a 3-stage pipeline by SliceGraph\n"
+        "(a genetic search over topological orders, each cut into stages by an exact DP). Then an LLM is\n"
+        "placed across four servers, and a model is planned, built and run for real on this machine (cpu2).\n"
+    )
     workload = load_workload(model, "paper-node", "roofline")
     graph = workload.graph
     width, _ = graph.widest_antichain()
-    print(f"extracted {len(graph)} kernels ({sum(k.flops for k in graph.kernels.values()) / 1e9:.2f} GFLOP, "
-          f"widest antichain {width}) in {workload.loaded.extract_s:.2f} s\n")
+    print(
+        f"extracted {len(graph)} kernels ({sum(k.flops for k in graph.kernels.values()) / 1e9:.2f} GFLOP, "
+        f"widest antichain {width}) in {workload.loaded.extract_s:.2f} s\n"
+    )
     for objective in OBJECTIVES:
-        problem = Problem(graph, workload.platform, workload.costs, objective=objective,
-                          stages=len(workload.platform.devices))
-        plan, sim, row = solve_and_report(problem, "auto", workload.model, workload.cost_source, time_limit_s=60,
-                                          bound_time_limit_s=10)
+        problem = Problem(
+            graph, workload.platform, workload.costs, objective=objective, stages=len(workload.platform.devices)
+        )
+        plan, sim, row = solve_and_report(
+            problem, "auto", workload.model, workload.cost_source, time_limit_s=60, bound_time_limit_s=10
+        )
         print(f"== {objective} ==")
         print(format_row(row, workload.platform.device_names))
         if objective == "latency" and args.gantt:
@@ -292,9 +372,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"schedule drawn to {args.gantt}")
         print()
     cpu = workload.platform.device("cpu")
-    print(f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
-          f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
-          "kernels unscheduled.\n")
+    print(
+        f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
+        f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
+        "kernels unscheduled.\n"
+    )
     _demo_servers(DEMO_LLM, DEMO_SERVERS)
     _demo_run(DEMO_RUN_MODEL)
     return 0
@@ -305,10 +387,12 @@ DEMO_LLM, DEMO_SERVERS = "llama:layers=24", "servers:4xpaper-node"
 
 def _demo_servers(model: str, platform: str) -> None:
     """The demo's LLM part: a 24-layer decoder on four servers, placed by the symmetric solver."""
-    print(f"== {model} on {platform} ==\nA LLaMA-style decoder of 24 identical layers is placed on four servers "
-          "(each a CPU and two GPUs, joined by a 100 Gb/s network) for throughput: the symmetric solver places "
-          "one group of layers per server kind once and decides how many layers each server takes; the bound "
-          "is the whole problem's.\n")
+    print(
+        f"== {model} on {platform} ==\nA LLaMA-style decoder of 24 identical layers is placed on four servers "
+        "(each a CPU and two GPUs, joined by a 100 Gb/s network) for throughput: the symmetric solver places "
+        "one group of layers per server kind once and decides how many layers each server takes; the bound "
+        "is the whole problem's.\n"
+    )
     workload = load_workload(model, platform, "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
     _, _, row = solve_and_report(problem, "auto", workload.model, workload.cost_source, time_limit_s=60)
@@ -323,10 +407,12 @@ def _demo_run(model: str) -> None:
     """The demo's second half: plan with measured costs, build and run for real on cpu2."""
     from .passes.run import format_run, run_plan
 
-    print(f"== built and run on cpu2 ==\n{model} (two parallel branches of dense layers) is planned on cpu2, "
-          "this machine's CPU as two single-thread devices, with kernel costs measured here; the plan is built "
-          "into one heterogeneous executable and run by the concurrent executor (one worker thread per device), "
-          "checked against the single-device build, and timed against each single-device configuration.\n")
+    print(
+        f"== built and run on cpu2 ==\n{model} (two parallel branches of dense layers) is planned on cpu2, "
+        "this machine's CPU as two single-thread devices, with kernel costs measured here; the plan is built "
+        "into one heterogeneous executable and run by the concurrent executor (one worker thread per device), "
+        "checked against the single-device build, and timed against each single-device configuration.\n"
+    )
     workload = load_workload(model, "cpu2", "measured")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="latency")
     plan, sim, row = solve_and_report(problem, "auto", model, "measured", time_limit_s=30)
@@ -338,37 +424,61 @@ def _demo_run(model: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    workload = load_workload(args.model, args.platform or "cpu2", "measured", shapes=args.shape,
-                             granularity=args.granularity, tune=args.tune, tuning_db=args.tuning_db)
+    workload = load_workload(
+        args.model,
+        args.platform or "cpu2",
+        "measured",
+        shapes=args.shape,
+        granularity=args.granularity,
+        tune=args.tune,
+        tuning_db=args.tuning_db,
+    )
     costs = workload.costs
     rows = []
     for kernel in workload.graph.topo_order:
         for device in workload.platform.device_names:
             seconds = costs.compute_s(kernel, device)
             spread = costs.spread_s(kernel, device)
-            rows.append({"kernel": kernel, "device": device, "median_us": seconds * 1e6,
-                         "spread_us": None if spread is None else spread * 1e6, "source": costs.source(kernel, device)})
+            rows.append(
+                {
+                    "kernel": kernel,
+                    "device": device,
+                    "median_us": seconds * 1e6,
+                    "spread_us": None if spread is None else spread * 1e6,
+                    "source": costs.source(kernel, device),
+                }
+            )
     print(f"{'kernel':<44}{'device':<12}{'median us':>14}{'spread us':>12}  source")
     for row in rows:
         spread = "-" if row["spread_us"] is None else f"{row['spread_us']:.1f}"
         print(f"{row['kernel'][:43]:<44}{row['device']:<12}{row['median_us']:>14.1f}{spread:>12}  {row['source']}")
     _print_roofline_fits(costs)
     for (src, dst), link in costs.links.items():
-        print(f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
-              "(measured)")
+        print(
+            f"link {src} -> {dst}: {format_seconds(link.latency_s)} + bytes / {link.bandwidth_Bps / 1e9:.2f} GB/s "
+            "(measured)"
+        )
     overheads = costs.executor_overheads
     if len(costs.platform.devices) - len(costs.absent) > 1:
-        print(f"the concurrent executor adds {format_seconds(overheads.run_s)} per inference, "
-              f"{format_seconds(overheads.segment_s)} per segment call and {format_seconds(overheads.handoff_s)} "
-              "per tensor handed to another device's worker (in the links' latency above)")
-        print(f"a CPU kernel takes {overheads.corun_factor:.2f}x as long while another CPU device's worker computes "
-              "(each worker pinned to cores of its own)")
+        print(
+            f"the concurrent executor adds {format_seconds(overheads.run_s)} per inference, "
+            f"{format_seconds(overheads.segment_s)} per segment call and {format_seconds(overheads.handoff_s)} "
+            "per tensor handed to another device's worker (in the links' latency above)"
+        )
+        print(
+            f"a CPU kernel takes {overheads.corun_factor:.2f}x as long while another CPU device's worker computes "
+            "(each worker pinned to cores of its own)"
+        )
     for device, seconds in costs.in_context_s.items():
-        print(f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
-              "(from the whole model's run)")
+        print(
+            f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
+            "(from the whole model's run)"
+        )
     if costs.in_context_s:
-        print(f"a timing of the whole model strays by {100 * costs.prediction_error:.1f}% (half its interquartile "
-              "range): --solver auto splits the model only for a predicted gain beyond that")
+        print(
+            f"a timing of the whole model strays by {100 * costs.prediction_error:.1f}% (half its interquartile "
+            "range): --solver auto splits the model only for a predicted gain beyond that"
+        )
     print(f"\n{costs.measured_now} kernels timed now, the rest from the cache ({costs.cache.path})")
     if costs.absent:
         print(f"estimated by the roofline (not present here): {', '.join(costs.absent)}")
@@ -391,9 +501,11 @@ def _print_roofline_fits(costs) -> None:
         except ValueError as error:
             print(f"roofline fit for {device}: not possible ({error})")
             continue
-        print(f"roofline fit for {device}: {fit.peak_flops / 1e9:.2f} GFLOP/s, {fit.bandwidth_Bps / 1e9:.2f} GB/s, "
-              f"{fit.overhead_s * 1e6:.1f} us per kernel; error per kernel: median {100 * fit.median_rel_error:.0f}%, "
-              f"90th percentile {100 * fit.p90_rel_error:.0f}%")
+        print(
+            f"roofline fit for {device}: {fit.peak_flops / 1e9:.2f} GFLOP/s, {fit.bandwidth_Bps / 1e9:.2f} GB/s, "
+            f"{fit.overhead_s * 1e6:.1f} us per kernel; error per kernel: median {100 * fit.median_rel_error:.0f}%, "
+            f"90th percentile {100 * fit.p90_rel_error:.0f}%"
+        )
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -419,8 +531,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     refused = [flag for flag in given if flag not in taken]
     if refused:
         takers = [taker.name for taker, _ in offers[refused[0]]]
-        raise DivimlInputError(f"suite '{suite.name}' takes no {' or '.join(refused)}", field="--suite",
-                               hint=f"drop the option; {refused[0]} applies to suite {' or '.join(takers)}")
+        raise DivimlInputError(
+            f"suite '{suite.name}' takes no {' or '.join(refused)}",
+            field="--suite",
+            hint=f"drop the option; {refused[0]} applies to suite {' or '.join(takers)}",
+        )
     rows = []
     for row in suite.run(**{taken[flag].name: value for flag, value in given.items()}):
         rows.append(row)
@@ -434,15 +549,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="diviml", description="Place a model's kernels across heterogeneous "
-                                     "devices, with lower bounds that say how close to optimal the placement is.")
+    parser = argparse.ArgumentParser(
+        prog="diviml",
+        description="Place a model's kernels across heterogeneous "
+        "devices, with lower bounds that say how close to optimal the placement is.",
+    )
     parser.add_argument("--version", action="version", version=f"tvm-diviml {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="the main job on built-in defaults")
-    demo.add_argument("--gantt", metavar="PATH", default="demo_schedule.png",
-                      help="where to draw the latency schedule (default demo_schedule.png; '' for none)")
+    demo.add_argument(
+        "--gantt",
+        metavar="PATH",
+        default="demo_schedule.png",
+        help="where to draw the latency schedule (default demo_schedule.png; '' for none)",
+    )
     demo.set_defaults(run=cmd_demo)
 
     platforms = commands.add_parser("platforms", help="list the platform presets")
@@ -465,8 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
     _tuning_arguments(profile)
     profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
-    profile.add_argument("--export", metavar="PATH", help="write all costs (kernels and links) as a cost table "
-                         "that --cost PATH reads")
+    profile.add_argument(
+        "--export", metavar="PATH", help="write all costs (kernels and links) as a cost table that --cost PATH reads"
+    )
     profile.set_defaults(run=cmd_profile)
 
     cache = commands.add_parser("cache", help="the persistent profile cache: info, or clear it")
@@ -480,15 +603,29 @@ def build_parser() -> argparse.ArgumentParser:
 def _plan_parser(commands) -> None:
     plan = commands.add_parser("plan", help="place a model's kernels and report value, bound and gap")
     _model_arguments(plan)
-    _problem_arguments(plan, platform=None, platform_help=f"a preset ({', '.join(preset_names())}) or a platform "
-                       ".json (default paper-node; msr-fiddle files bring their own)",
-                       objective=None, objective_help="default latency; throughput (their max-load problem) for "
-                       "msr-fiddle files", time_limit=60.0, bound_time_limit=10.0)
-    plan.add_argument("--batch-split", type=_positive_int, default=1, metavar="R",
-                      help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
-                      "of B as sub-batch copies placed together; the best plan wins, the bound is the minimum")
-    plan.add_argument("--cost", help="roofline (default), measured (time the kernels with TVM on the devices "
-                      "present, roofline for the rest), or a cost table .json (msr-fiddle files bring their own)")
+    _problem_arguments(
+        plan,
+        platform=None,
+        platform_help=f"a preset ({', '.join(preset_names())}) or a platform "
+        ".json (default paper-node; msr-fiddle files bring their own)",
+        objective=None,
+        objective_help="default latency; throughput (their max-load problem) for msr-fiddle files",
+        time_limit=60.0,
+        bound_time_limit=10.0,
+    )
+    plan.add_argument(
+        "--batch-split",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
+        "of B as sub-batch copies placed together; the best plan wins, the bound is the minimum",
+    )
+    plan.add_argument(
+        "--cost",
+        help="roofline (default), measured (time the kernels with TVM on the devices "
+        "present, roofline for the rest), or a cost table .json (msr-fiddle files bring their own)",
+    )
     _tuning_arguments(plan)
     plan.add_argument("--json", metavar="PATH", help="write the plan row as JSON to PATH, or - for stdout")
     plan.add_argument("--gantt", metavar="PATH", help="draw the plan's schedule (or its loads) as a PNG to PATH")
@@ -498,32 +635,70 @@ def _plan_parser(commands) -> None:
 def _run_parser(commands) -> None:
     run = commands.add_parser("run", help="plan, build and execute on this machine's devices; measured vs predicted")
     _model_arguments(run)
-    _problem_arguments(run, platform="cpu2", platform_help="a preset or platform .json whose devices this machine "
-                       "has (default cpu2: this CPU as two single-thread devices)",
-                       objective="latency", objective_help="default latency", time_limit=30.0, bound_time_limit=0.0)
-    run.add_argument("--cost", default="measured", help="measured (default: time the kernels here), roofline, "
-                     "or a cost table .json")
+    _problem_arguments(
+        run,
+        platform="cpu2",
+        platform_help="a preset or platform .json whose devices this machine "
+        "has (default cpu2: this CPU as two single-thread devices)",
+        objective="latency",
+        objective_help="default latency",
+        time_limit=30.0,
+        bound_time_limit=0.0,
+    )
+    run.add_argument(
+        "--cost", default="measured", help="measured (default: time the kernels here), roofline, or a cost table .json"
+    )
     run.add_argument("--tuning-db", metavar="DIR", help="build and price with an existing MetaSchedule database")
-    run.add_argument("--repeats", type=_positive_int, default=10,
-                     help="timed inferences (latency; default 10, more until they took 0.25 s)")
-    run.add_argument("--inputs", type=_at_least_two, default=16,
-                     help="inputs streamed (throughput and pipeline; default 16; the period is timed from "
-                          "the first output to the last)")
-    run.add_argument("--in-flight", type=_positive_int, metavar="N",
-                     help="inputs in flight when streaming (default: two per device)")
-    run.add_argument("--candidates", type=_positive_int, metavar="N",
-                     help="build and time the N best distinct plans by prediction, the best single-device plan "
-                     "and every single-device configuration (the whole CPU too); keep the fastest measured")
-    run.add_argument("--rtol", type=_tolerance, default=1e-4,
-                     help="largest difference from the single-device build, relative to its largest output "
-                     "magnitude, that counts as equal (default 1e-4); exit status 1 beyond it")
-    run.add_argument("--rpc", metavar="HOST:PORT,...", help="run over TVM RPC: one server address per server of "
-                     "the platform (e.g. --platform servers:2xcpu1), in order, or 'local' to start them on the "
-                     "loopback; a server is `python -m tvm_diviml.runtime.rpc_servers --host H --port P`")
-    run.add_argument("--rpc-timeout", type=_positive_float, default=60.0, metavar="S",
-                     help="with --rpc: seconds without progress before a server counts as hung (default 60)")
-    run.add_argument("--export", metavar="PATH", help="also export the build (a .so, with PATH.placement.json; "
-                     "with --rpc, a folder of one .so per server and servers.json)")
+    run.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=10,
+        help="timed inferences (latency; default 10, more until they took 0.25 s)",
+    )
+    run.add_argument(
+        "--inputs",
+        type=_at_least_two,
+        default=16,
+        help="inputs streamed (throughput and pipeline; default 16; the period is timed from "
+        "the first output to the last)",
+    )
+    run.add_argument(
+        "--in-flight", type=_positive_int, metavar="N", help="inputs in flight when streaming (default: two per device)"
+    )
+    run.add_argument(
+        "--candidates",
+        type=_positive_int,
+        metavar="N",
+        help="build and time the N best distinct plans by prediction, the best single-device plan "
+        "and every single-device configuration (the whole CPU too); keep the fastest measured",
+    )
+    run.add_argument(
+        "--rtol",
+        type=_tolerance,
+        default=1e-4,
+        help="largest difference from the single-device build, relative to its largest output "
+        "magnitude, that counts as equal (default 1e-4); exit status 1 beyond it",
+    )
+    run.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="run over TVM RPC: one server address per server of "
+        "the platform (e.g. --platform servers:2xcpu1), in order, or 'local' to start them on the "
+        "loopback; a server is `python -m tvm_diviml.runtime.rpc_servers --host H --port P`",
+    )
+    run.add_argument(
+        "--rpc-timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="S",
+        help="with --rpc: seconds without progress before a server counts as hung (default 60)",
+    )
+    run.add_argument(
+        "--export",
+        metavar="PATH",
+        help="also export the build (a .so, with PATH.placement.json; "
+        "with --rpc, a folder of one .so per server and servers.json)",
+    )
     run.add_argument("--json", metavar="PATH", help="write the plan row with its 'run' measurements as JSON")
     run.set_defaults(run=cmd_run)
 
@@ -534,22 +709,36 @@ def _bench_parser(commands) -> None:
     from .bench import SUITES, offers_by_flag
 
     listing = "\n".join(f"  {name:<11} {suite.description}" for name, suite in SUITES.items())
-    bench = commands.add_parser("bench", help="run a benchmark suite and print (or write) its rows",
-                                epilog=f"suites:\n{listing}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("--suite", choices=sorted(SUITES), default="simulator", help="the suite to run (default "
-                       "simulator; see the list below)")
+    bench = commands.add_parser(
+        "bench",
+        help="run a benchmark suite and print (or write) its rows",
+        epilog=f"suites:\n{listing}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument(
+        "--suite",
+        choices=sorted(SUITES),
+        default="simulator",
+        help="the suite to run (default simulator; see the list below)",
+    )
     bench.add_argument("--json", metavar="PATH", help="write the rows as a JSON list")
     bench.add_argument("--markdown", metavar="PATH", help="write the rows as a Markdown table")
     for flag, offers in offers_by_flag(SUITES.values()).items():
         option = offers[0][1]
         takers = ", ".join(suite.name for suite, _ in offers)
         if option.type is bool:
-            bench.add_argument(flag, dest=_flag_dest(flag), action="store_true", default=None,
-                               help=f"{option.help} (suites {takers})")
+            bench.add_argument(
+                flag, dest=_flag_dest(flag), action="store_true", default=None, help=f"{option.help} (suites {takers})"
+            )
             continue
         defaults = ", ".join(f"{suite.name} {taken.default:g}" for suite, taken in offers)
-        bench.add_argument(flag, dest=_flag_dest(flag), type=_bench_flag_type(option.type), metavar=option.metavar,
-                           help=f"{option.help} (default per suite: {defaults})")
+        bench.add_argument(
+            flag,
+            dest=_flag_dest(flag),
+            type=_bench_flag_type(option.type),
+            metavar=option.metavar,
+            help=f"{option.help} (default per suite: {defaults})",
+        )
     bench.set_defaults(run=cmd_bench)
 
 
@@ -565,37 +754,76 @@ def _flag_dest(flag: str) -> str:
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL",
-                        help="a zoo model with options (resnet18:resolution=64; see `diviml models`), an .onnx "
-                        "file, a .pt2 program (torch.export.save), an OpGraph .json, an msr-fiddle .json, or a generator "
-                        f"({', '.join(GENERATORS)}) with options")
-    parser.add_argument("--shape", action="append", type=_shape_binding, metavar="NAME=VALUE",
-                        help="bind a symbolic dimension of an imported model (repeatable)")
-    parser.add_argument("--granularity", choices=["fused", "operator"], default="fused",
-                        help="one node per fused kernel (default) or per operator")
+    parser.add_argument(
+        "model",
+        metavar="MODEL",
+        help="a zoo model with options (resnet18:resolution=64; see `diviml models`), an .onnx "
+        "file, a .pt2 program (torch.export.save), an OpGraph .json, an msr-fiddle .json, or a generator "
+        f"({', '.join(GENERATORS)}) with options",
+    )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        type=_shape_binding,
+        metavar="NAME=VALUE",
+        help="bind a symbolic dimension of an imported model (repeatable)",
+    )
+    parser.add_argument(
+        "--granularity",
+        choices=["fused", "operator"],
+        default="fused",
+        help="one node per fused kernel (default) or per operator",
+    )
 
 
-def _problem_arguments(parser: argparse.ArgumentParser, *, platform: str | None, platform_help: str,
-                       objective: str | None, objective_help: str, time_limit: float, bound_time_limit: float) -> None:
+def _problem_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    platform: str | None,
+    platform_help: str,
+    objective: str | None,
+    objective_help: str,
+    time_limit: float,
+    bound_time_limit: float,
+) -> None:
     """The flags ``plan`` and ``run`` share: where, what for, and how the placement is solved (their
     defaults differ: ``run`` plans for this machine and spends less time on solving)."""
     parser.add_argument("--platform", default=platform, help=platform_help)
     parser.add_argument("--objective", choices=OBJECTIVES, default=objective, help=objective_help)
     parser.add_argument("--stages", type=_positive_int, help="pipeline: the most stages (default: one per device)")
-    parser.add_argument("--solver", choices=["auto", *sorted(SOLVERS)], default="auto",
-                        help="default auto: symmetric on several servers (latency, throughput), else split for "
-                        "latency, milp for throughput, slicegraph for pipelines, downsets for msr-fiddle files")
-    parser.add_argument("--time-limit", type=_positive_float, default=time_limit, metavar="S",
-                        help=f"solver time limit in seconds (default {time_limit:g})")
-    parser.add_argument("--bound-time-limit", type=_non_negative_float, default=bound_time_limit, metavar="S",
-                        help=f"pipelines: seconds for the MIP lower bounds (default {bound_time_limit:g}; 0: "
-                        "combinatorial bounds only)")
+    parser.add_argument(
+        "--solver",
+        choices=["auto", *sorted(SOLVERS)],
+        default="auto",
+        help="default auto: symmetric on several servers (latency, throughput), else split for "
+        "latency, milp for throughput, slicegraph for pipelines, downsets for msr-fiddle files",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=time_limit,
+        metavar="S",
+        help=f"solver time limit in seconds (default {time_limit:g})",
+    )
+    parser.add_argument(
+        "--bound-time-limit",
+        type=_non_negative_float,
+        default=bound_time_limit,
+        metavar="S",
+        help=f"pipelines: seconds for the MIP lower bounds (default {bound_time_limit:g}; 0: "
+        "combinatorial bounds only)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 
 
 def _tuning_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tune", type=_positive_int, default=0, metavar="TRIALS",
-                        help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring")
+    parser.add_argument(
+        "--tune",
+        type=_positive_int,
+        default=0,
+        metavar="TRIALS",
+        help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring",
+    )
     parser.add_argument("--tuning-db", metavar="DIR", help="apply an existing MetaSchedule database (its work_dir)")
 
 
@@ -650,8 +878,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "shape", None) is not None:
         args.shape = dict(args.shape)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     # SIGTERM unwinds like Ctrl-C, so that subprocesses (CP-SAT, RPC servers) are stopped on the way out
     signal.signal(signal.SIGTERM, _terminated)
     try:
@@ -662,7 +891,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"diviml: error: {error}", file=sys.stderr)
         return 2
-    except ServerFailure as error:        # the other servers were released on the way out
+    except ServerFailure as error:  # the other servers were released on the way out
         if args.debug:
             raise
         print(f"diviml: error: {error}", file=sys.stderr)
@@ -670,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("diviml: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:               # output piped into head or a closed pager: not an error
+    except BrokenPipeError:  # output piped into head or a closed pager: not an error
         sys.stdout = open(os.devnull, "w")
         return 0
 

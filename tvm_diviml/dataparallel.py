@@ -14,6 +14,7 @@ minimum.
 The splitting itself is TVM-free; ``split_workload`` and ``plan_with_batch_splits`` reach TVM only
 through ``load_workload``, to build the zoo model at the sub-batch size.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,15 +29,15 @@ from .errors import DivimlInputError
 from .graph import Edge, GraphInput, Kernel, OpGraph
 from .modelspec import format_model_spec, parse_model_spec
 from .plan import Plan
-from .tolerances import meets
 from .report import format_seconds, solve_and_report
 from .simulator import Simulation
 from .solvers import Problem
+from .tolerances import meets
 from .workload import GENERATORS, Workload, load_workload
 
 log = logging.getLogger(__name__)
 
-COPY_ATTR = "batch_copy"          # kernel attribute: which sub-batch copy the kernel belongs to
+COPY_ATTR = "batch_copy"  # kernel attribute: which sub-batch copy the kernel belongs to
 
 
 def copy_name(index: int, name: str) -> str:
@@ -63,16 +64,33 @@ def replicate(graph: OpGraph, copies: int) -> OpGraph:
     kernels, edges, inputs, outputs = [], [], [], []
     for index in range(copies):
         for kernel in graph.kernels.values():
-            kernels.append(Kernel(copy_name(index, kernel.name), kernel.flops, kernel.bytes_moved,
-                                  kernel.output_bytes, kernel.weights, kernel.allowed_devices,
-                                  None if kernel.colocate is None else copy_name(index, kernel.colocate),
-                                  {**kernel.attrs, COPY_ATTR: index}))
+            kernels.append(
+                Kernel(
+                    copy_name(index, kernel.name),
+                    kernel.flops,
+                    kernel.bytes_moved,
+                    kernel.output_bytes,
+                    kernel.weights,
+                    kernel.allowed_devices,
+                    None if kernel.colocate is None else copy_name(index, kernel.colocate),
+                    {**kernel.attrs, COPY_ATTR: index},
+                )
+            )
         edges += [Edge(copy_name(index, e.src), copy_name(index, e.dst), e.bytes) for e in graph.edges]
-        inputs += [GraphInput(copy_name(index, i.name), i.bytes, tuple(copy_name(index, c) for c in i.consumers))
-                   for i in graph.inputs]
+        inputs += [
+            GraphInput(copy_name(index, i.name), i.bytes, tuple(copy_name(index, c) for c in i.consumers))
+            for i in graph.inputs
+        ]
         outputs += [copy_name(index, o) for o in graph.outputs]
-    return OpGraph(kernels, edges, inputs=inputs, outputs=outputs, weights=graph.weights,
-                   name=f"{graph.name} x{copies}", attrs={**graph.attrs, "batch_split": copies})
+    return OpGraph(
+        kernels,
+        edges,
+        inputs=inputs,
+        outputs=outputs,
+        weights=graph.weights,
+        name=f"{graph.name} x{copies}",
+        attrs={**graph.attrs, "batch_split": copies},
+    )
 
 
 class ReplicatedCosts(CostModel):
@@ -112,34 +130,43 @@ def sub_batch_spec(model_spec: str, copies: int, cost: str | None = None) -> tup
     name, options = parse_model_spec(model_spec)
     is_file = model_spec.endswith((".json", ".onnx")) or os.path.sep in model_spec
     if is_file or name in GENERATORS:
-        raise DivimlInputError(f"batch split needs a zoo model; '{model_spec}' has no batch dimension",
-                               field="--batch-split", hint="use a zoo model with MODEL:batch=B, e.g. "
-                               "resnet18:batch=4; `diviml models` lists them")
+        raise DivimlInputError(
+            f"batch split needs a zoo model; '{model_spec}' has no batch dimension",
+            field="--batch-split",
+            hint="use a zoo model with MODEL:batch=B, e.g. resnet18:batch=4; `diviml models` lists them",
+        )
     if copies > 1 and cost not in (None, "roofline", "measured"):
-        raise DivimlInputError("a cost table prices one batch size, not the sub-batch of a split",
-                               field="--cost", hint="use --cost roofline or --cost measured with --batch-split")
-    from .zoo import ZOO, zoo_names       # imports TVM: only for zoo models
+        raise DivimlInputError(
+            "a cost table prices one batch size, not the sub-batch of a split",
+            field="--cost",
+            hint="use --cost roofline or --cost measured with --batch-split",
+        )
+    from .zoo import ZOO, zoo_names  # imports TVM: only for zoo models
+
     if name not in zoo_names():
-        raise DivimlInputError(f"unknown model '{name}'", field="MODEL",
-                               hint=f"zoo models: {', '.join(zoo_names())}")
+        raise DivimlInputError(f"unknown model '{name}'", field="MODEL", hint=f"zoo models: {', '.join(zoo_names())}")
     defaults = ZOO[name].defaults()
     if "batch" not in defaults:
         raise DivimlInputError(f"zoo model '{name}' has no batch option", field="--batch-split")
     batch = options.get("batch", defaults["batch"])
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise DivimlInputError(f"batch must be a positive integer, got {batch!r}", field="MODEL",
-                               hint=f"e.g. {name}:batch=4")
+        raise DivimlInputError(
+            f"batch must be a positive integer, got {batch!r}", field="MODEL", hint=f"e.g. {name}:batch=4"
+        )
     if not isinstance(copies, int) or copies < 1 or batch % copies:
-        raise DivimlInputError(f"a batch of {batch} cannot be split into {copies} equal sub-batches",
-                               field="--batch-split",
-                               hint=f"for batch {batch} use one of {', '.join(map(str, divisors(batch)))}; "
-                               f"or give a larger batch with {name}:batch=B")
+        raise DivimlInputError(
+            f"a batch of {batch} cannot be split into {copies} equal sub-batches",
+            field="--batch-split",
+            hint=f"for batch {batch} use one of {', '.join(map(str, divisors(batch)))}; "
+            f"or give a larger batch with {name}:batch=B",
+        )
     options["batch"] = batch // copies
     return format_model_spec(name, options), batch
 
 
-def split_workload(model_spec: str, platform: str | None, cost: str | None, copies: int,
-                   **load_options: Any) -> Workload:
+def split_workload(
+    model_spec: str, platform: str | None, cost: str | None, copies: int, **load_options: Any
+) -> Workload:
     """The zoo model of ``model_spec`` (batch B) as ``copies`` copies at batch B / ``copies``.
 
     The sub-batch model is loaded like any MODEL (so roofline and measured costs are those of the
@@ -147,9 +174,15 @@ def split_workload(model_spec: str, platform: str | None, cost: str | None, copi
     """
     spec, batch = sub_batch_spec(model_spec, copies, cost)
     sub = load_workload(spec, platform, cost, **load_options)
-    return Workload(replicate(sub.graph, copies), sub.platform, ReplicatedCosts(sub.costs, copies),
-                    f"{model_spec} as {copies} copies of batch {batch // copies}", sub.cost_source,
-                    sub.default_objective, sub.loaded)
+    return Workload(
+        replicate(sub.graph, copies),
+        sub.platform,
+        ReplicatedCosts(sub.costs, copies),
+        f"{model_spec} as {copies} copies of batch {batch // copies}",
+        sub.cost_source,
+        sub.default_objective,
+        sub.loaded,
+    )
 
 
 # ---------------------------------------------------------------------- solve every split, keep the best
@@ -162,9 +195,15 @@ def copy_devices(plan: Plan) -> dict[int, list[str]]:
     return {index: sorted(devices) for index, devices in sorted(used.items())}
 
 
-def solve_batch_splits(workloads: dict[int, Workload], solver: str, objective: str | None = None, *,
-                       stages: int | None = None, time_limit_s: float = 60.0, seed: int = 0
-                       ) -> tuple[Plan, Simulation, dict, Problem]:
+def solve_batch_splits(
+    workloads: dict[int, Workload],
+    solver: str,
+    objective: str | None = None,
+    *,
+    stages: int | None = None,
+    time_limit_s: float = 60.0,
+    seed: int = 0,
+) -> tuple[Plan, Simulation, dict, Problem]:
     """Solve each split (``workloads``: R -> the R-copy workload, R = 1 the model as given) and
     return the best plan's (plan, simulation, row, problem).
 
@@ -180,24 +219,44 @@ def solve_batch_splits(workloads: dict[int, Workload], solver: str, objective: s
     failures: dict[int, DivimlInputError] = {}
     for copies, workload in sorted(workloads.items()):
         chosen_objective = objective or workload.default_objective
-        problem = Problem(workload.graph, workload.platform, workload.costs, objective=chosen_objective,
-                          stages=stages or (len(workload.platform.devices) if chosen_objective == "pipeline" else None))
+        problem = Problem(
+            workload.graph,
+            workload.platform,
+            workload.costs,
+            objective=chosen_objective,
+            stages=stages or (len(workload.platform.devices) if chosen_objective == "pipeline" else None),
+        )
         began = time.perf_counter()
         try:
-            plan, sim, row = solve_and_report(problem, solver, workload.model, workload.cost_source,
-                                              time_limit_s=time_limit_s, seed=seed)
+            plan, sim, row = solve_and_report(
+                problem, solver, workload.model, workload.cost_source, time_limit_s=time_limit_s, seed=seed
+            )
         except DivimlInputError as error:
             failures[copies] = error
-            tried[copies] = {"value_s": None, "lower_bound_s": lower_bound(problem),
-                             "kernels": len(problem.graph), "error": str(error)}
+            tried[copies] = {
+                "value_s": None,
+                "lower_bound_s": lower_bound(problem),
+                "kernels": len(problem.graph),
+                "error": str(error),
+            }
             log.warning("batch split %d: no plan (%s)", copies, error)
             continue
         plan.batch_split = copies
         solved[copies] = (plan, sim, row, problem)
-        tried[copies] = {"value_s": sim.value_s if sim.feasible else None, "lower_bound_s": row["lower_bound_s"],
-                         "lower_bound_parts": row["lower_bound_parts"], "kernels": len(problem.graph)}
-        log.info("batch split %d: %d kernels, value %s, bound %s, solved in %.2f s", copies, len(problem.graph),
-                 format_seconds(sim.value_s), format_seconds(row["lower_bound_s"]), time.perf_counter() - began)
+        tried[copies] = {
+            "value_s": sim.value_s if sim.feasible else None,
+            "lower_bound_s": row["lower_bound_s"],
+            "lower_bound_parts": row["lower_bound_parts"],
+            "kernels": len(problem.graph),
+        }
+        log.info(
+            "batch split %d: %d kernels, value %s, bound %s, solved in %.2f s",
+            copies,
+            len(problem.graph),
+            format_seconds(sim.value_s),
+            format_seconds(row["lower_bound_s"]),
+            time.perf_counter() - began,
+        )
     if not solved:
         raise failures[1]
     best = min(solved, key=lambda r: (not solved[r][1].feasible, solved[r][1].value_s, r))
@@ -206,28 +265,39 @@ def solve_batch_splits(workloads: dict[int, Workload], solver: str, objective: s
     value = sim.value_s
     baselines = solved[1][2]["baselines"] if 1 in solved else row["baselines"]
     best_single = baselines.get("fastest_single_device")
-    row.update({
-        "lower_bound_s": bound,
-        "lower_bound_parts": {"min_over_batch_splits": bound},
-        "gap": value / bound - 1.0 if bound > 0 and math.isfinite(value) else None,
-        "optimal": math.isfinite(value) and meets(value, bound),
-        "baselines": baselines,
-        "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
-        "batch_split": best,
-        "batch_splits_tried": tried,
-        "copies": copy_devices(plan),
-    })
+    row.update(
+        {
+            "lower_bound_s": bound,
+            "lower_bound_parts": {"min_over_batch_splits": bound},
+            "gap": value / bound - 1.0 if bound > 0 and math.isfinite(value) else None,
+            "optimal": math.isfinite(value) and meets(value, bound),
+            "baselines": baselines,
+            "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
+            "batch_split": best,
+            "batch_splits_tried": tried,
+            "copies": copy_devices(plan),
+        }
+    )
     plan.lower_bound_s, plan.optimal = bound, row["optimal"]
     return plan, sim, row, problem
 
 
-def plan_with_batch_splits(model_spec: str, platform: str | None = None, cost: str | None = None,
-                           max_split: int = 1, solver: str = "fastest_single_device", objective: str | None = None,
-                           time_limit_s: float = 60.0, seed: int = 0, *, stages: int | None = None,
-                           **load_options: Any) -> tuple[Plan, Simulation, dict, Problem]:
+def plan_with_batch_splits(
+    model_spec: str,
+    platform: str | None = None,
+    cost: str | None = None,
+    max_split: int = 1,
+    solver: str = "fastest_single_device",
+    objective: str | None = None,
+    time_limit_s: float = 60.0,
+    seed: int = 0,
+    *,
+    stages: int | None = None,
+    **load_options: Any,
+) -> tuple[Plan, Simulation, dict, Problem]:
     """Place zoo model ``model_spec`` (batch B) unsplit and as R copies for every divisor R of B up
     to ``max_split`` (which must divide B); return the best plan, its simulation, row and problem."""
-    _, batch = sub_batch_spec(model_spec, max_split, cost)      # fail before loading anything
+    _, batch = sub_batch_spec(model_spec, max_split, cost)  # fail before loading anything
     splits = [r for r in divisors(batch) if r <= max_split]
     log.info("%s: batch %d, trying splits %s", model_spec, batch, splits)
     workloads = {1: load_workload(model_spec, platform, cost, **load_options)}
@@ -241,11 +311,16 @@ def format_batch_splits(row: dict[str, Any]) -> str:
     what = "latency" if row["objective"] == "latency" else "period"
     lines = []
     for copies, entry in sorted(row["batch_splits_tried"].items()):
-        result = (f"{what} {format_seconds(entry['value_s'])}" if entry.get("error") is None
-                  else f"no plan ({entry['error']})")
+        result = (
+            f"{what} {format_seconds(entry['value_s'])}"
+            if entry.get("error") is None
+            else f"no plan ({entry['error']})"
+        )
         chosen = "   <- chosen" if copies == row["batch_split"] else ""
-        lines.append(f"batch split {copies}: {entry['kernels']} kernels, {result}, its own bound "
-                     f"{format_seconds(entry['lower_bound_s'])}{chosen}")
+        lines.append(
+            f"batch split {copies}: {entry['kernels']} kernels, {result}, its own bound "
+            f"{format_seconds(entry['lower_bound_s'])}{chosen}"
+        )
     lines.append("lower bound reported: the minimum over the splits tried (a split's bound holds only for that split)")
     lines += [f"copy {index} ran on {', '.join(devices)}" for index, devices in row["copies"].items()]
     return "\n".join(lines)

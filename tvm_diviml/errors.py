@@ -8,8 +8,7 @@ class DivimlInputError(ValueError):
     where the problem is (``source``, ``field``) and what to do about it (``hint``).
     """
 
-    def __init__(self, message: str, *, source: str | None = None, field: str | None = None,
-                 hint: str | None = None):
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None, hint: str | None = None):
         self.source, self.field, self.hint, self.detail = source, field, hint, message
         parts = []
         if source:

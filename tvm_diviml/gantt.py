@@ -10,6 +10,7 @@ matplotlib is imported inside ``draw_schedule`` (the library imports without it)
 object-oriented API is used (no pyplot): drawing changes no global backend or figure state.
 Each row is one collection however many bars it has, so thousands of kernels draw in seconds.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ from .platform import Platform
 from .report import format_seconds
 from .simulator import Simulation
 
-MAX_LABELLED_KERNELS = 300      # above this, no kernel names: they would be unreadable and slow
+MAX_LABELLED_KERNELS = 300  # above this, no kernel names: they would be unreadable and slow
 LABEL_FONT_PT = 7.0
 FIGURE_WIDTH_IN = 12.0
 ROW_HEIGHT_IN = 0.35
@@ -36,29 +37,39 @@ class Drawing:
     """What was drawn, so that callers and tests can check the content and not only the file."""
 
     mode: str
-    rows: list[str]                                          # row labels, top to bottom
-    bars: dict[str, int] = field(default_factory=dict)       # bars per row
-    busy_s: dict[str, float] = field(default_factory=dict)   # total bar length per row
+    rows: list[str]  # row labels, top to bottom
+    bars: dict[str, int] = field(default_factory=dict)  # bars per row
+    busy_s: dict[str, float] = field(default_factory=dict)  # total bar length per row
     compute_s: dict[str, float] = field(default_factory=dict)  # the compute part of it
-    labels: int = 0                                          # kernel names written on bars
-    arrows: int = 0                                          # producer-to-transfer lines
-    artists: int = 0                                         # artists on the axes: few, whatever the size
+    labels: int = 0  # kernel names written on bars
+    arrows: int = 0  # producer-to-transfer lines
+    artists: int = 0  # artists on the axes: few, whatever the size
 
 
 def link_label(src: str, dst: str) -> str:
     return f"{src} \u2192 {dst}"
 
 
-def draw_schedule(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, sim: Simulation, path: str,
-                  title: str | None = None) -> Drawing:
+def draw_schedule(
+    graph: OpGraph,
+    platform: Platform,
+    costs: CostModel,
+    plan: Plan,
+    sim: Simulation,
+    path: str,
+    title: str | None = None,
+) -> Drawing:
     """Draw ``sim`` (the simulation of ``plan``) to the image file ``path`` (PNG unless its suffix says
     otherwise); return what was drawn. ``title`` replaces the default first title line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     if not math.isfinite(sim.value_s):
-        raise DivimlInputError(f"the plan's {_value_name(sim)} is infinite: there is no schedule to draw",
-                               field="assignment", hint="a kernel sits on a device that cannot run it")
+        raise DivimlInputError(
+            f"the plan's {_value_name(sim)} is infinite: there is no schedule to draw",
+            field="assignment",
+            hint="a kernel sits on a device that cannot run it",
+        )
     heading = title or f"{graph.name} on {platform.name}: {plan.solver or 'plan'} ({sim.mode})"
     figure = Figure(figsize=(FIGURE_WIDTH_IN, 4.0), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
@@ -77,9 +88,10 @@ def draw_schedule(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
     try:
         figure.savefig(path)
     except OSError as error:
-        raise DivimlInputError(f"cannot write: {error.strerror}", source=path,
-                               hint="check that the folder exists and is writable") from None
-    except ValueError as error:          # matplotlib's "Format 'xyz' is not supported"
+        raise DivimlInputError(
+            f"cannot write: {error.strerror}", source=path, hint="check that the folder exists and is writable"
+        ) from None
+    except ValueError as error:  # matplotlib's "Format 'xyz' is not supported"
         raise DivimlInputError(f"cannot draw: {error}", source=path, hint="name a .png file") from None
     return drawing
 
@@ -115,7 +127,7 @@ def _shorten(name: str, chars: int) -> str | None:
     if chars < 4:
         return None
     tail = (chars - 1) // 3
-    return name[:chars - 1 - tail] + "\u2026" + (name[-tail:] if tail else "")
+    return name[: chars - 1 - tail] + "\u2026" + (name[-tail:] if tail else "")
 
 
 # ---------------------------------------------------------------------- latency: a Gantt chart
@@ -143,8 +155,9 @@ def _draw_latency(axes, platform: Platform, plan: Plan, sim: Simulation) -> Draw
     for device in devices:
         kernels = by_device[device]
         spans = [(sim.start_s[k] / scale, (sim.finish_s[k] - sim.start_s[k]) / scale) for k in kernels]
-        axes.broken_barh(spans, (row_of[device] - 0.4, 0.8), facecolors=colours[device], edgecolors="white",
-                         linewidth=0.3)
+        axes.broken_barh(
+            spans, (row_of[device] - 0.4, 0.8), facecolors=colours[device], edgecolors="white", linewidth=0.3
+        )
         busy = sum(sim.finish_s[k] - sim.start_s[k] for k in kernels)
         drawing.bars[device] = len(kernels)
         drawing.busy_s[device] = drawing.compute_s[device] = busy
@@ -153,33 +166,46 @@ def _draw_latency(axes, platform: Platform, plan: Plan, sim: Simulation) -> Draw
         for kernel in kernels:
             text = _shorten(kernel, int((sim.finish_s[kernel] - sim.start_s[kernel]) / seconds_per_char))
             if text:
-                axes.text((sim.start_s[kernel] + sim.finish_s[kernel]) / 2 / scale, row_of[device], text,
-                          ha="center", va="center", fontsize=LABEL_FONT_PT, clip_on=True)
+                axes.text(
+                    (sim.start_s[kernel] + sim.finish_s[kernel]) / 2 / scale,
+                    row_of[device],
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=LABEL_FONT_PT,
+                    clip_on=True,
+                )
                 drawing.labels += 1
 
     segments = []
     for link in links:
         label = link_label(*link)
         transfers = by_link[link]
-        axes.broken_barh([(t.start_s / scale, (t.end_s - t.start_s) / scale) for t in transfers],
-                         (row_of[label] - 0.3, 0.6), facecolors=colours[link[0]], alpha=0.55,
-                         edgecolors="black", linewidth=0.3, hatch="//")
+        axes.broken_barh(
+            [(t.start_s / scale, (t.end_s - t.start_s) / scale) for t in transfers],
+            (row_of[label] - 0.3, 0.6),
+            facecolors=colours[link[0]],
+            alpha=0.55,
+            edgecolors="black",
+            linewidth=0.3,
+            hatch="//",
+        )
         drawing.bars[label] = len(transfers)
         drawing.busy_s[label] = sum(t.end_s - t.start_s for t in transfers)
         drawing.compute_s[label] = 0.0
         for t in transfers:
-            if t.src in row_of:            # a model input sent from a host that runs no kernel has no row
+            if t.src in row_of:  # a model input sent from a host that runs no kernel has no row
                 produced = sim.finish_s.get(t.tensor, 0.0)
                 segments.append([(produced / scale, row_of[t.src]), (t.start_s / scale, row_of[label])])
     if segments:
-        faint = len(segments) > MAX_LABELLED_KERNELS        # a dense web of lines would hide the bars
+        faint = len(segments) > MAX_LABELLED_KERNELS  # a dense web of lines would hide the bars
         axes.add_collection(LineCollection(segments, colors="0.35", linewidths=0.5, alpha=0.2 if faint else 0.7))
     drawing.arrows = len(segments)
 
     axes.axvline(sim.value_s / scale, color="black", linestyle="--", linewidth=1.0)
     axes.set_xlim(0, sim.value_s / scale * 1.02 or 1.0)
     axes.set_yticks(range(len(rows)), rows)
-    axes.set_ylim(len(rows) - 0.5, -0.5)          # first row on top
+    axes.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     axes.set_xlabel(f"time ({unit})")
     axes.grid(axis="x", linewidth=0.3, alpha=0.5)
     return drawing
@@ -191,11 +217,14 @@ def _draw_loads(axes, platform: Platform, costs: CostModel, plan: Plan, sim: Sim
     from matplotlib.patches import Patch
 
     colours = _device_colours(platform)
-    bars: list[tuple[str, float, float, tuple]] = []        # (row, total, compute part, colour)
+    bars: list[tuple[str, float, float, tuple]] = []  # (row, total, compute part, colour)
     if sim.mode == "stage_serial":
         for index, (stage, total) in enumerate(zip(plan.stages, sim.stage_cost_s)):
-            device = plan.stage_devices[index] if plan.stage_devices else \
-                (plan.assignment[stage[0]] if stage else platform.host)
+            device = (
+                plan.stage_devices[index]
+                if plan.stage_devices
+                else (plan.assignment[stage[0]] if stage else platform.host)
+            )
             compute = sum(costs.compute_s(kernel, device) for kernel in stage)
             count = f"{len(stage)} kernel{'' if len(stage) == 1 else 's'}"
             bars.append((f"stage {index}: {device} ({count})", total, compute, colours[device]))
@@ -216,14 +245,30 @@ def _draw_loads(axes, platform: Platform, costs: CostModel, plan: Plan, sim: Sim
     colour_list = [colour for *_, colour in bars]
     positions = range(len(bars))
     axes.barh(positions, [c / scale for c in computed], color=colour_list, height=0.7)
-    axes.barh(positions, [t / scale for t in talked], left=[c / scale for c in computed], color=colour_list,
-              alpha=0.45, hatch="//", edgecolor="black", linewidth=0.3, height=0.7)
+    axes.barh(
+        positions,
+        [t / scale for t in talked],
+        left=[c / scale for c in computed],
+        color=colour_list,
+        alpha=0.45,
+        hatch="//",
+        edgecolor="black",
+        linewidth=0.3,
+        height=0.7,
+    )
     for (row, total, _, _), part in zip(bars, computed):
         drawing.busy_s[row], drawing.compute_s[row] = total, part
     period = axes.axvline(sim.value_s / scale, color="black", linestyle="--", linewidth=1.0, label="period")
-    axes.legend(handles=[Patch(facecolor="0.5", label="compute"),
-                         Patch(facecolor="0.5", alpha=0.45, hatch="//", label="communication"), period],
-                loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    axes.legend(
+        handles=[
+            Patch(facecolor="0.5", label="compute"),
+            Patch(facecolor="0.5", alpha=0.45, hatch="//", label="communication"),
+            period,
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+    )
     axes.set_yticks(list(positions), rows)
     axes.set_ylim(len(rows) - 0.5, -0.5)
     axes.set_xlim(0, sim.value_s / scale * 1.05 or 1.0)
@@ -235,7 +280,7 @@ def _draw_loads(axes, platform: Platform, costs: CostModel, plan: Plan, sim: Sim
 def _compute_per_device(costs: CostModel, plan: Plan, sim: Simulation) -> dict[str, float]:
     """The compute part of each device's load; the rest of it is communication."""
     if sim.mode == "period_overlap":
-        return dict(sim.device_busy_s)          # this mode charges every transfer to a link, not a device
+        return dict(sim.device_busy_s)  # this mode charges every transfer to a link, not a device
     compute: dict[str, float] = {}
     for kernel, device in plan.assignment.items():
         compute[device] = compute.get(device, 0.0) + costs.compute_s(kernel, device)

@@ -6,12 +6,14 @@ tensor that flows along it. A kernel's outputs are treated as one tensor: howeve
 has on a device, the tensor crosses to that device once (the bytes sent are the largest any of
 those edges reads).
 """
+
 from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 
@@ -27,16 +29,20 @@ class Kernel:
 
     name: str
     flops: float = 0.0
-    bytes_moved: float = 0.0            # bytes read + written by the kernel
-    output_bytes: float = 0.0           # bytes of its result, live until its last consumer runs
-    weights: tuple[str, ...] = ()       # ids into OpGraph.weights
-    allowed_devices: tuple[str, ...] | None = None   # None: any device of the platform
-    colocate: str | None = None         # kernels with the same group must share a device
+    bytes_moved: float = 0.0  # bytes read + written by the kernel
+    output_bytes: float = 0.0  # bytes of its result, live until its last consumer runs
+    weights: tuple[str, ...] = ()  # ids into OpGraph.weights
+    allowed_devices: tuple[str, ...] | None = None  # None: any device of the platform
+    colocate: str | None = None  # kernels with the same group must share a device
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"name": self.name, "flops": self.flops, "bytes_moved": self.bytes_moved,
-                               "output_bytes": self.output_bytes}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "flops": self.flops,
+            "bytes_moved": self.bytes_moved,
+            "output_bytes": self.output_bytes,
+        }
         if self.weights:
             out["weights"] = list(self.weights)
         if self.allowed_devices is not None:
@@ -74,16 +80,24 @@ class OpGraph(JsonFile):
     embedding) is counted once per device that uses it.
     """
 
-    def __init__(self, kernels: Iterable[Kernel], edges: Iterable[Edge], *,
-                 inputs: Iterable[GraphInput] = (), outputs: Iterable[str] | None = None,
-                 weights: dict[str, float] | None = None, name: str = "graph",
-                 attrs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        kernels: Iterable[Kernel],
+        edges: Iterable[Edge],
+        *,
+        inputs: Iterable[GraphInput] = (),
+        outputs: Iterable[str] | None = None,
+        weights: dict[str, float] | None = None,
+        name: str = "graph",
+        attrs: dict[str, Any] | None = None,
+    ):
         self.name = name
         self.kernels: dict[str, Kernel] = {}
         for kernel in kernels:
             if kernel.name in self.kernels:
-                raise DivimlInputError(f"kernel '{kernel.name}' appears twice", field="kernels",
-                                       hint="kernel names must be unique")
+                raise DivimlInputError(
+                    f"kernel '{kernel.name}' appears twice", field="kernels", hint="kernel names must be unique"
+                )
             self.kernels[kernel.name] = kernel
         self.edges: list[Edge] = list(edges)
         self.inputs: list[GraphInput] = list(inputs)
@@ -94,8 +108,9 @@ class OpGraph(JsonFile):
         self.output_set = frozenset(self.outputs)
         for out in self.outputs:
             if out not in self.kernels:
-                raise DivimlInputError(f"output '{out}' is not a kernel", field="outputs",
-                                       hint="list kernel names only")
+                raise DivimlInputError(
+                    f"output '{out}' is not a kernel", field="outputs", hint="list kernel names only"
+                )
 
     # ------------------------------------------------------------------ structure
     def _validate_and_index(self) -> None:
@@ -105,15 +120,22 @@ class OpGraph(JsonFile):
         for edge in self.edges:
             for end in (edge.src, edge.dst):
                 if end not in self.kernels:
-                    raise DivimlInputError(f"edge {edge.src} -> {edge.dst} names unknown kernel '{end}'",
-                                           field="edges", hint="every edge endpoint must be a kernel name")
+                    raise DivimlInputError(
+                        f"edge {edge.src} -> {edge.dst} names unknown kernel '{end}'",
+                        field="edges",
+                        hint="every edge endpoint must be a kernel name",
+                    )
             if edge.src == edge.dst:
-                raise DivimlInputError(f"edge {edge.src} -> {edge.dst} is a self-loop", field="edges",
-                                       hint="remove it; the graph must be acyclic")
+                raise DivimlInputError(
+                    f"edge {edge.src} -> {edge.dst} is a self-loop",
+                    field="edges",
+                    hint="remove it; the graph must be acyclic",
+                )
             _check_size(edge.bytes, f"edges[{edge.src}->{edge.dst}].bytes")
             if (edge.src, edge.dst) in seen_pairs:
-                raise DivimlInputError(f"edge {edge.src} -> {edge.dst} appears twice", field="edges",
-                                       hint="merge the two into one edge")
+                raise DivimlInputError(
+                    f"edge {edge.src} -> {edge.dst} appears twice", field="edges", hint="merge the two into one edge"
+                )
             seen_pairs.add((edge.src, edge.dst))
             self.succ[edge.src].append(edge)
             self.pred[edge.dst].append(edge)
@@ -122,19 +144,28 @@ class OpGraph(JsonFile):
                 _check_size(getattr(kernel, attr), f"kernels[{kernel.name}].{attr}")
             for wid in kernel.weights:
                 if wid not in self.weights:
-                    raise DivimlInputError(f"kernel '{kernel.name}' reads unknown weight '{wid}'",
-                                           field="weights", hint="declare every weight id with its bytes")
+                    raise DivimlInputError(
+                        f"kernel '{kernel.name}' reads unknown weight '{wid}'",
+                        field="weights",
+                        hint="declare every weight id with its bytes",
+                    )
         for wid, size in self.weights.items():
             _check_size(size, f"weights[{wid}]")
         for graph_input in self.inputs:
             if graph_input.name in self.kernels:
-                raise DivimlInputError(f"input '{graph_input.name}' has the name of a kernel", field="inputs",
-                                       hint="give model inputs names of their own")
+                raise DivimlInputError(
+                    f"input '{graph_input.name}' has the name of a kernel",
+                    field="inputs",
+                    hint="give model inputs names of their own",
+                )
             _check_size(graph_input.bytes, f"inputs[{graph_input.name}].bytes")
             for consumer in graph_input.consumers:
                 if consumer not in self.kernels:
-                    raise DivimlInputError(f"input '{graph_input.name}' feeds unknown kernel '{consumer}'",
-                                           field="inputs", hint="consumers must be kernel names")
+                    raise DivimlInputError(
+                        f"input '{graph_input.name}' feeds unknown kernel '{consumer}'",
+                        field="inputs",
+                        hint="consumers must be kernel names",
+                    )
         self.topo_order = self._topological_order()
         self.position = {name: i for i, name in enumerate(self.topo_order)}
 
@@ -155,8 +186,11 @@ class OpGraph(JsonFile):
         if len(order) != len(self.kernels):
             stuck = [k for k, d in indegree.items() if d > 0]
             cycle = _find_cycle(self, stuck)
-            raise DivimlInputError(f"the graph has a cycle: {' -> '.join(cycle)}", field="edges",
-                                   hint="a kernel graph must be a DAG; remove one edge of the cycle")
+            raise DivimlInputError(
+                f"the graph has a cycle: {' -> '.join(cycle)}",
+                field="edges",
+                hint="a kernel graph must be a DAG; remove one edge of the cycle",
+            )
         return order
 
     def sources(self) -> list[str]:
@@ -231,10 +265,13 @@ class OpGraph(JsonFile):
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> "OpGraph":
+    def from_json(cls, data: Any) -> OpGraph:
         if not isinstance(data, dict) or "kernels" not in data:
-            raise DivimlInputError("not an OpGraph: expected an object with 'kernels' and 'edges'",
-                                   field="kernels", hint="write it with `diviml graph MODEL --json`")
+            raise DivimlInputError(
+                "not an OpGraph: expected an object with 'kernels' and 'edges'",
+                field="kernels",
+                hint="write it with `diviml graph MODEL --json`",
+            )
         kernels = [_kernel_from_json(k, i) for i, k in enumerate(_list_field(data, "kernels"))]
         by_name = {k.name: k for k in kernels}
         edges = []
@@ -243,18 +280,28 @@ class OpGraph(JsonFile):
             dst = _name(_required(raw, "dst", f"edges[{i}]"), f"edges[{i}].dst")
             default = by_name[src].output_bytes if src in by_name else 0.0
             edges.append(Edge(src, dst, _number(raw.get("bytes", default), f"edges[{i}].bytes")))
-        inputs = [GraphInput(_name(_required(raw, "name", f"inputs[{i}]"), f"inputs[{i}].name"),
-                             _number(raw.get("bytes", 0.0), f"inputs[{i}].bytes"),
-                             tuple(_names(raw.get("consumers", []), f"inputs[{i}].consumers")))
-                  for i, raw in enumerate(_list_field(data, "inputs", required=False))]
+        inputs = [
+            GraphInput(
+                _name(_required(raw, "name", f"inputs[{i}]"), f"inputs[{i}].name"),
+                _number(raw.get("bytes", 0.0), f"inputs[{i}].bytes"),
+                tuple(_names(raw.get("consumers", []), f"inputs[{i}].consumers")),
+            )
+            for i, raw in enumerate(_list_field(data, "inputs", required=False))
+        ]
         weights = data.get("weights", {})
         if not isinstance(weights, dict):
             raise DivimlInputError("must be an object {weight id: bytes}", field="weights")
         weights = {str(w): _number(b, f"weights[{w}]") for w, b in weights.items()}
         outputs = data.get("outputs")
-        return cls(kernels, edges, inputs=inputs, outputs=_names(outputs, "outputs") if outputs is not None else None,
-                   weights=weights, name=str(data.get("name", "graph")),
-                   attrs=_object(data["attrs"], "attrs") if data.get("attrs") is not None else None)
+        return cls(
+            kernels,
+            edges,
+            inputs=inputs,
+            outputs=_names(outputs, "outputs") if outputs is not None else None,
+            weights=weights,
+            name=str(data.get("name", "graph")),
+            attrs=_object(data["attrs"], "attrs") if data.get("attrs") is not None else None,
+        )
 
 
 # ---------------------------------------------------------------------- helpers
@@ -263,8 +310,9 @@ def _check_size(value: float, where: str) -> None:
 
 
 def _number(value: Any, where: str) -> float:
-    return require_number(value, where, minimum=0.0,
-                          hint="sizes, FLOPs and times are non-negative finite numbers, at most 1e18")
+    return require_number(
+        value, where, minimum=0.0, hint="sizes, FLOPs and times are non-negative finite numbers, at most 1e18"
+    )
 
 
 def _required(raw: Any, key: str, where: str) -> Any:
@@ -299,8 +347,11 @@ def _kernel_from_json(raw: Any, index: int) -> Kernel:
 def _names(value: Any, where: str) -> list[str]:
     """A JSON list of names (a bare string is refused, not split into characters)."""
     if not isinstance(value, list):
-        raise DivimlInputError(f"must be a list of names, got {value!r}", field=where,
-                               hint=f'write ["{value}"] for one name' if isinstance(value, str) else None)
+        raise DivimlInputError(
+            f"must be a list of names, got {value!r}",
+            field=where,
+            hint=f'write ["{value}"] for one name' if isinstance(value, str) else None,
+        )
     return [_name(item, f"{where}[{i}]") for i, item in enumerate(value)]
 
 

@@ -1,4 +1,5 @@
 """Reading and writing the project's JSON files, with errors that name the file."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,19 @@ from .errors import DivimlInputError
 
 # Limits on numbers read from files: beyond any real device or kernel, and beyond what the MILP and
 # CP-SAT scale without overflow.
-MAX_QUANTITY = 1e18       # FLOPs, FLOP/s, bytes, bytes/s
-MAX_SECONDS = 1e6         # a kernel time, a launch overhead, a link latency
+MAX_QUANTITY = 1e18  # FLOPs, FLOP/s, bytes, bytes/s
+MAX_SECONDS = 1e6  # a kernel time, a launch overhead, a link latency
 
 
-def require_number(value: Any, field: str, *, minimum: float | None = None, above: float | None = None,
-                   maximum: float = MAX_QUANTITY, hint: str | None = None) -> float:
+def require_number(
+    value: Any,
+    field: str,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float = MAX_QUANTITY,
+    hint: str | None = None,
+) -> float:
     """``value`` as a finite float, at least ``minimum`` / more than ``above``, at most ``maximum``;
     else one clear error."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -36,13 +44,19 @@ def read_json(path: str) -> Any:
     except FileNotFoundError:
         raise DivimlInputError("no such file", source=path, hint="check the path") from None
     except json.JSONDecodeError as error:
-        raise DivimlInputError(f"malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}",
-                               source=path, hint="fix the JSON syntax") from None
+        raise DivimlInputError(
+            f"malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}",
+            source=path,
+            hint="fix the JSON syntax",
+        ) from None
     except (OSError, UnicodeDecodeError) as error:
         raise DivimlInputError(f"cannot read: {error}", source=path) from None
     except RecursionError:
-        raise DivimlInputError("JSON nested too deeply to be a model, platform or cost table", source=path,
-                               hint="check that the file is the one meant") from None
+        raise DivimlInputError(
+            "JSON nested too deeply to be a model, platform or cost table",
+            source=path,
+            hint="check that the file is the one meant",
+        ) from None
 
 
 class JsonFile:

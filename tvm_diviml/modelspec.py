@@ -1,5 +1,6 @@
 """MODEL strings of a name and options (``resnet18:resolution=64``): parsed, printed and checked.
 Both the zoo and the workload glue read them, so they live below both."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +15,9 @@ def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise DivimlInputError(f"option '{item}' is not key=value", field="MODEL",
-                                   hint="write options as name:key=value,key=value")
+            raise DivimlInputError(
+                f"option '{item}' is not key=value", field="MODEL", hint="write options as name:key=value,key=value"
+            )
         options[key.strip()] = _parse_value(value.strip())
     return name, options
 
@@ -27,8 +29,11 @@ def check_counts(name: str, options: dict[str, Any], defaults: dict[str, Any]) -
         if key == "seed" or isinstance(default, bool) or not isinstance(default, int) or default < 1:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DivimlInputError(f"option '{key}' of '{name}' must be a positive integer, got {value!r}",
-                                   field="MODEL", hint=f"the default is {name}:{key}={default}")
+            raise DivimlInputError(
+                f"option '{key}' of '{name}' must be a positive integer, got {value!r}",
+                field="MODEL",
+                hint=f"the default is {name}:{key}={default}",
+            )
 
 
 def format_model_spec(name: str, options: dict[str, Any]) -> str:

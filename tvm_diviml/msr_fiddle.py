@@ -12,6 +12,7 @@ simulator.
 How times, bytes, sizes and a missing CPU translate into a Platform and an OpGraph (so that every
 ``cost`` is reproduced exactly): docs/design.md#host_staged.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,7 +25,7 @@ from .plan import Plan
 from .platform import Device, Link, Platform
 
 MILLISECOND = 1e-3
-HOST_BANDWIDTH_BPS = 2**31           # bytes/s: 2147483.648 bytes per ms, their size/cost ratio
+HOST_BANDWIDTH_BPS = 2**31  # bytes/s: 2147483.648 bytes per ms, their size/cost ratio
 _NODE_KEYS = ("id", "cpuLatency", "fpgaLatency", "supportedOnFpga")
 _EDGE_KEYS = ("sourceId", "destId", "cost")
 
@@ -38,15 +39,19 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
     """OpGraph, Platform and TableCostModel for one msr-fiddle input file's parsed JSON."""
     for key in ("maxFPGAs", "maxCPUs", "maxSizePerFPGA"):
         if key not in data:
-            raise DivimlInputError(f"missing '{key}'", field=key,
-                                   hint="an msr-fiddle file gives maxFPGAs, maxCPUs and maxSizePerFPGA")
+            raise DivimlInputError(
+                f"missing '{key}'", field=key, hint="an msr-fiddle file gives maxFPGAs, maxCPUs and maxSizePerFPGA"
+            )
         value = require_number(data[key], key, minimum=0.0, hint="a non-negative count or size")
         if key != "maxSizePerFPGA" and value != int(value):
             raise DivimlInputError(f"must be a whole number of devices, got {value!r}", field=key)
     accelerators, cpus = int(data["maxFPGAs"]), int(data["maxCPUs"])
     if accelerators + cpus == 0:
-        raise DivimlInputError("the file allows no device (maxFPGAs = maxCPUs = 0)", field="maxFPGAs",
-                               hint="at least one CPU or accelerator is needed")
+        raise DivimlInputError(
+            "the file allows no device (maxFPGAs = maxCPUs = 0)",
+            field="maxFPGAs",
+            hint="at least one CPU or accelerator is needed",
+        )
     platform = _platform(name, accelerators, cpus, float(data["maxSizePerFPGA"]))
     cpu_names = [f"cpu{i}" for i in range(cpus)]
     acc_names = [d.name for d in platform.devices if d.kind != "cpu"]
@@ -61,7 +66,9 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
             raise DivimlInputError("must be an object", field=where)
         for key in _NODE_KEYS:
             if key not in raw:
-                raise DivimlInputError(f"missing '{key}'", field=where, hint=f"every node needs {', '.join(_NODE_KEYS)}")
+                raise DivimlInputError(
+                    f"missing '{key}'", field=where, hint=f"every node needs {', '.join(_NODE_KEYS)}"
+                )
         kid = str(raw["id"])
         cpu_s = _time(raw["cpuLatency"], f"{where}.cpuLatency")
         acc_s = _time(raw["fpgaLatency"], f"{where}.fpgaLatency")
@@ -70,9 +77,15 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
         weights[kid] = size
         allowed = tuple(cpu_names) if not supported else None if cpus else tuple(acc_names)
         color = raw.get("colorClass")
-        kernels.append(Kernel(kid, weights=(kid,), allowed_devices=allowed,
-                              colocate=None if color is None else str(color),
-                              attrs={"name": raw.get("name", kid), "backward": bool(raw.get("isBackwardNode", False))}))
+        kernels.append(
+            Kernel(
+                kid,
+                weights=(kid,),
+                allowed_devices=allowed,
+                colocate=None if color is None else str(color),
+                attrs={"name": raw.get("name", kid), "backward": bool(raw.get("isBackwardNode", False))},
+            )
+        )
         row: dict[str, float | None] = {d: cpu_s * MILLISECOND for d in cpu_names}
         row.update({d: (acc_s * MILLISECOND if supported else None) for d in acc_names})
         compute[kid] = row
@@ -86,18 +99,25 @@ def read_msr_fiddle(data: Any, name: str = "msr-fiddle") -> tuple[OpGraph, Platf
             raise DivimlInputError(f"needs {', '.join(_EDGE_KEYS)}", field=where)
         cost = _time(raw["cost"], f"{where}.cost")
         edges.append(Edge(str(raw["sourceId"]), str(raw["destId"]), cost * MILLISECOND * HOST_BANDWIDTH_BPS))
-    graph = OpGraph(kernels, edges, weights=weights, name=name, outputs=[],
-                    attrs={"format": "msr-fiddle", "time_unit_in_file": "ms"})
+    graph = OpGraph(
+        kernels,
+        edges,
+        weights=weights,
+        name=name,
+        outputs=[],
+        attrs={"format": "msr-fiddle", "time_unit_in_file": "ms"},
+    )
     costs = TableCostModel(platform, compute, sources={d: "profiled (msr-fiddle)" for d in platform.device_names})
     return graph, platform, costs
 
 
 def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platform:
     devices = [Device(f"cpu{i}", {"kind": "llvm"}, f"cpu:{i}", num_threads=1) for i in range(cpus)]
-    if not cpus:                                      # host memory only: it runs no node
+    if not cpus:  # host memory only: it runs no node
         devices.append(Device("host", {"kind": "llvm"}, "cpu:0", num_threads=1))
-    devices += [Device(f"acc{i}", {"kind": "cuda"}, f"cuda:{i}", memory_bytes=memory or None)
-                for i in range(accelerators)]
+    devices += [
+        Device(f"acc{i}", {"kind": "cuda"}, f"cuda:{i}", memory_bytes=memory or None) for i in range(accelerators)
+    ]
     links = {}
     for a in devices:
         for b in devices:
@@ -107,11 +127,17 @@ def _platform(name: str, accelerators: int, cpus: int, memory: float) -> Platfor
                 links[(a.name, b.name)] = Link(a.name, b.name, 0.0, None)
             elif a.kind == "cpu" or b.kind == "cpu":
                 links[(a.name, b.name)] = Link(a.name, b.name, 0.0, float(HOST_BANDWIDTH_BPS))
-            else:                                     # through host memory: two hops
+            else:  # through host memory: two hops
                 links[(a.name, b.name)] = Link(a.name, b.name, 0.0, HOST_BANDWIDTH_BPS / 2)
-    return Platform(f"msr-fiddle:{name}", devices, links, host=devices[0].name, transfer_model="host_staged",
-                    description=f"{accelerators} identical accelerators and {cpus} CPU cores, copies through host memory"
-                    + ("" if cpus else " (device 'host' stands for that memory and runs no node)"))
+    return Platform(
+        f"msr-fiddle:{name}",
+        devices,
+        links,
+        host=devices[0].name,
+        transfer_model="host_staged",
+        description=f"{accelerators} identical accelerators and {cpus} CPU cores, copies through host memory"
+        + ("" if cpus else " (device 'host' stands for that memory and runs no node)"),
+    )
 
 
 def _time(value: Any, where: str) -> float:
@@ -131,7 +157,7 @@ def read_expert_split(data: Any, graph: OpGraph, platform: Platform) -> Plan:
     for key, prefix in (("cpus", "cpu"), ("fpgas", "acc")):
         groups = data.get(key, [])
         if not isinstance(groups, list):
-            raise DivimlInputError("must be a list of {\"load\", \"nodes\"}", field=key)
+            raise DivimlInputError('must be a list of {"load", "nodes"}', field=key)
         for index, group in enumerate(groups):
             where = f"{key}[{index}]"
             nodes = group.get("nodes") if isinstance(group, dict) else None
@@ -139,20 +165,33 @@ def read_expert_split(data: Any, graph: OpGraph, platform: Platform) -> Plan:
                 raise DivimlInputError("needs a 'nodes' list", field=where)
             device = f"{prefix}{index}"
             if nodes and device not in platform.by_name:
-                raise DivimlInputError(f"places nodes on '{device}', which platform '{platform.name}' lacks",
-                                       field=where, hint=f"the graph's file allows: {', '.join(platform.device_names)}")
+                raise DivimlInputError(
+                    f"places nodes on '{device}', which platform '{platform.name}' lacks",
+                    field=where,
+                    hint=f"the graph's file allows: {', '.join(platform.device_names)}",
+                )
             for node in nodes:
                 kernel = str(node)
                 if kernel not in graph.kernels:
-                    raise DivimlInputError(f"names node {node!r}, which graph '{graph.name}' does not have",
-                                           field=where, hint="the split belongs to another graph file")
+                    raise DivimlInputError(
+                        f"names node {node!r}, which graph '{graph.name}' does not have",
+                        field=where,
+                        hint="the split belongs to another graph file",
+                    )
                 if kernel in assignment:
-                    raise DivimlInputError(f"places node {node!r} again (already on '{assignment[kernel]}')",
-                                           field=where, hint="every node goes to exactly one device")
+                    raise DivimlInputError(
+                        f"places node {node!r} again (already on '{assignment[kernel]}')",
+                        field=where,
+                        hint="every node goes to exactly one device",
+                    )
                 assignment[kernel] = device
     missing = [k for k in graph.topo_order if k not in assignment]
     if missing:
-        raise DivimlInputError(f"leaves node {missing[0]!r} unplaced ({len(missing)} nodes in all)", field="fpgas",
-                               hint="every node of the graph goes to exactly one device")
-    return Plan({k: assignment[k] for k in graph.kernels}, objective="throughput", mode="host_staged",
-                solver="human-expert")
+        raise DivimlInputError(
+            f"leaves node {missing[0]!r} unplaced ({len(missing)} nodes in all)",
+            field="fpgas",
+            hint="every node of the graph goes to exactly one device",
+        )
+    return Plan(
+        {k: assignment[k] for k in graph.kernels}, objective="throughput", mode="host_staged", solver="human-expert"
+    )

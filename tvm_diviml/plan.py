@@ -3,6 +3,7 @@
 The simulator (``tvm_diviml.simulator``) scores every Plan; a Plan carries the solver's own claim
 (``value_s``) only so that the two can be compared.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -14,7 +15,7 @@ from .tolerances import MEETS
 
 FORMAT = "diviml.plan/1"
 Objective = Literal["latency", "throughput", "pipeline"]
-Mode = Literal["latency", "period_overlap", "stage_serial", "host_staged"]   # the simulator's cost modes
+Mode = Literal["latency", "period_overlap", "stage_serial", "host_staged"]  # the simulator's cost modes
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 MODES: tuple[Mode, ...] = get_args(Mode)
 
@@ -33,16 +34,16 @@ class ReplicaGroup:
 
 @dataclass
 class Plan(JsonFile):
-    assignment: dict[str, str]                       # kernel -> device (primary device for replicas)
+    assignment: dict[str, str]  # kernel -> device (primary device for replicas)
     objective: Objective = "latency"
     mode: Mode = "latency"
-    order: dict[str, list[str]] | None = None        # device -> kernels in run order (latency)
-    stages: list[list[str]] | None = None            # pipeline stages, first to last
-    stage_devices: list[str] | None = None           # device of each stage
+    order: dict[str, list[str]] | None = None  # device -> kernels in run order (latency)
+    stages: list[list[str]] | None = None  # pipeline stages, first to last
+    stage_devices: list[str] | None = None  # device of each stage
     replicas: list[ReplicaGroup] = field(default_factory=list)
-    batch_split: int = 1                             # data-parallel sub-batch copies of the graph
+    batch_split: int = 1  # data-parallel sub-batch copies of the graph
     solver: str = ""
-    value_s: float | None = None                     # the solver's claim (latency or period)
+    value_s: float | None = None  # the solver's claim (latency or period)
     lower_bound_s: float | None = None
     optimal: bool = False
     solve_s: float = 0.0
@@ -50,28 +51,37 @@ class Plan(JsonFile):
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise DivimlInputError(f"unknown objective '{self.objective}'", field="objective",
-                                   hint=f"use one of {', '.join(OBJECTIVES)}")
+            raise DivimlInputError(
+                f"unknown objective '{self.objective}'", field="objective", hint=f"use one of {', '.join(OBJECTIVES)}"
+            )
         if self.mode not in MODES:
-            raise DivimlInputError(f"unknown cost mode '{self.mode}'", field="mode",
-                                   hint=f"use one of {', '.join(MODES)}")
+            raise DivimlInputError(
+                f"unknown cost mode '{self.mode}'", field="mode", hint=f"use one of {', '.join(MODES)}"
+            )
         if self.batch_split < 1:
             raise DivimlInputError("batch_split must be at least 1", field="batch_split")
         for group in self.replicas:
             total = sum(group.shares.values())
             if not group.kernels or any(s < 0 for s in group.shares.values()) or abs(total - 1) > MEETS:
-                raise DivimlInputError("a replica group needs kernels and non-negative shares that sum to 1",
-                                       field="replicas")
+                raise DivimlInputError(
+                    "a replica group needs kernels and non-negative shares that sum to 1", field="replicas"
+                )
 
-    def copy(self, solver: str = "") -> "Plan":
+    def copy(self, solver: str = "") -> Plan:
         """The placement alone (assignment, order, stages, replicas; the claim kept), sharing nothing
         mutable: how a solver adopts another's plan as its own answer."""
-        return Plan(dict(self.assignment), objective=self.objective, mode=self.mode,
-                    order={d: list(v) for d, v in self.order.items()} if self.order else None,
-                    stages=[list(s) for s in self.stages] if self.stages else None,
-                    stage_devices=list(self.stage_devices) if self.stage_devices else None,
-                    replicas=[ReplicaGroup(list(g.kernels), dict(g.shares)) for g in self.replicas],
-                    batch_split=self.batch_split, solver=solver, value_s=self.value_s)
+        return Plan(
+            dict(self.assignment),
+            objective=self.objective,
+            mode=self.mode,
+            order={d: list(v) for d, v in self.order.items()} if self.order else None,
+            stages=[list(s) for s in self.stages] if self.stages else None,
+            stage_devices=list(self.stage_devices) if self.stage_devices else None,
+            replicas=[ReplicaGroup(list(g.kernels), dict(g.shares)) for g in self.replicas],
+            batch_split=self.batch_split,
+            solver=solver,
+            value_s=self.value_s,
+        )
 
     def devices_used(self) -> list[str]:
         return sorted(set(self.assignment.values()))
@@ -82,10 +92,11 @@ class Plan(JsonFile):
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> "Plan":
+    def from_json(cls, data: Any) -> Plan:
         if not isinstance(data, dict) or not isinstance(data.get("assignment"), dict):
-            raise DivimlInputError("not a plan: expected an object with 'assignment': {kernel: device}",
-                                   field="assignment")
+            raise DivimlInputError(
+                "not a plan: expected an object with 'assignment': {kernel: device}", field="assignment"
+            )
         known = set(cls.__dataclass_fields__)
         fields = {k: v for k, v in data.items() if k in known}
         fields["replicas"] = [ReplicaGroup(list(g["kernels"]), dict(g["shares"])) for g in data.get("replicas", [])]

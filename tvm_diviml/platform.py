@@ -6,11 +6,13 @@ its datasheet peaks and the *efficiency* that turns them into the effective figu
 use. A link between two devices sends b bytes in ``latency_s + b / bandwidth_Bps`` seconds; a
 missing bandwidth means the copy is free (two devices that share one memory).
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import DivimlInputError
 from .jsonio import MAX_SECONDS, JsonFile, require_number
@@ -23,16 +25,16 @@ _TRANSFER_MODELS = ("direct", "host_staged")
 @dataclass(frozen=True)
 class Device:
     name: str
-    target: dict | str                  # TVM target as a dict, or a tag without options
-    device: str                         # TVM device, "kind:index"
-    memory_bytes: float | None = None   # None: no limit
-    peak_flops: float = 1e9             # datasheet FLOP/s (fp32)
-    bandwidth_Bps: float = 1e9          # datasheet memory bandwidth, bytes/s
-    efficiency: float = 1.0             # fraction of the datasheet peaks that estimates assume
-    launch_overhead_s: float = 0.0      # fixed cost per kernel launch
-    num_threads: int | None = None      # CPU devices: threads TVM's runtime may use
-    measure: bool = True                # time kernels here when TVM finds this device; False for a
-                                        # device that describes another machine (a reference testbed)
+    target: dict | str  # TVM target as a dict, or a tag without options
+    device: str  # TVM device, "kind:index"
+    memory_bytes: float | None = None  # None: no limit
+    peak_flops: float = 1e9  # datasheet FLOP/s (fp32)
+    bandwidth_Bps: float = 1e9  # datasheet memory bandwidth, bytes/s
+    efficiency: float = 1.0  # fraction of the datasheet peaks that estimates assume
+    launch_overhead_s: float = 0.0  # fixed cost per kernel launch
+    num_threads: int | None = None  # CPU devices: threads TVM's runtime may use
+    measure: bool = True  # time kernels here when TVM finds this device; False for a
+    # device that describes another machine (a reference testbed)
 
     @property
     def kind(self) -> str:
@@ -52,10 +54,16 @@ class Device:
         return self.bandwidth_Bps * self.efficiency
 
     def to_json(self) -> dict:
-        out = {"name": self.name, "target": self.target, "device": self.device,
-               "memory_bytes": self.memory_bytes, "peak_flops": self.peak_flops,
-               "bandwidth_Bps": self.bandwidth_Bps, "efficiency": self.efficiency,
-               "launch_overhead_s": self.launch_overhead_s}
+        out = {
+            "name": self.name,
+            "target": self.target,
+            "device": self.device,
+            "memory_bytes": self.memory_bytes,
+            "peak_flops": self.peak_flops,
+            "bandwidth_Bps": self.bandwidth_Bps,
+            "efficiency": self.efficiency,
+            "launch_overhead_s": self.launch_overhead_s,
+        }
         if self.num_threads is not None:
             out["num_threads"] = self.num_threads
         if not self.measure:
@@ -127,9 +135,9 @@ class Platform(JsonFile):
     host: str | None = None
     transfer_model: str = "direct"
     description: str = ""
-    servers: dict[str, Server] = field(default_factory=dict)      # server id -> Server; {}: one machine
-    network: Network | None = None                                # between the servers' hosts
-    extra_attrs: dict[str, Any] = field(default_factory=dict)     # other "attrs" keys a file carries
+    servers: dict[str, Server] = field(default_factory=dict)  # server id -> Server; {}: one machine
+    network: Network | None = None  # between the servers' hosts
+    extra_attrs: dict[str, Any] = field(default_factory=dict)  # other "attrs" keys a file carries
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.devices]
@@ -139,30 +147,40 @@ class Platform(JsonFile):
         for dev in self.devices:
             _check_device(dev)
             if dev.name in seen:
-                raise DivimlInputError(f"device '{dev.name}' appears twice", field="devices",
-                                       hint="device names must be unique")
+                raise DivimlInputError(
+                    f"device '{dev.name}' appears twice", field="devices", hint="device names must be unique"
+                )
             seen.add(dev.name)
         for (src, dst), link in self.links.items():
             for end in (src, dst):
                 if end not in seen:
-                    raise DivimlInputError(f"link {src} -> {dst} names unknown device '{end}'",
-                                           field="links", hint=f"known devices: {', '.join(names)}")
+                    raise DivimlInputError(
+                        f"link {src} -> {dst} names unknown device '{end}'",
+                        field="links",
+                        hint=f"known devices: {', '.join(names)}",
+                    )
             check_link(link, f"links[{src}->{dst}]")
         missing = [(a, b) for a in names for b in names if a != b and (a, b) not in self.links]
         if missing:
             a, b = missing[0]
-            raise DivimlInputError(f"no link from '{a}' to '{b}' ({len(missing)} ordered pairs missing)",
-                                   field="links", hint="give a link for every ordered pair of devices, "
-                                   "or 'default_link' for all that are not listed")
+            raise DivimlInputError(
+                f"no link from '{a}' to '{b}' ({len(missing)} ordered pairs missing)",
+                field="links",
+                hint="give a link for every ordered pair of devices, or 'default_link' for all that are not listed",
+            )
         if self.host is None:
             cpus = [d.name for d in self.devices if d.kind == "cpu"]
             self.host = cpus[0] if cpus else names[0]
         if not isinstance(self.host, str) or self.host not in seen:
-            raise DivimlInputError(f"host '{self.host}' is not a device", field="host",
-                                   hint=f"known devices: {', '.join(names)}")
+            raise DivimlInputError(
+                f"host '{self.host}' is not a device", field="host", hint=f"known devices: {', '.join(names)}"
+            )
         if self.transfer_model not in _TRANSFER_MODELS:
-            raise DivimlInputError(f"unknown transfer model '{self.transfer_model}'", field="transfer_model",
-                                   hint=f"use one of {', '.join(_TRANSFER_MODELS)}")
+            raise DivimlInputError(
+                f"unknown transfer model '{self.transfer_model}'",
+                field="transfer_model",
+                hint=f"use one of {', '.join(_TRANSFER_MODELS)}",
+            )
         if self.servers:
             _check_servers(self.servers, names)
         self.by_name = {d.name: d for d in self.devices}
@@ -171,8 +189,10 @@ class Platform(JsonFile):
         try:
             return self.by_name[name]
         except KeyError:
-            raise DivimlInputError(f"unknown device '{name}' on platform '{self.name}'",
-                                   hint=f"known devices: {', '.join(self.device_names)}") from None
+            raise DivimlInputError(
+                f"unknown device '{name}' on platform '{self.name}'",
+                hint=f"known devices: {', '.join(self.device_names)}",
+            ) from None
 
     @property
     def device_names(self) -> list[str]:
@@ -201,32 +221,44 @@ class Platform(JsonFile):
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict:
         return {
-            "format": FORMAT, "name": self.name, "description": self.description,
-            "host": self.host, "transfer_model": self.transfer_model,
+            "format": FORMAT,
+            "name": self.name,
+            "description": self.description,
+            "host": self.host,
+            "transfer_model": self.transfer_model,
             "devices": [d.to_json() for d in self.devices],
-            "links": [{"src": l.src, "dst": l.dst, "latency_s": l.latency_s, "bandwidth_Bps": l.bandwidth_Bps}
-                      for l in self.links.values()],
-            **({"attrs": self.attrs} if self.attrs else {}),   # e.g. which server each device is on
+            "links": [
+                {"src": link.src, "dst": link.dst, "latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps}
+                for link in self.links.values()
+            ],
+            **({"attrs": self.attrs} if self.attrs else {}),  # e.g. which server each device is on
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> "Platform":
+    def from_json(cls, data: Any) -> Platform:
         for key, reader in _FILE_FORMS.items():
             if isinstance(data, dict) and key in data:
                 return reader(data)
         if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
-            raise DivimlInputError("not a platform: expected an object with a 'devices' list", field="devices",
-                                   hint="see `diviml platforms --json NAME` for an example")
+            raise DivimlInputError(
+                "not a platform: expected an object with a 'devices' list",
+                field="devices",
+                hint="see `diviml platforms --json NAME` for an example",
+            )
         devices = [_device_from_json(raw, i) for i, raw in enumerate(data["devices"])]
         names = [d.name for d in devices]
         links: dict[tuple[str, str], Link] = {}
         default = data.get("default_link")
         if default is not None and not isinstance(default, dict):
-            raise DivimlInputError(f"must be an object {{latency_s, bandwidth_Bps}}, got {default!r}",
-                                   field="default_link")
+            raise DivimlInputError(
+                f"must be an object {{latency_s, bandwidth_Bps}}, got {default!r}", field="default_link"
+            )
         if not isinstance(data.get("links", []), list):
-            raise DivimlInputError(f"must be a list of links, got {data.get('links')!r}", field="links",
-                                   hint="leave it out, or give [] when default_link covers every pair")
+            raise DivimlInputError(
+                f"must be a list of links, got {data.get('links')!r}",
+                field="links",
+                hint="leave it out, or give [] when default_link covers every pair",
+            )
         if default is not None:
             for a in names:
                 for b in names:
@@ -238,10 +270,17 @@ class Platform(JsonFile):
             if raw.get("bidirectional"):
                 links[(link.dst, link.src)] = Link(link.dst, link.src, link.latency_s, link.bandwidth_Bps)
         attrs = _attrs_from_json(data.get("attrs", {}))
-        return cls(name=str(data.get("name", "platform")), devices=devices, links=links, host=data.get("host"),
-                   transfer_model=str(data.get("transfer_model", "direct")),
-                   description=str(data.get("description", "")), servers=_servers_from_attrs(attrs.pop("servers", {})),
-                   network=_network_from_attrs(attrs.pop("network", None)), extra_attrs=attrs)
+        return cls(
+            name=str(data.get("name", "platform")),
+            devices=devices,
+            links=links,
+            host=data.get("host"),
+            transfer_model=str(data.get("transfer_model", "direct")),
+            description=str(data.get("description", "")),
+            servers=_servers_from_attrs(attrs.pop("servers", {})),
+            network=_network_from_attrs(attrs.pop("network", None)),
+            extra_attrs=attrs,
+        )
 
 
 # Readers of the platform files of another form, by the top-level key that marks them: ``presets.py``
@@ -262,12 +301,18 @@ def _attrs_from_json(raw: Any) -> dict:
 
 def _servers_from_attrs(raw: Any) -> dict[str, Server]:
     """``attrs.servers`` of a file: ``{"s0": {"kind", "devices", "host"}, ...}``."""
+
     def well_formed(entry: Any) -> bool:
-        return (isinstance(entry, dict) and isinstance(entry.get("kind"), str) and isinstance(entry.get("host"), str)
-                and isinstance(entry.get("devices"), list) and all(isinstance(d, str) for d in entry["devices"]))
+        return (
+            isinstance(entry, dict)
+            and isinstance(entry.get("kind"), str)
+            and isinstance(entry.get("host"), str)
+            and isinstance(entry.get("devices"), list)
+            and all(isinstance(d, str) for d in entry["devices"])
+        )
 
     if not isinstance(raw, dict) or not all(well_formed(entry) for entry in raw.values()):
-        raise DivimlInputError("must map each server to {\"kind\", \"devices\", \"host\"}", field="attrs.servers")
+        raise DivimlInputError('must map each server to {"kind", "devices", "host"}', field="attrs.servers")
     return {str(sid): Server(entry["kind"], tuple(entry["devices"]), entry["host"]) for sid, entry in raw.items()}
 
 
@@ -275,9 +320,11 @@ def _network_from_attrs(raw: Any) -> Network | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or set(raw) != {"bandwidth_Bps", "latency_s"}:
-        raise DivimlInputError("must be {\"bandwidth_Bps\": B, \"latency_s\": S}", field="attrs.network")
-    return Network(require_number(raw["bandwidth_Bps"], "attrs.network.bandwidth_Bps", above=0.0),
-                   require_number(raw["latency_s"], "attrs.network.latency_s", minimum=0.0, maximum=MAX_SECONDS))
+        raise DivimlInputError('must be {"bandwidth_Bps": B, "latency_s": S}', field="attrs.network")
+    return Network(
+        require_number(raw["bandwidth_Bps"], "attrs.network.bandwidth_Bps", above=0.0),
+        require_number(raw["latency_s"], "attrs.network.latency_s", minimum=0.0, maximum=MAX_SECONDS),
+    )
 
 
 def _check_servers(servers: dict[str, Server], device_names: list[str]) -> None:
@@ -285,8 +332,11 @@ def _check_servers(servers: dict[str, Server], device_names: list[str]) -> None:
     listed = [d for server in servers.values() for d in server.devices]
     if sorted(listed) != sorted(device_names):
         stray = sorted(set(listed) ^ set(device_names)) or [d for d in listed if listed.count(d) > 1]
-        raise DivimlInputError(f"servers and devices disagree (e.g. '{stray[0]}')", field="attrs.servers",
-                               hint="every device must belong to exactly one server")
+        raise DivimlInputError(
+            f"servers and devices disagree (e.g. '{stray[0]}')",
+            field="attrs.servers",
+            hint="every device must belong to exactly one server",
+        )
 
 
 def _check_device(dev: Device) -> None:
@@ -294,28 +344,39 @@ def _check_device(dev: Device) -> None:
         raise DivimlInputError(f"a device name must be a non-empty string, got {dev.name!r}", field="devices")
     where = f"devices[{dev.name}]"
     if not isinstance(dev.device, str) or not _DEVICE_RE.match(dev.device):
-        raise DivimlInputError(f"TVM device '{dev.device}' is not of the form kind:index",
-                               field=f"{where}.device", hint="for example cpu:0 or cuda:1")
+        raise DivimlInputError(
+            f"TVM device '{dev.device}' is not of the form kind:index",
+            field=f"{where}.device",
+            hint="for example cpu:0 or cuda:1",
+        )
     if isinstance(dev.target, str):
         if " " in dev.target.strip() or dev.target.strip().startswith("-"):
-            raise DivimlInputError(f"target string '{dev.target}' has options, which TVM 0.27 rejects",
-                                   field=f"{where}.target",
-                                   hint='write it as a dict, e.g. {"kind": "llvm", "mcpu": "znver3"}')
+            raise DivimlInputError(
+                f"target string '{dev.target}' has options, which TVM 0.27 rejects",
+                field=f"{where}.target",
+                hint='write it as a dict, e.g. {"kind": "llvm", "mcpu": "znver3"}',
+            )
     elif not (isinstance(dev.target, dict) and isinstance(dev.target.get("kind"), str)):
         raise DivimlInputError("target must be a tag string or a dict with 'kind'", field=f"{where}.target")
     for attr in ("peak_flops", "bandwidth_Bps"):
         require_number(getattr(dev, attr), f"{where}.{attr}", above=0.0)
     require_number(dev.efficiency, f"{where}.efficiency", above=0.0)
     if not dev.efficiency <= 1:
-        raise DivimlInputError(f"efficiency must be in (0, 1], got {dev.efficiency}", field=f"{where}.efficiency",
-                               hint="the fraction of the datasheet peak that the built kernels reach")
+        raise DivimlInputError(
+            f"efficiency must be in (0, 1], got {dev.efficiency}",
+            field=f"{where}.efficiency",
+            hint="the fraction of the datasheet peak that the built kernels reach",
+        )
     if dev.memory_bytes is not None:
         require_number(dev.memory_bytes, f"{where}.memory_bytes", above=0.0, hint="bytes > 0, or null for no limit")
     require_number(dev.launch_overhead_s, f"{where}.launch_overhead_s", minimum=0.0, maximum=MAX_SECONDS)
-    if dev.num_threads is not None and (isinstance(dev.num_threads, bool) or not isinstance(dev.num_threads, int)
-                                        or dev.num_threads < 1):
-        raise DivimlInputError(f"num_threads must be an integer of at least 1 (or null), got {dev.num_threads!r}",
-                               field=f"{where}.num_threads")
+    if dev.num_threads is not None and (
+        isinstance(dev.num_threads, bool) or not isinstance(dev.num_threads, int) or dev.num_threads < 1
+    ):
+        raise DivimlInputError(
+            f"num_threads must be an integer of at least 1 (or null), got {dev.num_threads!r}",
+            field=f"{where}.num_threads",
+        )
 
 
 def check_link(link: Link, field: str) -> None:
@@ -348,7 +409,9 @@ def link_from_json(raw: Any, where: str) -> Link:
     bandwidth = raw.get("bandwidth_Bps")
     latency = require_number(raw.get("latency_s", 0.0), f"{where}.latency_s", minimum=0.0, maximum=MAX_SECONDS)
     if bandwidth is not None:
-        bandwidth = require_number(bandwidth, f"{where}.bandwidth_Bps", above=0.0, hint="bytes/s, or null for unlimited")
+        bandwidth = require_number(
+            bandwidth, f"{where}.bandwidth_Bps", above=0.0, hint="bytes/s, or null for unlimited"
+        )
     for end in ("src", "dst"):
         if not isinstance(raw[end], str):
             raise DivimlInputError(f"must be a device name, got {raw[end]!r}", field=f"{where}.{end}")

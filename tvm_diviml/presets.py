@@ -1,19 +1,22 @@
 """The named platforms (cpu1, cpu2, paper-node, h200-node, gpuK) and ``load_platform``: a --platform
 spec (a preset name, ``servers:...`` or a JSON file) to a Platform. It sits above ``platform.py`` (the
 types) and ``servers.py`` (several servers), so that a server kind can name a preset without a cycle."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Callable
 
 from .errors import DivimlInputError
 from .platform import Device, Link, Platform, register_file_form
 from .servers import PREFIX, servers_from_json, servers_platform
 
-def _full_mesh(devices: list[Device], link_for: Callable[[Device, Device], tuple[float, float | None]]
-               ) -> dict[tuple[str, str], Link]:
+
+def _full_mesh(
+    devices: list[Device], link_for: Callable[[Device, Device], tuple[float, float | None]]
+) -> dict[tuple[str, str], Link]:
     """A link for every ordered pair of distinct devices, its (latency, bandwidth) from ``link_for``."""
     links = {}
     for a in devices:
@@ -34,12 +37,26 @@ _UNSCHEDULED_CPU_EFFICIENCY = 0.005
 def cpu2() -> Platform:
     """This machine's CPU as two devices (``cpu:0``, ``cpu:1``), one thread each: the platform
     that really runs here. Copies between them are memcpy within one memory (~5 µs, ~10 GB/s)."""
-    devices = [Device(name=f"cpu{i}", target={"kind": "llvm"}, device=f"cpu:{i}", memory_bytes=8 * 2**30,
-                      peak_flops=_HOST_CPU_CORE_FLOPS, bandwidth_Bps=20e9,
-                      efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=1)
-               for i in range(2)]
-    return Platform("cpu2", devices, _full_mesh(devices, lambda a, b: (5e-6, 10e9)),
-                    description="this machine's CPU as two single-thread devices (runs here)")
+    devices = [
+        Device(
+            name=f"cpu{i}",
+            target={"kind": "llvm"},
+            device=f"cpu:{i}",
+            memory_bytes=8 * 2**30,
+            peak_flops=_HOST_CPU_CORE_FLOPS,
+            bandwidth_Bps=20e9,
+            efficiency=_UNSCHEDULED_CPU_EFFICIENCY,
+            launch_overhead_s=5e-6,
+            num_threads=1,
+        )
+        for i in range(2)
+    ]
+    return Platform(
+        "cpu2",
+        devices,
+        _full_mesh(devices, lambda a, b: (5e-6, 10e9)),
+        description="this machine's CPU as two single-thread devices (runs here)",
+    )
 
 
 def paper_node() -> Platform:
@@ -56,16 +73,45 @@ def paper_node() -> Platform:
     machine's CPU, so it is never measured here (``measure=False``): always the roofline estimate.
     """
     devices = [
-        Device("cpu", {"kind": "llvm"}, "cpu:0", memory_bytes=192 * 2**30, peak_flops=2.69e12,
-               bandwidth_Bps=140e9, efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=20,
-               measure=False),
-        Device("rtx2080ti", {"kind": "cuda", "arch": "sm_75"}, "cuda:0", memory_bytes=11 * 2**30,
-               peak_flops=13.4e12, bandwidth_Bps=616e9, efficiency=0.35, launch_overhead_s=5e-6),
-        Device("gtx1080ti", {"kind": "cuda", "arch": "sm_61"}, "cuda:1", memory_bytes=11 * 2**30,
-               peak_flops=11.3e12, bandwidth_Bps=484e9, efficiency=0.35, launch_overhead_s=5e-6),
+        Device(
+            "cpu",
+            {"kind": "llvm"},
+            "cpu:0",
+            memory_bytes=192 * 2**30,
+            peak_flops=2.69e12,
+            bandwidth_Bps=140e9,
+            efficiency=_UNSCHEDULED_CPU_EFFICIENCY,
+            launch_overhead_s=5e-6,
+            num_threads=20,
+            measure=False,
+        ),
+        Device(
+            "rtx2080ti",
+            {"kind": "cuda", "arch": "sm_75"},
+            "cuda:0",
+            memory_bytes=11 * 2**30,
+            peak_flops=13.4e12,
+            bandwidth_Bps=616e9,
+            efficiency=0.35,
+            launch_overhead_s=5e-6,
+        ),
+        Device(
+            "gtx1080ti",
+            {"kind": "cuda", "arch": "sm_61"},
+            "cuda:1",
+            memory_bytes=11 * 2**30,
+            peak_flops=11.3e12,
+            bandwidth_Bps=484e9,
+            efficiency=0.35,
+            launch_overhead_s=5e-6,
+        ),
     ]
-    return Platform("paper-node", devices, _full_mesh(devices, lambda a, b: (10e-6, 12e9)),
-                    description="CPU + RTX 2080 Ti + GTX 1080 Ti over PCIe 3.0 (DiviML-like testbed)")
+    return Platform(
+        "paper-node",
+        devices,
+        _full_mesh(devices, lambda a, b: (10e-6, 12e9)),
+        description="CPU + RTX 2080 Ti + GTX 1080 Ti over PCIe 3.0 (DiviML-like testbed)",
+    )
 
 
 def h200_node() -> Platform:
@@ -76,13 +122,34 @@ def h200_node() -> Platform:
     GB/s); PCIe Gen5 x16 64 GB/s per direction raw, ~50 GB/s achieved.
     """
     devices = [
-        Device("cpu", {"kind": "llvm"}, "cpu:0", memory_bytes=512 * 2**30, peak_flops=7.4e12,
-               bandwidth_Bps=460e9, efficiency=_UNSCHEDULED_CPU_EFFICIENCY, launch_overhead_s=5e-6, num_threads=96),
-        Device("h200", {"kind": "cuda", "arch": "sm_90"}, "cuda:0", memory_bytes=141e9,
-               peak_flops=67e12, bandwidth_Bps=4.8e12, efficiency=0.35, launch_overhead_s=4e-6),
+        Device(
+            "cpu",
+            {"kind": "llvm"},
+            "cpu:0",
+            memory_bytes=512 * 2**30,
+            peak_flops=7.4e12,
+            bandwidth_Bps=460e9,
+            efficiency=_UNSCHEDULED_CPU_EFFICIENCY,
+            launch_overhead_s=5e-6,
+            num_threads=96,
+        ),
+        Device(
+            "h200",
+            {"kind": "cuda", "arch": "sm_90"},
+            "cuda:0",
+            memory_bytes=141e9,
+            peak_flops=67e12,
+            bandwidth_Bps=4.8e12,
+            efficiency=0.35,
+            launch_overhead_s=4e-6,
+        ),
     ]
-    return Platform("h200-node", devices, _full_mesh(devices, lambda a, b: (8e-6, 50e9)),
-                    description="host CPU + one H200 over PCIe Gen5")
+    return Platform(
+        "h200-node",
+        devices,
+        _full_mesh(devices, lambda a, b: (8e-6, 50e9)),
+        description="host CPU + one H200 over PCIe Gen5",
+    )
 
 
 def gpu_k(count: int) -> Platform:
@@ -91,11 +158,25 @@ def gpu_k(count: int) -> Platform:
     H100 SXM 67 TFLOP/s fp32, 3.35 TB/s HBM3, 80 GB. Inputs start on ``gpu0``."""
     if not 1 <= count <= 1024:
         raise DivimlInputError(f"gpuK needs 1 <= K <= 1024, got {count}", field="platform")
-    gpus = [Device(f"gpu{i}", {"kind": "cuda", "arch": "sm_90"}, f"cuda:{i}", memory_bytes=80 * 2**30,
-                   peak_flops=67e12, bandwidth_Bps=3.35e12, efficiency=0.35, launch_overhead_s=4e-6)
-            for i in range(count)]
-    return Platform(f"gpu{count}", gpus, _full_mesh(gpus, lambda a, b: (3e-6, 450e9)),
-                    description=f"{count} identical H100-class GPUs on NVLink-class links")
+    gpus = [
+        Device(
+            f"gpu{i}",
+            {"kind": "cuda", "arch": "sm_90"},
+            f"cuda:{i}",
+            memory_bytes=80 * 2**30,
+            peak_flops=67e12,
+            bandwidth_Bps=3.35e12,
+            efficiency=0.35,
+            launch_overhead_s=4e-6,
+        )
+        for i in range(count)
+    ]
+    return Platform(
+        f"gpu{count}",
+        gpus,
+        _full_mesh(gpus, lambda a, b: (3e-6, 450e9)),
+        description=f"{count} identical H100-class GPUs on NVLink-class links",
+    )
 
 
 def cpu1() -> Platform:
@@ -105,8 +186,12 @@ def cpu1() -> Platform:
     return Platform("cpu1", [device], {}, description="this machine's CPU as one single-thread device (runs here)")
 
 
-PRESETS: dict[str, Callable[[], Platform]] = {"cpu1": cpu1, "cpu2": cpu2, "paper-node": paper_node,
-                                              "h200-node": h200_node}
+PRESETS: dict[str, Callable[[], Platform]] = {
+    "cpu1": cpu1,
+    "cpu2": cpu2,
+    "paper-node": paper_node,
+    "h200-node": h200_node,
+}
 
 
 def preset_names() -> list[str]:
@@ -125,11 +210,14 @@ def load_platform(spec: str) -> Platform:
         return gpu_k(int(match.group(1)))
     if spec.endswith(".json"):
         return Platform.load(spec)
-    raise DivimlInputError(f"unknown platform '{spec}'", field="platform",
-                           hint=f"use a preset ({', '.join(preset_names())}) or a platform .json file")
+    raise DivimlInputError(
+        f"unknown platform '{spec}'",
+        field="platform",
+        hint=f"use a preset ({', '.join(preset_names())}) or a platform .json file",
+    )
 
 
-get_platform = load_platform      # the name callers have always used
+get_platform = load_platform  # the name callers have always used
 
 # A platform file of servers ({"servers": [...]}) read through Platform.from_json names its kinds as specs.
 register_file_form("servers", partial(servers_from_json, load_kind=load_platform))

@@ -1,6 +1,7 @@
 """The placement problem every solver, bound and report shares: what to place, where, at what prices,
 for which objective, and the checks that fail early when no plan can exist.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,9 @@ def mode_for(objective: Objective, platform: Platform) -> Mode:
         return "stage_serial"
     if objective == "throughput":
         return "host_staged" if platform.transfer_model == "host_staged" else "period_overlap"
-    raise DivimlInputError(f"unknown objective '{objective}'", field="objective",
-                           hint=f"use one of {', '.join(OBJECTIVES)}")
+    raise DivimlInputError(
+        f"unknown objective '{objective}'", field="objective", hint=f"use one of {', '.join(OBJECTIVES)}"
+    )
 
 
 @dataclass
@@ -34,7 +36,7 @@ class Problem:
     platform: Platform
     costs: CostModel
     objective: Objective = "latency"
-    stages: int | None = None          # pipeline: the most stages to use
+    stages: int | None = None  # pipeline: the most stages to use
 
     @property
     def mode(self) -> Mode:
@@ -43,8 +45,11 @@ class Problem:
     def feasible_devices(self, kernel: str) -> list[str]:
         """Devices that may run ``kernel`` and have a finite cost for it."""
         allowed = self.graph.kernels[kernel].allowed_devices
-        return [d for d in self.platform.device_names
-                if (allowed is None or d in allowed) and not math.isinf(self.costs.compute_s(kernel, d))]
+        return [
+            d
+            for d in self.platform.device_names
+            if (allowed is None or d in allowed) and not math.isinf(self.costs.compute_s(kernel, d))
+        ]
 
     def output_return_s(self, kernel: str, device: str, *, empty_pays_latency: bool = False) -> float:
         """Seconds for ``kernel``'s model output to reach the host from ``device`` (0 for other kernels).
@@ -60,26 +65,36 @@ class Problem:
         no device may run a kernel, a co-location group has no common device, the weights of one
         kernel or group exceed every device that may hold them, or the model's weights exceed all
         devices together."""
+
         def roomiest(devices: list[str]) -> tuple[str, float]:
             capacity = {d: self.platform.device(d).memory_bytes for d in devices}
             device = max(devices, key=lambda d: math.inf if capacity[d] is None else capacity[d])
             return device, math.inf if capacity[device] is None else capacity[device]
 
         if not self.graph.kernels:
-            raise DivimlInputError(f"graph '{self.graph.name}' has no kernels to place", field="kernels",
-                                   hint="give a model with at least one operator")
+            raise DivimlInputError(
+                f"graph '{self.graph.name}' has no kernels to place",
+                field="kernels",
+                hint="give a model with at least one operator",
+            )
         groups: dict[str, list[str]] = {}
         for kernel in self.graph.kernels.values():
             devices = self.feasible_devices(kernel.name)
             if not devices:
-                raise DivimlInputError(f"kernel '{kernel.name}' can run on no device of '{self.platform.name}'",
-                                       field="allowed_devices", hint="allow a device, or give it a finite cost")
+                raise DivimlInputError(
+                    f"kernel '{kernel.name}' can run on no device of '{self.platform.name}'",
+                    field="allowed_devices",
+                    hint="allow a device, or give it a finite cost",
+                )
             need = self.graph.weight_bytes([kernel.name])
             device, capacity = roomiest(devices)
             if need > capacity:
-                raise DivimlInputError(f"kernel '{kernel.name}' needs {format_bytes(need)} of weights, but the "
-                                       f"largest device it may run on, '{device}', has {format_bytes(capacity)}",
-                                       field="memory_bytes", hint="allow the kernel on a device with more memory")
+                raise DivimlInputError(
+                    f"kernel '{kernel.name}' needs {format_bytes(need)} of weights, but the "
+                    f"largest device it may run on, '{device}', has {format_bytes(capacity)}",
+                    field="memory_bytes",
+                    hint="allow the kernel on a device with more memory",
+                )
             if kernel.colocate is not None:
                 groups.setdefault(kernel.colocate, []).append(kernel.name)
         for group, members in groups.items():
@@ -87,25 +102,34 @@ class Problem:
             for member in members[1:]:
                 common &= set(self.feasible_devices(member))
             if not common:
-                raise DivimlInputError(f"co-location group '{group}' ({', '.join(members[:4])}"
-                                       f"{', ...' if len(members) > 4 else ''}) has no device that can run all of "
-                                       "its kernels", field="colocate",
-                                       hint="allow a common device for those kernels, or split the group")
+                raise DivimlInputError(
+                    f"co-location group '{group}' ({', '.join(members[:4])}"
+                    f"{', ...' if len(members) > 4 else ''}) has no device that can run all of "
+                    "its kernels",
+                    field="colocate",
+                    hint="allow a common device for those kernels, or split the group",
+                )
             need = self.graph.weight_bytes(members)
             device, capacity = roomiest([d for d in self.platform.device_names if d in common])
             if need > capacity:
-                raise DivimlInputError(f"co-location group '{group}' needs {format_bytes(need)} of weights, but the "
-                                       f"largest device that can run all of it, '{device}', has "
-                                       f"{format_bytes(capacity)}", field="colocate",
-                                       hint="split the group or use a device with more memory")
+                raise DivimlInputError(
+                    f"co-location group '{group}' needs {format_bytes(need)} of weights, but the "
+                    f"largest device that can run all of it, '{device}', has "
+                    f"{format_bytes(capacity)}",
+                    field="colocate",
+                    hint="split the group or use a device with more memory",
+                )
         total = self.graph.weight_bytes(self.graph.kernels)
         capacities = [d.memory_bytes for d in self.platform.devices]
         if None not in capacities and total > sum(capacities):
             each = ", ".join(f"'{d.name}' {format_bytes(d.memory_bytes)}" for d in self.platform.devices[:8])
-            raise DivimlInputError(f"the model's weights need {format_bytes(total)}, more than all devices hold "
-                                   f"together: {format_bytes(sum(capacities))} ({each}"
-                                   f"{', ...' if len(capacities) > 8 else ''})", field="memory_bytes",
-                                   hint="add devices or use devices with more memory")
+            raise DivimlInputError(
+                f"the model's weights need {format_bytes(total)}, more than all devices hold "
+                f"together: {format_bytes(sum(capacities))} ({each}"
+                f"{', ...' if len(capacities) > 8 else ''})",
+                field="memory_bytes",
+                hint="add devices or use devices with more memory",
+            )
 
 
 class NoPlanError(DivimlInputError):
@@ -114,6 +138,9 @@ class NoPlanError(DivimlInputError):
 
 def no_plan_exists(method: str) -> NoPlanError:
     """The error for a problem an exact method proved infeasible with weights alone in memory."""
-    return NoPlanError(f"no plan satisfies the constraints: the {method} proves that the weights within each "
-                       "device's memory, allowed devices and co-location cannot all hold", field="memory_bytes",
-                       hint="use devices with more memory, allow kernels on more devices, or co-locate less")
+    return NoPlanError(
+        f"no plan satisfies the constraints: the {method} proves that the weights within each "
+        "device's memory, allowed devices and co-location cannot all hold",
+        field="memory_bytes",
+        hint="use devices with more memory, allow kernels on more devices, or co-locate less",
+    )

@@ -3,6 +3,7 @@
 Every number reported comes from the simulator; the solver's own claim is kept beside it
 (``claimed_value_s``) so that a disagreement is visible.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,8 @@ from typing import Any
 from .bounds import lower_bounds
 from .errors import DivimlInputError
 from .plan import Plan
-from .simulator import Simulation, simulate
 from .problem import Problem
+from .simulator import Simulation, simulate
 from .solvers import default_solver, get_solver
 from .tolerances import SOLVER_SLACK
 from .toolkit.single_device import single_device_values
@@ -22,9 +23,16 @@ from .toolkit.single_device import single_device_values
 log = logging.getLogger(__name__)
 
 
-def solve_and_report(problem: Problem, solver: str, model: str, cost_source: str, *,
-                     time_limit_s: float = 60.0, seed: int = 0, bound_time_limit_s: float = 0.0
-                     ) -> tuple[Plan, Simulation, dict]:
+def solve_and_report(
+    problem: Problem,
+    solver: str,
+    model: str,
+    cost_source: str,
+    *,
+    time_limit_s: float = 60.0,
+    seed: int = 0,
+    bound_time_limit_s: float = 0.0,
+) -> tuple[Plan, Simulation, dict]:
     """Run ``solver`` (``auto``: the default for the objective) and the baselines on ``problem``;
     return the plan, its simulation and the row. ``bound_time_limit_s``: seconds for the pipeline
     bound MIPs (0: the combinatorial bounds only)."""
@@ -35,12 +43,13 @@ def solve_and_report(problem: Problem, solver: str, model: str, cost_source: str
     plan = get_solver(solver, time_limit_s=time_limit_s, seed=seed).solve(problem)
     sim = simulate(problem.graph, problem.platform, problem.costs, plan)
     baselines: dict[str, float | None] = {}
-    single, per_device = single_device_values(problem)     # None: no device holds the model (it must split)
+    single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
     baselines["fastest_single_device"] = single.value_s if single else None
     kept_single = None
     if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
-        kept_single = _keep_single_device(plan.solver, sim.value_s, baselines["fastest_single_device"],
-                                          problem.costs.prediction_error)
+        kept_single = _keep_single_device(
+            plan.solver, sim.value_s, baselines["fastest_single_device"], problem.costs.prediction_error
+        )
         if kept_single:
             single.solver = "fastest_single_device"
             plan, sim = single, simulate(problem.graph, problem.platform, problem.costs, single)
@@ -61,8 +70,10 @@ def _keep_single_device(solver: str, split_s: float, single_s: float | None, err
     if single_s is None or split_s < single_s * (1.0 - error):
         return None
     gain = 100 * (single_s / split_s - 1.0) if split_s > 0 else 0.0
-    return (f"{solver}'s plan across devices is predicted {gain:.1f}% faster than the fastest single device, "
-            f"within the measured error of {100 * error:.1f}%: the single device is kept")
+    return (
+        f"{solver}'s plan across devices is predicted {gain:.1f}% faster than the fastest single device, "
+        f"within the measured error of {100 * error:.1f}%: the single device is kept"
+    )
 
 
 def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> dict[str, float]:
@@ -78,7 +89,7 @@ def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> d
         elif problem.objective == "latency" or name == "greedy":
             try:
                 plan = get_solver(name, exact_fallback=False).solve(problem)
-            except DivimlInputError as error:         # greedy does not place for host_staged copies
+            except DivimlInputError as error:  # greedy does not place for host_staged copies
                 log.debug("baseline %s skipped: %s", name, error)
                 continue
         else:
@@ -89,8 +100,15 @@ def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> d
     return values
 
 
-def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[str, float],
-               baselines: dict[str, float | None], model: str, cost_source: str) -> dict[str, Any]:
+def report_row(
+    problem: Problem,
+    plan: Plan,
+    sim: Simulation,
+    bound_parts: dict[str, float],
+    baselines: dict[str, float | None],
+    model: str,
+    cost_source: str,
+) -> dict[str, Any]:
     """The contract row of one plan (README: ``--json``): its simulated value, the best bound and the
     gap, whether it is proven optimal, every baseline and the speed-up over the best single device."""
     bound = max(bound_parts.values(), default=0.0)
@@ -118,8 +136,11 @@ def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[
         "kernels": len(problem.graph),
         "edges": len(problem.graph.edges),
         "cost_source": cost_source,
-        "cost_sources": {d: problem.costs.source(next(iter(problem.graph.kernels)), d)
-                         for d in problem.platform.device_names} if len(problem.graph) else {},
+        "cost_sources": {
+            d: problem.costs.source(next(iter(problem.graph.kernels)), d) for d in problem.platform.device_names
+        }
+        if len(problem.graph)
+        else {},
         "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
         "assignment": plan.assignment,
         "stages": plan.stages,
@@ -129,7 +150,7 @@ def report_row(problem: Problem, plan: Plan, sim: Simulation, bound_parts: dict[
         "memory_bytes": sim.memory_bytes,
         "device_graph_acyclic": sim.device_graph_acyclic,
         "symmetric": plan.attrs.get("symmetric"),
-        "weaker_method": plan.attrs.get("weaker_method"),      # a solver that fell back says so
+        "weaker_method": plan.attrs.get("weaker_method"),  # a solver that fell back says so
     }
 
 
@@ -148,18 +169,22 @@ def _proof(row: dict[str, Any]) -> str:
     if not row["optimal"]:
         return ""
     among = row.get("optimal_among")
-    return f" (proven optimal among {among}; the bound below holds for any placement)" if among else \
-        " (proven optimal)"
+    return f" (proven optimal among {among}; the bound below holds for any placement)" if among else " (proven optimal)"
 
 
 def _symmetric_line(found: dict[str, Any]) -> str:
     """What the symmetric solver reused: blocks, and how many each server took (or why it fell back)."""
     if "fallback" in found:
         return f"symmetric: fell back: {found['fallback']}"
-    servers = "; ".join(f"{server} " + " + ".join(f"{run['blocks']} (anchor {run['anchor']}, groups of {run['group']})"
-                                                    for run in runs) for server, runs in found["servers"].items())
-    return (f"symmetric: {found['blocks']} blocks of {found['block_kernels']} kernels (head {found['head']}, "
-            f"tail {found['tail']}), {found['candidates']} candidate placements of a group of blocks; blocks per server: {servers}")
+    servers = "; ".join(
+        f"{server} " + " + ".join(f"{run['blocks']} (anchor {run['anchor']}, groups of {run['group']})" for run in runs)
+        for server, runs in found["servers"].items()
+    )
+    return (
+        f"symmetric: {found['blocks']} blocks of {found['block_kernels']} kernels (head {found['head']}, "
+        f"tail {found['tail']}), {found['candidates']} candidate placements of a group of blocks; "
+        f"blocks per server: {servers}"
+    )
 
 
 def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
@@ -167,8 +192,7 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     what = "latency" if row["objective"] == "latency" else "period"
     lines = [
         f"model {row['model']}: {row['kernels']} kernels, {row['edges']} edges; platform {row['platform']}; "
-        f"costs: {row['cost_source']} ("
-        + ", ".join(f"{d} {s}" for d, s in row["cost_sources"].items()) + ")",
+        f"costs: {row['cost_source']} (" + ", ".join(f"{d} {s}" for d, s in row["cost_sources"].items()) + ")",
         f"objective {row['objective']} (mode {row['mode']}), solver {row['solver']}, solved in "
         f"{row['solve_s']:.3f} s{_proof(row)}",
         f"{what}: {format_seconds(row['value_s'])}   lower bound: {format_seconds(row['lower_bound_s'])}   gap: "
@@ -182,11 +206,15 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     if row["speedup_over_fastest_single_device"] is not None:
         lines.append(f"speed-up over the fastest single device: {row['speedup_over_fastest_single_device']:.2f}x")
     elif row["baselines"].get("fastest_single_device") is None:
-        lines.append("no single device can run the whole model (memory or allowed devices): no single-device "
-                     "baseline, the plan must split it")
+        lines.append(
+            "no single device can run the whole model (memory or allowed devices): no single-device "
+            "baseline, the plan must split it"
+        )
     if row["objective"] == "throughput" and not row["device_graph_acyclic"]:
-        lines.append("the device graph has a cycle (tensors return to a device they came from): not a linear "
-                     "pipeline; it runs with several inputs in flight")
+        lines.append(
+            "the device graph has a cycle (tensors return to a device they came from): not a linear "
+            "pipeline; it runs with several inputs in flight"
+        )
     if row.get("symmetric"):
         lines.append(_symmetric_line(row["symmetric"]))
     if row.get("kept_single_device"):
@@ -200,9 +228,11 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     lines.append(f"{'device':<14}{'kernels':>8}{'busy':>14}{'memory MiB':>12}{'alone':>14}")
     for device in platform_devices:
         alone = row["baselines"].get(f"single:{device}")
-        lines.append(f"{device:<14}{counts.get(device, 0):>8}{format_seconds(row['device_busy_s'].get(device, 0.0)):>14}"
-                     f"{row['memory_bytes'].get(device, 0.0) / 2**20:>12.1f}"
-                     f"{(format_seconds(alone) if alone is not None else 'does not fit'):>14}")
+        lines.append(
+            f"{device:<14}{counts.get(device, 0):>8}{format_seconds(row['device_busy_s'].get(device, 0.0)):>14}"
+            f"{row['memory_bytes'].get(device, 0.0) / 2**20:>12.1f}"
+            f"{(format_seconds(alone) if alone is not None else 'does not fit'):>14}"
+        )
     if row["stages"]:
         lines.append("")
         for index, (stage, device) in enumerate(zip(row["stages"], row["stage_devices"] or [])):

@@ -20,12 +20,14 @@ devices=("s0.cpu", ...), host="s0.cpu"), ...}``, devices in the kind's order, so
 two servers of one kind correspond (what the symmetric solver relies on).
 The platform's host is server 0's host. Servers are numbered across groups in the order given.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from .errors import DivimlInputError
 from .platform import Link, Network, Platform, Server
@@ -37,6 +39,7 @@ MAX_SERVERS = 64
 
 # What a server kind's name (a preset, a JSON file) becomes: ``presets.load_platform``.
 KindLoader = Callable[[str], Platform]
+DEFAULT_NETWORK = Network()  # 100 Gb/s, 10 us; frozen, so one shared default is safe
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,15 @@ class ServerGroup:
     count: int
 
 
-def build_servers(groups: list[ServerGroup], network: Network = Network(),
-                  pair_networks: dict[frozenset[str], Network] | None = None, *, name: str = "",
-                  description: str = "", field: str = "servers") -> Platform:
+def build_servers(
+    groups: list[ServerGroup],
+    network: Network = DEFAULT_NETWORK,
+    pair_networks: dict[frozenset[str], Network] | None = None,
+    *,
+    name: str = "",
+    description: str = "",
+    field: str = "servers",
+) -> Platform:
     """One Platform of all servers of ``groups``; ``pair_networks`` overrides ``network`` between the
     two servers of a pair (both directions). ``field`` names the input that gave the groups, for errors."""
     _check_groups(groups, field)
@@ -62,14 +71,18 @@ def build_servers(groups: list[ServerGroup], network: Network = Network(),
             renamed = {d.name: f"{sid}.{d.name}" for d in group.server.devices}
             devices += [replace(d, name=renamed[d.name]) for d in group.server.devices]
             for (src, dst), link in group.server.links.items():
-                links[(renamed[src], renamed[dst])] = Link(renamed[src], renamed[dst], link.latency_s,
-                                                           link.bandwidth_Bps)
+                links[(renamed[src], renamed[dst])] = Link(
+                    renamed[src], renamed[dst], link.latency_s, link.bandwidth_Bps
+                )
             servers[sid] = Server(group.kind, tuple(renamed.values()), renamed[group.server.host])
     for pair in pair_networks:
         unknown = sorted(pair - set(servers))
         if unknown:
-            raise DivimlInputError(f"network link names unknown server '{unknown[0]}'", field="network_links",
-                                   hint=f"servers are {', '.join(servers)} (s0 first, numbered across groups)")
+            raise DivimlInputError(
+                f"network link names unknown server '{unknown[0]}'",
+                field="network_links",
+                hint=f"servers are {', '.join(servers)} (s0 first, numbered across groups)",
+            )
     for sa, a in servers.items():
         for sb, b in servers.items():
             if sa != sb:
@@ -79,11 +92,22 @@ def build_servers(groups: list[ServerGroup], network: Network = Network(),
                         hops = [links[(src, a.host)]] if src != a.host else []
                         hops += [links[(b.host, dst)]] if dst != b.host else []
                         bandwidths = [h.bandwidth_Bps for h in hops if h.bandwidth_Bps is not None]
-                        links[(src, dst)] = Link(src, dst, net.latency_s + sum(h.latency_s for h in hops),
-                                                 min([net.bandwidth_Bps, *bandwidths]))
-    return Platform(name or _spec_name(groups), devices, links, host=servers["s0"].host,
-                    transfer_model=groups[0].server.transfer_model,
-                    description=description or _describe(groups, network), servers=servers, network=network)
+                        links[(src, dst)] = Link(
+                            src,
+                            dst,
+                            net.latency_s + sum(h.latency_s for h in hops),
+                            min([net.bandwidth_Bps, *bandwidths]),
+                        )
+    return Platform(
+        name or _spec_name(groups),
+        devices,
+        links,
+        host=servers["s0"].host,
+        transfer_model=groups[0].server.transfer_model,
+        description=description or _describe(groups, network),
+        servers=servers,
+        network=network,
+    )
 
 
 def _spec_name(groups: list[ServerGroup]) -> str:
@@ -92,8 +116,7 @@ def _spec_name(groups: list[ServerGroup]) -> str:
 
 def _describe(groups: list[ServerGroup], network: Network) -> str:
     kinds = " + ".join(f"{g.count} x {g.kind}" for g in groups)
-    return (f"{kinds} servers on a {network.bandwidth_Bps * 8 / 1e9:g} Gb/s, "
-            f"{network.latency_s * 1e6:g} µs network")
+    return f"{kinds} servers on a {network.bandwidth_Bps * 8 / 1e9:g} Gb/s, {network.latency_s * 1e6:g} µs network"
 
 
 def _check_groups(groups: list[ServerGroup], where: str) -> None:
@@ -103,16 +126,25 @@ def _check_groups(groups: list[ServerGroup], where: str) -> None:
     seen: dict[str, dict] = {}
     for group in groups:
         if group.server.servers:
-            raise DivimlInputError(f"server kind '{group.kind}' is itself several servers", field=where,
-                                   hint="a server kind must be one machine: a preset or a plain platform")
+            raise DivimlInputError(
+                f"server kind '{group.kind}' is itself several servers",
+                field=where,
+                hint="a server kind must be one machine: a preset or a plain platform",
+            )
         shape = {k: v for k, v in group.server.to_json().items() if k not in ("name", "description")}
         if seen.setdefault(group.kind, shape) != shape:
-            raise DivimlInputError(f"two different server kinds are both named '{group.kind}'", field=where,
-                                   hint="give each inline server platform its own 'name'")
+            raise DivimlInputError(
+                f"two different server kinds are both named '{group.kind}'",
+                field=where,
+                hint="give each inline server platform its own 'name'",
+            )
     transfer_models = {g.server.transfer_model for g in groups}
     if len(transfer_models) > 1:
-        raise DivimlInputError(f"server kinds mix transfer models {sorted(transfer_models)}", field=where,
-                               hint="give every server kind the same transfer_model")
+        raise DivimlInputError(
+            f"server kinds mix transfer models {sorted(transfer_models)}",
+            field=where,
+            hint="give every server kind the same transfer_model",
+        )
 
 
 # ---------------------------------------------------------------------- the spec string
@@ -126,12 +158,18 @@ def servers_platform(spec: str, load_kind: KindLoader) -> Platform:
     for part in kinds.split("+"):
         match = re.fullmatch(r"(?:(\d+)\s*x\s*)?(\S+)", part.strip())
         if not match:
-            raise DivimlInputError(f"'{part}' in '{spec}' is not COUNTxKIND", field="platform",
-                                   hint=f"write {SPEC_HELP}, e.g. servers:2xpaper-node+2xh200-node")
+            raise DivimlInputError(
+                f"'{part}' in '{spec}' is not COUNTxKIND",
+                field="platform",
+                hint=f"write {SPEC_HELP}, e.g. servers:2xpaper-node+2xh200-node",
+            )
         count, kind = int(match.group(1) or 1), match.group(2)
         if count < 1:
-            raise DivimlInputError(f"'{part}' in '{spec}' asks for {count} servers", field="platform",
-                                   hint="each group needs at least one server, e.g. 1xpaper-node")
+            raise DivimlInputError(
+                f"'{part}' in '{spec}' asks for {count} servers",
+                field="platform",
+                hint="each group needs at least one server, e.g. 1xpaper-node",
+            )
         groups.append(ServerGroup(kind, _kind_platform(kind, "platform", load_kind), count))
     return build_servers(groups, network, name=spec, field="platform")
 
@@ -142,8 +180,11 @@ def _network_options(options: list[str], spec: str) -> Network:
     for option in options:
         key, sep, text = option.partition("=")
         if key.strip() not in scale or not sep:
-            raise DivimlInputError(f"unknown option '{option}' in '{spec}'", field="platform",
-                                   hint="options are network_gbps=G (Gb/s) and network_latency_us=U (µs)")
+            raise DivimlInputError(
+                f"unknown option '{option}' in '{spec}'",
+                field="platform",
+                hint="options are network_gbps=G (Gb/s) and network_latency_us=U (µs)",
+            )
         try:
             value = float(text)
         except ValueError:
@@ -159,27 +200,36 @@ def _checked(value: Any, attribute: str, where: str) -> float:
     number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     positive = attribute == "bandwidth_Bps"
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
-        raise DivimlInputError(f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}",
-                               field=where, hint="bandwidth in bytes/s (Gb/s in specs), latency in seconds "
-                               "(µs in specs)")
+        raise DivimlInputError(
+            f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}",
+            field=where,
+            hint="bandwidth in bytes/s (Gb/s in specs), latency in seconds (µs in specs)",
+        )
     return float(number)
 
 
 def _kind_platform(kind: Any, where: str, load_kind: KindLoader) -> Platform:
     if isinstance(kind, dict):
         if "servers" in kind:
-            raise DivimlInputError("an inline server kind is itself several servers", field=where,
-                                   hint="a server kind must be one machine: give its 'devices'")
+            raise DivimlInputError(
+                "an inline server kind is itself several servers",
+                field=where,
+                hint="a server kind must be one machine: give its 'devices'",
+            )
         try:
             return Platform.from_json(kind)
         except DivimlInputError as error:
-            raise DivimlInputError(error.detail, field=f"{where}.{error.field or ''}".rstrip("."),
-                                   hint=error.hint) from None
+            raise DivimlInputError(
+                error.detail, field=f"{where}.{error.field or ''}".rstrip("."), hint=error.hint
+            ) from None
     if not isinstance(kind, str) or not kind:
         raise DivimlInputError(f"a server kind is a preset name or a platform object, got {kind!r}", field=where)
     if kind.startswith(PREFIX):
-        raise DivimlInputError(f"server kind '{kind}' is itself several servers", field=where,
-                               hint="a server kind must be one machine, e.g. paper-node")
+        raise DivimlInputError(
+            f"server kind '{kind}' is itself several servers",
+            field=where,
+            hint="a server kind must be one machine, e.g. paper-node",
+        )
     try:
         return load_kind(kind)
     except DivimlInputError as error:
@@ -198,11 +248,14 @@ def servers_from_json(data: dict, load_kind: KindLoader) -> Platform:
     kind named by a string is what ``load_kind`` makes of it."""
     unknown = sorted(set(data) - _JSON_KEYS)
     if unknown:
-        raise DivimlInputError(f"unknown keys {unknown} in a servers platform", field=unknown[0],
-                               hint=f"known keys: {sorted(_JSON_KEYS)}; a servers file has no 'devices' "
-                               "or 'links': its servers bring them")
+        raise DivimlInputError(
+            f"unknown keys {unknown} in a servers platform",
+            field=unknown[0],
+            hint=f"known keys: {sorted(_JSON_KEYS)}; a servers file has no 'devices' "
+            "or 'links': its servers bring them",
+        )
     if not isinstance(data["servers"], list) or not data["servers"]:
-        raise DivimlInputError("must be a non-empty list of {\"kind\": ..., \"count\": N}", field="servers")
+        raise DivimlInputError('must be a non-empty list of {"kind": ..., "count": N}', field="servers")
     groups = [_group_from_json(raw, f"servers[{i}]", load_kind) for i, raw in enumerate(data["servers"])]
     network = _network_from_json(data.get("network", {}), Network(), "network")
     pairs: dict[frozenset[str], Network] = {}
@@ -212,24 +265,35 @@ def servers_from_json(data: dict, load_kind: KindLoader) -> Platform:
     for i, raw in enumerate(raw_pairs):
         where = f"network_links[{i}]"
         if not isinstance(raw, dict) or not {"src_server", "dst_server"} <= set(raw):
-            raise DivimlInputError("a network link needs 'src_server' and 'dst_server'", field=where,
-                                   hint='e.g. {"src_server": "s0", "dst_server": "s1", "bandwidth_Bps": 3.125e9}')
+            raise DivimlInputError(
+                "a network link needs 'src_server' and 'dst_server'",
+                field=where,
+                hint='e.g. {"src_server": "s0", "dst_server": "s1", "bandwidth_Bps": 3.125e9}',
+            )
         pair = frozenset((str(raw["src_server"]), str(raw["dst_server"])))
         if len(pair) != 2:
-            raise DivimlInputError(f"links server '{raw['src_server']}' to itself", field=where,
-                                   hint="inside a server its kind's own links apply")
+            raise DivimlInputError(
+                f"links server '{raw['src_server']}' to itself",
+                field=where,
+                hint="inside a server its kind's own links apply",
+            )
         if pair in pairs:
-            raise DivimlInputError(f"servers {' and '.join(sorted(pair))} are given twice", field=where,
-                                   hint="a pair's figures apply both ways; give each pair once")
-        pairs[pair] = _network_from_json({k: v for k, v in raw.items() if k not in ("src_server", "dst_server")},
-                                         network, where)
-    return build_servers(groups, network, pairs, name=str(data.get("name", "")),
-                         description=str(data.get("description", "")))
+            raise DivimlInputError(
+                f"servers {' and '.join(sorted(pair))} are given twice",
+                field=where,
+                hint="a pair's figures apply both ways; give each pair once",
+            )
+        pairs[pair] = _network_from_json(
+            {k: v for k, v in raw.items() if k not in ("src_server", "dst_server")}, network, where
+        )
+    return build_servers(
+        groups, network, pairs, name=str(data.get("name", "")), description=str(data.get("description", ""))
+    )
 
 
 def _group_from_json(raw: Any, where: str, load_kind: KindLoader) -> ServerGroup:
     if not isinstance(raw, dict) or "kind" not in raw or set(raw) - {"kind", "count"}:
-        raise DivimlInputError("a server group is {\"kind\": PRESET or {platform}, \"count\": N}", field=where)
+        raise DivimlInputError('a server group is {"kind": PRESET or {platform}, "count": N}', field=where)
     count = raw.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise DivimlInputError(f"count must be an integer >= 1, got {count!r}", field=f"{where}.count")
@@ -240,9 +304,8 @@ def _group_from_json(raw: Any, where: str, load_kind: KindLoader) -> ServerGroup
 
 def _network_from_json(raw: Any, default: Network, where: str) -> Network:
     if not isinstance(raw, dict) or set(raw) - {"bandwidth_Bps", "latency_s"}:
-        raise DivimlInputError("a network is {\"bandwidth_Bps\": B, \"latency_s\": S}", field=where)
-    return Network(**{key: _checked(value, key, f"{where}.{key}") for key, value in
-                      {**vars(default), **raw}.items()})
+        raise DivimlInputError('a network is {"bandwidth_Bps": B, "latency_s": S}', field=where)
+    return Network(**{key: _checked(value, key, f"{where}.{key}") for key, value in {**vars(default), **raw}.items()})
 
 
 # ---------------------------------------------------------------------- queries
@@ -273,11 +336,16 @@ def server_platform(platform: Platform, server: str) -> Platform:
     """One server of ``platform`` alone: its devices and the links among them, its own host."""
     devices = server_devices(platform)
     if server not in devices:
-        raise DivimlInputError(f"unknown server '{server}' on platform '{platform.name}'",
-                               hint=f"servers: {', '.join(devices)}")
+        raise DivimlInputError(
+            f"unknown server '{server}' on platform '{platform.name}'", hint=f"servers: {', '.join(devices)}"
+        )
     names = set(devices[server])
     host = platform.servers[server].host if platform.servers else platform.host
-    return Platform(f"{platform.name}/{server}", [d for d in platform.devices if d.name in names],
-                    {pair: link for pair, link in platform.links.items() if set(pair) <= names},
-                    host=host, transfer_model=platform.transfer_model,
-                    description=f"server {server} of {platform.name}")
+    return Platform(
+        f"{platform.name}/{server}",
+        [d for d in platform.devices if d.name in names],
+        {pair: link for pair, link in platform.links.items() if set(pair) <= names},
+        host=host,
+        transfer_model=platform.transfer_model,
+        description=f"server {server} of {platform.name}",
+    )

@@ -14,6 +14,7 @@
 
 Everything is linear in the graph size apart from a heap in ``latency`` mode.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -46,16 +47,16 @@ class Transfer:
 @dataclass
 class Simulation:
     mode: str
-    value_s: float                                    # makespan (latency) or period
+    value_s: float  # makespan (latency) or period
     feasible: bool = True
     problems: list[str] = field(default_factory=list)
-    device_busy_s: dict[str, float] = field(default_factory=dict)   # load (period modes) or busy time
+    device_busy_s: dict[str, float] = field(default_factory=dict)  # load (period modes) or busy time
     link_busy_s: dict[tuple[str, str], float] = field(default_factory=dict)
     memory_bytes: dict[str, float] = field(default_factory=dict)
-    start_s: dict[str, float] = field(default_factory=dict)         # latency mode
+    start_s: dict[str, float] = field(default_factory=dict)  # latency mode
     finish_s: dict[str, float] = field(default_factory=dict)
     transfers: list[Transfer] = field(default_factory=list)
-    stage_cost_s: list[float] = field(default_factory=list)         # stage_serial
+    stage_cost_s: list[float] = field(default_factory=list)  # stage_serial
     device_graph_acyclic: bool = True
 
     @property
@@ -63,8 +64,9 @@ class Simulation:
         return 1.0 / self.value_s if self.value_s > 0 else math.inf
 
 
-def simulate(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, *,
-             link_contention: bool = False) -> Simulation:
+def simulate(
+    graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, *, link_contention: bool = False
+) -> Simulation:
     """Score ``plan`` in its own cost mode. Raises PlanError when the plan does not fit."""
     _check_assignment(graph, platform, plan)
     if plan.replicas and plan.mode != "period_overlap":
@@ -88,16 +90,25 @@ def simulate(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, *
 def _check_assignment(graph: OpGraph, platform: Platform, plan: Plan) -> None:
     missing = [k for k in graph.kernels if k not in plan.assignment]
     if missing:
-        raise PlanError(f"plan leaves {len(missing)} kernels unassigned, e.g. '{missing[0]}'", field="assignment",
-                        hint="a plan must assign every kernel of the graph")
+        raise PlanError(
+            f"plan leaves {len(missing)} kernels unassigned, e.g. '{missing[0]}'",
+            field="assignment",
+            hint="a plan must assign every kernel of the graph",
+        )
     extra = [k for k in plan.assignment if k not in graph.kernels]
     if extra:
-        raise PlanError(f"plan assigns kernel '{extra[0]}' that the graph does not have", field="assignment",
-                        hint="the plan was made for another graph")
+        raise PlanError(
+            f"plan assigns kernel '{extra[0]}' that the graph does not have",
+            field="assignment",
+            hint="the plan was made for another graph",
+        )
     for kernel, device in plan.assignment.items():
         if device not in platform.by_name:
-            raise PlanError(f"kernel '{kernel}' is assigned to unknown device '{device}'", field="assignment",
-                            hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}")
+            raise PlanError(
+                f"kernel '{kernel}' is assigned to unknown device '{device}'",
+                field="assignment",
+                hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}",
+            )
 
 
 def remote_sends(graph: OpGraph, assignment: dict[str, str], kernel: str) -> dict[str, float]:
@@ -122,8 +133,9 @@ def input_sends(graph: OpGraph, assignment: dict[str, str]) -> list[tuple[str, s
 
 def _device_graph_acyclic(graph: OpGraph, assignment: dict[str, str]) -> bool:
     quotient = nx.DiGraph()
-    quotient.add_edges_from((assignment[e.src], assignment[e.dst]) for e in graph.edges
-                            if assignment[e.src] != assignment[e.dst])
+    quotient.add_edges_from(
+        (assignment[e.src], assignment[e.dst]) for e in graph.edges if assignment[e.src] != assignment[e.dst]
+    )
     return nx.is_directed_acyclic_graph(quotient)
 
 
@@ -137,8 +149,11 @@ def device_orders(graph: OpGraph, plan: Plan) -> dict[str, list[str]]:
     for device, kernels in plan.order.items():
         for kernel in kernels:
             if plan.assignment.get(kernel) != device:
-                raise PlanError(f"order lists kernel '{kernel}' on '{device}', but it is assigned to "
-                                f"'{plan.assignment.get(kernel)}'", field="order")
+                raise PlanError(
+                    f"order lists kernel '{kernel}' on '{device}', but it is assigned to "
+                    f"'{plan.assignment.get(kernel)}'",
+                    field="order",
+                )
     listed = sum(len(v) for v in plan.order.values())
     if listed != len(graph) or len({k for v in plan.order.values() for k in v}) != listed:
         raise PlanError("order must list every kernel exactly once", field="order")
@@ -150,7 +165,7 @@ def run_order(graph: OpGraph, plan: Plan) -> list[str]:
     has one): the order the single VM runs them in, and the one segments are cut from."""
     if plan.order is None:
         return list(graph.topo_order)
-    device_orders(graph, plan)                      # validates the order against the assignment
+    device_orders(graph, plan)  # validates the order against the assignment
     dag = graph.to_networkx()
     for kernels in plan.order.values():
         dag.add_edges_from(zip(kernels, kernels[1:]))
@@ -158,13 +173,17 @@ def run_order(graph: OpGraph, plan: Plan) -> list[str]:
     try:
         return list(nx.lexicographical_topological_sort(dag, key=position.__getitem__))
     except nx.NetworkXUnfeasible:
-        raise PlanError("the plan's per-device order contradicts the data dependencies", field="order",
-                        hint="order each device's kernels topologically") from None
+        raise PlanError(
+            "the plan's per-device order contradicts the data dependencies",
+            field="order",
+            hint="order each device's kernels topologically",
+        ) from None
 
 
 # ---------------------------------------------------------------------- latency
-def _arrivals_awaited(graph: OpGraph, assign: dict[str, str]
-                      ) -> tuple[dict[str, int], dict[tuple[str, str], list[str]]]:
+def _arrivals_awaited(
+    graph: OpGraph, assign: dict[str, str]
+) -> tuple[dict[str, int], dict[tuple[str, str], list[str]]]:
     """Per kernel, how many inputs it waits for (a same-device producer's finish, or one arrival per
     remote producer and model input); per (tensor, device), the kernels there that wait for it."""
     waiting_for: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -266,19 +285,36 @@ def _latency(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, c
     return _schedule_result(graph, assign, start, finish, transfers, output_arrival, busy)
 
 
-def _schedule_result(graph: OpGraph, assign: dict[str, str], start: dict[str, float], finish: dict[str, float],
-                     transfers: list[Transfer], output_arrival: float, busy: dict[str, float]) -> Simulation:
+def _schedule_result(
+    graph: OpGraph,
+    assign: dict[str, str],
+    start: dict[str, float],
+    finish: dict[str, float],
+    transfers: list[Transfer],
+    output_arrival: float,
+    busy: dict[str, float],
+) -> Simulation:
     """The latency Simulation of a finished event run; a run that left kernels unstarted deadlocked."""
     if len(finish) != len(graph):
         stuck = next(k for k in graph.topo_order if k not in finish)
-        raise PlanError(f"the plan's order deadlocks: kernel '{stuck}' on '{assign[stuck]}' can never start",
-                        field="order", hint="each device's order must be consistent with the graph's dependencies")
+        raise PlanError(
+            f"the plan's order deadlocks: kernel '{stuck}' on '{assign[stuck]}' can never start",
+            field="order",
+            hint="each device's order must be consistent with the graph's dependencies",
+        )
     link_busy: dict[tuple[str, str], float] = defaultdict(float)
     for t in transfers:
         link_busy[t.src, t.dst] += t.end_s - t.start_s
     makespan = max([0.0, output_arrival, *finish.values()])
-    return Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
-                      start_s=start, finish_s=finish, transfers=transfers)
+    return Simulation(
+        "latency",
+        makespan,
+        device_busy_s=dict(busy),
+        link_busy_s=dict(link_busy),
+        start_s=start,
+        finish_s=finish,
+        transfers=transfers,
+    )
 
 
 def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan) -> Simulation:
@@ -305,8 +341,9 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
     return sim
 
 
-def _run_segments(graph: OpGraph, platform: Platform, costs: CostModel, segments, boundaries,
-                  stretch: dict[str, float]) -> tuple[Simulation, dict[str, tuple[str, float, float]]]:
+def _run_segments(
+    graph: OpGraph, platform: Platform, costs: CostModel, segments, boundaries, stretch: dict[str, float]
+) -> tuple[Simulation, dict[str, tuple[str, float, float]]]:
     """``_latency_as_executed``'s schedule, each segment's kernels taking ``stretch`` times their cost;
     also each segment's device and the span its kernels run in."""
     host = platform.host
@@ -314,20 +351,23 @@ def _run_segments(graph: OpGraph, platform: Platform, costs: CostModel, segments
     overheads = costs.executor_overheads
     segment_end: dict[str, float] = {}
     spans: dict[str, tuple[str, float, float]] = {}
-    where: dict[str, str] = {}                      # kernel -> device of its segment
+    where: dict[str, str] = {}  # kernel -> device of its segment
     device_free: dict[str, float] = defaultdict(float)
     busy: dict[str, float] = defaultdict(float)
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     transfers: list[Transfer] = []
-    moved: set[tuple[str, str]] = set()             # (tensor, device): a tensor crosses once per device
+    moved: set[tuple[str, str]] = set()  # (tensor, device): a tensor crosses once per device
     for seg in segments:
         device = seg.device
         bound = boundaries[seg.name]
         clock = max([device_free[device], *(finish[k] for k in bound.reads)])
         crossings = [(name, host, inputs[name]) for name in bound.inputs if device != host]
-        crossings += [(k, where[k], max(e.bytes for e in graph.succ[k] if e.dst in seg.kernels))
-                      for k in bound.reads if where[k] != device]
+        crossings += [
+            (k, where[k], max(e.bytes for e in graph.succ[k] if e.dst in seg.kernels))
+            for k in bound.reads
+            if where[k] != device
+        ]
         for tensor, src, nbytes in crossings:
             if (tensor, device) not in moved:
                 moved.add((tensor, device))
@@ -342,7 +382,7 @@ def _run_segments(graph: OpGraph, platform: Platform, costs: CostModel, segments
             clock += seconds
             busy[device] += seconds
             where[kernel] = device
-        for kernel in seg.kernels:                   # its tensors are handed on when the call returns
+        for kernel in seg.kernels:  # its tensors are handed on when the call returns
             finish[kernel] = clock
         spans[seg.name] = (device, first, clock)
         segment_end[seg.name] = device_free[device] = clock
@@ -356,8 +396,15 @@ def _run_segments(graph: OpGraph, platform: Platform, costs: CostModel, segments
     link_busy: dict[tuple[str, str], float] = defaultdict(float)
     for t in transfers:
         link_busy[(t.src, t.dst)] += t.end_s - t.start_s
-    sim = Simulation("latency", makespan, device_busy_s=dict(busy), link_busy_s=dict(link_busy),
-                     start_s=start, finish_s=finish, transfers=transfers)
+    sim = Simulation(
+        "latency",
+        makespan,
+        device_busy_s=dict(busy),
+        link_busy_s=dict(link_busy),
+        start_s=start,
+        finish_s=finish,
+        transfers=transfers,
+    )
     return sim, spans
 
 
@@ -381,8 +428,11 @@ def _corun_shares(platform: Platform, spans: dict[str, tuple[str, float, float]]
     for name, (device, begin, end) in spans.items():
         if device not in group_of or end <= begin:
             continue
-        overlap = sum(max(0.0, min(end, e) - max(begin, b)) for other, (d, b, e) in spans.items()
-                      if other != name and d != device and group_of.get(d) == group_of[device])
+        overlap = sum(
+            max(0.0, min(end, e) - max(begin, b))
+            for other, (d, b, e) in spans.items()
+            if other != name and d != device and group_of.get(d) == group_of[device]
+        )
         shares[name] = min(1.0, overlap / (end - begin))
     return shares
 
@@ -391,7 +441,7 @@ def _corun_shares(platform: Platform, spans: dict[str, tuple[str, float, float]]
 def _placement_shares(graph: OpGraph, plan: Plan) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
     """Per kernel: {device: share of the stream}; and a group id (kernels of a group move together)."""
     shares = {k: {d: 1.0} for k, d in plan.assignment.items()}
-    group_of = {k: -1 - i for i, k in enumerate(graph.kernels)}     # singletons
+    group_of = {k: -1 - i for i, k in enumerate(graph.kernels)}  # singletons
     for index, group in enumerate(plan.replicas):
         for kernel in group.kernels:
             if kernel not in graph.kernels:
@@ -419,7 +469,7 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
         for edge in graph.succ[kernel]:
             gid = group_of[edge.dst]
             if gid == group_of[kernel]:
-                continue                   # moves with the producer: always on the same device
+                continue  # moves with the producer: always on the same device
             dist, nbytes = consumer_groups.get(gid, (shares[edge.dst], 0.0))
             consumer_groups[gid] = (dist, max(nbytes, edge.bytes))
         for src, p_src in shares[kernel].items():
@@ -446,7 +496,8 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
         for device, probability in need.items():
             if device != platform.host:
                 link_load[(platform.host, device)] += probability * costs.transfer_s(
-                    graph_input.bytes, platform.host, device)
+                    graph_input.bytes, platform.host, device
+                )
     stretch = _corun_stretch(platform, costs, device_load)
     for device, extra in stretch.items():
         device_load[device] *= 1.0 + extra
@@ -507,12 +558,19 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
     for index, stage in enumerate(plan.stages):
         for kernel in stage:
             if plan.assignment[kernel] != devices[index]:
-                raise PlanError(f"kernel '{kernel}' of stage {index} is assigned to '{plan.assignment[kernel]}', "
-                                f"not to its stage's device '{devices[index]}'", field="assignment")
+                raise PlanError(
+                    f"kernel '{kernel}' of stage {index} is assigned to '{plan.assignment[kernel]}', "
+                    f"not to its stage's device '{devices[index]}'",
+                    field="assignment",
+                )
     for edge in graph.edges:
         if stage_of[edge.src] > stage_of[edge.dst]:
-            raise PlanError(f"edge {edge.src} -> {edge.dst} runs from stage {stage_of[edge.src]} back to "
-                            f"stage {stage_of[edge.dst]}", field="stages", hint="stages must be ordered")
+            raise PlanError(
+                f"edge {edge.src} -> {edge.dst} runs from stage {stage_of[edge.src]} back to "
+                f"stage {stage_of[edge.dst]}",
+                field="stages",
+                hint="stages must be ordered",
+            )
     assign = plan.assignment
     cost = [0.0] * len(plan.stages)
     work = [0.0] * len(plan.stages)
@@ -525,7 +583,7 @@ def _stage_serial(graph: OpGraph, platform: Platform, costs: CostModel, plan: Pl
             there = stage_of[edge.dst]
             if there != home:
                 inbound[there] = max(inbound.get(there, 0.0), edge.bytes)
-        if inbound:                       # sent once, priced at the dearest destination link
+        if inbound:  # sent once, priced at the dearest destination link
             cost[home] += max(costs.transfer_s(b, assign[kernel], devices[s]) for s, b in inbound.items())
         for there, nbytes in inbound.items():
             cost[there] += costs.transfer_s(nbytes, assign[kernel], devices[there])
@@ -579,8 +637,9 @@ def _check_constraints(graph: OpGraph, platform: Platform, costs: CostModel, pla
     for name, kernel in graph.kernels.items():
         for device in shares[name]:
             if kernel.allowed_devices is not None and device not in kernel.allowed_devices:
-                sim.problems.append(f"kernel '{name}' may not run on '{device}' "
-                                    f"(allowed: {', '.join(kernel.allowed_devices)})")
+                sim.problems.append(
+                    f"kernel '{name}' may not run on '{device}' (allowed: {', '.join(kernel.allowed_devices)})"
+                )
             elif math.isinf(costs.compute_s(name, device)):
                 sim.problems.append(f"kernel '{name}' cannot run on '{device}' (no cost)")
         if kernel.colocate is not None:
@@ -603,8 +662,9 @@ def format_bytes(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def memory_per_device(graph: OpGraph, plan: Plan, shares: dict[str, dict[str, float]] | None = None
-                      ) -> dict[str, float]:
+def memory_per_device(
+    graph: OpGraph, plan: Plan, shares: dict[str, dict[str, float]] | None = None
+) -> dict[str, float]:
     """Bytes per device: every weight used there once, plus the peak of live activations.
 
     Activations are swept along the device's run order: a tensor made there is live from its
@@ -620,8 +680,10 @@ def memory_per_device(graph: OpGraph, plan: Plan, shares: dict[str, dict[str, fl
             kernels_on[device].append(kernel)
     if plan.order is not None and not plan.replicas:
         kernels_on = defaultdict(list, {d: list(v) for d, v in plan.order.items()})
-    return {device: graph.weight_bytes(sequence) + _peak_live_bytes(graph, sequence)
-            for device, sequence in kernels_on.items()}
+    return {
+        device: graph.weight_bytes(sequence) + _peak_live_bytes(graph, sequence)
+        for device, sequence in kernels_on.items()
+    }
 
 
 def _peak_live_bytes(graph: OpGraph, sequence: list[str]) -> float:

@@ -3,6 +3,7 @@
 Kernels get FLOPs and bytes drawn log-uniformly around a conv layer's, so that the roofline
 prices some as compute-bound and some as memory-bound; every choice comes from ``seed``.
 """
+
 from __future__ import annotations
 
 import random
@@ -10,8 +11,14 @@ import random
 from .graph import Edge, GraphInput, Kernel, OpGraph
 
 
-def random_dag(kernels: int = 16, seed: int = 0, *, edge_probability: float = 0.25, max_fan_in: int = 3,
-               input_bytes: float = 602_112.0) -> OpGraph:
+def random_dag(
+    kernels: int = 16,
+    seed: int = 0,
+    *,
+    edge_probability: float = 0.25,
+    max_fan_in: int = 3,
+    input_bytes: float = 602_112.0,
+) -> OpGraph:
     """A layered-by-index DAG: each kernel reads 1..max_fan_in of the earlier ones (the first reads
     the model input), so it is connected, with one input and the sinks as outputs."""
     if kernels < 1:
@@ -24,8 +31,11 @@ def random_dag(kernels: int = 16, seed: int = 0, *, edge_probability: float = 0.
         out_bytes = 10 ** rng.uniform(4.5, 6.5)
         weight = 10 ** rng.uniform(3.5, 6.5)
         weights[f"w{index}"] = weight
-        nodes.append(Kernel(name, flops=flops, bytes_moved=out_bytes * 2 + weight, output_bytes=out_bytes,
-                            weights=(f"w{index}",)))
+        nodes.append(
+            Kernel(
+                name, flops=flops, bytes_moved=out_bytes * 2 + weight, output_bytes=out_bytes, weights=(f"w{index}",)
+            )
+        )
         if index == 0:
             continue
         earlier = [j for j in range(index) if rng.random() < edge_probability]
@@ -33,8 +43,13 @@ def random_dag(kernels: int = 16, seed: int = 0, *, edge_probability: float = 0.
             earlier = [rng.randrange(max(0, index - 3), index)]
         for j in sorted(rng.sample(earlier, min(len(earlier), max_fan_in))):
             edges.append(Edge(f"k{j}", name, nodes[j].output_bytes))
-    return OpGraph(nodes, edges, inputs=[GraphInput("input", input_bytes, ("k0",))], weights=weights,
-                   name=f"random:kernels={kernels},seed={seed}")
+    return OpGraph(
+        nodes,
+        edges,
+        inputs=[GraphInput("input", input_bytes, ("k0",))],
+        weights=weights,
+        name=f"random:kernels={kernels},seed={seed}",
+    )
 
 
 def branchy(branches: int = 4, depth: int = 3, *, flops: float = 2e9, tensor_bytes: float = 800_000.0) -> OpGraph:
@@ -51,7 +66,12 @@ def branchy(branches: int = 4, depth: int = 3, *, flops: float = 2e9, tensor_byt
             edges.append(Edge(previous, name, tensor_bytes))
             previous = name
         edges.append(Edge(previous, "concat", tensor_bytes))
-    nodes.append(Kernel("concat", flops=0.0, bytes_moved=(branches + 1) * tensor_bytes,
-                        output_bytes=branches * tensor_bytes))
-    return OpGraph(nodes, edges, inputs=[GraphInput("input", tensor_bytes, ("stem",))],
-                   name=f"branchy:branches={branches},depth={depth}")
+    nodes.append(
+        Kernel("concat", flops=0.0, bytes_moved=(branches + 1) * tensor_bytes, output_bytes=branches * tensor_bytes)
+    )
+    return OpGraph(
+        nodes,
+        edges,
+        inputs=[GraphInput("input", tensor_bytes, ("stem",))],
+        name=f"branchy:branches={branches},depth={depth}",
+    )

@@ -5,15 +5,16 @@ MIP solvers work to absolute feasibility tolerances of about 1e-7, so every mode
 near its kernels' times, and every claim built from a solver's numbers is checked against the simulator
 within these slacks.
 """
+
 from __future__ import annotations
 
-MIP_RELATIVE_GAP = 1e-9      # exact solves stop once the incumbent is this close to the bound (relative)
-MIP_ABSOLUTE_GAP = 1e-12     # ... or this close in the model's own time unit
-SOLVER_SLACK = 1e-6          # relative: what a solver's tolerance may take off a bound or add to a claim
-ABSOLUTE_SLACK = 1e-12       # seconds: the same, for values near zero
-MEETS = 1e-9                 # relative: a value this close to a bound meets it; a plan must beat another by this
-TIE_BREAK = 1e-3             # weight of a secondary objective beside the primary one (per term, averaged)
-PIPELINE_AGREEMENT = 1e-5    # relative: a simulated pipeline this close to the MIP's optimum is that optimum
+MIP_RELATIVE_GAP = 1e-9  # exact solves stop once the incumbent is this close to the bound (relative)
+MIP_ABSOLUTE_GAP = 1e-12  # ... or this close in the model's own time unit
+SOLVER_SLACK = 1e-6  # relative: what a solver's tolerance may take off a bound or add to a claim
+ABSOLUTE_SLACK = 1e-12  # seconds: the same, for values near zero
+MEETS = 1e-9  # relative: a value this close to a bound meets it; a plan must beat another by this
+TIE_BREAK = 1e-3  # weight of a secondary objective beside the primary one (per term, averaged)
+PIPELINE_AGREEMENT = 1e-5  # relative: a simulated pipeline this close to the MIP's optimum is that optimum
 
 
 def within_slack(value: float, claim: float) -> bool:

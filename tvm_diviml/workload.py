@@ -7,13 +7,14 @@ costs), or a synthetic generator (``random:kernels=20,seed=1``, ``branchy:branch
 the glue layer: the one place the library reaches, lazily, into ``tvm_diviml.passes`` — only for
 models that TVM must build.
 """
+
 from __future__ import annotations
 
 import inspect
-
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .cost.base import CostModel
 from .cost.roofline import RooflineCostModel
@@ -28,7 +29,7 @@ from .presets import load_platform
 from .synthetic import branchy, random_dag
 
 DEFAULT_PLATFORM = "paper-node"
-IMPORTED_SUFFIXES = (".onnx", ".pt2")          # files a TVM importer reads
+IMPORTED_SUFFIXES = (".onnx", ".pt2")  # files a TVM importer reads
 
 GENERATORS: dict[str, tuple[Callable[..., OpGraph], str]] = {
     "random": (random_dag, "seeded random DAG (kernels=16, seed=0, edge_probability=0.25)"),
@@ -42,9 +43,9 @@ class Workload:
     platform: Platform
     costs: CostModel
     model: str
-    cost_source: str              # "roofline", "msr-fiddle", or the cost file's path
+    cost_source: str  # "roofline", "msr-fiddle", or the cost file's path
     default_objective: str = "latency"
-    loaded: Any = None            # the TVM model and its extraction, for zoo and imported models
+    loaded: Any = None  # the TVM model and its extraction, for zoo and imported models
 
 
 @dataclass
@@ -60,7 +61,8 @@ class ModelGraph:
 
 def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity: str = "fused") -> ModelGraph:
     if model.endswith(IMPORTED_SUFFIXES):
-        from .passes.load import load_model       # TVM enters here, and only for TVM models
+        from .passes.load import load_model  # TVM enters here, and only for TVM models
+
         loaded = load_model(model, {}, shapes=shapes, fused=granularity == "fused", path=model)
         return ModelGraph(loaded.extraction.graph, loaded)
     if model.endswith(".json") or os.path.sep in model:
@@ -75,67 +77,105 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
     name, options = parse_model_spec(model)
     if name in GENERATORS:
         generator = GENERATORS[name][0]
-        defaults = {k: p.default for k, p in inspect.signature(generator).parameters.items()
-                    if p.default is not inspect.Parameter.empty}
+        defaults = {
+            k: p.default
+            for k, p in inspect.signature(generator).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
         check_counts(name, options, defaults)
         try:
             return ModelGraph(generator(**options))
         except (TypeError, ValueError) as error:
-            raise DivimlInputError(f"bad options for '{name}': {error}", field="MODEL",
-                                   hint=GENERATORS[name][1]) from None
+            raise DivimlInputError(
+                f"bad options for '{name}': {error}", field="MODEL", hint=GENERATORS[name][1]
+            ) from None
     from .passes.load import load_model
+
     loaded = load_model(name, options, shapes=shapes, fused=granularity == "fused")
     return ModelGraph(loaded.extraction.graph, loaded)
 
 
-def measured_costs(graph: OpGraph, platform: Platform, loaded: Any, *, tune: int = 0, tuning_db: str | None = None,
-                   progress: bool = True, calibrate: bool = True):
+def measured_costs(
+    graph: OpGraph,
+    platform: Platform,
+    loaded: Any,
+    *,
+    tune: int = 0,
+    tuning_db: str | None = None,
+    progress: bool = True,
+    calibrate: bool = True,
+):
     """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
     as built, after ``tune`` MetaSchedule trials per kernel, or with a user's MetaSchedule database
     (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
     (the whole model timed once per present device, ``passes.run.calibrate_in_context``)."""
     from .cost.cache import ProfileCache, default_cache_dir
-    from .cost.measured import MeasureOptions, MeasuredCostModel, tune_for_devices
+    from .cost.measured import MeasuredCostModel, MeasureOptions, tune_for_devices
 
     if loaded is None:
-        raise DivimlInputError("measured costs need a model that TVM builds", field="--cost",
-                               hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE")
+        raise DivimlInputError(
+            "measured costs need a model that TVM builds",
+            field="--cost",
+            hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE",
+        )
     extraction = loaded.extraction
     tuning = {}
     if tuning_db and tune:
-        raise DivimlInputError("--tune and --tuning-db both choose the schedules", field="--tuning-db",
-                               hint="give one of them")
+        raise DivimlInputError(
+            "--tune and --tuning-db both choose the schedules", field="--tuning-db", hint="give one of them"
+        )
     if tuning_db:
         from .cost.measured import existing_tuning
+
         tuning = existing_tuning(tuning_db, platform.devices)
     if tune:
         funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
-        tuning = tune_for_devices(funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"),
-                                  progress=progress)
-    costs = MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=ProfileCache(),
-                              options=MeasureOptions(progress=progress), tuning=tuning)
+        tuning = tune_for_devices(
+            funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"), progress=progress
+        )
+    costs = MeasuredCostModel(
+        graph,
+        platform,
+        extraction.mod,
+        extraction.kernel_func,
+        cache=ProfileCache(),
+        options=MeasureOptions(progress=progress),
+        tuning=tuning,
+    )
     if calibrate and costs.times:
         from .passes.run import calibrate_in_context
+
         databases = [t.database for t in tuning.values()]
         calibrate_in_context(costs, loaded.built, extraction, database=databases[0] if databases else None)
     return costs
 
 
-def load_workload(model: str, platform: str | None = None, cost: str | None = None, *,
-                  shapes: dict[str, int] | None = None, granularity: str = "fused", tune: int = 0,
-                  tuning_db: str | None = None) -> Workload:
+def load_workload(
+    model: str,
+    platform: str | None = None,
+    cost: str | None = None,
+    *,
+    shapes: dict[str, int] | None = None,
+    granularity: str = "fused",
+    tune: int = 0,
+    tuning_db: str | None = None,
+) -> Workload:
     found = load_graph(model, shapes=shapes, granularity=granularity)
     if found.platform is not None:
         if platform is not None or cost is not None:
-            raise DivimlInputError("an msr-fiddle file carries its own devices and costs", source=model,
-                                   hint="drop --platform and --cost for this file")
+            raise DivimlInputError(
+                "an msr-fiddle file carries its own devices and costs",
+                source=model,
+                hint="drop --platform and --cost for this file",
+            )
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
     plat = load_platform(platform or DEFAULT_PLATFORM)
     cost = cost or ("measured" if tune or tuning_db else "roofline")
     if (tune or tuning_db) and cost != "measured":
-        raise DivimlInputError("--tune and --tuning-db apply to measured costs", field="--cost",
-                               hint="drop --cost or use --cost measured")
+        raise DivimlInputError(
+            "--tune and --tuning-db apply to measured costs", field="--cost", hint="drop --cost or use --cost measured"
+        )
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":

@@ -1,11 +1,12 @@
 """What several suites share: timing a solve, geometric means, progress bars, row output, data paths."""
+
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
 from statistics import geometric_mean
-from typing import Callable, Iterable
 
 from tqdm import tqdm
 
@@ -52,7 +53,7 @@ def timed_solve(name: str, problem, time_limit_s: float, notes: list[str]):
     except DivimlInputError as error:
         notes.append(f"{name}: {error}")
         return None, time.perf_counter() - began
-    except Exception as error:          # one broken solver must not end an hour-long run: note it, go on
+    except Exception as error:  # one broken solver must not end an hour-long run: note it, go on
         log.warning("%s failed on %s", name, problem.graph.name, exc_info=True)
         notes.append(f"{name} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
         return None, time.perf_counter() - began

@@ -1,32 +1,34 @@
 """The ``costs`` suite: how well the cost models predict a whole-model run on this machine's CPU."""
+
 from __future__ import annotations
 
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
 from ..cost.cache import ProfileCache
-from ..cost.measured import MeasureOptions, MeasuredCostModel, time_whole_model, tune_for_devices
-from ..presets import get_platform
+from ..cost.measured import MeasuredCostModel, MeasureOptions, time_whole_model, tune_for_devices
 from ..modelspec import format_model_spec
+from ..presets import get_platform
 from ..zoo import SMALL_OPTIONS
 from .suite import Option, Row, Suite
 
-TUNE_MODELS = ("resnet18", "bert_base")     # also timed after MetaSchedule tuning (minutes each)
+TUNE_MODELS = ("resnet18", "bert_base")  # also timed after MetaSchedule tuning (minutes each)
 TUNE_TRIALS = 32
 PLATFORM = "cpu2"
 
 
-def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = TUNE_MODELS,
-                tune_trials: int = TUNE_TRIALS) -> Iterator[Row]:
+def suite_costs(
+    models: list[str] | None = None, tune_models: tuple[str, ...] = TUNE_MODELS, tune_trials: int = TUNE_TRIALS
+) -> Iterator[Row]:
     """Cost-model accuracy on this machine's CPU, per zoo model at a small size: the sum of the
     measured kernel times, alone and as calibrated inside the model (``calibrate_in_context``: the
     placed single-device build timed whole, a separate run, less the runner's Python work around the
     call, ``runner_overhead_s``), against the measured whole-model run (the lowered module by TVM's
     default pipeline and ``time_evaluator``, same schedules), the roofline's
     per-kernel error after fitting it to those measurements, and untuned against tuned times."""
-    import tvm                                  # TVM: only when this suite runs
+    import tvm  # TVM: only when this suite runs
 
     from ..passes.interpret import transformed_weights
     from ..passes.load import load_model
@@ -41,27 +43,40 @@ def suite_costs(models: list[str] | None = None, tune_models: tuple[str, ...] = 
             extraction, built = loaded.extraction, loaded.built
             graph = extraction.graph
             with ProfileCache(f"{scratch}/{name}.sqlite") as cache:
-                costs = MeasuredCostModel(graph, platform, extraction.mod, extraction.kernel_func, cache=cache,
-                                          options=options)
+                costs = MeasuredCostModel(
+                    graph, platform, extraction.mod, extraction.kernel_func, cache=cache, options=options
+                )
                 kernel_s = np.array([costs.compute_s(k, device.name) for k in graph.kernels])
                 calibrate_in_context(costs, built, extraction)
                 in_context_s = sum(costs.compute_s(k, device.name) for k in graph.kernels)
             runner_s = runner_overhead_s(built, extraction, platform, device)
             weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
             whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options)
-            row = {"suite": "costs", "model": format_model_spec(name, SMALL_OPTIONS[name]),
-                   "kernels": len(graph), "sum_kernels_s": float(kernel_s.sum()), "whole_model_s": whole.median_s,
-                   "sum_over_whole": float(kernel_s.sum()) / whole.median_s, "runner_overhead_s": runner_s,
-                   "in_context_over_whole": (in_context_s - runner_s) / whole.median_s}
+            row = {
+                "suite": "costs",
+                "model": format_model_spec(name, SMALL_OPTIONS[name]),
+                "kernels": len(graph),
+                "sum_kernels_s": float(kernel_s.sum()),
+                "whole_model_s": whole.median_s,
+                "sum_over_whole": float(kernel_s.sum()) / whole.median_s,
+                "runner_overhead_s": runner_s,
+                "in_context_over_whole": (in_context_s - runner_s) / whole.median_s,
+            }
             row.update(_roofline_fit_columns(costs, device.name))
             if name in tune_models:
                 funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
-                tuned = tune_for_devices(funcs, [device], tune_trials, f"{scratch}/{name}-ms",
-                                         progress=False)[device.name]
-                tuned_whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights,
-                                               device, options, tuned.database)
-                row.update(tune_trials=tune_trials, tuned_whole_model_s=tuned_whole.median_s,
-                           tuning_speedup=whole.median_s / tuned_whole.median_s, tuning_s=tuned.seconds)
+                tuned = tune_for_devices(funcs, [device], tune_trials, f"{scratch}/{name}-ms", progress=False)[
+                    device.name
+                ]
+                tuned_whole = time_whole_model(
+                    extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options, tuned.database
+                )
+                row.update(
+                    tune_trials=tune_trials,
+                    tuned_whole_model_s=tuned_whole.median_s,
+                    tuning_speedup=whole.median_s / tuned_whole.median_s,
+                    tuning_s=tuned.seconds,
+                )
             yield row
 
 
@@ -71,13 +86,22 @@ def _roofline_fit_columns(costs, device: str) -> Row:
         fit = costs.roofline_fit(device)
     except ValueError as error:
         return {"roofline_fit": str(error)}
-    return {"fit_gflops": fit.peak_flops / 1e9, "fit_gbps": fit.bandwidth_Bps / 1e9,
-            "fit_overhead_us": fit.overhead_s * 1e6, "roofline_median_err": fit.median_rel_error,
-            "roofline_p90_err": fit.p90_rel_error}
+    return {
+        "fit_gflops": fit.peak_flops / 1e9,
+        "fit_gbps": fit.bandwidth_Bps / 1e9,
+        "fit_overhead_us": fit.overhead_s * 1e6,
+        "roofline_median_err": fit.median_rel_error,
+        "roofline_p90_err": fit.p90_rel_error,
+    }
 
 
-SUITE = Suite("costs", "cost-model accuracy on this CPU: summed kernel times and the roofline against whole runs",
-              suite_costs,
-              (Option("models", list, None, "zoo model names (default: every model with a small size)"),
-               Option("tune_models", tuple, TUNE_MODELS, "models also timed after MetaSchedule tuning"),
-               Option("tune_trials", int, TUNE_TRIALS, "MetaSchedule trials per kernel for the tuned models")))
+SUITE = Suite(
+    "costs",
+    "cost-model accuracy on this CPU: summed kernel times and the roofline against whole runs",
+    suite_costs,
+    (
+        Option("models", list, None, "zoo model names (default: every model with a small size)"),
+        Option("tune_models", tuple, TUNE_MODELS, "models also timed after MetaSchedule tuning"),
+        Option("tune_trials", int, TUNE_TRIALS, "MetaSchedule trials per kernel for the tuned models"),
+    ),
+)

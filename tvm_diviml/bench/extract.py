@@ -1,7 +1,8 @@
 """The ``extract`` suite: extraction time and graph size per zoo model at its default size."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..zoo import zoo_names
 from .suite import Option, Row, Suite
@@ -9,16 +10,26 @@ from .suite import Option, Row, Suite
 
 def suite_extract(models: list[str] | None = None) -> Iterator[Row]:
     """Extraction time and kernel count per zoo model at its default size."""
-    from ..passes.load import load_model        # imports TVM: only when this suite runs
+    from ..passes.load import load_model  # imports TVM: only when this suite runs
 
     for name in models or zoo_names():
         loaded = load_model(name, {})
         graph = loaded.extraction.graph
-        yield {"suite": "extract", "model": name, "kernels": len(graph), "edges": len(graph.edges),
-               "primfuncs": len({k.attrs["primfunc_hash"] for k in graph.kernels.values()}),
-               "gflops": sum(k.flops for k in graph.kernels.values()) / 1e9,
-               "weights_mb": sum(graph.weights.values()) / 1e6, "time_s": loaded.extract_s}
+        yield {
+            "suite": "extract",
+            "model": name,
+            "kernels": len(graph),
+            "edges": len(graph.edges),
+            "primfuncs": len({k.attrs["primfunc_hash"] for k in graph.kernels.values()}),
+            "gflops": sum(k.flops for k in graph.kernels.values()) / 1e9,
+            "weights_mb": sum(graph.weights.values()) / 1e6,
+            "time_s": loaded.extract_s,
+        }
 
 
-SUITE = Suite("extract", "extraction time, kernels, edges and GFLOPs per zoo model at its default size",
-              suite_extract, (Option("models", list, None, "zoo model names (default: the whole zoo)"),))
+SUITE = Suite(
+    "extract",
+    "extraction time, kernels, edges and GFLOPs per zoo model at its default size",
+    suite_extract,
+    (Option("models", list, None, "zoo model names (default: the whole zoo)"),),
+)

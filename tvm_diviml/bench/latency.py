@@ -1,9 +1,10 @@
 """The ``latency`` suite: every latency solver side by side, each judged against the best lower bound."""
+
 from __future__ import annotations
 
 import glob
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..bounds import lower_bounds
 from ..errors import DivimlInputError
@@ -15,11 +16,16 @@ from .suite import QUICK, Option, Row, Suite, time_limit
 LATENCY_SOLVERS = ("fastest_single_device", "greedy", "heft", "split", "milp", "cpsat")
 EXACT_SOLVERS = ("milp", "cpsat")
 MSR_FIDDLE_LATENCY = os.path.join(MSR_FIDDLE_DIR, "latency-inputs")
-LATENCY_RATIOS = ("split_over_best", "split_over_heft", "split_over_greedy", "split_time_over_milp",
-                  "speedup_over_single")
+LATENCY_RATIOS = (
+    "split_over_best",
+    "split_over_heft",
+    "split_over_greedy",
+    "split_time_over_milp",
+    "speedup_over_single",
+)
 TIME_LIMIT_S = 60.0
-EXACT_UP_TO = 80            # kernels; the exact solvers skip larger graphs (see suite_latency)
-PLATFORM, COSTS = "paper-node", "roofline"      # msr-fiddle files carry their own
+EXACT_UP_TO = 80  # kernels; the exact solvers skip larger graphs (see suite_latency)
+PLATFORM, COSTS = "paper-node", "roofline"  # msr-fiddle files carry their own
 
 
 def latency_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str]]:
@@ -28,17 +34,29 @@ def latency_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str]]
     if not fiddle:
         log.warning("latency suite: no msr-fiddle files under %s; their rows are skipped", msr_fiddle_dir)
     if quick:
-        return ([("random", f"random:kernels={n},seed=0") for n in (6, 8)]
-                + [("msr-fiddle", path) for path in sorted(fiddle, key=os.path.getsize)[:1]])
-    return ([("random", f"random:kernels={n},seed={seed}") for n in (12, 16, 20, 24, 32) for seed in (0, 1, 2)]
-            + [("msr-fiddle", path) for path in fiddle]
-            + [("zoo", name) for name in ("resnet50", "inception_v3", "bert_base", "gpt2", "mobilenet_v2")]
-            + [("randwire", f"randwire_{kind}:nodes={nodes},seed={seed}")
-               for kind in ("ws", "er", "ba") for nodes in (8, 16, 32) for seed in (0, 1, 2)])
+        return [("random", f"random:kernels={n},seed=0") for n in (6, 8)] + [
+            ("msr-fiddle", path) for path in sorted(fiddle, key=os.path.getsize)[:1]
+        ]
+    return (
+        [("random", f"random:kernels={n},seed={seed}") for n in (12, 16, 20, 24, 32) for seed in (0, 1, 2)]
+        + [("msr-fiddle", path) for path in fiddle]
+        + [("zoo", name) for name in ("resnet50", "inception_v3", "bert_base", "gpt2", "mobilenet_v2")]
+        + [
+            ("randwire", f"randwire_{kind}:nodes={nodes},seed={seed}")
+            for kind in ("ws", "er", "ba")
+            for nodes in (8, 16, 32)
+            for seed in (0, 1, 2)
+        ]
+    )
 
 
-def suite_latency(time_limit_s: float = TIME_LIMIT_S, exact_up_to: int = EXACT_UP_TO, solvers: list[str] | None = None,
-                  quick: bool = False, msr_fiddle_dir: str = MSR_FIDDLE_LATENCY) -> Iterator[Row]:
+def suite_latency(
+    time_limit_s: float = TIME_LIMIT_S,
+    exact_up_to: int = EXACT_UP_TO,
+    solvers: list[str] | None = None,
+    quick: bool = False,
+    msr_fiddle_dir: str = MSR_FIDDLE_LATENCY,
+) -> Iterator[Row]:
     """Every latency solver side by side on random DAGs, msr-fiddle graphs, zoo models and random-wired
     networks, each judged against the row's best lower bound; one geometric-mean row per group at the end.
 
@@ -68,18 +86,24 @@ def latency_summaries(rows: list[Row]) -> list[Row]:
     summaries = []
     for group in dict.fromkeys(row["group"] for row in rows):
         members = [row for row in rows if row["group"] == group]
-        summary = {**dict.fromkeys(members[0]), "suite": "latency", "group": group,
-                   "model": f"geomean of {len(members)} rows", "notes": "summary"}
+        summary = {
+            **dict.fromkeys(members[0]),
+            "suite": "latency",
+            "group": group,
+            "model": f"geomean of {len(members)} rows",
+            "notes": "summary",
+        }
         for key in LATENCY_RATIOS:
             summary[key] = geomean(row[key] for row in members if row[key] is not None)
         summaries.append(summary)
     return summaries
 
 
-def latency_row(group: str, model: str, solvers: list[str], time_limit_s: float, exact_up_to: int,
-                msr_fiddle_dir: str) -> Row:
+def latency_row(
+    group: str, model: str, solvers: list[str], time_limit_s: float, exact_up_to: int, msr_fiddle_dir: str
+) -> Row:
     """One workload: every solver's simulated latency, time and proof, against the best lower bound."""
-    fiddle = group == "msr-fiddle"            # carries its own devices and costs
+    fiddle = group == "msr-fiddle"  # carries its own devices and costs
     workload = load_workload(model, None if fiddle else PLATFORM, None if fiddle else COSTS)
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="latency")
     graph = problem.graph
@@ -103,18 +127,37 @@ def latency_row(group: str, model: str, solvers: list[str], time_limit_s: float,
     values = {name: result[0] for name, result in results.items()}
     best_solver = min(values, key=values.__getitem__, default=None)
     best = values.get(best_solver)
-    row = {"suite": "latency", "group": group, "model": os.path.relpath(model, msr_fiddle_dir) if fiddle else model,
-           "kernels": len(graph), "edges": len(graph.edges), "devices": len(problem.platform.devices),
-           "lower_bound_s": bound, "bound_from": bound_from, "best_value_s": best, "best_solver": best_solver}
+    row = {
+        "suite": "latency",
+        "group": group,
+        "model": os.path.relpath(model, msr_fiddle_dir) if fiddle else model,
+        "kernels": len(graph),
+        "edges": len(graph.edges),
+        "devices": len(problem.platform.devices),
+        "lower_bound_s": bound,
+        "bound_from": bound_from,
+        "best_value_s": best,
+        "best_solver": best_solver,
+    }
     for name in solvers:
         value, seconds, optimal = results.get(name, (None, None, None))
-        row.update({f"{name}_value_s": value, f"{name}_solve_s": seconds, f"{name}_optimal": optimal,
-                    f"{name}_gap": value / bound - 1.0 if value is not None and bound > 0 else None})
+        row.update(
+            {
+                f"{name}_value_s": value,
+                f"{name}_solve_s": seconds,
+                f"{name}_optimal": optimal,
+                f"{name}_gap": value / bound - 1.0 if value is not None and bound > 0 else None,
+            }
+        )
     split = values.get("split")
-    row.update(split_over_best=_ratio(split, best), split_over_heft=_ratio(split, values.get("heft")),
-               split_over_greedy=_ratio(split, values.get("greedy")),
-               split_time_over_milp=_ratio(row.get("split_solve_s"), row.get("milp_solve_s")),
-               speedup_over_single=_ratio(values.get("fastest_single_device"), best), notes="; ".join(notes))
+    row.update(
+        split_over_best=_ratio(split, best),
+        split_over_heft=_ratio(split, values.get("heft")),
+        split_over_greedy=_ratio(split, values.get("greedy")),
+        split_time_over_milp=_ratio(row.get("split_solve_s"), row.get("milp_solve_s")),
+        speedup_over_single=_ratio(values.get("fastest_single_device"), best),
+        notes="; ".join(notes),
+    )
     return row
 
 
@@ -123,10 +166,15 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator is not None and denominator else None
 
 
-SUITE = Suite("latency", "every latency solver against the best lower bound; a geometric-mean row per group",
-              suite_latency,
-              (time_limit(TIME_LIMIT_S),
-               Option("exact_up_to", int, EXACT_UP_TO, "the exact solvers skip graphs of more kernels"),
-               Option("solvers", list, None, f"solver names (default: {', '.join(LATENCY_SOLVERS)})"),
-               QUICK,
-               Option("msr_fiddle_dir", str, MSR_FIDDLE_LATENCY, "folder of the msr-fiddle latency inputs")))
+SUITE = Suite(
+    "latency",
+    "every latency solver against the best lower bound; a geometric-mean row per group",
+    suite_latency,
+    (
+        time_limit(TIME_LIMIT_S),
+        Option("exact_up_to", int, EXACT_UP_TO, "the exact solvers skip graphs of more kernels"),
+        Option("solvers", list, None, f"solver names (default: {', '.join(LATENCY_SOLVERS)})"),
+        QUICK,
+        Option("msr_fiddle_dir", str, MSR_FIDDLE_LATENCY, "folder of the msr-fiddle latency inputs"),
+    ),
+)

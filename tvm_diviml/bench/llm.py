@@ -1,13 +1,14 @@
 """The ``llm`` suite: the symmetric solver against the whole-graph solvers on LLaMA-style models
 across servers (issue 8)."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..cost.roofline import RooflineCostModel
+from ..modelspec import parse_model_spec
 from ..presets import get_platform
 from ..solvers import Problem
-from ..modelspec import parse_model_spec
 from ..workload import load_graph
 from .common import progress, timed_solve
 from .suite import QUICK, Option, Row, Suite, time_limit
@@ -21,7 +22,7 @@ LLM_OBJECTIVES = ("latency", "throughput")
 LLM_FULL_SOLVERS = {"latency": ("split",), "throughput": ("milp", "split")}
 LLM_TARGETS = {"symmetric_vs_full_pct": 2.0, "speedup": 50.0, "from_layers": 24}
 TIME_LIMIT_S = 120.0
-TIMED_OUT = 0.98            # a solve that used this share of its time limit counts as timed out
+TIMED_OUT = 0.98  # a solve that used this share of its time limit counts as timed out
 
 
 def llm_models(quick: bool) -> list[str]:
@@ -29,9 +30,13 @@ def llm_models(quick: bool) -> list[str]:
     return [LLM_QUICK_MODEL] if quick else [f"llama:layers={n}" for n in LLM_LAYERS]
 
 
-def suite_llm(time_limit_s: float = TIME_LIMIT_S, quick: bool = False, models: list[str] | None = None,
-              platforms: tuple[str, ...] = LLM_PLATFORMS, objectives: tuple[str, ...] = LLM_OBJECTIVES
-              ) -> Iterator[Row]:
+def suite_llm(
+    time_limit_s: float = TIME_LIMIT_S,
+    quick: bool = False,
+    models: list[str] | None = None,
+    platforms: tuple[str, ...] = LLM_PLATFORMS,
+    objectives: tuple[str, ...] = LLM_OBJECTIVES,
+) -> Iterator[Row]:
     """The symmetric solver against the whole-graph solvers on LLaMA-style models across servers
     (issue 8): per model, platform and objective, its simulated value, the full problem's lower bound,
     its gap and solve time beside each full solver's (``LLM_FULL_SOLVERS``, ``time_limit_s`` each,
@@ -54,9 +59,16 @@ def suite_llm(time_limit_s: float = TIME_LIMIT_S, quick: bool = False, models: l
             for objective in objectives:
                 bar.set_postfix_str(f"{model} {platform_name} {objective}")
                 problem = Problem(graph, platform, costs, objective=objective)
-                row = {"suite": "llm", "model": model, "layers": layers, "kernels": len(graph),
-                       "platform": platform_name, "devices": len(platform.devices), "objective": objective,
-                       **llm_solves(problem, layers, time_limit_s)}
+                row = {
+                    "suite": "llm",
+                    "model": model,
+                    "layers": layers,
+                    "kernels": len(graph),
+                    "platform": platform_name,
+                    "devices": len(platform.devices),
+                    "objective": objective,
+                    **llm_solves(problem, layers, time_limit_s),
+                }
                 rows.append(row)
                 bar.update()
                 yield row
@@ -73,34 +85,57 @@ def llm_solves(problem: Problem, layers: int | None, time_limit_s: float) -> Row
     symmetric, symmetric_s = timed_solve("symmetric", problem, time_limit_s, notes)
     results = {name: timed_solve(name, problem, time_limit_s, notes) for name in full}
     plans = {"symmetric": symmetric, **{name: plan for name, (plan, _) in results.items()}}
-    bounds = {name: plan.lower_bound_s for name, plan in plans.items()
-              if plan is not None and plan.lower_bound_s is not None}
+    bounds = {
+        name: plan.lower_bound_s for name, plan in plans.items() if plan is not None and plan.lower_bound_s is not None
+    }
     bound_from = max(bounds, key=bounds.__getitem__, default=None)
     value = symmetric.value_s if symmetric is not None else None
-    row: Row = {"symmetric_value_s": value,
-                "symmetric_bound_s": symmetric.lower_bound_s if symmetric is not None else None,
-                "symmetric_gap": value / symmetric.lower_bound_s - 1
-                if symmetric is not None and symmetric.lower_bound_s else None,
-                "symmetric_solve_s": symmetric_s,
-                "symmetric_fallback": symmetric.attrs["symmetric"].get("fallback") if symmetric is not None else None,
-                "best_bound_s": bounds.get(bound_from), "bound_from": bound_from}
+    row: Row = {
+        "symmetric_value_s": value,
+        "symmetric_bound_s": symmetric.lower_bound_s if symmetric is not None else None,
+        "symmetric_gap": value / symmetric.lower_bound_s - 1
+        if symmetric is not None and symmetric.lower_bound_s
+        else None,
+        "symmetric_solve_s": symmetric_s,
+        "symmetric_fallback": symmetric.attrs["symmetric"].get("fallback") if symmetric is not None else None,
+        "best_bound_s": bounds.get(bound_from),
+        "bound_from": bound_from,
+    }
     for name in every_full:
         plan, seconds = results.get(name, (None, None))
-        row.update({f"{name}_value_s": plan.value_s if plan is not None else None, f"{name}_solve_s": seconds,
-                    f"{name}_timed_out": seconds >= time_limit_s * TIMED_OUT if seconds is not None else None,
-                    f"symmetric_vs_{name}_pct": percent_above(value, plan.value_s if plan is not None else None)})
+        row.update(
+            {
+                f"{name}_value_s": plan.value_s if plan is not None else None,
+                f"{name}_solve_s": seconds,
+                f"{name}_timed_out": seconds >= time_limit_s * TIMED_OUT if seconds is not None else None,
+                f"symmetric_vs_{name}_pct": percent_above(value, plan.value_s if plan is not None else None),
+            }
+        )
     solved = [name for name in full if results[name][0] is not None]
     reference = min(solved, key=lambda name: (results[name][0].value_s, results[name][1]), default=None)
-    row.update({"full_solver": reference,
-                "symmetric_vs_full_pct": row[f"symmetric_vs_{reference}_pct"] if reference else None,
-                "speedup": results[reference][1] / symmetric_s
-                if reference and symmetric is not None and symmetric_s > 0 else None})
-    targeted = row["symmetric_vs_full_pct"] is not None and row["speedup"] is not None and \
-        (layers or 0) >= LLM_TARGETS["from_layers"]
-    row.update({"meets_value_target": row["symmetric_vs_full_pct"] <= LLM_TARGETS["symmetric_vs_full_pct"]
-                if targeted else None,
-                "meets_speed_target": row["speedup"] >= LLM_TARGETS["speedup"] if targeted else None,
-                "notes": "; ".join(notes)})
+    row.update(
+        {
+            "full_solver": reference,
+            "symmetric_vs_full_pct": row[f"symmetric_vs_{reference}_pct"] if reference else None,
+            "speedup": results[reference][1] / symmetric_s
+            if reference and symmetric is not None and symmetric_s > 0
+            else None,
+        }
+    )
+    targeted = (
+        row["symmetric_vs_full_pct"] is not None
+        and row["speedup"] is not None
+        and (layers or 0) >= LLM_TARGETS["from_layers"]
+    )
+    row.update(
+        {
+            "meets_value_target": row["symmetric_vs_full_pct"] <= LLM_TARGETS["symmetric_vs_full_pct"]
+            if targeted
+            else None,
+            "meets_speed_target": row["speedup"] >= LLM_TARGETS["speedup"] if targeted else None,
+            "notes": "; ".join(notes),
+        }
+    )
     return row
 
 
@@ -119,18 +154,32 @@ def llm_summaries(rows: list[Row]) -> list[Row]:
         considered = judged or members
         pcts = [row["symmetric_vs_full_pct"] for row in considered if row["symmetric_vs_full_pct"] is not None]
         speedups = [row["speedup"] for row in considered if row["speedup"] is not None]
-        summaries.append({**dict.fromkeys(rows[0]), "suite": "llm", "model": "summary", "objective": objective,
-                          "symmetric_vs_full_pct": max(pcts, default=None), "speedup": min(speedups, default=None),
-                          "meets_value_target": all(row["meets_value_target"] for row in judged) if judged else None,
-                          "meets_speed_target": all(row["meets_speed_target"] for row in judged) if judged else None,
-                          "notes": f"worst of {len(considered)} rows"
-                                   + (f" with {LLM_TARGETS['from_layers']}+ layers" if judged else "")})
+        summaries.append(
+            {
+                **dict.fromkeys(rows[0]),
+                "suite": "llm",
+                "model": "summary",
+                "objective": objective,
+                "symmetric_vs_full_pct": max(pcts, default=None),
+                "speedup": min(speedups, default=None),
+                "meets_value_target": all(row["meets_value_target"] for row in judged) if judged else None,
+                "meets_speed_target": all(row["meets_speed_target"] for row in judged) if judged else None,
+                "notes": f"worst of {len(considered)} rows"
+                + (f" with {LLM_TARGETS['from_layers']}+ layers" if judged else ""),
+            }
+        )
     return summaries
 
 
-SUITE = Suite("llm", "the symmetric solver against the whole-graph solvers on LLaMA models across servers",
-              suite_llm,
-              (time_limit(TIME_LIMIT_S, "seconds for each solve"), QUICK,
-               Option("models", list, None, "llama MODELs (default: 8, 24 and 48 layers; quick: 8 at hidden 128)"),
-               Option("platforms", tuple, LLM_PLATFORMS, "server platforms each model is placed on"),
-               Option("objectives", tuple, LLM_OBJECTIVES, "objectives solved per model and platform")))
+SUITE = Suite(
+    "llm",
+    "the symmetric solver against the whole-graph solvers on LLaMA models across servers",
+    suite_llm,
+    (
+        time_limit(TIME_LIMIT_S, "seconds for each solve"),
+        QUICK,
+        Option("models", list, None, "llama MODELs (default: 8, 24 and 48 layers; quick: 8 at hidden 128)"),
+        Option("platforms", tuple, LLM_PLATFORMS, "server platforms each model is placed on"),
+        Option("objectives", tuple, LLM_OBJECTIVES, "objectives solved per model and platform"),
+    ),
+)

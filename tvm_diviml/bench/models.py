@@ -1,7 +1,8 @@
 """The ``models`` suite: real models from torchvision and Hugging Face through the whole tool."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import DivimlInputError
 from .common import progress
@@ -14,12 +15,15 @@ def suite_models(quick: bool = False, time_limit_s: float = TIME_LIMIT_S) -> Ite
     """Models from torchvision and Hugging Face, exported with torch.export and through ONNX, each
     imported, extracted, planned on cpu2 and paper-node, built across cpu0/cpu1, run and compared
     with torch (``passes/coverage.py``); quick: one CNN and one transformer."""
-    from ..passes.coverage import ROUTES, catalogue, check_model, missing_packages     # imports TVM
+    from ..passes.coverage import ROUTES, catalogue, check_model, missing_packages  # imports TVM
 
     missing = missing_packages()
     if missing:
-        raise DivimlInputError(f"suite models needs {', '.join(missing)}, which this environment lacks",
-                               field="--suite", hint="pip install 'tvm-diviml[torch]'")
+        raise DivimlInputError(
+            f"suite models needs {', '.join(missing)}, which this environment lacks",
+            field="--suite",
+            hint="pip install 'tvm-diviml[torch]'",
+        )
     models = [m for m in catalogue().values() if m.quick or not quick]
     bar = progress(total=len(models) * len(ROUTES), desc="models suite", unit="row")
     for model in models:
@@ -30,5 +34,9 @@ def suite_models(quick: bool = False, time_limit_s: float = TIME_LIMIT_S) -> Ite
     bar.close()
 
 
-SUITE = Suite("models", "torchvision and Hugging Face models imported, placed, built and run, checked against torch",
-              suite_models, (QUICK, time_limit(TIME_LIMIT_S)))
+SUITE = Suite(
+    "models",
+    "torchvision and Hugging Face models imported, placed, built and run, checked against torch",
+    suite_models,
+    (QUICK, time_limit(TIME_LIMIT_S)),
+)

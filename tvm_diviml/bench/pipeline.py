@@ -1,15 +1,17 @@
 """The ``pipeline`` suite: SliceGraph against the best lower bound on K identical GPUs, beside the
 figures Archer et al. (ICML 2024) report for their production models."""
+
 from __future__ import annotations
 
 import glob
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Iterator
 
 from ..bounds import lower_bounds
+from ..bounds.pipeline import pipeline_bounds
 from ..cost.roofline import RooflineCostModel
 from ..cost.table import TableCostModel
 from ..graph import OpGraph
@@ -17,7 +19,6 @@ from ..msr_fiddle import HOST_BANDWIDTH_BPS
 from ..platform import Device, Link, Platform
 from ..presets import gpu_k
 from ..solvers import Problem, get_solver
-from ..bounds.pipeline import pipeline_bounds
 from ..solvers.pipeline_mip import solve_pipeline_mip
 from ..workload import load_graph
 from .common import MSR_FIDDLE_DIR, geomean, log, progress
@@ -29,8 +30,8 @@ PAPER_PIPELINE_RATIOS = {2: 0.9901, 4: 0.9737, 8: 0.9588, 16: 0.9452, 32: 0.8749
 MSR_FIDDLE_OPERATORS = os.path.join(MSR_FIDDLE_DIR, "throughput-inputs", "OperatorGraphs")
 TIME_LIMIT_S = 10.0
 BOUND_TIME_LIMIT_S = 10.0
-MIP_UP_TO = 20_000          # kernels x stages; beyond, the MIPs take longer to build than to help
-SMALL_GRAPH = 256           # kernels: the summaries report SliceGraph's slowest run up to this size
+MIP_UP_TO = 20_000  # kernels x stages; beyond, the MIPs take longer to build than to help
+SMALL_GRAPH = 256  # kernels: the summaries report SliceGraph's slowest run up to this size
 
 
 def pipeline_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str, str]]:
@@ -40,11 +41,12 @@ def pipeline_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str,
         log.warning("pipeline suite: no msr-fiddle files under %s; their rows are skipped", msr_fiddle_dir)
     if quick:
         return [("random", "random:kernels=16,seed=0", "fused"), ("zoo-operator", "resnet18", "operator")]
-    return ([("zoo-fused", name, "fused") for name in ("resnet50", "inception_v3", "bert_base:layers=4",
-                                                       "gpt2:layers=4")]
-            + [("zoo-operator", name, "operator") for name in ("resnet50", "mobilenet_v2", "bert_base:layers=4")]
-            + [("randwire", f"randwire_ws:nodes={nodes},stages=1,seed=0", "fused") for nodes in (12, 32, 64, 88)]
-            + [("msr-fiddle", path, "fused") for path in fiddle])
+    return (
+        [("zoo-fused", name, "fused") for name in ("resnet50", "inception_v3", "bert_base:layers=4", "gpt2:layers=4")]
+        + [("zoo-operator", name, "operator") for name in ("resnet50", "mobilenet_v2", "bert_base:layers=4")]
+        + [("randwire", f"randwire_ws:nodes={nodes},stages=1,seed=0", "fused") for nodes in (12, 32, 64, 88)]
+        + [("msr-fiddle", path, "fused") for path in fiddle]
+    )
 
 
 def fiddle_accelerators(graph, fiddle_costs, count: int):
@@ -52,8 +54,12 @@ def fiddle_accelerators(graph, fiddle_costs, count: int):
     latency where supported, CPU latency elsewhere; each tensor's transfer its file's ``cost``): the
     pipeline problem of Archer et al. on their data. Their memory and CPU-only marks are dropped."""
     devices = [Device(f"acc{i}", {"kind": "cuda"}, f"cuda:{i}") for i in range(count)]
-    links = {(a.name, b.name): Link(a.name, b.name, 0.0, float(HOST_BANDWIDTH_BPS))
-             for a in devices for b in devices if a.name != b.name}
+    links = {
+        (a.name, b.name): Link(a.name, b.name, 0.0, float(HOST_BANDWIDTH_BPS))
+        for a in devices
+        for b in devices
+        if a.name != b.name
+    }
     platform = Platform(f"msr-fiddle acc{count}", devices, links)
     accelerator = next((d.name for d in fiddle_costs.platform.devices if d.kind != "cpu"), None)
     rows = {}
@@ -62,15 +68,26 @@ def fiddle_accelerators(graph, fiddle_costs, count: int):
         if math.isinf(seconds):
             seconds = min(fiddle_costs.compute_s(kernel, d) for d in fiddle_costs.platform.device_names)
         rows[kernel] = {d.name: seconds for d in devices}
-    free = OpGraph([replace(k, allowed_devices=None) for k in graph.kernels.values()], graph.edges,
-                   inputs=graph.inputs, outputs=graph.outputs, weights={w: 0.0 for w in graph.weights},
-                   name=graph.name, attrs=graph.attrs)
+    free = OpGraph(
+        [replace(k, allowed_devices=None) for k in graph.kernels.values()],
+        graph.edges,
+        inputs=graph.inputs,
+        outputs=graph.outputs,
+        weights={w: 0.0 for w in graph.weights},
+        name=graph.name,
+        attrs=graph.attrs,
+    )
     return free, platform, TableCostModel(platform, rows)
 
 
-def suite_pipeline(time_limit_s: float = TIME_LIMIT_S, bound_time_limit_s: float = BOUND_TIME_LIMIT_S,
-                   quick: bool = False, stages: tuple[int, ...] = PIPELINE_STAGES, mip_up_to: int = MIP_UP_TO,
-                   msr_fiddle_dir: str = MSR_FIDDLE_OPERATORS) -> Iterator[Row]:
+def suite_pipeline(
+    time_limit_s: float = TIME_LIMIT_S,
+    bound_time_limit_s: float = BOUND_TIME_LIMIT_S,
+    quick: bool = False,
+    stages: tuple[int, ...] = PIPELINE_STAGES,
+    mip_up_to: int = MIP_UP_TO,
+    msr_fiddle_dir: str = MSR_FIDDLE_OPERATORS,
+) -> Iterator[Row]:
     """SliceGraph against the best lower bound on ``gpuK`` (K identical GPUs, roofline costs) for every K
     in ``stages`` with K <= kernels / 4: zoo models at fused and operator granularity, random-wired
     networks, and the msr-fiddle operator graphs on K accelerators priced by their own profiles.
@@ -92,9 +109,13 @@ def suite_pipeline(time_limit_s: float = TIME_LIMIT_S, bound_time_limit_s: float
                 graph, platform = found.graph, gpu_k(count)
                 costs = RooflineCostModel(graph, platform)
             problem = Problem(graph, platform, costs, objective="pipeline", stages=count)
-            row = {"suite": "pipeline", "group": group, "granularity": granularity,
-                   "model": os.path.basename(model) if found.costs is not None else model,
-                   **pipeline_solves(problem, time_limit_s, bound_time_limit_s, mip_up_to)}
+            row = {
+                "suite": "pipeline",
+                "group": group,
+                "granularity": granularity,
+                "model": os.path.basename(model) if found.costs is not None else model,
+                **pipeline_solves(problem, time_limit_s, bound_time_limit_s, mip_up_to),
+            }
             rows.append(row)
             yield row
     yield from pipeline_summaries(rows)
@@ -120,12 +141,22 @@ def pipeline_solves(problem: Problem, time_limit_s: float, bound_time_limit_s: f
     else:
         bound_s, notes = 0.0, f"MIPs skipped: {len(graph)} kernels x {count} stages > {mip_up_to}"
     best_from = max(bounds, key=bounds.__getitem__)
-    return {"kernels": len(graph), "stages": count, "slicegraph_value_s": sliced.value_s,
-            "slicegraph_s": sliced.solve_s, "stopped": sliced.attrs.get("stopped"), "best_value_s": best,
-            "mip_s": mip_s, "lower_bound_s": bounds[best_from], "bound_from": best_from, "bound_s": bound_s,
-            "ratio": bounds[best_from] / best if best > 0 else 1.0,
-            "slicegraph_ratio": bounds[best_from] / sliced.value_s if sliced.value_s > 0 else 1.0,
-            **{f"bound_{name}_s": seconds for name, seconds in bounds.items()}, "notes": notes}
+    return {
+        "kernels": len(graph),
+        "stages": count,
+        "slicegraph_value_s": sliced.value_s,
+        "slicegraph_s": sliced.solve_s,
+        "stopped": sliced.attrs.get("stopped"),
+        "best_value_s": best,
+        "mip_s": mip_s,
+        "lower_bound_s": bounds[best_from],
+        "bound_from": best_from,
+        "bound_s": bound_s,
+        "ratio": bounds[best_from] / best if best > 0 else 1.0,
+        "slicegraph_ratio": bounds[best_from] / sliced.value_s if sliced.value_s > 0 else 1.0,
+        **{f"bound_{name}_s": seconds for name, seconds in bounds.items()},
+        "notes": notes,
+    }
 
 
 def pipeline_summaries(rows: list[Row]) -> list[Row]:
@@ -135,22 +166,39 @@ def pipeline_summaries(rows: list[Row]) -> list[Row]:
     for count in sorted({row["stages"] for row in rows}):
         members = [row for row in rows if row["stages"] == count]
         small = [row["slicegraph_s"] for row in members if row["kernels"] <= SMALL_GRAPH]
-        summaries.append({"suite": "pipeline", "group": "summary", "stages": count, "graphs": len(members),
-                          "ratio_geomean": geomean(max(row["ratio"], 1e-12) for row in members),
-                          "slicegraph_ratio_geomean": geomean(max(row["slicegraph_ratio"], 1e-12)
-                                                              for row in members),
-                          "paper_ratio": PAPER_PIPELINE_RATIOS.get(count),
-                          "ratio_min": min(row["ratio"] for row in members),
-                          f"slicegraph_max_s_up_to_{SMALL_GRAPH}_kernels": max(small, default=None)})
+        summaries.append(
+            {
+                "suite": "pipeline",
+                "group": "summary",
+                "stages": count,
+                "graphs": len(members),
+                "ratio_geomean": geomean(max(row["ratio"], 1e-12) for row in members),
+                "slicegraph_ratio_geomean": geomean(max(row["slicegraph_ratio"], 1e-12) for row in members),
+                "paper_ratio": PAPER_PIPELINE_RATIOS.get(count),
+                "ratio_min": min(row["ratio"] for row in members),
+                f"slicegraph_max_s_up_to_{SMALL_GRAPH}_kernels": max(small, default=None),
+            }
+        )
     return summaries
 
 
-SUITE = Suite("pipeline", "SliceGraph against the best lower bound on K identical GPUs, beside Archer et al.'s ratios",
-              suite_pipeline,
-              (time_limit(TIME_LIMIT_S, "seconds for SliceGraph and for the exact MIP, each, per row"),
-               Option("bound_time_limit_s", float, BOUND_TIME_LIMIT_S, "seconds for the lower-bound MIPs per row",
-                      flag="--bound-time-limit", metavar="S"),
-               QUICK,
-               Option("stages", tuple, PIPELINE_STAGES, "the stage counts K (those up to kernels / 4 run)"),
-               Option("mip_up_to", int, MIP_UP_TO, "the MIPs run only where kernels x K is at most this"),
-               Option("msr_fiddle_dir", str, MSR_FIDDLE_OPERATORS, "folder of the msr-fiddle operator graphs")))
+SUITE = Suite(
+    "pipeline",
+    "SliceGraph against the best lower bound on K identical GPUs, beside Archer et al.'s ratios",
+    suite_pipeline,
+    (
+        time_limit(TIME_LIMIT_S, "seconds for SliceGraph and for the exact MIP, each, per row"),
+        Option(
+            "bound_time_limit_s",
+            float,
+            BOUND_TIME_LIMIT_S,
+            "seconds for the lower-bound MIPs per row",
+            flag="--bound-time-limit",
+            metavar="S",
+        ),
+        QUICK,
+        Option("stages", tuple, PIPELINE_STAGES, "the stage counts K (those up to kernels / 4 run)"),
+        Option("mip_up_to", int, MIP_UP_TO, "the MIPs run only where kernels x K is at most this"),
+        Option("msr_fiddle_dir", str, MSR_FIDDLE_OPERATORS, "folder of the msr-fiddle operator graphs"),
+    ),
+)

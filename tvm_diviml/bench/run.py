@@ -1,13 +1,14 @@
 """The ``run`` suite: plans built and run for real on this machine, measured against their predictions
 and against the best single-device configuration."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..candidates import plan_key
+from ..modelspec import format_model_spec
 from ..report import solve_and_report
 from ..solvers import Problem
-from ..modelspec import format_model_spec
 from ..workload import load_workload
 from ..zoo import SMALL_OPTIONS
 from .common import log
@@ -32,8 +33,13 @@ def run_workloads(quick: bool) -> list[tuple[str, str, str, int | None]]:
     return rows
 
 
-def suite_run(quick: bool = False, time_limit_s: float = TIME_LIMIT_S, repeats: int = REPEATS,
-              platform: str = PLATFORM, candidates: int = CANDIDATES) -> Iterator[Row]:
+def suite_run(
+    quick: bool = False,
+    time_limit_s: float = TIME_LIMIT_S,
+    repeats: int = REPEATS,
+    platform: str = PLATFORM,
+    candidates: int = CANDIDATES,
+) -> Iterator[Row]:
     """Plans built and run for real on ``platform`` (measured costs): per zoo model the ``--solver
     auto`` plan, timed side by side with the other ``candidates`` and every single-device
     configuration (``run --candidates``: measured over predicted of the auto plan, and the kept
@@ -43,7 +49,7 @@ def suite_run(quick: bool = False, time_limit_s: float = TIME_LIMIT_S, repeats: 
     from the profile cache; each model is timed whole again here (``calibrate_in_context(fresh=True)``)
     so that a prediction and its measurement see the machine alike: this VM's speed drifts by up to
     40% between runs minutes apart, more than the error the targets allow."""
-    from ..passes.run import calibrate_in_context, run_candidates, run_plan     # import TVM: only when it runs
+    from ..passes.run import calibrate_in_context, run_candidates, run_plan  # import TVM: only when it runs
 
     for case, model, objective, stages in run_workloads(quick):
         workload = load_workload(model, platform, "measured")
@@ -53,27 +59,53 @@ def suite_run(quick: bool = False, time_limit_s: float = TIME_LIMIT_S, repeats: 
         plan, sim, row = solve_and_report(problem, "auto", model, "measured", time_limit_s=time_limit_s)
         kept = None
         if objective == "latency":
-            selection, run, _ = run_candidates(loaded.built, loaded.extraction, problem, plan, candidates,
-                                               repeats=repeats, progress=log.info)
+            selection, run, _ = run_candidates(
+                loaded.built, loaded.extraction, problem, plan, candidates, repeats=repeats, progress=log.info
+            )
             auto = next(c for c in selection.candidates if plan_key(c.plan) == plan_key(plan) and c.threads is None)
             predicted_s, measured_s, kept = auto.predicted_s, auto.measured_s, selection.winner.label
         else:
-            run, _ = run_plan(loaded.built, loaded.extraction, workload.platform, plan, sim.value_s, repeats=repeats,
-                              progress=log.info)
+            run, _ = run_plan(
+                loaded.built,
+                loaded.extraction,
+                workload.platform,
+                plan,
+                sim.value_s,
+                repeats=repeats,
+                progress=log.info,
+            )
             predicted_s, measured_s = run.predicted_s, run.measured_s
         best_name, best_s = run.best_single_device
-        yield {"suite": "run", "case": case, "model": model, "objective": objective, "kernels": len(workload.graph),
-               "solver": plan.solver, "devices_used": len(plan.devices_used()), "predicted_s": predicted_s,
-               "measured_s": measured_s, "measured_over_predicted": measured_s / predicted_s, "kept": kept,
-               "best_single_device": best_name, "best_single_device_s": best_s,
-               "speedup_over_best_single_device": run.speedup_over_best_single,
-               "speedup_over_one_worker": run.speedup_over_one_worker, "max_rel_diff": run.max_rel_diff,
-               "build_s": run.build_s}
+        yield {
+            "suite": "run",
+            "case": case,
+            "model": model,
+            "objective": objective,
+            "kernels": len(workload.graph),
+            "solver": plan.solver,
+            "devices_used": len(plan.devices_used()),
+            "predicted_s": predicted_s,
+            "measured_s": measured_s,
+            "measured_over_predicted": measured_s / predicted_s,
+            "kept": kept,
+            "best_single_device": best_name,
+            "best_single_device_s": best_s,
+            "speedup_over_best_single_device": run.speedup_over_best_single,
+            "speedup_over_one_worker": run.speedup_over_one_worker,
+            "max_rel_diff": run.max_rel_diff,
+            "build_s": run.build_s,
+        }
 
 
-SUITE = Suite("run", "plans built and run on this machine: measured against predicted and the best single device",
-              suite_run,
-              (QUICK, time_limit(TIME_LIMIT_S),
-               Option("repeats", int, REPEATS, "timed inferences per plan"),
-               Option("platform", str, PLATFORM, "a preset whose devices this machine has"),
-               Option("candidates", int, CANDIDATES, "plans timed side by side with the auto plan")))
+SUITE = Suite(
+    "run",
+    "plans built and run on this machine: measured against predicted and the best single device",
+    suite_run,
+    (
+        QUICK,
+        time_limit(TIME_LIMIT_S),
+        Option("repeats", int, REPEATS, "timed inferences per plan"),
+        Option("platform", str, PLATFORM, "a preset whose devices this machine has"),
+        Option("candidates", int, CANDIDATES, "plans timed side by side with the auto plan"),
+    ),
+)

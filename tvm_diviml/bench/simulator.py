@@ -1,8 +1,9 @@
 """The ``simulator`` suite: how the simulator's time grows with the graph, in every cost mode."""
+
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..cost.roofline import RooflineCostModel
 from ..plan import Plan
@@ -12,8 +13,8 @@ from ..synthetic import random_dag
 from .common import best_time
 from .suite import Option, Row, Suite
 
-KERNELS = 10_000            # the larger graph; the smaller has a tenth of it
-REPEATS = 3                 # runs per mode and size, the fastest counts
+KERNELS = 10_000  # the larger graph; the smaller has a tenth of it
+REPEATS = 3  # runs per mode and size, the fastest counts
 PLATFORM = "paper-node"
 
 
@@ -27,23 +28,33 @@ def suite_simulator(kernels: int = KERNELS, repeats: int = REPEATS) -> Iterator[
         rng = random.Random(0)
         assignment = {k: rng.choice(devices) for k in graph.kernels}
         order = graph.topo_order
-        stages = [order[i * size // 3:(i + 1) * size // 3] for i in range(3)]
+        stages = [order[i * size // 3 : (i + 1) * size // 3] for i in range(3)]
         staged = {k: devices[i] for i, stage in enumerate(stages) for k in stage}
         plans = {
             "latency": (Plan(assignment), False),
             "latency+contention": (Plan(assignment), True),
             "period_overlap": (Plan(assignment, objective="throughput", mode="period_overlap"), False),
-            "stage_serial": (Plan(staged, objective="pipeline", mode="stage_serial", stages=stages,
-                                  stage_devices=devices), False),
+            "stage_serial": (
+                Plan(staged, objective="pipeline", mode="stage_serial", stages=stages, stage_devices=devices),
+                False,
+            ),
             "host_staged": (Plan(assignment, objective="throughput", mode="host_staged"), False),
         }
         for mode, (plan, contention) in plans.items():
+
             def run(plan=plan, contention=contention, graph=graph, costs=costs):
                 return simulate(graph, platform, costs, plan, link_contention=contention)
+
             seconds = best_time(run, repeats)
             yield {"suite": "simulator", "mode": mode, "kernels": size, "edges": len(graph.edges), "time_s": seconds}
 
 
-SUITE = Suite("simulator", "the simulator in every cost mode at 1/10 of the kernels and all of them", suite_simulator,
-              (Option("kernels", int, KERNELS, "kernels of the larger random DAG"),
-               Option("repeats", int, REPEATS, "runs per mode and size; the fastest counts")))
+SUITE = Suite(
+    "simulator",
+    "the simulator in every cost mode at 1/10 of the kernels and all of them",
+    suite_simulator,
+    (
+        Option("kernels", int, KERNELS, "kernels of the larger random DAG"),
+        Option("repeats", int, REPEATS, "runs per mode and size; the fastest counts"),
+    ),
+)

@@ -3,10 +3,12 @@
 ``diviml bench`` builds its flags from these declarations, so a suite's options are listed once, here
 beside its function, and the command line refuses a flag the chosen suite does not take.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 Row = dict
 
@@ -15,6 +17,7 @@ Row = dict
 class Option:
     """One keyword argument of a suite function. ``flag`` names it on the command line (several suites
     may share one flag, each with its own default); None keeps it for Python callers only."""
+
     name: str
     type: type
     default: Any
@@ -26,6 +29,7 @@ class Option:
 @dataclass(frozen=True)
 class Suite:
     """A benchmark suite: ``run(**options)`` yields its rows."""
+
     name: str
     description: str
     run: Callable[..., Iterator[Row]]

@@ -10,6 +10,7 @@ largest co-location group. Reports print the gap value / bound - 1 with every pl
 Each part and why it is valid: docs/solvers.md#bounds; the rules that keep bounds valid:
 docs/design.md#lower-bounds.
 """
+
 from __future__ import annotations
 
 from ..problem import Problem
@@ -46,5 +47,13 @@ def lower_bound(problem: Problem, mip_time_limit_s: float = 0.0) -> float:
     return max(lower_bounds(problem, mip_time_limit_s).values(), default=0.0)
 
 
-__all__ = ["critical_path_bound", "fastest_times", "largest_group", "lower_bound", "lower_bounds", "lp_load_bound",
-           "pipeline_bounds", "transfer_path_bound"]
+__all__ = [
+    "critical_path_bound",
+    "fastest_times",
+    "largest_group",
+    "lower_bound",
+    "lower_bounds",
+    "lp_load_bound",
+    "pipeline_bounds",
+    "transfer_path_bound",
+]

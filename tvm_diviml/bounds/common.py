@@ -1,4 +1,5 @@
 """Pieces every bound shares: each kernel at its fastest device, and the largest co-location group."""
+
 from __future__ import annotations
 
 from ..problem import Problem

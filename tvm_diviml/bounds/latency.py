@@ -1,6 +1,7 @@
 """Lower bounds on one inference's makespan: the critical path at fastest devices, and the same path
 with transfers priced (inputs from the host, outputs back to it), which sees a distant fastest device.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,9 @@ def transfer_path_bound(problem: Problem) -> float:
         if affine is not None:
             return affine[0] + nbytes * affine[1]
         if nbytes not in moves:
-            moves[nbytes] = np.array([[0.0 if a == b else costs.transfer_s(nbytes, a, b) for b in devices]
-                                      for a in devices])
+            moves[nbytes] = np.array(
+                [[0.0 if a == b else costs.transfer_s(nbytes, a, b) for b in devices] for a in devices]
+            )
         return moves[nbytes]
 
     arrival = {k: np.zeros(len(devices)) for k in graph.kernels}
@@ -66,8 +68,10 @@ def affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | N
     64 devices would otherwise ask the cost model for millions of transfers."""
     small, large, middle = 1.0, float(2**30), float(2**20)
     size = len(devices)
-    at = {n: np.array([[0.0 if a == b else costs.transfer_s(n, a, b) for b in devices] for a in devices])
-          for n in (small, large, middle)}
+    at = {
+        n: np.array([[0.0 if a == b else costs.transfer_s(n, a, b) for b in devices] for a in devices])
+        for n in (small, large, middle)
+    }
     rate = (at[large] - at[small]) / (large - small)
     latency = at[small] - small * rate
     predicted = latency + middle * rate

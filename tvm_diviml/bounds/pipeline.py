@@ -3,6 +3,7 @@ ones (average load, the dearest kernel, a kernel's neighbourhood) and the MIP re
 al. (three superblocks; guess the bottleneck block), each from a time-limited MIP's proven bound only
 (docs/solvers.md#mtpp).
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,14 +16,28 @@ import mip
 
 from ..problem import Problem
 from ..toolkit.mip_backend import check_backend
-from ..toolkit.pipeline_model import BlockPricing, MipBuilder, PipelineData, PipelineModel, cheapest_pricing, \
-    optimize, time_unit
+from ..toolkit.pipeline_model import (
+    BlockPricing,
+    MipBuilder,
+    PipelineData,
+    PipelineModel,
+    cheapest_pricing,
+    optimize,
+    time_unit,
+)
 
 log = logging.getLogger(__name__)
 
 
-def pipeline_bounds(problem: Problem, time_limit_s: float = 0.0, *, backend: str = "highs", seed: int = 0,
-                    superblock_positions: int = 16, exact_mip: bool = True) -> dict[str, float]:
+def pipeline_bounds(
+    problem: Problem,
+    time_limit_s: float = 0.0,
+    *,
+    backend: str = "highs",
+    seed: int = 0,
+    superblock_positions: int = 16,
+    exact_mip: bool = True,
+) -> dict[str, float]:
     """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
 
     With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise also the MIP bounds, in
@@ -44,8 +59,9 @@ def pipeline_bounds(problem: Problem, time_limit_s: float = 0.0, *, backend: str
     positions = sorted(set(range(1, stages + 1, step)) | {stages}, key=lambda i: (abs(2 * i - stages - 1), i))
     # (name, position, weight): time shares in proportion to the weights, the guesses (which add to
     # the three-superblock bound only when every one of them does) weighing least.
-    runs = [("three_superblock", i, 4.0) for i in positions] + [("guess_bottleneck", i, 1.0)
-                                                                for i in range(1, stages + 1)]
+    runs = [("three_superblock", i, 4.0) for i in positions] + [
+        ("guess_bottleneck", i, 1.0) for i in range(1, stages + 1)
+    ]
     runs += [("exact_mip", 0, float(len(positions)))] * exact_mip
     relaxed = max(parts["average_load"], float(cheap.work.max()), parts["neighbourhood"])
     found: dict[str, list[float]] = defaultdict(list)
@@ -60,9 +76,17 @@ def pipeline_bounds(problem: Problem, time_limit_s: float = 0.0, *, backend: str
             optimize(model.builder, share, seed)
             bound = model.builder.bound_s()
         else:
-            bound = superblock_bound(data, [cheap] * 3, (i - 1, stages - i), guess=name == "guess_bottleneck",
-                                     time_limit_s=share, floor_s=relaxed, backend=backend, seed=seed)
-        if name == "guess_bottleneck":       # valid only as the minimum over every i: a gap keeps the floor
+            bound = superblock_bound(
+                data,
+                [cheap] * 3,
+                (i - 1, stages - i),
+                guess=name == "guess_bottleneck",
+                time_limit_s=share,
+                floor_s=relaxed,
+                backend=backend,
+                seed=seed,
+            )
+        if name == "guess_bottleneck":  # valid only as the minimum over every i: a gap keeps the floor
             found[name].append(relaxed if bound is None else max(bound, relaxed))
         elif bound is not None and math.isfinite(bound):
             found[name].append(bound)
@@ -72,8 +96,11 @@ def pipeline_bounds(problem: Problem, time_limit_s: float = 0.0, *, backend: str
     for name in ("three_superblock", "exact_mip"):
         if found[name]:
             parts[name] = max(found[name])
-    log.info("pipeline bounds in %.2f s: %s", time.perf_counter() - began,
-             ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()))
+    log.info(
+        "pipeline bounds in %.2f s: %s",
+        time.perf_counter() - began,
+        ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
+    )
     return parts
 
 
@@ -84,10 +111,23 @@ def combinatorial_bounds(problem: Problem, data: PipelineData, cheap: BlockPrici
         return {}
     host, costs = problem.platform.host, problem.costs
     reads = [[b for b, members in zip(data.input_bytes, data.input_consumers) if v in members] for v in range(data.n)]
-    alone = [min((costs.compute_s(k, d) + problem.output_return_s(k, d, empty_pays_latency=True) + sum(costs.transfer_s(b, host, d) for b in reads[v])
-                  for d in problem.feasible_devices(k)), default=math.inf) for v, k in enumerate(data.names)]
-    return {"average_load": float(cheap.work.sum()) / stages, "largest_kernel": max(alone),
-            "neighbourhood": neighbourhood_bound(data, cheap)}
+    alone = [
+        min(
+            (
+                costs.compute_s(k, d)
+                + problem.output_return_s(k, d, empty_pays_latency=True)
+                + sum(costs.transfer_s(b, host, d) for b in reads[v])
+                for d in problem.feasible_devices(k)
+            ),
+            default=math.inf,
+        )
+        for v, k in enumerate(data.names)
+    ]
+    return {
+        "average_load": float(cheap.work.sum()) / stages,
+        "largest_kernel": max(alone),
+        "neighbourhood": neighbourhood_bound(data, cheap),
+    }
 
 
 def neighbourhood_bound(data: PipelineData, pricing: BlockPricing) -> float:
@@ -117,9 +157,17 @@ def neighbourhood_bound(data: PipelineData, pricing: BlockPricing) -> float:
 
 
 # ---------------------------------------------------------------------- superblock bounds
-def superblock_bound(data: PipelineData, pricings: Sequence[BlockPricing], capacities: tuple[float, float], *,
-                     guess: bool, time_limit_s: float, floor_s: float = 0.0, backend: str = "highs",
-                     seed: int = 0) -> float | None:
+def superblock_bound(
+    data: PipelineData,
+    pricings: Sequence[BlockPricing],
+    capacities: tuple[float, float],
+    *,
+    guess: bool,
+    time_limit_s: float,
+    floor_s: float = 0.0,
+    backend: str = "highs",
+    seed: int = 0,
+) -> float | None:
     """One superblock MIP, A | B | C priced by ``pricings``, capacities (a, c) = (i - 1, K - i).
 
     ``guess=False`` (three-superblock): min T s.t. f(A) <= a T, f(B) <= T, f(C) <= c T.

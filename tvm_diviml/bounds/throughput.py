@@ -1,6 +1,7 @@
 """The LP load bound, valid in every cost mode: min T with every kernel split over its feasible devices
 and every device's load (and, for period_overlap, the host's links) at most T.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,7 @@ def lp_load_bound(problem: Problem) -> float:
     if not graph.kernels:
         return 0.0
     fastest = fastest_times(problem)
-    unit = sum(fastest.values()) / len(graph.kernels) or 1.0       # seconds are tiny against solver tolerances
+    unit = sum(fastest.values()) / len(graph.kernels) or 1.0  # seconds are tiny against solver tolerances
     reads_input = {k for graph_input in graph.inputs for k in graph_input.consumers}
     classes: dict[tuple, list[str]] = {}
     for kernel in graph.kernels:
@@ -49,7 +50,7 @@ def lp_load_bound(problem: Problem) -> float:
     try:
         model.objective = mip.minimize(T)
         status = model.optimize(relax=True)
-    except mip.InterfacingError as error:      # HiGHS refuses coefficients such as 1e300 s: no bound from the LP
+    except mip.InterfacingError as error:  # HiGHS refuses coefficients such as 1e300 s: no bound from the LP
         log.warning("the load LP bound is left out: HiGHS cannot take these costs (%s)", error)
         return 0.0
     if status != mip.OptimizationStatus.OPTIMAL:
@@ -75,4 +76,6 @@ def host_link_loads(problem: Problem, share: dict, load: dict, unit: float, mode
             needed = model.add_var(lb=0.0, ub=1.0)
             for x in readers:
                 model += needed >= x
-            load.setdefault((host, device), []).append(costs.transfer_s(graph_input.bytes, host, device) / unit * needed)
+            load.setdefault((host, device), []).append(
+                costs.transfer_s(graph_input.bytes, host, device) / unit * needed
+            )

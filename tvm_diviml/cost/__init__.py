@@ -3,6 +3,7 @@
 ``base`` holds the interface, ``table`` the JSON-backed table, ``roofline`` the estimate for
 absent devices. The measured (TVM) model implements the same interface.
 """
+
 from .base import CostModel
 from .roofline import RooflineCostModel
 from .table import TableCostModel

@@ -1,4 +1,5 @@
 """The CostModel interface that solvers and the simulator consume (TVM-free)."""
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,10 @@ class CostModel(ABC):
 
     def fastest_device(self, kernel: str, devices: list[str] | None = None) -> tuple[str, float]:
         """The device (of ``devices``, default all) where ``kernel`` runs fastest, and its time."""
-        best = min((self.compute_s(kernel, d), i, d)
-                   for i, d in enumerate(devices if devices is not None else self.platform.device_names))
+        best = min(
+            (self.compute_s(kernel, d), i, d)
+            for i, d in enumerate(devices if devices is not None else self.platform.device_names)
+        )
         return best[2], best[0]
 
     @staticmethod

@@ -8,6 +8,7 @@ batch is one short transaction, and rows go in with INSERT OR REPLACE, so no pro
 rows. A cache is never worth a crash: a damaged, foreign or unreadable file is moved aside (kept, not
 deleted) with a warning, and an empty cache takes its place.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,10 +28,10 @@ from ..errors import DivimlInputError
 log = logging.getLogger(__name__)
 
 FILE_NAME = "profiles.sqlite"
-SCHEMA_VERSION = 1                       # PRAGMA user_version; another version is moved aside, not migrated
-APPLICATION_ID = 0x44564D4C              # PRAGMA application_id, "DVML": tells our file from other SQLite files
-BUSY_TIMEOUT_S = 60.0                    # how long a writer waits for another process's transaction
-KEYS_PER_QUERY = 199                     # 5 parameters a key: under the 999 that older SQLite builds allow
+SCHEMA_VERSION = 1  # PRAGMA user_version; another version is moved aside, not migrated
+APPLICATION_ID = 0x44564D4C  # PRAGMA application_id, "DVML": tells our file from other SQLite files
+BUSY_TIMEOUT_S = 60.0  # how long a writer waits for another process's transaction
+KEYS_PER_QUERY = 199  # 5 parameters a key: under the 999 that older SQLite builds allow
 SOURCES = ("measured", "tuned")
 TABLES = {"kernel_profile", "link_profile"}
 SCHEMA = (
@@ -48,8 +49,13 @@ SCHEMA = (
 )
 # SQLite result codes that mean "this file cannot serve as the cache", as opposed to "try later" (BUSY)
 # or "the disk is full" (FULL, IOERR), which moving the file aside would not cure.
-UNUSABLE_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN,
-                  sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM}
+UNUSABLE_CODES = {
+    sqlite3.SQLITE_CORRUPT,
+    sqlite3.SQLITE_NOTADB,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_READONLY,
+    sqlite3.SQLITE_PERM,
+}
 NOT_WRITABLE_HINT = "set DIVIML_CACHE_DIR to a writable directory"
 
 T = TypeVar("T")
@@ -68,11 +74,12 @@ def default_cache_dir() -> str:
 @dataclass(frozen=True)
 class ProfileKey:
     """Everything a kernel's time depends on; a change in any field is a miss, never a stale hit."""
+
     primfunc_hash: str
-    target: str          # canonical JSON of the target dict, or the tag
-    device: str          # e.g. "cpu/threads=1", "cuda"
+    target: str  # canonical JSON of the target dict, or the tag
+    device: str  # e.g. "cpu/threads=1", "cuda"
     tvm_version: str
-    schedule: str        # "default", "dlight", "tuned:<digest>"
+    schedule: str  # "default", "dlight", "tuned:<digest>"
 
 
 @dataclass
@@ -80,21 +87,26 @@ class Measurement:
     median_s: float
     spread_s: float
     repeats: int
-    source: str          # "measured" or "tuned"
+    source: str  # "measured" or "tuned"
 
     def __post_init__(self):
         if self.source not in SOURCES:
             raise ValueError(f"measurement source must be one of {SOURCES}, got {self.source!r}")
-        if not (math.isfinite(self.median_s) and self.median_s >= 0 and math.isfinite(self.spread_s)
-                and self.spread_s >= 0 and self.repeats >= 1):
+        if not (
+            math.isfinite(self.median_s)
+            and self.median_s >= 0
+            and math.isfinite(self.spread_s)
+            and self.spread_s >= 0
+            and self.repeats >= 1
+        ):
             raise ValueError(f"not a measurement (finite times >= 0, repeats >= 1): {self}")
 
 
 @dataclass(frozen=True)
 class LinkKey:
-    src: str             # TVM devices, e.g. "cpu:0", "cuda:1"
+    src: str  # TVM devices, e.g. "cpu:0", "cuda:1"
     dst: str
-    host: str            # e.g. platform.node(): the same device names mean other hardware elsewhere
+    host: str  # e.g. platform.node(): the same device names mean other hardware elsewhere
     tvm_version: str
 
 
@@ -118,8 +130,9 @@ class ProfileCache:
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as error:
-            raise DivimlInputError(f"cannot create the profile cache directory: {error.strerror}",
-                                   source=directory, hint=NOT_WRITABLE_HINT) from None
+            raise DivimlInputError(
+                f"cannot create the profile cache directory: {error.strerror}", source=directory, hint=NOT_WRITABLE_HINT
+            ) from None
         self.path = os.path.join(directory, FILE_NAME) if path is None else path
         self._open()
 
@@ -131,19 +144,25 @@ class ProfileCache:
         def read(db: sqlite3.Connection) -> dict[ProfileKey, Measurement]:
             found = {}
             for start in range(0, len(wanted), KEYS_PER_QUERY):
-                chunk = wanted[start:start + KEYS_PER_QUERY]
+                chunk = wanted[start : start + KEYS_PER_QUERY]
                 values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
-                query = ("WITH wanted(primfunc_hash, target, device, tvm_version, schedule) AS (VALUES " + values
-                         + ") SELECT primfunc_hash, target, device, tvm_version, schedule,"
-                           " median_s, spread_s, repeats, source"
-                           " FROM wanted JOIN kernel_profile USING (primfunc_hash, target, device, tvm_version,"
-                           " schedule)")
+                query = (
+                    "WITH wanted(primfunc_hash, target, device, tvm_version, schedule) AS (VALUES "
+                    + values
+                    + ") SELECT primfunc_hash, target, device, tvm_version, schedule,"
+                    " median_s, spread_s, repeats, source"
+                    " FROM wanted JOIN kernel_profile USING (primfunc_hash, target, device, tvm_version,"
+                    " schedule)"
+                )
                 for row in db.execute(query, [field for key in chunk for field in _columns(key)]):
                     try:
                         found[ProfileKey(*row[:5])] = Measurement(*row[5:])
-                    except (TypeError, ValueError):         # a row written by hand or another tool
-                        log.warning("profile cache %s: ignoring a damaged row (%s); it will be measured again",
-                                    self.path, row[5:])
+                    except (TypeError, ValueError):  # a row written by hand or another tool
+                        log.warning(
+                            "profile cache %s: ignoring a damaged row (%s); it will be measured again",
+                            self.path,
+                            row[5:],
+                        )
             return found
 
         return self._run(read)
@@ -151,8 +170,7 @@ class ProfileCache:
     def put_many(self, measurements: dict[ProfileKey, Measurement]) -> None:
         """Store ``measurements`` in one transaction, replacing older rows of the same keys."""
         now = time.time()
-        rows = [(*_columns(key), m.median_s, m.spread_s, m.repeats, m.source, now)
-                for key, m in measurements.items()]
+        rows = [(*_columns(key), m.median_s, m.spread_s, m.repeats, m.source, now) for key, m in measurements.items()]
 
         def write(db: sqlite3.Connection) -> None:
             with _write_transaction(db):
@@ -163,15 +181,19 @@ class ProfileCache:
     # ------------------------------------------------------------------ links
     def get_link(self, key: LinkKey) -> LinkMeasurement | None:
         """The cached figures of a link, or None."""
+
         def read(db: sqlite3.Connection) -> LinkMeasurement | None:
-            row = db.execute("SELECT latency_s, bandwidth_Bps, max_rel_error FROM link_profile"
-                             " WHERE src = ? AND dst = ? AND host = ? AND tvm_version = ?",
-                             _columns(key)).fetchone()
+            row = db.execute(
+                "SELECT latency_s, bandwidth_Bps, max_rel_error FROM link_profile"
+                " WHERE src = ? AND dst = ? AND host = ? AND tvm_version = ?",
+                _columns(key),
+            ).fetchone()
             if row is None:
                 return None
             if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in row) or row[0] < 0 or row[1] <= 0:
-                log.warning("profile cache %s: ignoring a damaged link row (%s); it will be measured again",
-                            self.path, row)
+                log.warning(
+                    "profile cache %s: ignoring a damaged link row (%s); it will be measured again", self.path, row
+                )
                 return None
             return LinkMeasurement(*row)
 
@@ -179,8 +201,7 @@ class ProfileCache:
 
     def put_link(self, key: LinkKey, measurement: LinkMeasurement) -> None:
         """Store a link's figures, replacing an older row of the same key."""
-        row = (*_columns(key), measurement.latency_s, measurement.bandwidth_Bps,
-               measurement.max_rel_error, time.time())
+        row = (*_columns(key), measurement.latency_s, measurement.bandwidth_Bps, measurement.max_rel_error, time.time())
 
         def write(db: sqlite3.Connection) -> None:
             with _write_transaction(db):
@@ -191,6 +212,7 @@ class ProfileCache:
     # ------------------------------------------------------------------ housekeeping
     def clear(self) -> int:
         """Remove every kernel and link row; returns how many rows went."""
+
         def delete(db: sqlite3.Connection) -> int:
             with _write_transaction(db):
                 return sum(db.execute(f"DELETE FROM {table}").rowcount for table in sorted(TABLES))
@@ -199,10 +221,13 @@ class ProfileCache:
 
     def stats(self) -> dict:
         """``path``, ``kernel_rows`` and ``link_rows``, for ``diviml cache info``."""
+
         def count(db: sqlite3.Connection) -> dict:
-            return {"path": self.path,
-                    "kernel_rows": db.execute("SELECT count(*) FROM kernel_profile").fetchone()[0],
-                    "link_rows": db.execute("SELECT count(*) FROM link_profile").fetchone()[0]}
+            return {
+                "path": self.path,
+                "kernel_rows": db.execute("SELECT count(*) FROM kernel_profile").fetchone()[0],
+                "link_rows": db.execute("SELECT count(*) FROM link_profile").fetchone()[0],
+            }
 
         return self._run(count)
 
@@ -250,12 +275,17 @@ class ProfileCache:
                 except _Unusable as problem:
                     if os.path.lexists(self.path):
                         aside = _move_aside(self.path)
-                        log.warning("profile cache %s is unusable (%s): moved it to %s and started an empty cache",
-                                    self.path, problem, aside)
+                        log.warning(
+                            "profile cache %s is unusable (%s): moved it to %s and started an empty cache",
+                            self.path,
+                            problem,
+                            aside,
+                        )
                 return _connect(self.path)
         except (OSError, _Unusable) as error:
-            raise DivimlInputError(f"cannot create the profile cache: {error}", source=self.path,
-                                   hint=NOT_WRITABLE_HINT) from None
+            raise DivimlInputError(
+                f"cannot create the profile cache: {error}", source=self.path, hint=NOT_WRITABLE_HINT
+            ) from None
 
 
 def _columns(key: ProfileKey | LinkKey) -> tuple[str, ...]:
@@ -290,7 +320,7 @@ def _connect(path: str) -> sqlite3.Connection:
             _create_or_check_schema(db)
         # Only now, so that a foreign file moved aside is the user's file unchanged.
         _switch_to_wal(db)
-        db.execute("PRAGMA synchronous = NORMAL")      # safe under WAL; a power cut may drop the last batch
+        db.execute("PRAGMA synchronous = NORMAL")  # safe under WAL; a power cut may drop the last batch
     except sqlite3.DatabaseError as error:
         db.close()
         if _is_unusable(error):
@@ -329,8 +359,10 @@ def _create_or_check_schema(db: sqlite3.Connection) -> None:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     elif (application, version, tables) != (APPLICATION_ID, SCHEMA_VERSION, TABLES):
-        raise _Unusable(f"not a tvm-diviml profile cache of schema version {SCHEMA_VERSION}"
-                       f" (application_id {application:#x}, user_version {version}, tables {sorted(tables)})")
+        raise _Unusable(
+            f"not a tvm-diviml profile cache of schema version {SCHEMA_VERSION}"
+            f" (application_id {application:#x}, user_version {version}, tables {sorted(tables)})"
+        )
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ copies of several sizes.
 Both minimise relative error (rows divided by the measured time), so that small kernels and small
 copies count as much as large ones.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ROUNDING = 1e-12       # relative; a term below ~1e-6 of every measured time counts as absent
+ROUNDING = 1e-12  # relative; a term below ~1e-6 of every measured time counts as absent
 
 
 @dataclass
@@ -24,7 +25,7 @@ class RooflineFit:
     overhead_s: float
     median_rel_error: float
     p90_rel_error: float
-    compute_bound: np.ndarray        # per kernel, in the order given: FLOPs / P > bytes / W
+    compute_bound: np.ndarray  # per kernel, in the order given: FLOPs / P > bytes / W
 
 
 @dataclass
@@ -50,8 +51,9 @@ def fit_roofline(flops, bytes_moved, seconds) -> RooflineFit:
     memory-bound (no prediction changes), W = max over kernels with FLOPs of bytes / (flops / P) when
     all are compute-bound (kernels without FLOPs then cost bytes / W + o, not o).
     """
-    flops, bytes_moved, seconds = _checked("roofline fit", ("flops", flops), ("bytes_moved", bytes_moved),
-                                           ("seconds", seconds), minimum=3)
+    flops, bytes_moved, seconds = _checked(
+        "roofline fit", ("flops", flops), ("bytes_moved", bytes_moved), ("seconds", seconds), minimum=3
+    )
     if (flops < 0).any() or (bytes_moved <= 0).any():
         raise ValueError("roofline fit: flops must be >= 0 and bytes_moved > 0 for every kernel")
     if not (flops > 0).any():
@@ -88,9 +90,14 @@ def fit_roofline(flops, bytes_moved, seconds) -> RooflineFit:
     inverse_peak, inverse_bandwidth, overhead = best[1]
     predicted = np.maximum(flops * inverse_peak, bytes_moved * inverse_bandwidth) + overhead
     errors = np.abs(predicted - seconds) / seconds
-    return RooflineFit(float(1 / inverse_peak), float(1 / inverse_bandwidth), float(overhead),
-                       float(np.median(errors)), float(np.percentile(errors, 90)),
-                       flops * inverse_peak > bytes_moved * inverse_bandwidth)
+    return RooflineFit(
+        float(1 / inverse_peak),
+        float(1 / inverse_bandwidth),
+        float(overhead),
+        float(np.median(errors)),
+        float(np.percentile(errors, 90)),
+        flops * inverse_peak > bytes_moved * inverse_bandwidth,
+    )
 
 
 def fit_link(nbytes, seconds) -> LinkFit:
@@ -118,13 +125,14 @@ def _nonnegative_least_squares(gram: np.ndarray, moment: np.ndarray) -> np.ndarr
     Sets grow in size, and a larger one must improve the fit by more than rounding (ROUNDING), or
     noise would turn an absent term into a tiny positive one (a peak of 1e30 FLOP/s)."""
     size = moment.shape[-1]
-    best, best_value = np.zeros(moment.shape), np.zeros(moment.shape[:-1])   # θ = 0; value = ||Xθ-y||² - ||y||²
+    best, best_value = np.zeros(moment.shape), np.zeros(moment.shape[:-1])  # θ = 0; value = ||Xθ-y||² - ||y||²
     for count in range(1, size + 1):
         for free in map(list, itertools.combinations(range(size), count)):
             theta = np.zeros(moment.shape)
             theta[..., free] = (np.linalg.pinv(gram[..., free, :][..., free]) @ moment[..., free, None])[..., 0]
-            value = (np.einsum("...i,...ij,...j->...", theta, gram, theta)
-                     - 2 * np.einsum("...i,...i->...", moment, theta))
+            value = np.einsum("...i,...ij,...j->...", theta, gram, theta) - 2 * np.einsum(
+                "...i,...i->...", moment, theta
+            )
             better = (theta >= 0).all(axis=-1) & (value < best_value - ROUNDING * np.abs(best_value))
             best[better], best_value[better] = theta[better], value[better]
     return best
@@ -132,6 +140,7 @@ def _nonnegative_least_squares(gram: np.ndarray, moment: np.ndarray) -> np.ndarr
 
 def _normal_equations_below(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """X'X and X'1 of the least squares X θ = 1 on rows [0, k), for every k = 0..n."""
+
     def sums_below(values: np.ndarray) -> np.ndarray:
         return np.concatenate([np.zeros((1, *values.shape[1:])), np.cumsum(values, axis=0)])
 

@@ -9,6 +9,7 @@ the same model measures nothing. Links between present devices are timed with co
 sizes and fitted to latency + bytes / bandwidth. A kernel TVM cannot compile is named in one line
 (``compile_failure``, which the placed build uses too).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,8 @@ LINK_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 @dataclass
 class MeasureOptions:
-    repeats: int = 5                 # timed repeats; the median is the cost
-    min_repeat_ms: int = 20          # each repeat runs the kernel enough times to last this long
+    repeats: int = 5  # timed repeats; the median is the cost
+    min_repeat_ms: int = 20  # each repeat runs the kernel enough times to last this long
     progress: bool = True
 
 
@@ -78,8 +79,9 @@ def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
     return {d.name: tuned for d in devices if device_present(d)}
 
 
-def tune_for_devices(funcs: dict[str, Any], devices: list[Device], trials: int, work_root: str,
-                     progress: bool = True) -> dict[str, Any]:
+def tune_for_devices(
+    funcs: dict[str, Any], devices: list[Device], trials: int, work_root: str, progress: bool = True
+) -> dict[str, Any]:
     """Tune ``funcs`` with MetaSchedule for each present device's target (one database per target,
     persisted under ``work_root`` so that later runs resume); device name -> TuningResult."""
     import hashlib
@@ -116,12 +118,15 @@ def schedule_for_target(mod, target, database=None):
     """The module's PrimFuncs scheduled as the heterogeneous build schedules them on ``target``."""
     if database is not None:
         from .tuning import apply_database
+
         mod = apply_database(mod, target, database).mod
     if target.kind.name != "llvm":
         from tvm.s_tir import dlight as dl
+
         with target:
-            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+            mod = dl.ApplyDefaultSchedule(
+                dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
+            )(mod)
     return mod
 
 
@@ -132,7 +137,7 @@ def random_arguments(func, device) -> list:
 
     rng = np.random.default_rng(0)
     args = []
-    for param in func.params:                # TVM 0.27: a PrimFunc's parameters are its buffers
+    for param in func.params:  # TVM 0.27: a PrimFunc's parameters are its buffers
         shape = tuple(int(d) for d in param.shape)
         dtype = str(param.dtype)
         if np.issubdtype(np.dtype(dtype), np.floating):
@@ -147,11 +152,12 @@ def set_cpu_threads(device: Device) -> None:
     from ..runtime.vm import set_threads
 
     if device.kind == "cpu":
-        set_threads(device.num_threads or 0)      # 0: TVM's default, whatever this thread ran before
+        set_threads(device.num_threads or 0)  # 0: TVM's default, whatever this thread ran before
 
 
-def time_primfuncs(funcs: dict[str, Any], device: Device, options: MeasureOptions, database=None,
-                   source: str = "measured") -> dict[str, Measurement]:
+def time_primfuncs(
+    funcs: dict[str, Any], device: Device, options: MeasureOptions, database=None, source: str = "measured"
+) -> dict[str, Measurement]:
     """Build ``funcs`` (name -> PrimFunc) in one compile for ``device``'s target and time each."""
     import tvm
     from tqdm import tqdm
@@ -161,17 +167,19 @@ def time_primfuncs(funcs: dict[str, Any], device: Device, options: MeasureOption
     mod = schedule_for_target(tvm.IRModule(named), target, database)
     try:
         library = tvm.compile(mod, target=target)
-    except Exception as error:              # TVM's codegen raises errors of many types
+    except Exception as error:  # TVM's codegen raises errors of many types
         raise compile_failure(mod, error, target) from None
     runtime_module = library.mod
     dev = tvm.device(device.kind, device.index)
     set_cpu_threads(device)
     results: dict[str, Measurement] = {}
-    for name in tqdm(named, desc=f"timing kernels on {device.name}", unit="kernel", disable=not options.progress,
-                     leave=False):
+    for name in tqdm(
+        named, desc=f"timing kernels on {device.name}", unit="kernel", disable=not options.progress, leave=False
+    ):
         args = random_arguments(mod[name], dev)
-        evaluator = runtime_module.time_evaluator(name, dev, number=1, repeat=options.repeats,
-                                                  min_repeat_ms=options.min_repeat_ms)
+        evaluator = runtime_module.time_evaluator(
+            name, dev, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms
+        )
         timing = evaluator(*args)
         samples = np.asarray(timing.results, dtype=float)
         results[name] = Measurement(float(np.median(samples)), float(samples.std()), len(samples), source)
@@ -188,7 +196,7 @@ def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> L
         array = tvm.runtime.tensor(np.zeros(nbytes // 4, dtype="float32"), source)
         destination = tvm.runtime.empty(array.shape, "float32", target)
         samples = []
-        for _ in range(repeats + 1):                       # the first copy warms up
+        for _ in range(repeats + 1):  # the first copy warms up
             began = time.perf_counter()
             array.copyto(destination)
             target.sync()
@@ -218,21 +226,30 @@ class MeasuredCostModel(CostModel):
 
     executor_segments = True
 
-    def __init__(self, graph: OpGraph, platform: Platform, mod: Any, kernel_func: dict[str, str], *,
-                 cache: ProfileCache | None = None, options: MeasureOptions | None = None,
-                 tuning: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        graph: OpGraph,
+        platform: Platform,
+        mod: Any,
+        kernel_func: dict[str, str],
+        *,
+        cache: ProfileCache | None = None,
+        options: MeasureOptions | None = None,
+        tuning: dict[str, Any] | None = None,
+    ):
         super().__init__(platform)
         self.graph, self.mod, self.kernel_func = graph, mod, kernel_func
         self.cache, self.options = cache, options or MeasureOptions()
         self.tuning = tuning or {}
-        self.hash_of = {k.attrs["primfunc"]: k.attrs["primfunc_hash"] for k in graph.kernels.values()
-                        if "primfunc_hash" in k.attrs}
-        self.times: dict[str, dict[str, float]] = {}       # device -> PrimFunc name -> seconds
+        self.hash_of = {
+            k.attrs["primfunc"]: k.attrs["primfunc_hash"] for k in graph.kernels.values() if "primfunc_hash" in k.attrs
+        }
+        self.times: dict[str, dict[str, float]] = {}  # device -> PrimFunc name -> seconds
         self.spread: dict[str, dict[str, float]] = {}
-        self.origin: dict[str, str] = {}                   # device -> "measured" | "tuned"
+        self.origin: dict[str, str] = {}  # device -> "measured" | "tuned"
         self.links: dict[tuple[str, str], Link] = {}
-        self.measured_now = 0                              # kernels timed in this run, not from the cache
-        self.in_context_s: dict[str, float] = {}           # device -> per-kernel cost of running inside the model
+        self.measured_now = 0  # kernels timed in this run, not from the cache
+        self.in_context_s: dict[str, float] = {}  # device -> per-kernel cost of running inside the model
         self.estimate = RooflineCostModel(graph, platform)
         present = [d for d in platform.devices if device_present(d)]
         self.absent = [d.name for d in platform.devices if d not in present]
@@ -251,8 +268,13 @@ class MeasuredCostModel(CostModel):
 
         target_key = json.dumps(tvm_target(device).export(), sort_keys=True, default=str)
         tuned = self.tuning.get(device.name)
-        return ProfileKey(subject, target_key, profile_device_label(device), tvm.__version__,
-                          schedule_name(device, tuned.digest if tuned else None))
+        return ProfileKey(
+            subject,
+            target_key,
+            profile_device_label(device),
+            tvm.__version__,
+            schedule_name(device, tuned.digest if tuned else None),
+        )
 
     def whole_model_key(self, device: str) -> ProfileKey:
         """The cache key of this model's whole-model time on ``device`` (the model: its graph's digest)."""
@@ -268,7 +290,9 @@ class MeasuredCostModel(CostModel):
         missing = {name: self.mod[name] for name, key in keys.items() if key not in cached}
         fresh: dict[str, Measurement] = {}
         if missing:
-            log.info("timing %d kernels on %s (%d from the cache)", len(missing), device.name, len(names) - len(missing))
+            log.info(
+                "timing %d kernels on %s (%d from the cache)", len(missing), device.name, len(names) - len(missing)
+            )
             fresh = time_primfuncs(missing, device, self.options, tuned.database if tuned else None, source)
             self.measured_now += len(fresh)
             if self.cache:
@@ -304,8 +328,11 @@ class MeasuredCostModel(CostModel):
         from .fit import fit_roofline
 
         kernels = list(self.graph.kernels.values())
-        return fit_roofline(np.array([k.flops for k in kernels]), np.array([k.bytes_moved for k in kernels]),
-                            np.array([self.compute_s(k.name, device) for k in kernels]))
+        return fit_roofline(
+            np.array([k.flops for k in kernels]),
+            np.array([k.bytes_moved for k in kernels]),
+            np.array([self.compute_s(k.name, device) for k in kernels]),
+        )
 
     def spread_s(self, kernel: str, device: str) -> float | None:
         spread = self.spread.get(device)
@@ -321,24 +348,26 @@ class MeasuredCostModel(CostModel):
         from ..servers import server_of
 
         handoff_s = self.executor_overheads.handoff_s
-        server = server_of(self.platform)       # devices of two servers share TVM device strings
+        server = server_of(self.platform)  # devices of two servers share TVM device strings
         for src in present:
             for dst in present:
                 if src.name == dst.name or server[src.name] != server[dst.name]:
-                    continue                    # across servers: the platform's network figures
+                    continue  # across servers: the platform's network figures
                 key = LinkKey(src.device, dst.device, host_platform.node(), tvm.__version__)
                 measured = self.cache.get_link(key) if self.cache else None
                 if measured is None:
                     try:
                         measured = time_link(src, dst)
-                    except ValueError as error:        # copy times that do not grow with size: noise
-                        log.warning("link %s -> %s not fitted (%s); using the platform's figures", src.name,
-                                    dst.name, error)
+                    except ValueError as error:  # copy times that do not grow with size: noise
+                        log.warning(
+                            "link %s -> %s not fitted (%s); using the platform's figures", src.name, dst.name, error
+                        )
                         continue
                     if self.cache:
                         self.cache.put_link(key, measured)
-                self.links[(src.name, dst.name)] = Link(src.name, dst.name, measured.latency_s + handoff_s,
-                                                        measured.bandwidth_Bps)
+                self.links[(src.name, dst.name)] = Link(
+                    src.name, dst.name, measured.latency_s + handoff_s, measured.bandwidth_Bps
+                )
 
     def _executor_overheads(self, present: list[Device]) -> ExecutorOverheads:
         """The concurrent executor's overheads on this machine (``runtime.measure.executor_overheads``),
@@ -362,8 +391,9 @@ class MeasuredCostModel(CostModel):
             log.info("timing the concurrent executor's overheads (no-op segments)")
             overheads = executor_overheads()
             if self.cache:
-                self.cache.put_many({key: Measurement(getattr(overheads, name), 0.0, 1, "measured")
-                                     for name, key in keys.items()})
+                self.cache.put_many(
+                    {key: Measurement(getattr(overheads, name), 0.0, 1, "measured") for name, key in keys.items()}
+                )
         here = {d.name for d in present}
         if any(len(group & here) > 1 for group in corun_groups(self.platform)):
             log.info("timing how much two CPU workers slow each other here")
@@ -383,13 +413,20 @@ class MeasuredCostModel(CostModel):
 
         compute = {k: {d: self.compute_s(k, d) for d in self.platform.device_names} for k in self.graph.kernels}
         sources = {d: self.source(next(iter(self.graph.kernels)), d) for d in self.platform.device_names}
-        return TableCostModel(self.platform, compute, dict(self.links), sources,
-                              executor_segments=self.executor_segments, prediction_error=self.prediction_error,
-                              executor_overheads=self.executor_overheads)
+        return TableCostModel(
+            self.platform,
+            compute,
+            dict(self.links),
+            sources,
+            executor_segments=self.executor_segments,
+            prediction_error=self.prediction_error,
+            executor_overheads=self.executor_overheads,
+        )
 
 
-def time_whole_model(mod, entry: str, inputs: list, weights: list, device: Device, options: MeasureOptions,
-                     database=None) -> Measurement:
+def time_whole_model(
+    mod, entry: str, inputs: list, weights: list, device: Device, options: MeasureOptions, database=None
+) -> Measurement:
     """The lowered module run whole by the Relax VM on ``device``, with the same schedules as the
     per-kernel builds: the figure the sum of kernel times must match."""
     import tvm
@@ -401,12 +438,14 @@ def time_whole_model(mod, entry: str, inputs: list, weights: list, device: Devic
     dev = tvm.device(device.kind, device.index)
     set_cpu_threads(device)
     vm = relax.VirtualMachine(executable, dev)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [w.copyto(dev) if hasattr(w, "copyto")
-                                                           else tvm.runtime.tensor(w, dev) for w in weights]
+    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [
+        w.copyto(dev) if hasattr(w, "copyto") else tvm.runtime.tensor(w, dev) for w in weights
+    ]
     timing = vm.time_evaluator(entry, dev, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms)(*args)
     samples = np.asarray(timing.results, dtype=float)
-    return Measurement(float(np.median(samples)), float(samples.std()), len(samples),
-                       "tuned" if database is not None else "measured")
+    return Measurement(
+        float(np.median(samples)), float(samples.std()), len(samples), "tuned" if database is not None else "measured"
+    )
 
 
 def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
@@ -426,17 +465,20 @@ def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
             return DivimlInputError(
                 f"TVM {tvm.__version__} cannot compile kernel '{gvar.name_hint}' ({kernel_signature(func)}) "
                 f"for {kernel_target.kind.name}: {type(kernel_error).__name__}: {first_line(kernel_error)}",
-                field="MODEL", hint="no rewrite of this operator and dtype is known; export the model "
-                "with another dtype for it, or report it to TVM")
-    return DivimlInputError(f"TVM {tvm.__version__} cannot build the module: {type(error).__name__}: "
-                            f"{first_line(error)}", field="MODEL")
+                field="MODEL",
+                hint="no rewrite of this operator and dtype is known; export the model "
+                "with another dtype for it, or report it to TVM",
+            )
+    return DivimlInputError(
+        f"TVM {tvm.__version__} cannot build the module: {type(error).__name__}: {first_line(error)}", field="MODEL"
+    )
 
 
 def kernel_signature(func) -> str:
     """``reads bool[1, 16]; writes bool[1, 16]``: a PrimFunc's buffers (the last ones are its outputs)."""
     import tvm
 
-    buffers = list(func.params)                # TVM 0.27: a PrimFunc's parameters are its buffers
+    buffers = list(func.params)  # TVM 0.27: a PrimFunc's parameters are its buffers
     outputs = int(func.attrs["num_outputs"]) if func.attrs and "num_outputs" in func.attrs else 1
 
     def describe(buffer) -> str:

@@ -3,6 +3,7 @@
 time = max(FLOPs / effective peak, bytes moved / effective bandwidth) + launch overhead, with the
 *effective* figures of the Platform (datasheet x stated efficiency), never the bare datasheet peak.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,10 @@ class RooflineCostModel(CostModel):
         if node.allowed_devices is not None and device not in node.allowed_devices:
             return math.inf
         dev = self.platform.device(device)
-        return max(node.flops / dev.effective_flops, node.bytes_moved / dev.effective_bandwidth_Bps) \
+        return (
+            max(node.flops / dev.effective_flops, node.bytes_moved / dev.effective_bandwidth_Bps)
             + dev.launch_overhead_s
+        )
 
     def source(self, kernel: str, device: str) -> str:
         return "estimated"

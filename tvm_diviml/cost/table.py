@@ -3,6 +3,7 @@
 ``null`` (or a missing device for a kernel restricted by ``allowed_devices``) means the device
 cannot run the kernel. Optional ``links`` replace the platform's link figures.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,15 +19,23 @@ FORMAT = "diviml.costs/1"
 
 
 class TableCostModel(CostModel, JsonFile):
-    def __init__(self, platform: Platform, compute: dict[str, dict[str, float | None]],
-                 links: dict[tuple[str, str], Link] | None = None, sources: dict[str, str] | None = None, *,
-                 executor_segments: bool = False, prediction_error: float = 0.0,
-                 executor_overheads: ExecutorOverheads | None = None):
+    def __init__(
+        self,
+        platform: Platform,
+        compute: dict[str, dict[str, float | None]],
+        links: dict[tuple[str, str], Link] | None = None,
+        sources: dict[str, str] | None = None,
+        *,
+        executor_segments: bool = False,
+        prediction_error: float = 0.0,
+        executor_overheads: ExecutorOverheads | None = None,
+    ):
         super().__init__(platform)
         self.executor_segments, self.prediction_error = executor_segments, prediction_error
         self.executor_overheads = executor_overheads or ExecutorOverheads()
-        self.compute = {k: {d: (math.inf if s is None else float(s)) for d, s in row.items()}
-                        for k, row in compute.items()}
+        self.compute = {
+            k: {d: (math.inf if s is None else float(s)) for d, s in row.items()} for k, row in compute.items()
+        }
         self.links = dict(links or {})
         self.sources = dict(sources or {})
 
@@ -48,48 +57,79 @@ class TableCostModel(CostModel, JsonFile):
         for name, kernel in graph.kernels.items():
             row = self.compute.get(name)
             if row is None:
-                raise DivimlInputError(f"missing cost for kernel '{name}'", source=where, field=f"kernels.{name}",
-                                       hint="give seconds for every kernel of the graph on every device")
+                raise DivimlInputError(
+                    f"missing cost for kernel '{name}'",
+                    source=where,
+                    field=f"kernels.{name}",
+                    hint="give seconds for every kernel of the graph on every device",
+                )
             for device, seconds in row.items():
                 if device not in devices:
-                    raise DivimlInputError(f"unknown device '{device}' for kernel '{name}'", source=where,
-                                           field=f"kernels.{name}.{device}",
-                                           hint=f"platform '{self.platform.name}' has: {', '.join(sorted(devices))}")
+                    raise DivimlInputError(
+                        f"unknown device '{device}' for kernel '{name}'",
+                        source=where,
+                        field=f"kernels.{name}.{device}",
+                        hint=f"platform '{self.platform.name}' has: {', '.join(sorted(devices))}",
+                    )
                 if seconds < 0 or math.isnan(seconds):
-                    raise DivimlInputError(f"negative or NaN time {seconds}", source=where,
-                                           field=f"kernels.{name}.{device}", hint="times are seconds >= 0")
+                    raise DivimlInputError(
+                        f"negative or NaN time {seconds}",
+                        source=where,
+                        field=f"kernels.{name}.{device}",
+                        hint="times are seconds >= 0",
+                    )
             allowed = kernel.allowed_devices if kernel.allowed_devices is not None else self.platform.device_names
             missing = [d for d in allowed if d in devices and d not in row]
             if missing:
-                raise DivimlInputError(f"missing cost for kernel '{name}' on device '{missing[0]}'", source=where,
-                                       field=f"kernels.{name}",
-                                       hint="add it, or null if that device cannot run the kernel")
+                raise DivimlInputError(
+                    f"missing cost for kernel '{name}' on device '{missing[0]}'",
+                    source=where,
+                    field=f"kernels.{name}",
+                    hint="add it, or null if that device cannot run the kernel",
+                )
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict:
-        return {"format": FORMAT, "unit": "s", "platform": self.platform.name,
-                "kernels": {k: {d: (None if math.isinf(s) else s) for d, s in row.items()}
-                            for k, row in self.compute.items()},
-                "links": [{"src": l.src, "dst": l.dst, "latency_s": l.latency_s, "bandwidth_Bps": l.bandwidth_Bps}
-                          for l in self.links.values()],
-                "sources": self.sources,
-                "executor": {"segments": self.executor_segments, "prediction_error": self.prediction_error,
-                             "run_s": self.executor_overheads.run_s, "segment_s": self.executor_overheads.segment_s,
-                             "corun_factor": self.executor_overheads.corun_factor}}
+        return {
+            "format": FORMAT,
+            "unit": "s",
+            "platform": self.platform.name,
+            "kernels": {
+                k: {d: (None if math.isinf(s) else s) for d, s in row.items()} for k, row in self.compute.items()
+            },
+            "links": [
+                {"src": link.src, "dst": link.dst, "latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps}
+                for link in self.links.values()
+            ],
+            "sources": self.sources,
+            "executor": {
+                "segments": self.executor_segments,
+                "prediction_error": self.prediction_error,
+                "run_s": self.executor_overheads.run_s,
+                "segment_s": self.executor_overheads.segment_s,
+                "corun_factor": self.executor_overheads.corun_factor,
+            },
+        }
 
     @classmethod
-    def from_json(cls, data: Any, platform: Platform) -> "TableCostModel":
+    def from_json(cls, data: Any, platform: Platform) -> TableCostModel:
         if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
-            raise DivimlInputError("not a cost table: expected an object with 'kernels': {kernel: {device: s}}",
-                                   field="kernels")
+            raise DivimlInputError(
+                "not a cost table: expected an object with 'kernels': {kernel: {device: s}}", field="kernels"
+            )
         compute: dict[str, dict[str, float | None]] = {}
         for kernel, row in data["kernels"].items():
             if not isinstance(row, dict):
                 raise DivimlInputError("must be an object {device: seconds}", field=f"kernels.{kernel}")
             for device, seconds in row.items():
                 if seconds is not None:
-                    require_number(seconds, f"kernels.{kernel}.{device}", minimum=0.0, maximum=MAX_SECONDS,
-                                   hint="seconds >= 0, or null where the device cannot run the kernel")
+                    require_number(
+                        seconds,
+                        f"kernels.{kernel}.{device}",
+                        minimum=0.0,
+                        maximum=MAX_SECONDS,
+                        hint="seconds >= 0, or null where the device cannot run the kernel",
+                    )
             compute[str(kernel)] = row
         links = {}
         if not isinstance(data.get("links", []), list):
@@ -98,28 +138,49 @@ class TableCostModel(CostModel, JsonFile):
             link = link_from_json(raw, f"links[{i}]")
             for end in (link.src, link.dst):
                 if end not in platform.by_name:
-                    raise DivimlInputError(f"unknown device '{end}'", field=f"links[{i}]",
-                                           hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}")
+                    raise DivimlInputError(
+                        f"unknown device '{end}'",
+                        field=f"links[{i}]",
+                        hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}",
+                    )
             links[(link.src, link.dst)] = link
         sources = data.get("sources") or {}
         if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
-            raise DivimlInputError(f"must be an object {{device: source}}, got {sources!r}", field="sources",
-                                   hint="e.g. {\"cpu0\": \"measured\"}, or leave it out")
+            raise DivimlInputError(
+                f"must be an object {{device: source}}, got {sources!r}",
+                field="sources",
+                hint='e.g. {"cpu0": "measured"}, or leave it out',
+            )
         executor = data.get("executor", {})
-        if not isinstance(executor, dict) or not isinstance(executor.get("segments", False), bool) or \
-                not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s")) \
-                or not (_is_fraction(executor.get("corun_factor", 1.0)) and executor.get("corun_factor", 1.0) >= 1):
-            raise DivimlInputError("must be {\"segments\": true|false, \"prediction_error\": a fraction >= 0, "
-                                   "\"run_s\" and \"segment_s\": seconds >= 0, \"corun_factor\": >= 1}",
-                                   field="executor", hint="as `diviml profile --export` writes it")
-        overheads = ExecutorOverheads(run_s=float(executor.get("run_s", 0.0)),
-                                      segment_s=float(executor.get("segment_s", 0.0)),
-                                      corun_factor=float(executor.get("corun_factor", 1.0)))
-        return cls(platform, compute, links, sources, executor_segments=executor.get("segments", False),
-                   prediction_error=float(executor.get("prediction_error", 0.0)), executor_overheads=overheads)
+        if (
+            not isinstance(executor, dict)
+            or not isinstance(executor.get("segments", False), bool)
+            or not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s"))
+            or not (_is_fraction(executor.get("corun_factor", 1.0)) and executor.get("corun_factor", 1.0) >= 1)
+        ):
+            raise DivimlInputError(
+                'must be {"segments": true|false, "prediction_error": a fraction >= 0, '
+                '"run_s" and "segment_s": seconds >= 0, "corun_factor": >= 1}',
+                field="executor",
+                hint="as `diviml profile --export` writes it",
+            )
+        overheads = ExecutorOverheads(
+            run_s=float(executor.get("run_s", 0.0)),
+            segment_s=float(executor.get("segment_s", 0.0)),
+            corun_factor=float(executor.get("corun_factor", 1.0)),
+        )
+        return cls(
+            platform,
+            compute,
+            links,
+            sources,
+            executor_segments=executor.get("segments", False),
+            prediction_error=float(executor.get("prediction_error", 0.0)),
+            executor_overheads=overheads,
+        )
 
     @classmethod
-    def load(cls, path: str, platform: Platform, graph: OpGraph | None = None) -> "TableCostModel":
+    def load(cls, path: str, platform: Platform, graph: OpGraph | None = None) -> TableCostModel:
         model = super().load(path, platform)
         if graph is not None:
             model.check_covers(graph, where=path)

@@ -11,6 +11,7 @@ Candidates are built and timed in the calling process (MetaSchedule's ``LocalBui
 ``LocalRunner`` need ``cloudpickle``), ranked by MetaSchedule's random cost model seeded by ``seed``
 so that a run is reproducible. Why: docs/design.md#tvm-027-traps.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,10 +41,10 @@ from ..errors import DivimlInputError
 log = logging.getLogger(__name__)
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
-_SEARCHED_FILE = "searched.json"          # workload key -> trials searched so far, for resuming
+_SEARCHED_FILE = "searched.json"  # workload key -> trials searched so far, for resuming
 # One candidate's time: 3 samples of at least 50 ms each, so a record's median is worth keeping.
 _EVALUATOR = EvaluatorConfig(number=1, repeat=3, min_repeat_ms=50, enable_cpu_cache_flush=False)
-_MAX_TRIALS_PER_ITER = 16       # later rounds start from the best measured candidates of earlier ones
+_MAX_TRIALS_PER_ITER = 16  # later rounds start from the best measured candidates of earlier ones
 # MetaSchedule's default population (512, 4 genetic rounds) ranks candidates by a cost model; ours is
 # random, so a large population only costs time (seconds per round on 2 cores).
 _POPULATION = 64
@@ -54,13 +55,13 @@ _GENETIC_ROUNDS = 2
 class TuningResult:
     """What a tuning run left in ``work_dir``."""
 
-    database: Any                  # ms.database.JSONDatabase over work_dir
+    database: Any  # ms.database.JSONDatabase over work_dir
     work_dir: str
-    workloads: int                 # distinct workloads of the input that have a record now
-    tuned: int                     # workloads searched by this call
-    reused: int                    # workloads that already had enough records (resumed runs)
-    seconds: float                 # wall time of this call
-    digest: str                    # database_digest(database): the profile cache's "tuned:<digest>"
+    workloads: int  # distinct workloads of the input that have a record now
+    tuned: int  # workloads searched by this call
+    reused: int  # workloads that already had enough records (resumed runs)
+    seconds: float  # wall time of this call
+    digest: str  # database_digest(database): the profile cache's "tuned:<digest>"
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,14 @@ class AppliedDatabase:
     """A module with the database's schedules in place of the kernels it has records for."""
 
     mod: tvm.IRModule
-    scheduled: int                 # PrimFuncs replaced by their best record's schedule
-    unscheduled: int               # PrimFuncs left as they were: no usable record, another device's,
-                                   # or scheduled already
+    scheduled: int  # PrimFuncs replaced by their best record's schedule
+    unscheduled: int  # PrimFuncs left as they were: no usable record, another device's,
+    # or scheduled already
 
 
-def tune_primfuncs(funcs: dict[str, tirx.PrimFunc], target, trials_per_func: int, work_dir: str, *,
-                   seed: int = 0) -> TuningResult:
+def tune_primfuncs(
+    funcs: dict[str, tirx.PrimFunc], target, trials_per_func: int, work_dir: str, *, seed: int = 0
+) -> TuningResult:
     """Search ``trials_per_func`` schedules for each distinct PrimFunc of ``funcs`` on ``target``.
 
     Records go to the JSON database in ``work_dir`` (created if absent), and ``work_dir/searched.json``
@@ -92,15 +94,21 @@ def tune_primfuncs(funcs: dict[str, tirx.PrimFunc], target, trials_per_func: int
     _check_one_target_kind(database, target, work_dir)
     searched = _load_searched(work_dir)
     workloads = _distinct_workloads(funcs)
-    missing: dict[int, dict[str, tvm.IRModule]] = {}      # trials still to run -> {task name: workload}
+    missing: dict[int, dict[str, tvm.IRModule]] = {}  # trials still to run -> {task name: workload}
     for name, mod in workloads.items():
         done = max(searched.get(_workload_key(mod), 0), _record_count(database, mod))
         if done < trials_per_func:
             missing.setdefault(trials_per_func - done, {})[name] = mod
     tuned = sum(len(group) for group in missing.values())
     if tuned:
-        log.info("tuning %d of %d distinct kernels for %s, up to %d trials each (logs in %s)", tuned,
-                 len(workloads), target.kind.name, max(missing), os.path.join(work_dir, "logs"))
+        log.info(
+            "tuning %d of %d distinct kernels for %s, up to %d trials each (logs in %s)",
+            tuned,
+            len(workloads),
+            target.kind.name,
+            max(missing),
+            os.path.join(work_dir, "logs"),
+        )
         with _metaschedule_logs_into(os.path.join(work_dir, "logs")):
             for trials, group in sorted(missing.items()):
                 _tune(group, target, trials, work_dir, database, seed)
@@ -109,8 +117,7 @@ def tune_primfuncs(funcs: dict[str, tirx.PrimFunc], target, trials_per_func: int
     recorded = sum(1 for mod in workloads.values() if _best_record(database, mod) is not None)
     seconds = time.perf_counter() - started
     log.info("tuned %d kernels (%d reused) in %.1f s", tuned, len(workloads) - tuned, seconds)
-    return TuningResult(database, work_dir, recorded, tuned, len(workloads) - tuned, seconds,
-                        database_digest(database))
+    return TuningResult(database, work_dir, recorded, tuned, len(workloads) - tuned, seconds, database_digest(database))
 
 
 def open_database(work_dir: str):
@@ -119,8 +126,11 @@ def open_database(work_dir: str):
     paths = [os.path.join(work_dir, f"database_{table}.json") for table in ("workload", "tuning_record")]
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
-        raise DivimlInputError(f"no MetaSchedule database: {missing[0]} does not exist", source=work_dir,
-                               hint="give the work_dir that MetaSchedule tuning wrote")
+        raise DivimlInputError(
+            f"no MetaSchedule database: {missing[0]} does not exist",
+            source=work_dir,
+            hint="give the work_dir that MetaSchedule tuning wrote",
+        )
     return ms.database.JSONDatabase(work_dir=work_dir, allow_missing=False)
 
 
@@ -149,8 +159,9 @@ def apply_database(mod: tvm.IRModule, target, database) -> AppliedDatabase:
     log.debug("applied tuning records to %d PrimFuncs, %d left unscheduled", scheduled, unscheduled)
     if not scheduled:
         return AppliedDatabase(mod, 0, unscheduled)
-    return AppliedDatabase(tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos), scheduled,
-                           unscheduled)
+    return AppliedDatabase(
+        tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos), scheduled, unscheduled
+    )
 
 
 def tuned_seconds(database, func: tirx.PrimFunc, target) -> float | None:
@@ -167,7 +178,7 @@ def database_digest(database) -> str:
     schedule and target. Records that change no workload's best leave it as it is; run times do too."""
     best: dict[str, str] = {}
     for workload in {record.workload: None for record in database.get_all_tuning_records()}:
-        top = database.get_top_k(workload, 1)      # records share their Workload object: one lookup each
+        top = database.get_top_k(workload, 1)  # records share their Workload object: one lookup each
         if top:
             best[_workload_key(workload.mod)] = f"{_canonical_target(top[0].target)}\n{top[0].trace}"
     text = "\n".join(f"{key}\n{best[key]}" for key in sorted(best))
@@ -203,23 +214,36 @@ def _tune(pending: dict[str, tvm.IRModule], target, trials: int, work_dir: str, 
     _import_tensor_intrinsics()
     names = sorted(pending)
     contexts = [
-        ms.TuneContext(mod=pending[name], target=target, space_generator="post-order-apply",
-                       search_strategy=ms.search_strategy.EvolutionarySearch(
-                           population_size=_POPULATION, genetic_num_iters=_GENETIC_ROUNDS),
-                       task_name=name, rand_state=rand_state,
-                       num_threads=1, logger=logging.getLogger(f"{_MS_LOGGER}.task.{name}")).clone()
+        ms.TuneContext(
+            mod=pending[name],
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=_POPULATION, genetic_num_iters=_GENETIC_ROUNDS
+            ),
+            task_name=name,
+            rand_state=rand_state,
+            num_threads=1,
+            logger=logging.getLogger(f"{_MS_LOGGER}.task.{name}"),
+        ).clone()
         for name, rand_state in zip(names, ms.utils.fork_seed(seed, n=len(names)))
     ]
     artifacts = _ArtifactStore()
     ms.tune_tasks(
-        tasks=contexts, task_weights=[1.0] * len(contexts), work_dir=work_dir,
-        max_trials_global=trials * len(contexts), max_trials_per_task=trials,
+        tasks=contexts,
+        task_weights=[1.0] * len(contexts),
+        work_dir=work_dir,
+        max_trials_global=trials * len(contexts),
+        max_trials_per_task=trials,
         num_trials_per_iter=min(trials, _MAX_TRIALS_PER_ITER),
-        builder=_InProcessBuilder(artifacts), runner=_InProcessRunner(artifacts, _EVALUATOR),
-        database=database, cost_model=ms.CostModel.create("random", seed=seed),
+        builder=_InProcessBuilder(artifacts),
+        runner=_InProcessRunner(artifacts, _EVALUATOR),
+        database=database,
+        cost_model=ms.CostModel.create("random", seed=seed),
         # The default callbacks would also delete each artifact's folder; ours are in memory.
         measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel()],
-        task_scheduler="round-robin")
+        task_scheduler="round-robin",
+    )
 
 
 def _import_tensor_intrinsics() -> None:
@@ -236,7 +260,7 @@ def _import_tensor_intrinsics() -> None:
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith("<frozen ") and filename.endswith(">"):
-            frozen.add(filename[len("<frozen "):-1])
+            frozen.add(filename[len("<frozen ") : -1])
         frame = frame.f_back
     for name in frozen:
         inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
@@ -276,7 +300,7 @@ class _InProcessBuilder(PyBuilder):
                 mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(build_input.mod)
                 module = tvm.tirx.build(mod, target=build_input.target)
                 results.append(BuilderResult(self.artifacts.put(module), None))
-            except Exception as error:          # a candidate that does not compile is a failed trial
+            except Exception as error:  # a candidate that does not compile is a failed trial
                 results.append(BuilderResult(None, f"in-process build failed: {error}"))
         return results
 
@@ -306,7 +330,7 @@ class _InProcessRunner(PyRunner):
             args = alloc_argument_common(self.random_fill, device, args_info, 1)
             _zero_integer_arguments(args)
             return RunnerResult(run_evaluator_common(module, device, self.evaluator, args), None)
-        except Exception as error:              # a candidate that fails at run time is a failed trial
+        except Exception as error:  # a candidate that fails at run time is a failed trial
             return RunnerResult(None, f"in-process run failed: {error}")
 
 
@@ -377,8 +401,11 @@ def _load_searched(work_dir: str) -> dict[str, int]:
         with open(path) as file:
             return {str(k): int(v) for k, v in json.load(file)["trials"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise DivimlInputError(f"unreadable tuning progress ({error})", source=path,
-                               hint="delete the file to count trials from the database's records") from None
+        raise DivimlInputError(
+            f"unreadable tuning progress ({error})",
+            source=path,
+            hint="delete the file to count trials from the database's records",
+        ) from None
 
 
 def _save_searched(work_dir: str, searched: dict[str, int]) -> None:
@@ -391,8 +418,11 @@ def _save_searched(work_dir: str, searched: dict[str, int]) -> None:
 def _check_one_target_kind(database, target, work_dir: str) -> None:
     kinds = {record.target.kind.name for record in database.get_all_tuning_records()}
     if kinds - {target.kind.name}:
-        raise DivimlInputError(f"the tuning database holds {', '.join(sorted(kinds))} records, not "
-                               f"{target.kind.name} ones", source=work_dir, hint="use one work_dir per target")
+        raise DivimlInputError(
+            f"the tuning database holds {', '.join(sorted(kinds))} records, not {target.kind.name} ones",
+            source=work_dir,
+            hint="use one work_dir per target",
+        )
 
 
 def _record_count(database, mod: tvm.IRModule) -> int:
@@ -423,9 +453,12 @@ def _best_schedule(database, mod: tvm.IRModule, target, name: str):
     schedule = tvm.s_tir.Schedule(mod)
     try:
         record.trace.apply_to_schedule(schedule, remove_postproc=False)
-    except Exception as error:                  # TVM raises its own error types for every failed step
-        log.warning("the tuning record of %s does not apply (%s); it stays unscheduled", name,
-                    str(error).splitlines()[0] if str(error) else type(error).__name__)
+    except Exception as error:  # TVM raises its own error types for every failed step
+        log.warning(
+            "the tuning record of %s does not apply (%s); it stays unscheduled",
+            name,
+            str(error).splitlines()[0] if str(error) else type(error).__name__,
+        )
         return None
     return schedule
 

@@ -10,6 +10,7 @@ While a runner is open, Python's thread switch interval is 0.2 ms instead of 5 m
 start its segment otherwise waited up to 5 ms for the interpreter lock (measured here: one device's
 branch started 3.3 ms after the other's), which cost a third of the concurrency of two branches.
 """
+
 from __future__ import annotations
 
 import sys
@@ -20,7 +21,6 @@ import numpy as np
 from ..errors import DivimlInputError
 from .executor import ConcurrentExecutor, SegmentCall
 from .vm import PlacedExecutable, flatten, pin_thread, set_threads, to_device, to_numpy, tvm_device, worker_cores
-
 
 SWITCH_INTERVAL_S = 2e-4
 
@@ -40,12 +40,15 @@ class ConcurrentRunner:
         self._devices = dict(zip(placement.devices, placement.tvm_devices, strict=True))
         self._cores = worker_cores(placement)
         self.host = built.devices()[0]
-        calls = [SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"]))
-                 for seg in placement.segments]
+        calls = [
+            SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"]))
+            for seg in placement.segments
+        ]
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL_S))
-        self.executor = ConcurrentExecutor(calls, placement.outputs, make_caller=self._make_caller,
-                                           move=self._move, timeout_s=timeout_s)
+        self.executor = ConcurrentExecutor(
+            calls, placement.outputs, make_caller=self._make_caller, move=self._move, timeout_s=timeout_s
+        )
 
     def _make_caller(self, device: str):
         set_threads(self._threads[device])
@@ -69,8 +72,9 @@ class ConcurrentRunner:
     def _inputs(self, arrays: list[np.ndarray]) -> dict:
         names = self.built.placement.inputs
         if len(arrays) != len(names):
-            raise DivimlInputError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
-                                   f"{len(arrays)} were given", field="inputs")
+            raise DivimlInputError(
+                f"the model takes {len(names)} inputs ({', '.join(names)}), {len(arrays)} were given", field="inputs"
+            )
         return {f"input:{name}": to_device(a, self.host) for name, a in zip(names, arrays)}
 
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -89,7 +93,7 @@ class ConcurrentRunner:
         self.executor.close()
         sys.setswitchinterval(self._switch_interval)
 
-    def __enter__(self) -> "ConcurrentRunner":
+    def __enter__(self) -> ConcurrentRunner:
         return self
 
     def __exit__(self, *exc) -> None:

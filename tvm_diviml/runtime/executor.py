@@ -14,6 +14,7 @@ its remaining work and is re-raised in the caller.
 
 Why nothing deadlocks, and what the simulator charges for it: docs/design.md#the-executor-model.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,7 +70,7 @@ class _InputRun:
 
     def __init__(self, batch: _Batch, index: int, values: dict, readers: Counter):
         self.batch, self.index, self.values = batch, index, values
-        self.unserved = Counter(readers)     # key -> reads (plus one if an output) still to come
+        self.unserved = Counter(readers)  # key -> reads (plus one if an output) still to come
         self.segments_done = 0
 
 
@@ -86,17 +87,26 @@ class ConcurrentExecutor:
     run or stream.
     """
 
-    def __init__(self, segments: list[SegmentCall], outputs: list[str], *,
-                 make_caller: Callable[[str], Caller], move: Callable[[Any, str], Any], timeout_s: float = 600.0):
+    def __init__(
+        self,
+        segments: list[SegmentCall],
+        outputs: list[str],
+        *,
+        make_caller: Callable[[str], Caller],
+        move: Callable[[Any, str], Any],
+        timeout_s: float = 600.0,
+    ):
         self.segments = list(segments)
         self.outputs = list(outputs)
         self.timeout_s = timeout_s
         self._producer = _check_segments(self.segments)
         self.devices = list(dict.fromkeys(seg.device for seg in self.segments))
-        self.input_keys = list(dict.fromkeys(key for seg in self.segments for key in seg.reads
-                                             if key not in self._producer))
-        self.input_keys += [key for key in dict.fromkeys(self.outputs)
-                            if key not in self._producer and key not in self.input_keys]
+        self.input_keys = list(
+            dict.fromkeys(key for seg in self.segments for key in seg.reads if key not in self._producer)
+        )
+        self.input_keys += [
+            key for key in dict.fromkeys(self.outputs) if key not in self._producer and key not in self.input_keys
+        ]
         self._readers = Counter(key for seg in self.segments for key in seg.reads) + Counter(self.outputs)
         self._move = move
         # one lock; each worker and the callers wait on their own condition, so that a segment's end wakes
@@ -108,12 +118,14 @@ class ConcurrentExecutor:
         self._starters = {seg.device for seg in self.segments if not any(key in self._producer for key in seg.reads)}
         self._last_progress = time.monotonic()
         self._running: dict[str, tuple[SegmentCall, _InputRun, float]] = {}
-        self._moving: dict[str, tuple[SegmentCall, str, _InputRun, float]] = {}   # device -> move under way
+        self._moving: dict[str, tuple[SegmentCall, str, _InputRun, float]] = {}  # device -> move under way
         self._closed = False
         self._batch = _Batch(self.devices, self.segments)
         self._pending: dict[str, list[tuple[_InputRun, int]]] = {device: [] for device in self.devices}
-        self._threads = [threading.Thread(target=self._work, args=(device, make_caller),
-                                          name=f"diviml-{device}", daemon=True) for device in self.devices]
+        self._threads = [
+            threading.Thread(target=self._work, args=(device, make_caller), name=f"diviml-{device}", daemon=True)
+            for device in self.devices
+        ]
         for thread in self._threads:
             thread.start()
         log.debug("executor: %d segments on %d devices", len(self.segments), len(self.devices))
@@ -167,8 +179,11 @@ class ConcurrentExecutor:
             self._closed = True
             self._notify_everyone()
             now = time.monotonic()
-            hung = {f"diviml-{device}" for device, (_, _, started) in self._running.items()
-                    if now - started >= self.timeout_s}
+            hung = {
+                f"diviml-{device}"
+                for device, (_, _, started) in self._running.items()
+                if now - started >= self.timeout_s
+            }
         deadline = time.monotonic() + self.timeout_s
         for thread in self._threads:
             if thread.name not in hung:
@@ -203,19 +218,23 @@ class ConcurrentExecutor:
                 yield self._collect(pending.pop(0))
         finally:
             with self._lock:
-                batch.abandoned = True      # a consumer that stopped early leaves nothing running
+                batch.abandoned = True  # a consumer that stopped early leaves nothing running
                 if pending:
                     self._notify_everyone()
 
     def _submit(self, batch: _Batch, index: int, inputs: Mapping[str, Any]) -> _InputRun:
         if not isinstance(inputs, Mapping):
-            raise DivimlInputError(f"input {index} must be a dict {{key: value}}, got {type(inputs).__name__}",
-                                   field="inputs")
+            raise DivimlInputError(
+                f"input {index} must be a dict {{key: value}}, got {type(inputs).__name__}", field="inputs"
+            )
         missing = [key for key in self.input_keys if key not in inputs]
         unknown = [key for key in inputs if key not in self.input_keys]
         if missing or unknown:
-            raise DivimlInputError(f"input {index} lacks {missing} / has unknown {unknown}", field="inputs",
-                                   hint=f"give exactly the model inputs {self.input_keys}")
+            raise DivimlInputError(
+                f"input {index} lacks {missing} / has unknown {unknown}",
+                field="inputs",
+                hint=f"give exactly the model inputs {self.input_keys}",
+            )
         run = _InputRun(batch, index, {(key, None): inputs[key] for key in self.input_keys}, self._readers)
         with self._lock:
             self._check_open()
@@ -242,16 +261,29 @@ class ConcurrentExecutor:
         moving = [(seg, key, started) for seg, key, other, started in self._moving.values() if other.batch is run.batch]
         if not running and moving:
             seg, key, started = min(moving, key=lambda item: item[2])
-            return SegmentTimeoutError(f"segment '{seg.name}' on device '{seg.device}' has waited {now - started:.1f} s "
-                                       f"for tensor '{key}' to be moved to it (timeout_s={self.timeout_s})",
-                                       segment=seg.name, device=seg.device, input_index=run.index)
+            return SegmentTimeoutError(
+                f"segment '{seg.name}' on device '{seg.device}' has waited {now - started:.1f} s "
+                f"for tensor '{key}' to be moved to it (timeout_s={self.timeout_s})",
+                segment=seg.name,
+                device=seg.device,
+                input_index=run.index,
+            )
         if not running:
-            return SegmentTimeoutError(f"input {run.index}: nothing progressed for {self.timeout_s} s and no "
-                                       f"segment is running", segment="", device="", input_index=run.index)
+            return SegmentTimeoutError(
+                f"input {run.index}: nothing progressed for {self.timeout_s} s and no segment is running",
+                segment="",
+                device="",
+                input_index=run.index,
+            )
         seg, started = min(running, key=lambda item: item[1])
-        return SegmentTimeoutError(f"segment '{seg.name}' on device '{seg.device}' has been running for "
-                                   f"{now - started:.1f} s (timeout_s={self.timeout_s}) with nothing else "
-                                   f"progressing", segment=seg.name, device=seg.device, input_index=run.index)
+        return SegmentTimeoutError(
+            f"segment '{seg.name}' on device '{seg.device}' has been running for "
+            f"{now - started:.1f} s (timeout_s={self.timeout_s}) with nothing else "
+            f"progressing",
+            segment=seg.name,
+            device=seg.device,
+            input_index=run.index,
+        )
 
     # ------------------------------------------------------------------ worker side
     def _work(self, device: str, make_caller: Callable[[str], Caller]) -> None:
@@ -273,8 +305,11 @@ class ConcurrentExecutor:
             while not self._closed:
                 pending = self._pending[device]
                 pending[:] = [task for task in pending if not self._stopped(task[0])]
-                ready = [task for task in pending
-                         if all((key, self._origin(key)) in task[0].values for key in self.segments[task[1]].reads)]
+                ready = [
+                    task
+                    for task in pending
+                    if all((key, self._origin(key)) in task[0].values for key in self.segments[task[1]].reads)
+                ]
                 if ready:
                     task = min(ready, key=lambda t: (t[0].index, t[1]))
                     pending.remove(task)
@@ -375,9 +410,13 @@ class ConcurrentExecutor:
         return run.batch.error is not None or run.batch.abandoned or self._closed
 
     def _fail_segment(self, run: _InputRun, seg: SegmentCall, what: str, error: BaseException) -> None:
-        failure = SegmentError(f"segment '{seg.name}' on device '{seg.device}' {what} (input {run.index}): "
-                               f"{type(error).__name__}: {error}", segment=seg.name, device=seg.device,
-                               input_index=run.index)
+        failure = SegmentError(
+            f"segment '{seg.name}' on device '{seg.device}' {what} (input {run.index}): "
+            f"{type(error).__name__}: {error}",
+            segment=seg.name,
+            device=seg.device,
+            input_index=run.index,
+        )
         failure.__cause__ = error
         with self._lock:
             self._fail(run.batch, failure)
@@ -403,8 +442,10 @@ def _consumer_devices(segments: list[SegmentCall]) -> dict[str, set[str]]:
     for seg in segments:
         for key in seg.reads:
             device_of_reader.setdefault(key, set()).add(seg.device)
-    return {seg.name: {device for key in seg.writes for device in device_of_reader.get(key, ())} - {seg.device}
-            for seg in segments}
+    return {
+        seg.name: {device for key in seg.writes for device in device_of_reader.get(key, ())} - {seg.device}
+        for seg in segments
+    }
 
 
 def _check_segments(segments: list[SegmentCall]) -> dict[str, SegmentCall]:
@@ -414,20 +455,27 @@ def _check_segments(segments: list[SegmentCall]) -> dict[str, SegmentCall]:
     names = Counter(seg.name for seg in segments)
     twice = [name for name, count in names.items() if count > 1]
     if twice:
-        raise DivimlInputError(f"segment '{twice[0]}' appears twice", field="segments",
-                               hint="segment names must be unique")
+        raise DivimlInputError(
+            f"segment '{twice[0]}' appears twice", field="segments", hint="segment names must be unique"
+        )
     producer: dict[str, SegmentCall] = {}
     for seg in segments:
         for key in seg.writes:
             if key in producer:
-                raise DivimlInputError(f"segments '{producer[key].name}' and '{seg.name}' both write '{key}'",
-                                       field="segments", hint="every tensor key has one writer")
+                raise DivimlInputError(
+                    f"segments '{producer[key].name}' and '{seg.name}' both write '{key}'",
+                    field="segments",
+                    hint="every tensor key has one writer",
+                )
             producer[key] = seg
     position = {seg.name: i for i, seg in enumerate(segments)}
     for seg in segments:
         for key in seg.reads:
             if key in producer and position[producer[key].name] >= position[seg.name]:
-                raise DivimlInputError(f"segment '{seg.name}' reads '{key}', written by '{producer[key].name}', "
-                                       f"which does not come before it", field="segments",
-                                       hint="list segments in a topological order (split_segments returns one)")
+                raise DivimlInputError(
+                    f"segment '{seg.name}' reads '{key}', written by '{producer[key].name}', "
+                    f"which does not come before it",
+                    field="segments",
+                    hint="list segments in a topological order (split_segments returns one)",
+                )
     return producer

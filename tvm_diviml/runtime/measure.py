@@ -1,5 +1,6 @@
 """What a run reports, measured the same way everywhere: outputs against a reference, and time per
 call or per inference of a stream (after a warm-up)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,14 +17,17 @@ def compare_outputs(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[floa
     """Max absolute difference, and that divided by the reference's largest magnitude."""
     if len(got) != len(want):
         raise AssertionError(f"{len(got)} outputs, the reference has {len(want)}")
-    abs_diff = max((float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
-                    for a, b in zip(got, want, strict=True)), default=0.0)
+    abs_diff = max(
+        (float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0 for a, b in zip(got, want, strict=True)),
+        default=0.0,
+    )
     scale = max((float(np.max(np.abs(b))) if b.size else 0.0 for b in want), default=0.0)
     return abs_diff, abs_diff / scale if scale > 0 else abs_diff
 
 
-def time_calls(call: Callable[[list], object], inputs: list, repeats: int, min_seconds: float = 0.0,
-               most: int = 2000) -> list[float]:
+def time_calls(
+    call: Callable[[list], object], inputs: list, repeats: int, min_seconds: float = 0.0, most: int = 2000
+) -> list[float]:
     """Seconds per ``call(inputs)``, after one warm-up call: ``repeats`` calls, more until they took
     ``min_seconds`` (at most ``most``), so a model of microseconds is timed as often as it takes for
     its median to settle."""
@@ -60,8 +64,9 @@ def fit_executor_overheads(seconds_per_run: Callable[[int, int], float]) -> Exec
     cost; the same four alternating over two devices add three hand-offs. Noise never makes one negative."""
     one, four, alternating = seconds_per_run(1, 1), seconds_per_run(4, 1), seconds_per_run(4, 2)
     segment_s = max(0.0, (four - one) / 3)
-    return ExecutorOverheads(run_s=max(0.0, one - segment_s), segment_s=segment_s,
-                             handoff_s=max(0.0, (alternating - four) / 3))
+    return ExecutorOverheads(
+        run_s=max(0.0, one - segment_s), segment_s=segment_s, handoff_s=max(0.0, (alternating - four) / 3)
+    )
 
 
 def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads:
@@ -73,10 +78,16 @@ def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads
     from .executor import ConcurrentExecutor, SegmentCall
 
     def seconds_per_run(segments: int, devices: int) -> float:
-        calls = [SegmentCall(f"s{i}", f"d{i % devices}", ["input:x" if i == 0 else f"t{i - 1}"], [f"t{i}"])
-                 for i in range(segments)]
-        with ConcurrentExecutor(calls, [f"t{segments - 1}"], make_caller=lambda device: lambda name, args: [0],
-                                move=lambda value, device: value) as executor:
+        calls = [
+            SegmentCall(f"s{i}", f"d{i % devices}", ["input:x" if i == 0 else f"t{i - 1}"], [f"t{i}"])
+            for i in range(segments)
+        ]
+        with ConcurrentExecutor(
+            calls,
+            [f"t{segments - 1}"],
+            make_caller=lambda device: lambda name, args: [0],
+            move=lambda value, device: value,
+        ) as executor:
             return statistics.median(time_calls(lambda _: executor.run({"input:x": 0}), [], repeats))
 
     interval = sys.getswitchinterval()
@@ -85,8 +96,13 @@ def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads
         fits = [fit_executor_overheads(seconds_per_run) for _ in range(rounds)]
     finally:
         sys.setswitchinterval(interval)
-    return ExecutorOverheads(**{f.name: statistics.median(getattr(fit, f.name) for fit in fits)
-                                for f in dataclasses.fields(ExecutorOverheads) if f.name != "corun_factor"})
+    return ExecutorOverheads(
+        **{
+            f.name: statistics.median(getattr(fit, f.name) for fit in fits)
+            for f in dataclasses.fields(ExecutorOverheads)
+            if f.name != "corun_factor"
+        }
+    )
 
 
 def fit_corun_factor(alone: list[float], together: list[float]) -> float:
@@ -124,7 +140,9 @@ def corun_factor(samples: int = 10, calls_per_sample: int = 8, rounds: int = 3) 
         set_threads(1)
         pin_thread([core])
         rng = np.random.default_rng(core)
-        args = [tvm.runtime.tensor(rng.random(shape, dtype=np.float32), tvm.cpu(0)) for shape in ((n, n), (4, n), (4, n))]
+        args = [
+            tvm.runtime.tensor(rng.random(shape, dtype=np.float32), tvm.cpu(0)) for shape in ((n, n), (4, n), (4, n))
+        ]
         return lambda: kernel(*args)
 
     def timed(out: list[float]) -> None:

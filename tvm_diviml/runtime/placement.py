@@ -4,6 +4,7 @@ It travels beside an exported library (``lib.so`` + ``lib.so.placement.json``), 
 can be loaded and run without the compiler side: which devices the VM gets, in which order, and
 which weight goes to which device before the first inference.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,26 +14,26 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class Placement:
     entry: str
-    devices: list[str]                           # platform device names, host first: the VM's device list
-    tvm_devices: list[str]                       # "kind:index" of each
-    num_threads: list[int | None]                # CPU threads per device (None: TVM's default)
-    inputs: list[str]                            # model inputs; they arrive on the host
-    weight_params: list[list[str]]               # [kind ("weight"|"const"), id, device] per parameter after the inputs
-    num_params: int                              # the weights a user gives (before the weight preparation)
-    weight_ids: list[str]                        # the entry's weights in order: what the weight preparation returns
-    transform_params: str | None                 # that preparation (run once, on the host), if any
-    constant_ids: list[str]                      # what the constants function returns, in order
-    constants_func: str | None                   # a function returning the module's constants (on the host)
+    devices: list[str]  # platform device names, host first: the VM's device list
+    tvm_devices: list[str]  # "kind:index" of each
+    num_threads: list[int | None]  # CPU threads per device (None: TVM's default)
+    inputs: list[str]  # model inputs; they arrive on the host
+    weight_params: list[list[str]]  # [kind ("weight"|"const"), id, device] per parameter after the inputs
+    num_params: int  # the weights a user gives (before the weight preparation)
+    weight_ids: list[str]  # the entry's weights in order: what the weight preparation returns
+    transform_params: str | None  # that preparation (run once, on the host), if any
+    constant_ids: list[str]  # what the constants function returns, in order
+    constants_func: str | None  # a function returning the module's constants (on the host)
     num_outputs: int
-    copies_per_run: int                          # to_vdevice copies one inference makes (weights excluded)
+    copies_per_run: int  # to_vdevice copies one inference makes (weights excluded)
     assignment: dict[str, str] = field(default_factory=dict)
-    outputs: list[str] = field(default_factory=list)         # the outputs' tensor keys (segments write them)
-    segments: list[dict] = field(default_factory=list)       # per segment function: name, device, kernels,
-                                                             # reads, writes (tensor keys), weights
+    outputs: list[str] = field(default_factory=list)  # the outputs' tensor keys (segments write them)
+    segments: list[dict] = field(default_factory=list)  # per segment function: name, device, kernels,
+    # reads, writes (tensor keys), weights
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Placement":
+    def from_json(cls, text: str) -> Placement:
         return cls(**json.loads(text))

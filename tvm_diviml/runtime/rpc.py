@@ -13,6 +13,7 @@ here; servers do. A dead server fails the run at once, a hung one within ``timeo
 ``ServerError`` naming the server, its address and the segment. Only ``tvm.runtime`` and ``tvm.rpc``
 are used: no compiler. Design: docs/design.md#across-servers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,7 @@ class ServersBuild:
     global segment order (a topological order across servers) and each device's server."""
 
     builds: dict[str, PlacedExecutable]
-    server_of: dict[str, str]                   # device -> server
+    server_of: dict[str, str]  # device -> server
     segment_order: list[str]
 
     @property
@@ -64,20 +65,24 @@ class ServersBuild:
         for sid, built in self.builds.items():
             built.export(os.path.join(directory, f"{sid}.so"))
         with open(os.path.join(directory, "servers.json"), "w", encoding="utf-8") as out:
-            json.dump({"servers": list(self.builds), "server_of": self.server_of,
-                       "segment_order": self.segment_order}, out, indent=1)
+            json.dump(
+                {"servers": list(self.builds), "server_of": self.server_of, "segment_order": self.segment_order},
+                out,
+                indent=1,
+            )
         return directory
 
     @classmethod
-    def load(cls, directory: str) -> "ServersBuild":
+    def load(cls, directory: str) -> ServersBuild:
         path = os.path.join(directory, "servers.json")
         try:
             with open(path, encoding="utf-8") as raw:
                 index = json.load(raw)
             servers, owner, order = index["servers"], index["server_of"], index["segment_order"]
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise DivimlInputError(f"not a per-server build ({error})", source=path,
-                                   hint="write it with ServersBuild.export") from None
+            raise DivimlInputError(
+                f"not a per-server build ({error})", source=path, hint="write it with ServersBuild.export"
+            ) from None
         return cls({sid: PlacedExecutable.load(os.path.join(directory, f"{sid}.so")) for sid in servers}, owner, order)
 
 
@@ -102,7 +107,7 @@ class HopStats:
     input_s: float = 0.0
     output_downloads: int = 0
     output_s: float = 0.0
-    by_pair: dict[str, int] = field(default_factory=dict)      # "s0->s1" -> tensors that crossed
+    by_pair: dict[str, int] = field(default_factory=dict)  # "s0->s1" -> tensors that crossed
 
 
 _UPLOADS = itertools.count()
@@ -131,33 +136,49 @@ class RpcRunner:
     runs the global segment graph; ``busy_s`` (per device), ``server_busy_s`` and ``stats`` describe
     the last run or stream."""
 
-    def __init__(self, build: ServersBuild, remotes: Mapping[str, RemoteServer], params: list[np.ndarray], *,
-                 timeout_s: float = 60.0):
+    def __init__(
+        self,
+        build: ServersBuild,
+        remotes: Mapping[str, RemoteServer],
+        params: list[np.ndarray],
+        *,
+        timeout_s: float = 60.0,
+    ):
         self.build, self.remotes, self.timeout_s = build, dict(remotes), timeout_s
         missing = [sid for sid in build.builds if sid not in self.remotes]
         if missing:
             raise DivimlInputError(f"no RPC session for server {missing[0]}", field="--rpc")
         self.stats = HopStats()
         self._lock = threading.Lock()
-        self._alive: list = []                              # remote objects of the run under way (_kept)
+        self._alive: list = []  # remote objects of the run under way (_kept)
         self._remote_ops: dict[int, tuple[str, str]] = {}  # thread -> (server, what) of a move under way
-        self._devices: dict[str, Any] = {}                  # platform device -> its server's remote device
-        self._functions: dict[str, Callable] = {}           # segment -> the remote VM function
+        self._devices: dict[str, Any] = {}  # platform device -> its server's remote device
+        self._functions: dict[str, Callable] = {}  # segment -> the remote VM function
         self._weights: dict[str, list] = {}
         with tempfile.TemporaryDirectory(prefix="diviml-rpc-") as scratch:
             for sid, built in build.builds.items():
                 remote = self.remotes[sid]
                 try:
-                    within(timeout_s, f"setting up {remote.name}",
-                           lambda built=built, remote=remote: self._set_up(built, remote, params, scratch))
-                except (RuntimeError, TimeoutError) as error:   # TVM's errors are RuntimeErrors
-                    raise ServerError(f"{remote.name} failed while taking its build and weights: {last_line(error)}",
-                                      server=sid, address=remote.address, segment="", device="",
-                                      input_index=-1) from error
-        calls = [SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"]))
-                 for seg in build.segments]
-        self.executor = ConcurrentExecutor(calls, build.placement.outputs, make_caller=self._make_caller,
-                                           move=self._move, timeout_s=timeout_s)
+                    within(
+                        timeout_s,
+                        f"setting up {remote.name}",
+                        lambda built=built, remote=remote: self._set_up(built, remote, params, scratch),
+                    )
+                except (RuntimeError, TimeoutError) as error:  # TVM's errors are RuntimeErrors
+                    raise ServerError(
+                        f"{remote.name} failed while taking its build and weights: {last_line(error)}",
+                        server=sid,
+                        address=remote.address,
+                        segment="",
+                        device="",
+                        input_index=-1,
+                    ) from error
+        calls = [
+            SegmentCall(seg["name"], seg["device"], list(seg["reads"]), list(seg["writes"])) for seg in build.segments
+        ]
+        self.executor = ConcurrentExecutor(
+            calls, build.placement.outputs, make_caller=self._make_caller, move=self._move, timeout_s=timeout_s
+        )
 
     def _set_up(self, built: PlacedExecutable, remote: RemoteServer, params: list[np.ndarray], scratch: str) -> None:
         """Upload the library, load it, size the session's thread pool, upload the weights, make the VM."""
@@ -167,7 +188,7 @@ class RpcRunner:
         placement = built.placement
         loaded = PlacedExecutable(remote.session.load_module(os.path.basename(path)), placement)
         threads = max((n for n in placement.num_threads if n), default=None)
-        if threads:                 # the session serves every call from one thread: size its pool
+        if threads:  # the session serves every call from one thread: size its pool
             remote.session.get_function("runtime.config_threadpool")(0, threads)
         devices = [remote.device(spec) for spec in placement.tvm_devices]
         vm = loaded.new_vm(devices)
@@ -197,7 +218,7 @@ class RpcRunner:
             with self._waiting_on(server, f"copying a tensor to {device}"):
                 return self._kept(_Held(value.tensor.copyto(target), server))
         began = time.perf_counter()
-        if not isinstance(value, _Held):                   # a model input, from the driver
+        if not isinstance(value, _Held):  # a model input, from the driver
             with self._waiting_on(server, f"uploading a model input to {device}"):
                 moved = self._kept(_Held(tvm.runtime.tensor(np.asarray(value), target), server))
             with self._lock:
@@ -235,8 +256,9 @@ class RpcRunner:
     def _inputs(self, arrays: list[np.ndarray]) -> dict:
         names = self.build.placement.inputs
         if len(arrays) != len(names):
-            raise DivimlInputError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
-                                   f"{len(arrays)} were given", field="inputs")
+            raise DivimlInputError(
+                f"the model takes {len(names)} inputs ({', '.join(names)}), {len(arrays)} were given", field="inputs"
+            )
         return {f"input:{name}": np.asarray(a) for name, a in zip(names, arrays, strict=True)}
 
     def _outputs(self, values: list) -> list[np.ndarray]:
@@ -246,8 +268,10 @@ class RpcRunner:
             try:
                 out.append(value.tensor.numpy() if isinstance(value, _Held) else np.asarray(value))
             except Exception as error:  # noqa: BLE001 (named like a segment's failure)
-                raise self._server_error(SegmentError(f"downloading an output failed: {error}", segment="",
-                                                      device="", input_index=-1), value.server) from error
+                raise self._server_error(
+                    SegmentError(f"downloading an output failed: {error}", segment="", device="", input_index=-1),
+                    value.server,
+                ) from error
         with self._lock:
             self.stats.output_downloads += len(values)
             self.stats.output_s += time.perf_counter() - began
@@ -301,8 +325,8 @@ class RpcRunner:
         detail = str(error)
         if server is None and isinstance(error.__cause__, _RemoteOpFailed):
             server = error.__cause__.server
-        if server is None and isinstance(error, SegmentTimeoutError):   # a stall: a hop still out names the
-            with self._lock:                                             # server it waits on (not the reader's)
+        if server is None and isinstance(error, SegmentTimeoutError):  # a stall: a hop still out names the
+            with self._lock:  # server it waits on (not the reader's)
                 server, what = next(iter(self._remote_ops.values()), (None, ""))
             detail += f"; {what} waits on it" if what else ""
         if server is None:
@@ -310,12 +334,22 @@ class RpcRunner:
         remote = self.remotes.get(server) if server else None
         where = remote.name if remote else "an unknown server"
         if isinstance(error, SegmentTimeoutError):
-            return ServerTimeoutError(f"{where} did not answer: {detail} (is it stopped or overloaded?)",
-                                      server=server or "", address=remote.address if remote else "",
-                                      segment=error.segment, device=error.device, input_index=error.input_index)
-        return ServerError(f"{where} failed: {detail} (is its process alive and the network up?)",
-                           server=server or "", address=remote.address if remote else "",
-                           segment=error.segment, device=error.device, input_index=error.input_index)
+            return ServerTimeoutError(
+                f"{where} did not answer: {detail} (is it stopped or overloaded?)",
+                server=server or "",
+                address=remote.address if remote else "",
+                segment=error.segment,
+                device=error.device,
+                input_index=error.input_index,
+            )
+        return ServerError(
+            f"{where} failed: {detail} (is its process alive and the network up?)",
+            server=server or "",
+            address=remote.address if remote else "",
+            segment=error.segment,
+            device=error.device,
+            input_index=error.input_index,
+        )
 
     @property
     def busy_s(self) -> dict[str, float]:
@@ -333,7 +367,7 @@ class RpcRunner:
     def close(self) -> None:
         self.executor.close()
 
-    def __enter__(self) -> "RpcRunner":
+    def __enter__(self) -> RpcRunner:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,6 +7,7 @@ cross-server link of a platform as that path (at those figures, or at the platfo
 ``network_hop``), so that plans pay what this runtime pays. Pricing needs no TVM; measuring uses
 ``tvm.runtime`` only, imported where needed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,21 +39,26 @@ class DriverHop:
 
     def seconds(self, nbytes: float) -> float:
         """A tensor from this server to another through the driver (both hops at these figures)."""
-        return (self.download_latency_s + nbytes / self.download_Bps + self.upload_latency_s
-                + nbytes / self.upload_Bps)
+        return self.download_latency_s + nbytes / self.download_Bps + self.upload_latency_s + nbytes / self.upload_Bps
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def measure_driver_hops(remotes: Mapping[str, RemoteServer], sizes: Iterable[int] = HOP_SIZES, repeats: int = 3,
-                        *, timeout_s: float = 60.0) -> dict[str, DriverHop]:
+def measure_driver_hops(
+    remotes: Mapping[str, RemoteServer], sizes: Iterable[int] = HOP_SIZES, repeats: int = 3, *, timeout_s: float = 60.0
+) -> dict[str, DriverHop]:
     """Per server, upload and download tensors of ``sizes`` bytes over its session and fit latency +
     bytes / bandwidth for each direction (median of ``repeats`` after one warm-up); a server that does
     not finish within ``timeout_s`` raises TimeoutError naming it."""
-    return {sid: within(timeout_s, f"measuring the driver hop of {remote.name}",
-                        lambda remote=remote: _measure_hop(remote, tuple(sizes), repeats))
-            for sid, remote in remotes.items()}
+    return {
+        sid: within(
+            timeout_s,
+            f"measuring the driver hop of {remote.name}",
+            lambda remote=remote: _measure_hop(remote, tuple(sizes), repeats),
+        )
+        for sid, remote in remotes.items()
+    }
 
 
 def _measure_hop(remote: RemoteServer, sizes: tuple[int, ...], repeats: int) -> DriverHop:
@@ -74,8 +80,14 @@ def _measure_hop(remote: RemoteServer, sizes: tuple[int, ...], repeats: int) -> 
         downloads.append(float(np.median(down[1:])))
     nbytes = np.asarray(sizes, dtype=float)
     upload, download = fit_link(nbytes, np.asarray(uploads)), fit_link(nbytes, np.asarray(downloads))
-    log.info("%s: upload %.2f ms + %.1f MB/s, download %.2f ms + %.1f MB/s", remote.name, upload.latency_s * 1e3,
-             upload.bandwidth_Bps / 1e6, download.latency_s * 1e3, download.bandwidth_Bps / 1e6)
+    log.info(
+        "%s: upload %.2f ms + %.1f MB/s, download %.2f ms + %.1f MB/s",
+        remote.name,
+        upload.latency_s * 1e3,
+        upload.bandwidth_Bps / 1e6,
+        download.latency_s * 1e3,
+        download.bandwidth_Bps / 1e6,
+    )
     return DriverHop(download.latency_s, download.bandwidth_Bps, upload.latency_s, upload.bandwidth_Bps)
 
 
@@ -83,8 +95,11 @@ def network_hop(platform: Platform) -> DriverHop:
     """Both hops at the platform's network figures (what a driver on that network pays)."""
     network = platform.network
     if network is None:
-        raise DivimlInputError(f"platform '{platform.name}' has no network figures", field="platform",
-                               hint="give measured hops, or a servers: platform")
+        raise DivimlInputError(
+            f"platform '{platform.name}' has no network figures",
+            field="platform",
+            hint="give measured hops, or a servers: platform",
+        )
     return DriverHop(network.latency_s, network.bandwidth_Bps, network.latency_s, network.bandwidth_Bps)
 
 
@@ -97,8 +112,11 @@ def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, Drive
     if isinstance(hops, Mapping):
         missing = [sid for sid in server_devices(platform) if sid not in hops]
         if missing:
-            raise DivimlInputError(f"no driver hop for server {missing[0]}", field="hops",
-                                   hint=f"give one per server: {', '.join(server_devices(platform))}")
+            raise DivimlInputError(
+                f"no driver hop for server {missing[0]}",
+                field="hops",
+                hint=f"give one per server: {', '.join(server_devices(platform))}",
+            )
         hop_of = dict(hops)
     else:
         hop = hops or network_hop(platform)
@@ -110,8 +128,10 @@ def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, Drive
         if a == b:
             links[(src, dst)] = link
             continue
-        steps = [(hop_of[a].download_latency_s, hop_of[a].download_Bps),
-                 (hop_of[b].upload_latency_s, hop_of[b].upload_Bps)]
+        steps = [
+            (hop_of[a].download_latency_s, hop_of[a].download_Bps),
+            (hop_of[b].upload_latency_s, hop_of[b].upload_Bps),
+        ]
         for end, host in ((src, platform.servers[a].host), (dst, platform.servers[b].host)):
             if end != host:
                 inner = platform.link(*((end, host) if end == src else (host, end)))
@@ -119,8 +139,14 @@ def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, Drive
         inverse = sum(1 / bandwidth for _, bandwidth in steps if bandwidth is not None)
         links[(src, dst)] = Link(src, dst, sum(latency for latency, _ in steps), 1 / inverse if inverse else None)
     hop_figures = {sid: hop.to_json() for sid, hop in hop_of.items()}
-    return Platform(platform.name, list(platform.devices), links, host=platform.host,
-                    transfer_model=platform.transfer_model,
-                    description=f"{platform.description}; across servers through the driver (two hops)",
-                    servers=platform.servers, network=platform.network,
-                    extra_attrs={**platform.extra_attrs, "driver_hops": hop_figures})
+    return Platform(
+        platform.name,
+        list(platform.devices),
+        links,
+        host=platform.host,
+        transfer_model=platform.transfer_model,
+        description=f"{platform.description}; across servers through the driver (two hops)",
+        servers=platform.servers,
+        network=platform.network,
+        extra_attrs={**platform.extra_attrs, "driver_hops": hop_figures},
+    )

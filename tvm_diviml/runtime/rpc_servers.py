@@ -12,6 +12,7 @@ loop without ``tvm.exec.rpc_server``'s process pool, which needs ``cloudpickle``
 TVM). Stock ``python -m tvm.exec.rpc_server --host H --port P`` serves as well where ``cloudpickle``
 is installed. Only ``tvm.rpc`` is used, imported where needed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 ADDRESS_HELP = "HOST:PORT,HOST:PORT (one RPC server per server of the platform, in server order) or local"
-SERVER_START_TIMEOUT_S = 120.0     # importing TVM alone takes ~5 s here; several servers start at once
+SERVER_START_TIMEOUT_S = 120.0  # importing TVM alone takes ~5 s here; several servers start at once
 
 
 def server_command(host: str, port: int) -> str:
@@ -57,12 +58,16 @@ def parse_addresses(text: str, servers: int) -> list[tuple[str, int]]:
             raise DivimlInputError(f"'{part}' is not HOST:PORT", field="--rpc", hint=f"write {ADDRESS_HELP}")
         port = int(match.group(2))
         if not 1 <= port <= 65535:
-            raise DivimlInputError(f"port {port} of '{part}' is not between 1 and 65535", field="--rpc",
-                                   hint=f"write {ADDRESS_HELP}")
+            raise DivimlInputError(
+                f"port {port} of '{part}' is not between 1 and 65535", field="--rpc", hint=f"write {ADDRESS_HELP}"
+            )
         addresses.append((match.group(1).strip("[]"), port))
     if len(addresses) != servers:
-        raise DivimlInputError(f"{len(addresses)} address(es) given, the platform has {servers} server(s)",
-                               field="--rpc", hint=f"give {servers}: {ADDRESS_HELP}")
+        raise DivimlInputError(
+            f"{len(addresses)} address(es) given, the platform has {servers} server(s)",
+            field="--rpc",
+            hint=f"give {servers}: {ADDRESS_HELP}",
+        )
     return addresses
 
 
@@ -75,8 +80,9 @@ def format_address(address: tuple[str, int]) -> str:
 def serve(host: str, port: int, exit_with: int | None = None) -> None:
     """One RPC server on ``host:port`` (each session in a forked process), until killed, or until
     process ``exit_with`` ends (the driver that started it: no server outlives a killed test run)."""
-    from tvm.rpc.server import PopenRPCServerState      # the server tvm.exec.rpc_server runs, minus its
-                                                         # process pool (which needs cloudpickle)
+    from tvm.rpc.server import PopenRPCServerState  # the server tvm.exec.rpc_server runs, minus its
+
+    # process pool (which needs cloudpickle)
     state = PopenRPCServerState(host, port, port + 1, silent=True)
     while state.thread.is_alive():
         state.thread.join(1.0)
@@ -99,7 +105,7 @@ class LocalServers:
 
     def __init__(self):
         self.addresses: list[tuple[str, int]] = []
-        self.processes: list[subprocess.Popen] = []        # the server at each address
+        self.processes: list[subprocess.Popen] = []  # the server at each address
         self._spawned: list[tuple[subprocess.Popen, Any]] = []
 
     def kill(self, index: int) -> None:
@@ -114,10 +120,14 @@ class LocalServers:
     def _spawn(self) -> tuple[subprocess.Popen, int, Any]:
         port = _free_port()
         handle = tempfile.TemporaryFile()
-        env = {**os.environ, "TVM_BIND_THREADS": "0"}     # never pin the sessions of all servers to one core
-        process = subprocess.Popen([sys.executable, "-m", __name__, "--host", LOOPBACK, "--port", str(port),
-                                    "--exit-with", str(os.getpid())],
-                                   stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        env = {**os.environ, "TVM_BIND_THREADS": "0"}  # never pin the sessions of all servers to one core
+        process = subprocess.Popen(
+            [sys.executable, "-m", __name__, "--host", LOOPBACK, "--port", str(port), "--exit-with", str(os.getpid())],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         self._spawned.append((process, handle))
         return process, port, handle
 
@@ -125,7 +135,7 @@ class LocalServers:
         """Start ``count`` servers at once (each imports TVM: seconds), then wait for each to accept."""
         pending = [self._spawn() for _ in range(count)]
         for index in range(count):
-            for attempt in range(3):                   # another program may take the free port first
+            for attempt in range(3):  # another program may take the free port first
                 process, port, handle = pending[index]
                 if _wait_listening(process, (LOOPBACK, port), deadline):
                     self.processes.append(process)
@@ -135,8 +145,10 @@ class LocalServers:
                 handle.seek(0)
                 output = handle.read().decode(errors="replace").splitlines()
                 if time.monotonic() >= deadline or attempt == 2:
-                    raise RuntimeError(f"local RPC server {index} ({LOOPBACK}:{port}) did not start in time: "
-                                       f"{output[-1].strip() if output else 'no output'}")
+                    raise RuntimeError(
+                        f"local RPC server {index} ({LOOPBACK}:{port}) did not start in time: "
+                        f"{output[-1].strip() if output else 'no output'}"
+                    )
                 log.warning("local RPC server on port %d failed (%s); trying another port", port, output[-1:])
                 pending[index] = self._spawn()
 
@@ -172,8 +184,8 @@ def _wait_listening(process: subprocess.Popen, address: tuple[str, int], deadlin
     """Whether the server accepts connections before ``deadline`` (False once it has exited)."""
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            socket.create_connection(address, timeout=1).close()   # the server drops a connection
-            return True                                            # that sends no handshake
+            socket.create_connection(address, timeout=1).close()  # the server drops a connection
+            return True  # that sends no handshake
         except OSError:
             time.sleep(0.05)
     return False
@@ -184,10 +196,10 @@ def _wait_listening(process: subprocess.Popen, address: tuple[str, int], deadlin
 class RemoteServer:
     """One server of the platform and its RPC session."""
 
-    server: str                     # "s0", "s1", ...
+    server: str  # "s0", "s1", ...
     host: str
     port: int
-    session: Any                    # tvm.rpc.RPCSession
+    session: Any  # tvm.rpc.RPCSession
 
     @property
     def address(self) -> str:
@@ -230,29 +242,41 @@ class RemoteServer:
         return [t for i in range(size(result)) for t in self.unpack(item(result, i))]
 
 
-def connect_servers(platform: Platform, addresses: list[tuple[str, int]], *, timeout_s: float = 60.0,
-                    session_timeout_s: float = 0.0) -> dict[str, RemoteServer]:
+def connect_servers(
+    platform: Platform, addresses: list[tuple[str, int]], *, timeout_s: float = 60.0, session_timeout_s: float = 0.0
+) -> dict[str, RemoteServer]:
     """One session per server of ``platform`` (addresses in server order). ``session_timeout_s`` > 0 lets
     each server end its session after that long (TVM's ``session_timeout``)."""
     from tvm import rpc
 
     servers = list(server_devices(platform))
     if len(addresses) != len(servers):
-        raise DivimlInputError(f"{len(addresses)} address(es) given, platform '{platform.name}' has "
-                               f"{len(servers)} server(s)", field="--rpc", hint=f"give {len(servers)}: {ADDRESS_HELP}")
+        raise DivimlInputError(
+            f"{len(addresses)} address(es) given, platform '{platform.name}' has {len(servers)} server(s)",
+            field="--rpc",
+            hint=f"give {len(servers)}: {ADDRESS_HELP}",
+        )
     remotes = {}
     for sid, (host, port) in zip(servers, addresses, strict=True):
         where = f"server {sid} ({format_address((host, port))})"
         try:
-            session = within(timeout_s, f"connecting to {where}",
-                             lambda host=host, port=port: rpc.connect(host, port, session_timeout=session_timeout_s))
+            session = within(
+                timeout_s,
+                f"connecting to {where}",
+                lambda host=host, port=port: rpc.connect(host, port, session_timeout=session_timeout_s),
+            )
         except TimeoutError as error:
-            raise DivimlInputError(f"{error}: is it busy with another session, or stopped?", field="--rpc",
-                                   hint="a TVM RPC server serves one session at a time") from None
+            raise DivimlInputError(
+                f"{error}: is it busy with another session, or stopped?",
+                field="--rpc",
+                hint="a TVM RPC server serves one session at a time",
+            ) from None
         except RuntimeError as error:
-            raise DivimlInputError(f"cannot connect to {where}: {last_line(error)}", field="--rpc",
-                                   hint=f"start one there with `{server_command(host, port)}`, "
-                                   "or use --rpc local") from None
+            raise DivimlInputError(
+                f"cannot connect to {where}: {last_line(error)}",
+                field="--rpc",
+                hint=f"start one there with `{server_command(host, port)}`, or use --rpc local",
+            ) from None
         remotes[sid] = RemoteServer(sid, host, port, session)
     return remotes
 
@@ -286,8 +310,9 @@ def last_line(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tvm_diviml.runtime.rpc_servers",
-                                     description="one TVM RPC server for `diviml run --rpc`")
+    parser = argparse.ArgumentParser(
+        prog="python -m tvm_diviml.runtime.rpc_servers", description="one TVM RPC server for `diviml run --rpc`"
+    )
     parser.add_argument("--host", default=LOOPBACK, help="address to listen on (default: the loopback only)")
     parser.add_argument("--port", type=int, default=9090)
     parser.add_argument("--exit-with", type=int, metavar="PID", help="stop when process PID ends")

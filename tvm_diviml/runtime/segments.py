@@ -11,6 +11,7 @@ fewer synchronisations, so the split is greedy: a kernel joins its device's open
 would close a cycle, or would make the segment wait for another segment it did not wait for yet.
 TVM-free on purpose.
 """
+
 from __future__ import annotations
 
 import re
@@ -59,17 +60,20 @@ def split_segments(graph: OpGraph, assignment: dict[str, str], run_order: list[s
     """
     _check_assignment(graph, assignment)
     _check_run_order(graph, run_order)
-    members: list[list[str]] = []            # kernels of each segment, by creation index
+    members: list[list[str]] = []  # kernels of each segment, by creation index
     devices: list[str] = []
     segment_of: dict[str, int] = {}
     open_segment: dict[str, int] = {}
-    dependencies = nx.DiGraph()              # segment creation indices, S -> T when T reads S
+    dependencies = nx.DiGraph()  # segment creation indices, S -> T when T reads S
     for kernel in run_order:
         device = assignment[kernel]
         producers = {segment_of[edge.src] for edge in graph.pred[kernel]}
         current = open_segment.get(device)
-        if current is None or _would_cycle(dependencies, current, producers) \
-                or _would_wait_longer(dependencies, current, producers):
+        if (
+            current is None
+            or _would_cycle(dependencies, current, producers)
+            or _would_wait_longer(dependencies, current, producers)
+        ):
             segment = len(members)
             members.append([])
             devices.append(device)
@@ -79,8 +83,10 @@ def split_segments(graph: OpGraph, assignment: dict[str, str], run_order: list[s
         segment_of[kernel] = current
         dependencies.add_edges_from((producer, current) for producer in producers if producer != current)
     order = nx.lexicographical_topological_sort(dependencies)
-    return [Segment(f"seg{position}_{_identifier(devices[index])}", devices[index], tuple(members[index]))
-            for position, index in enumerate(order)]
+    return [
+        Segment(f"seg{position}_{_identifier(devices[index])}", devices[index], tuple(members[index]))
+        for position, index in enumerate(order)
+    ]
 
 
 def segment_graph(graph: OpGraph, segments: list[Segment]) -> nx.DiGraph:
@@ -89,8 +95,9 @@ def segment_graph(graph: OpGraph, segments: list[Segment]) -> nx.DiGraph:
     result = nx.DiGraph()
     for seg in segments:
         result.add_node(seg.name, device=seg.device, kernels=seg.kernels)
-    result.add_edges_from((segment_of[e.src], segment_of[e.dst]) for e in graph.edges
-                          if segment_of[e.src] != segment_of[e.dst])
+    result.add_edges_from(
+        (segment_of[e.src], segment_of[e.dst]) for e in graph.edges if segment_of[e.src] != segment_of[e.dst]
+    )
     return result
 
 
@@ -106,8 +113,11 @@ def segment_boundaries(graph: OpGraph, segments: list[Segment]) -> dict[str, Bou
         inside = set(seg.kernels)
         inputs = [name for kernel in seg.kernels for name in inputs_of.get(kernel, ())]
         reads = [e.src for kernel in seg.kernels for e in graph.pred[kernel] if e.src not in inside]
-        writes = [kernel for kernel in seg.kernels
-                  if kernel in graph.output_set or any(segment_of[e.dst] != seg.name for e in graph.succ[kernel])]
+        writes = [
+            kernel
+            for kernel in seg.kernels
+            if kernel in graph.output_set or any(segment_of[e.dst] != seg.name for e in graph.succ[kernel])
+        ]
         result[seg.name] = Boundary(tuple(dict.fromkeys(inputs)), tuple(dict.fromkeys(reads)), tuple(writes))
     return result
 
@@ -131,29 +141,45 @@ def _identifier(device: str) -> str:
 def _check_assignment(graph: OpGraph, assignment: dict[str, str]) -> None:
     missing = [k for k in graph.kernels if k not in assignment]
     if missing:
-        raise DivimlInputError(f"{len(missing)} kernel(s) have no device, e.g. '{missing[0]}'", field="assignment",
-                               hint="assign every kernel of the graph to a device")
+        raise DivimlInputError(
+            f"{len(missing)} kernel(s) have no device, e.g. '{missing[0]}'",
+            field="assignment",
+            hint="assign every kernel of the graph to a device",
+        )
     unknown = [k for k in assignment if k not in graph.kernels]
     if unknown:
-        raise DivimlInputError(f"assigns '{unknown[0]}', which is not a kernel of graph '{graph.name}'",
-                               field="assignment", hint="use the plan made for this graph")
+        raise DivimlInputError(
+            f"assigns '{unknown[0]}', which is not a kernel of graph '{graph.name}'",
+            field="assignment",
+            hint="use the plan made for this graph",
+        )
 
 
 def _check_run_order(graph: OpGraph, run_order: list[str]) -> None:
     position: dict[str, int] = {}
     for index, kernel in enumerate(run_order):
         if kernel not in graph.kernels:
-            raise DivimlInputError(f"'{kernel}' is not a kernel of graph '{graph.name}'", field="run_order",
-                                   hint="list the graph's kernels only")
+            raise DivimlInputError(
+                f"'{kernel}' is not a kernel of graph '{graph.name}'",
+                field="run_order",
+                hint="list the graph's kernels only",
+            )
         if kernel in position:
-            raise DivimlInputError(f"kernel '{kernel}' appears twice", field="run_order",
-                                   hint="list every kernel exactly once")
+            raise DivimlInputError(
+                f"kernel '{kernel}' appears twice", field="run_order", hint="list every kernel exactly once"
+            )
         position[kernel] = index
     if len(position) != len(graph):
         missing = next(k for k in graph.kernels if k not in position)
-        raise DivimlInputError(f"kernel '{missing}' is missing ({len(graph) - len(position)} in all)",
-                               field="run_order", hint="list every kernel exactly once")
+        raise DivimlInputError(
+            f"kernel '{missing}' is missing ({len(graph) - len(position)} in all)",
+            field="run_order",
+            hint="list every kernel exactly once",
+        )
     for edge in graph.edges:
         if position[edge.src] > position[edge.dst]:
-            raise DivimlInputError(f"'{edge.dst}' comes before '{edge.src}', which it reads", field="run_order",
-                                   hint="give a topological order, e.g. graph.topo_order")
+            raise DivimlInputError(
+                f"'{edge.dst}' comes before '{edge.src}', which it reads",
+                field="run_order",
+                hint="give a topological order, e.g. graph.topo_order",
+            )

@@ -1,4 +1,5 @@
 """Run a placed build in one Relax VM: weights uploaded once per device, then one call per inference."""
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,7 @@ def tvm_device(spec: str):
     return tvm.device(kind, int(index))
 
 
-_pool = threading.local()          # .size: the pool size this thread last configured
+_pool = threading.local()  # .size: the pool size this thread last configured
 # The CPUs this process may use, read before TVM pins any thread (None where the OS cannot say).
 _ALLOWED_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
@@ -58,13 +59,16 @@ def worker_cores(placement: Placement) -> dict[str, list[int]]:
     a two-branch split ran 1.9x slower than predicted in about half the processes, one worker's busy
     time doubled while the other idled)."""
     free = usable_cores()
-    cpu = [(d, n or 1) for d, spec, n in zip(placement.devices, placement.tvm_devices, placement.num_threads,
-                                              strict=True) if spec.startswith("cpu:")]
+    cpu = [
+        (d, n or 1)
+        for d, spec, n in zip(placement.devices, placement.tvm_devices, placement.num_threads, strict=True)
+        if spec.startswith("cpu:")
+    ]
     if sum(n for _, n in cpu) > len(free):
         return {}
     cores, taken = {}, 0
     for device, threads in cpu:
-        cores[device] = free[taken:taken + threads]
+        cores[device] = free[taken : taken + threads]
         taken += threads
     return cores
 
@@ -94,16 +98,19 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-_CPU = 1                   # DLDeviceType kDLCPU
-_ALIGNMENT = 64            # what TVM requires of memory it adopts
-_SHARED_DTYPES = {f"{kind}{bits}" for kind in ("int", "uint") for bits in (8, 16, 32, 64)} | \
-    {"float16", "float32", "float64"}
+_CPU = 1  # DLDeviceType kDLCPU
+_ALIGNMENT = 64  # what TVM requires of memory it adopts
+_SHARED_DTYPES = {f"{kind}{bits}" for kind in ("int", "uint") for bits in (8, 16, 32, 64)} | {
+    "float16",
+    "float32",
+    "float64",
+}
 
 
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
     raw = np.empty(array.nbytes + _ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % _ALIGNMENT
-    aligned = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    aligned = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
     np.copyto(aligned, array)
     return aligned
 
@@ -129,25 +136,34 @@ class PlacedExecutable:
         return path
 
     @classmethod
-    def load(cls, path: str) -> "PlacedExecutable":
+    def load(cls, path: str) -> PlacedExecutable:
         import tvm
 
         sidecar = path + ".placement.json"
         if not os.path.isfile(path) or not os.path.isfile(sidecar):
-            raise DivimlInputError(f"no placed build at {path} (it needs {os.path.basename(sidecar)} beside it)",
-                                   source=path, hint="write it with PlacedExecutable.export")
+            raise DivimlInputError(
+                f"no placed build at {path} (it needs {os.path.basename(sidecar)} beside it)",
+                source=path,
+                hint="write it with PlacedExecutable.export",
+            )
         try:
             with open(sidecar, encoding="utf-8") as raw:
                 placement = Placement.from_json(raw.read())
-        except (ValueError, TypeError) as error:      # not JSON, or written by another version
-            raise DivimlInputError(f"{os.path.basename(sidecar)} is not a placement this version reads ({error})",
-                                   source=sidecar, hint="export the build again") from None
+        except (ValueError, TypeError) as error:  # not JSON, or written by another version
+            raise DivimlInputError(
+                f"{os.path.basename(sidecar)} is not a placement this version reads ({error})",
+                source=sidecar,
+                hint="export the build again",
+            ) from None
         try:
             executable = tvm.runtime.load_module(path)
-        except RuntimeError as error:          # e.g. CUDA code on a machine whose TVM has no CUDA runtime
+        except RuntimeError as error:  # e.g. CUDA code on a machine whose TVM has no CUDA runtime
             kinds = sorted({spec.split(":")[0] for spec in placement.tvm_devices})
-            raise DivimlInputError(f"this machine's TVM cannot load the build for {', '.join(kinds)} ({error})",
-                                   source=path, hint="load it where TVM has those devices' runtimes") from None
+            raise DivimlInputError(
+                f"this machine's TVM cannot load the build for {', '.join(kinds)} ({error})",
+                source=path,
+                hint="load it where TVM has those devices' runtimes",
+            ) from None
         return cls(executable, placement)
 
     def devices(self) -> list:
@@ -160,20 +176,28 @@ class PlacedExecutable:
     def new_vm(self, devices: list | None = None):
         """A VM over this machine's devices of the placement, or over ``devices`` (a remote session's,
         in the placement's order, for an executable loaded there)."""
-        from tvm.runtime.vm import VirtualMachine      # not tvm.relax: a runtime-only TVM has no compiler
+        from tvm.runtime.vm import VirtualMachine  # not tvm.relax: a runtime-only TVM has no compiler
 
         if devices is not None:
             return VirtualMachine(self.executable, devices)
         missing = self.missing_devices()
         if missing:
-            raise DivimlInputError(f"this build needs device {missing[0]}, which this machine lacks",
-                                   field="platform", hint="run it where the platform's devices exist, or "
-                                   "plan for a platform of this machine (e.g. cpu2)")
+            raise DivimlInputError(
+                f"this build needs device {missing[0]}, which this machine lacks",
+                field="platform",
+                hint="run it where the platform's devices exist, or plan for a platform of this machine (e.g. cpu2)",
+            )
         return VirtualMachine(self.executable, self.devices())
 
-    def upload_weights(self, vm, params: list[np.ndarray], devices: list | None = None, *,
-                       pack: Callable[[list], Any] = list, unpack: Callable[[Any], list] = flatten
-                       ) -> dict[tuple[str, str, str], Any]:
+    def upload_weights(
+        self,
+        vm,
+        params: list[np.ndarray],
+        devices: list | None = None,
+        *,
+        pack: Callable[[list], Any] = list,
+        unpack: Callable[[Any], list] = flatten,
+    ) -> dict[tuple[str, str, str], Any]:
         """Every weight parameter on its device, once: (kind, id, device) -> tensor. The lifted weight
         preparation and the constants function run on the host first. ``devices``: as for ``new_vm``;
         ``pack``/``unpack``: how a list becomes a tuple argument and a tuple result a list (an RPC
@@ -182,8 +206,9 @@ class PlacedExecutable:
 
         placement = self.placement
         if len(params) != placement.num_params:
-            raise DivimlInputError(f"the model has {placement.num_params} weights, {len(params)} were given",
-                                   field="params")
+            raise DivimlInputError(
+                f"the model has {placement.num_params} weights, {len(params)} were given", field="params"
+            )
         devices = devices or self.devices()
         host = devices[0]
         host_params = [tvm.runtime.tensor(p, host) for p in params]
@@ -196,8 +221,10 @@ class PlacedExecutable:
             constants = unpack(vm[placement.constants_func]())
             on_host.update({("const", cid): t for cid, t in zip(placement.constant_ids, constants, strict=True)})
         device_of = dict(zip(placement.devices, devices, strict=True))
-        return {(kind, wid, device): on_host[(kind, wid)].copyto(device_of[device])
-                for kind, wid, device in placement.weight_params}
+        return {
+            (kind, wid, device): on_host[(kind, wid)].copyto(device_of[device])
+            for kind, wid, device in placement.weight_params
+        }
 
 
 class SingleVMRunner:
@@ -222,8 +249,11 @@ class SingleVMRunner:
     def _args(self, inputs: list[np.ndarray]) -> list:
         placement = self.built.placement
         if len(inputs) != len(placement.inputs):
-            raise DivimlInputError(f"the model takes {len(placement.inputs)} inputs "
-                                   f"({', '.join(placement.inputs)}), {len(inputs)} were given", field="inputs")
+            raise DivimlInputError(
+                f"the model takes {len(placement.inputs)} inputs "
+                f"({', '.join(placement.inputs)}), {len(inputs)} were given",
+                field="inputs",
+            )
         return [to_device(x, self.host) for x in inputs] + self.weights
 
     def bare_call(self, inputs: list[np.ndarray]) -> Callable[[], Any]:

@@ -1,5 +1,6 @@
 """Placement solvers: one module per registry name, all behind ``Solver.solve(Problem) -> Plan``,
 loaded lazily (``catalog``); the methods they share live in ``tvm_diviml.toolkit``."""
+
 from __future__ import annotations
 
 from ..errors import DivimlInputError

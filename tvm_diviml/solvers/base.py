@@ -6,6 +6,7 @@ the solver's ``place`` and ends with ``finish``, which names the solver, times t
 claimed value the simulator's. Options are keyword arguments with defaults; every random choice takes
 a seed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,8 @@ log = logging.getLogger(__name__)
 
 class Solver(ABC):
     name: ClassVar[str] = ""
-    objectives: ClassVar[tuple[Objective, ...]] = OBJECTIVES     # the objectives this solver places for
-    modes: ClassVar[tuple[Mode, ...]] = MODES                    # the simulator's cost modes it places in
+    objectives: ClassVar[tuple[Objective, ...]] = OBJECTIVES  # the objectives this solver places for
+    modes: ClassVar[tuple[Mode, ...]] = MODES  # the simulator's cost modes it places in
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
         self.time_limit_s = time_limit_s
@@ -55,22 +56,31 @@ class Solver(ABC):
     def check_objective(self, problem: Problem) -> None:
         if problem.objective in self.objectives:
             return
-        raise DivimlInputError(f"solver {self.name} does {' and '.join(self.objectives)}, not '{problem.objective}'",
-                               field="objective", hint=f"for {problem.objective} use --solver "
-                               + " or ".join(solvers_for(problem.objective))
-                               + (" (with --stages K)" if problem.objective == "pipeline" else ""))
+        raise DivimlInputError(
+            f"solver {self.name} does {' and '.join(self.objectives)}, not '{problem.objective}'",
+            field="objective",
+            hint=f"for {problem.objective} use --solver "
+            + " or ".join(solvers_for(problem.objective))
+            + (" (with --stages K)" if problem.objective == "pipeline" else ""),
+        )
 
     def check_mode(self, problem: Problem) -> None:
         mode = problem.mode
         if mode in self.modes:
             return
         if mode == "host_staged":
-            raise DivimlInputError(f"solver {self.name} does not place on platforms that stage transfers through "
-                                   f"host memory (host_staged), as '{problem.platform.name}' does", field="solver",
-                                   hint="use --solver downsets (throughput) or slicegraph for host_staged platforms")
-        raise DivimlInputError(f"solver {self.name} places in cost modes {', '.join(self.modes)}; platform "
-                               f"'{problem.platform.name}' prices {problem.objective} as '{mode}'", field="solver",
-                               hint="for period_overlap throughput use --solver milp, split, greedy or replicas")
+            raise DivimlInputError(
+                f"solver {self.name} does not place on platforms that stage transfers through "
+                f"host memory (host_staged), as '{problem.platform.name}' does",
+                field="solver",
+                hint="use --solver downsets (throughput) or slicegraph for host_staged platforms",
+            )
+        raise DivimlInputError(
+            f"solver {self.name} places in cost modes {', '.join(self.modes)}; platform "
+            f"'{problem.platform.name}' prices {problem.objective} as '{mode}'",
+            field="solver",
+            hint="for period_overlap throughput use --solver milp, split, greedy or replicas",
+        )
 
     @abstractmethod
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
@@ -80,10 +90,15 @@ class Solver(ABC):
         """Name the solver, time the solve and make the claim the simulator's value of the plan."""
         sim = simulate(problem.graph, problem.platform, problem.costs, plan)
         claim = plan.value_s
-        if sim.feasible and claim is not None and math.isfinite(claim) and not (
-                abs(claim - sim.value_s) <= max(abs(sim.value_s) * SOLVER_SLACK, ABSOLUTE_SLACK)):
-            log.warning("%s claimed %.9g s, the simulator says %.9g s: reporting the simulator's", self.name,
-                        claim, sim.value_s)
+        if (
+            sim.feasible
+            and claim is not None
+            and math.isfinite(claim)
+            and not (abs(claim - sim.value_s) <= max(abs(sim.value_s) * SOLVER_SLACK, ABSOLUTE_SLACK))
+        ):
+            log.warning(
+                "%s claimed %.9g s, the simulator says %.9g s: reporting the simulator's", self.name, claim, sim.value_s
+            )
         plan.value_s = sim.value_s
         plan.solver = self.name
         plan.solve_s = time.perf_counter() - began

@@ -3,6 +3,7 @@
 Each entry is ``module:Class`` under ``tvm_diviml.solvers``; a class declares the objectives and cost
 modes it places for.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ Where memory can bind, CP-SAT's model (every activation a device receives held a
 restriction: its bound is then no bound, and where it leaves no plan the MILP places the model
 (docs/solvers.md#cp-sat).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,8 +34,15 @@ class Cpsat(Solver):
     objectives = ("latency",)
     modes = ("latency",)
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, workers: int = 2,
-                 hint: Plan | None = None, warm_start: bool = True):
+    def __init__(
+        self,
+        *,
+        time_limit_s: float = 60.0,
+        seed: int = 0,
+        workers: int = 2,
+        hint: Plan | None = None,
+        warm_start: bool = True,
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         if workers < 1:
             raise DivimlInputError("workers must be at least 1", field="workers")
@@ -50,8 +58,11 @@ class Cpsat(Solver):
     def check(self, problem: Problem) -> None:
         self.check_objective(problem)
         if importlib.util.find_spec("ortools") is None:
-            raise DivimlInputError("solver cpsat needs OR-Tools, which is not installed", field="solver",
-                                   hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
+            raise DivimlInputError(
+                "solver cpsat needs OR-Tools, which is not installed",
+                field="solver",
+                hint="pip install ortools (a dependency of tvm-diviml: reinstall it)",
+            )
         super().check(problem)
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
@@ -62,43 +73,57 @@ class Cpsat(Solver):
         if fallback is not None:
             hinted = simulate(graph, platform, costs, fallback)
             warm = WindowSolution(fallback.assignment, hinted.start_s, hinted.finish_s, hinted.value_s, 0.0, False)
-            horizon = hinted.value_s if hinted.feasible else None   # the optimum is no longer than a feasible plan
+            horizon = hinted.value_s if hinted.feasible else None  # the optimum is no longer than a feasible plan
         model = tick_model(problem, hint=warm, horizon_s=horizon)
         with CpsatSession(workers=self.workers, seed=self.seed) as session:
             answer = session.solve(model, deadline.left())
         status = answer["status"]
-        if status == "INFEASIBLE":                # memory held every activation at once: a restriction
-            return exact_instead(problem, self, deadline, "CP-SAT's memory model (every activation a device receives "
-                                "held at once) leaves no plan: the MILP placed the model instead")
+        if status == "INFEASIBLE":  # memory held every activation at once: a restriction
+            return exact_instead(
+                problem,
+                self,
+                deadline,
+                "CP-SAT's memory model (every activation a device receives "
+                "held at once) leaves no plan: the MILP placed the model instead",
+            )
         if "device" in answer:
             assignment = {k: model.devices[d] for k, d in zip(model.kernels, answer["device"])}
             start = dict(zip(model.kernels, answer["start"]))
             plan = Plan(assignment, order=order_by_start(graph, assignment, start))
         elif fallback is not None:
-            log.info("cpsat: CP-SAT found no plan in %.3g s (%s); returning the warm start", self.time_limit_s,
-                     status)
+            log.info("cpsat: CP-SAT found no plan in %.3g s (%s); returning the warm start", self.time_limit_s, status)
             plan = Plan(dict(fallback.assignment), order=fallback.order)
         else:
-            raise DivimlInputError(f"CP-SAT found no plan within {self.time_limit_s:.3g} s ({status})",
-                                   field="time_limit", hint="raise --time-limit or use --solver heft")
+            raise DivimlInputError(
+                f"CP-SAT found no plan within {self.time_limit_s:.3g} s ({status})",
+                field="time_limit",
+                hint="raise --time-limit or use --solver heft",
+            )
         sim = simulate(graph, platform, costs, plan)
         if fallback is not None:
             sim_fallback = simulate(graph, platform, costs, fallback)
-            if sim_fallback.feasible and sim_fallback.value_s < sim.value_s:   # rounding can lose a tie
+            if sim_fallback.feasible and sim_fallback.value_s < sim.value_s:  # rounding can lose a tie
                 plan, sim = Plan(dict(fallback.assignment), order=fallback.order), sim_fallback
         bound_s = answer["bound"] / model.scale
         combinatorial = lower_bound(problem)
         plan.solver, plan.value_s = self.name, sim.value_s
         plan.lower_bound_s = combinatorial if model.memory_binds else max(bound_s, combinatorial)
         plan.optimal = status == "OPTIMAL" and not model.memory_binds and meets(sim.value_s, bound_s)
-        plan.attrs.update({"cpsat_status": status, "cpsat_wall_s": answer["wall_s"], "cpsat_bound_s": bound_s,
-                           "ticks_per_s": model.scale, "memory_restricts_bound": model.memory_binds})
+        plan.attrs.update(
+            {
+                "cpsat_status": status,
+                "cpsat_wall_s": answer["wall_s"],
+                "cpsat_bound_s": bound_s,
+                "ticks_per_s": model.scale,
+                "memory_restricts_bound": model.memory_binds,
+            }
+        )
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
         return plan
 
     def _starting_plan(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan | None:
         if hint is not None:
-            simulate(problem.graph, problem.platform, problem.costs, hint)    # a plan for another graph fails here
+            simulate(problem.graph, problem.platform, problem.costs, hint)  # a plan for another graph fails here
             return hint
         if not self.warm_start:
             return None

@@ -10,6 +10,7 @@ the time limit the solver falls back to SliceGraph and says so in ``plan.attrs``
 
 The recurrence, the pricing and the pruning: docs/solvers.md#downsets.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,8 @@ import numpy as np
 
 from ..errors import DivimlInputError
 from ..plan import Plan
-from ..simulator import simulate
 from ..problem import Problem
+from ..simulator import simulate
 from ..toolkit.deadline import Deadline
 from ..toolkit.device_classes import identical_devices
 from .base import Solver
@@ -47,22 +48,28 @@ class Ideals:
     every ideal holds (they come from the host); index n+g is a padding node that nothing reads.
     """
 
-    members: np.ndarray         # (N, n) bool
-    packed: np.ndarray          # (N, words) the members as bits: J ⊆ I iff no bit of J lies outside I
+    members: np.ndarray  # (N, n) bool
+    packed: np.ndarray  # (N, words) the members as bits: J ⊆ I iff no bit of J lies outside I
     consumers_inside: np.ndarray  # (N, n+g+1) D[J, u]
-    frontier: np.ndarray        # (N, width) nodes of J (or inputs) with a consumer outside J, padded
+    frontier: np.ndarray  # (N, width) nodes of J (or inputs) with a consumer outside J, padded
     frontier_inside: np.ndarray  # (N, width) D[J, u] of those nodes
 
     def __len__(self) -> int:
         return len(self.members)
 
-    def take(self, order: np.ndarray) -> "Ideals":
-        return Ideals(self.members[order], self.packed[order], self.consumers_inside[order], self.frontier[order],
-                      self.frontier_inside[order])
+    def take(self, order: np.ndarray) -> Ideals:
+        return Ideals(
+            self.members[order],
+            self.packed[order],
+            self.consumers_inside[order],
+            self.frontier[order],
+            self.frontier_inside[order],
+        )
 
 
-def enumerate_ideals(predecessors: list[list[int]], successors: list[list[int]], groups: list[list[int]],
-                     max_ideals: int) -> list[int]:
+def enumerate_ideals(
+    predecessors: list[list[int]], successors: list[list[int]], groups: list[list[int]], max_ideals: int
+) -> list[int]:
     """Every ideal (as a bitmask over kernel ids) that holds each group whole or not at all.
 
     Breadth-first from the empty ideal: add one kernel whose predecessors are all in, then close
@@ -71,12 +78,12 @@ def enumerate_ideals(predecessors: list[list[int]], successors: list[list[int]],
     """
     n = len(predecessors)
     ancestors = [0] * n
-    for v in range(n):                          # ids follow a topological order
+    for v in range(n):  # ids follow a topological order
         mask = 1 << v
         for p in predecessors[v]:
             mask |= ancestors[p]
         ancestors[v] = mask
-    closure_of = list(ancestors)                # the smallest group-closed ideal holding v
+    closure_of = list(ancestors)  # the smallest group-closed ideal holding v
     group_mask = [1 << v for v in range(n)]
     for members in groups:
         mask = sum(1 << m for m in members)
@@ -100,7 +107,7 @@ def enumerate_ideals(predecessors: list[list[int]], successors: list[list[int]],
         ideal, ready = queue[head]
         head += 1
         for v in ready:
-            bigger = ideal | closure_of[v]      # a union of group-closed ideals is one
+            bigger = ideal | closure_of[v]  # a union of group-closed ideals is one
             if bigger in seen:
                 continue
             if len(found) >= max_ideals:
@@ -126,15 +133,20 @@ def _bits(mask: int):
         mask ^= low
 
 
-def build_ideals(predecessors: list[list[int]], successors: list[list[int]], groups: list[list[int]],
-                 input_consumers: list[list[int]], max_ideals: int) -> Ideals:
+def build_ideals(
+    predecessors: list[list[int]],
+    successors: list[list[int]],
+    groups: list[list[int]],
+    input_consumers: list[list[int]],
+    max_ideals: int,
+) -> Ideals:
     """Enumerate the group-closed ideals and the arrays the DP reads."""
     n, g = len(predecessors), len(input_consumers)
     masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
     width_bytes = (n + 7) // 8
     packed = np.frombuffer(b"".join(m.to_bytes(width_bytes, "little") for m in masks), dtype=np.uint8)
     members = np.unpackbits(packed.reshape(len(masks), width_bytes), axis=1, count=n, bitorder="little").astype(bool)
-    order = np.argsort(members.sum(axis=1), kind="stable")           # sub-ideals first
+    order = np.argsort(members.sum(axis=1), kind="stable")  # sub-ideals first
     members = members[order]
     words = np.zeros((len(members), -(-n // 64) * 8), dtype=np.uint8)
     words[:, :width_bytes] = packed.reshape(len(masks), width_bytes)[order]
@@ -148,8 +160,9 @@ def build_ideals(predecessors: list[list[int]], successors: list[list[int]], gro
     for column in np.unique(source):
         consumers_inside[:, column] = members[:, reader[source == column]].sum(axis=1)
     degree = np.bincount(source, minlength=n + g + 1)
-    holds = np.concatenate([members, np.ones((len(members), g), dtype=bool),
-                            np.zeros((len(members), 1), dtype=bool)], axis=1)
+    holds = np.concatenate(
+        [members, np.ones((len(members), g), dtype=bool), np.zeros((len(members), 1), dtype=bool)], axis=1
+    )
     on_frontier = holds & (consumers_inside < degree[None, :])
     width = max(int(on_frontier.sum(axis=1).max(initial=0)), 1)
     frontier = np.full((len(members), width), n + g, dtype=np.int64)
@@ -166,10 +179,10 @@ class DeviceClass:
     """Identical devices: one price list per kernel (and per model input) for all of them."""
 
     devices: list[str]
-    work: np.ndarray          # (n,) compute plus the always-paid return of a model output; 0 where infeasible
-    infeasible: np.ndarray    # (n,) bool
-    leave: np.ndarray         # (n+g+1,) extra seconds when the tensor leaves the set
-    enter: np.ndarray         # (n+g+1,) seconds when the tensor enters the set
+    work: np.ndarray  # (n,) compute plus the always-paid return of a model output; 0 where infeasible
+    infeasible: np.ndarray  # (n,) bool
+    leave: np.ndarray  # (n+g+1,) extra seconds when the tensor leaves the set
+    enter: np.ndarray  # (n+g+1,) seconds when the tensor enters the set
     memory_bytes: float
 
 
@@ -184,7 +197,7 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
     returned = [graph.kernels[k].output_bytes if k in graph.output_set else 0.0 for k in names]
     able = [d for d in platform.device_names if any(d in problem.feasible_devices(k) for k in names)]
 
-    def describe(device: str) -> tuple:                  # a device no kernel may use takes only the empty set
+    def describe(device: str) -> tuple:  # a device no kernel may use takes only the empty set
         feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
         pays = platform.device(device).kind != "cpu"
         base = np.array([costs.transfer_s(r, device, host) if pays and r > 0 else 0.0 for r in returned])
@@ -193,8 +206,13 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
         enter += [costs.transfer_s(i.bytes, host, device) if pays else 0.0 for i in inputs]
         work = np.array([costs.compute_s(k, device) if feasible[i] else 0.0 for i, k in enumerate(names)]) + base
         capacity = platform.device(device).memory_bytes
-        return (work, ~feasible, np.concatenate([full - base, np.zeros(len(inputs) + 1)]), np.array(enter + [0.0]),
-                math.inf if capacity is None else float(capacity))
+        return (
+            work,
+            ~feasible,
+            np.concatenate([full - base, np.zeros(len(inputs) + 1)]),
+            np.array(enter + [0.0]),
+            math.inf if capacity is None else float(capacity),
+        )
 
     return [DeviceClass(devices, *description) for devices, description in identical_devices(able, describe)], exact
 
@@ -203,8 +221,9 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
 @dataclass
 class Partition:
     """The DP's answer: its period and the ordered kernel sets with the device class of each."""
+
     value_s: float
-    sets: list[tuple[np.ndarray, int]]      # (kernel ids, class index), first set first
+    sets: list[tuple[np.ndarray, int]]  # (kernel ids, class index), first set first
 
 
 def by_cheapest_work(ideals: Ideals, classes: list[DeviceClass]) -> tuple[Ideals, np.ndarray, float]:
@@ -221,30 +240,38 @@ def by_cheapest_work(ideals: Ideals, classes: list[DeviceClass]) -> tuple[Ideals
     return ideals.take(order), key[order], quantum
 
 
-def max_load_dp(ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.ndarray, *, key: np.ndarray,
-                quantum: float, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
+def max_load_dp(
+    ideals: Ideals,
+    classes: list[DeviceClass],
+    weight_bytes: np.ndarray,
+    *,
+    key: np.ndarray,
+    quantum: float,
+    bound_s: float = math.inf,
+    deadline: float = math.inf,
+) -> Partition:
     """The DP over ``ideals`` (ordered by ``by_cheapest_work``). Sets whose cheapest work exceeds
     ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. ``deadline``
     (perf_counter seconds) raises TimeoutError when passed."""
     counts = [len(c.devices) for c in classes]
     shape = tuple(k + 1 for k in counts)
     states = int(np.prod(shape))
-    grid = np.indices(shape).reshape(len(shape), -1)         # (classes, states)
-    strides = [int(np.prod(shape[c + 1:])) for c in range(len(shape))]
+    grid = np.indices(shape).reshape(len(shape), -1)  # (classes, states)
+    strides = [int(np.prod(shape[c + 1 :])) for c in range(len(shape))]
     target = [np.flatnonzero(grid[c] >= 1) for c in range(len(shape))]
     source = [t - strides[c] for c, t in enumerate(target)]
 
     members = ideals.members
     N = len(ideals)
-    work = np.stack([members @ c.work for c in classes])                              # (k, N)
+    work = np.stack([members @ c.work for c in classes])  # (k, N)
     bad = np.stack([members @ c.infeasible.astype(np.int64) for c in classes])
     memory = members @ weight_bytes
-    leave = np.stack([c.leave for c in classes])                                       # (k, P)
+    leave = np.stack([c.leave for c in classes])  # (k, P)
     enter = np.stack([c.enter for c in classes])
-    leaving = np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))])   # (k, N)
+    leaving = np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))])  # (k, N)
     pays = [bool(leave[c].any() or enter[c].any()) for c in range(len(classes))]
     capacity = np.array([c.memory_bytes for c in classes])
-    degree = ideals.consumers_inside.max(axis=0)      # a node's consumers all lie in the full ideal
+    degree = ideals.consumers_inside.max(axis=0)  # a node's consumers all lie in the full ideal
     reach = int(bound_s / quantum) if bound_s / quantum < key[-1] else None
 
     dp = np.full((N, states), np.inf)
@@ -263,7 +290,7 @@ def max_load_dp(ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.nda
         sub = lowest + np.flatnonzero(~(ideals.packed[lowest:i] & ~ideals.packed[i]).any(axis=1))
         if not len(sub):
             continue
-        nodes = ideals.frontier[sub]                                  # (m, width)
+        nodes = ideals.frontier[sub]  # (m, width)
         inside_now = ideals.consumers_inside[i][nodes]
         gains = inside_now > ideals.frontier_inside[sub]
         stays = inside_now < degree[nodes]
@@ -275,7 +302,7 @@ def max_load_dp(ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.nda
             if math.isfinite(capacity[c]):
                 infeasible |= memory[i] - memory[sub] > klass.memory_bytes
             load = np.where(infeasible, np.inf, load)
-            candidates = np.maximum(dp[np.ix_(sub, source[c])], load[:, None])        # (m, targets)
+            candidates = np.maximum(dp[np.ix_(sub, source[c])], load[:, None])  # (m, targets)
             pick = candidates.argmin(axis=0)
             value = candidates[pick, np.arange(len(pick))]
             better = value < dp[i, target[c]]
@@ -310,7 +337,7 @@ class MaxLoadInstance:
     weight_bytes: np.ndarray
 
     @classmethod
-    def of(cls, problem: Problem, max_ideals: int) -> "MaxLoadInstance":
+    def of(cls, problem: Problem, max_ideals: int) -> MaxLoadInstance:
         graph = problem.graph
         names = list(graph.topo_order)
         index = {k: i for i, k in enumerate(names)}
@@ -321,16 +348,22 @@ class MaxLoadInstance:
             if graph.kernels[k].colocate is not None:
                 grouped[graph.kernels[k].colocate].append(index[k])
         inputs = [[index[c] for c in i.consumers] for i in graph.inputs if i.consumers]
-        ideals = build_ideals(predecessors, successors, [m for m in grouped.values() if len(m) > 1], inputs,
-                              max_ideals)
+        ideals = build_ideals(predecessors, successors, [m for m in grouped.values() if len(m) > 1], inputs, max_ideals)
         classes, prices_exact = device_classes(problem, names)
         ideals, key, quantum = by_cheapest_work(ideals, classes)
         weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
         return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes)
 
     def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
-        return max_load_dp(self.ideals, self.classes, self.weight_bytes, key=self.key, quantum=self.quantum,
-                           bound_s=bound_s, deadline=deadline)
+        return max_load_dp(
+            self.ideals,
+            self.classes,
+            self.weight_bytes,
+            key=self.key,
+            quantum=self.quantum,
+            bound_s=bound_s,
+            deadline=deadline,
+        )
 
     def search(self, deadline: float = math.inf) -> tuple[Partition, int]:
         """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
@@ -362,8 +395,14 @@ class Downsets(Solver):
     modes = ("host_staged",)
     DP_SHARE = 0.8
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, max_ideals: int = 20_000,
-                 fallback_options: dict | None = None):
+    def __init__(
+        self,
+        *,
+        time_limit_s: float = 60.0,
+        seed: int = 0,
+        max_ideals: int = 20_000,
+        fallback_options: dict | None = None,
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         if max_ideals < 1:
             raise DivimlInputError("max_ideals must be at least 1", field="max_ideals")
@@ -376,15 +415,22 @@ class Downsets(Solver):
         try:
             instance = MaxLoadInstance.of(problem, self.max_ideals)
             classes = instance.classes
-            log.info("downsets: %d kernels, %d group-closed ideals, device classes %s", len(graph),
-                     len(instance.ideals), ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes))
+            log.info(
+                "downsets: %d kernels, %d group-closed ideals, device classes %s",
+                len(graph),
+                len(instance.ideals),
+                ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes),
+            )
             split, passes = instance.search(deadline.at - (1 - self.DP_SHARE) * self.time_limit_s)
         except (TooManyIdeals, TimeoutError) as stop:
             return self._fall_back(problem, deadline, str(stop))
         if not math.isfinite(split.value_s):
-            raise DivimlInputError("no ordered split into contiguous sets keeps every kernel on a device it may run "
-                                   "on, within memory, with co-location groups whole", field="platform",
-                                   hint="allow more devices, or devices with more memory")
+            raise DivimlInputError(
+                "no ordered split into contiguous sets keeps every kernel on a device it may run "
+                "on, within memory, with co-location groups whole",
+                field="platform",
+                hint="allow more devices, or devices with more memory",
+            )
         used = {c: 0 for c in range(len(classes))}
         stages, stage_devices = [], []
         for kernel_ids, c in split.sets:
@@ -392,18 +438,36 @@ class Downsets(Solver):
             used[c] += 1
             stages.append([instance.names[i] for i in kernel_ids])
         assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
-        plan = Plan({k: assignment[k] for k in graph.kernels}, objective="throughput", mode="host_staged",
-                    stages=stages, stage_devices=stage_devices, solver=self.name)
+        plan = Plan(
+            {k: assignment[k] for k in graph.kernels},
+            objective="throughput",
+            mode="host_staged",
+            stages=stages,
+            stage_devices=stage_devices,
+            solver=self.name,
+        )
         sim = simulate(graph, problem.platform, problem.costs, plan)
         memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
         plan.value_s = sim.value_s
         plan.optimal = instance.prices_exact and memory_exact and sim.feasible
-        plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes,
-                           "dp_value_s": split.value_s,
-                           "optimal_among": "ordered splits into contiguous sets (Tarnawski et al.)",
-                           "prices_exact": instance.prices_exact, "memory_exact": memory_exact})
-        log.info("downsets: max load %.6g s over %d sets, %d ideals, %.2f s (exact DP)", sim.value_s,
-                 len(stages), len(instance.ideals), time.perf_counter() - began)
+        plan.attrs.update(
+            {
+                "method": "downset DP",
+                "ideals": len(instance.ideals),
+                "dp_passes": passes,
+                "dp_value_s": split.value_s,
+                "optimal_among": "ordered splits into contiguous sets (Tarnawski et al.)",
+                "prices_exact": instance.prices_exact,
+                "memory_exact": memory_exact,
+            }
+        )
+        log.info(
+            "downsets: max load %.6g s over %d sets, %d ideals, %.2f s (exact DP)",
+            sim.value_s,
+            len(stages),
+            len(instance.ideals),
+            time.perf_counter() - began,
+        )
         return plan
 
     def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
@@ -422,5 +486,8 @@ def _memory_is_additive(graph) -> bool:
     for kernel in graph.kernels.values():
         for w in kernel.weights:
             users[w] += 1
-    return (all(n == 1 for n in users.values()) and all(k.output_bytes == 0 for k in graph.kernels.values())
-            and all(i.bytes == 0 for i in graph.inputs))
+    return (
+        all(n == 1 for n in users.values())
+        and all(k.output_bytes == 0 for k in graph.kernels.values())
+        and all(i.bytes == 0 for i in graph.inputs)
+    )

@@ -1,5 +1,6 @@
 """Baseline: the whole model on one device, for each device; the best one wins. Every device's value
 is kept in ``plan.attrs["per_device"]``, because users compare against all of them."""
+
 from __future__ import annotations
 
 from ..plan import Plan

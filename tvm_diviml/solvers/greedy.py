@@ -1,6 +1,7 @@
 """The greedy baselines. Latency: each kernel on its fastest allowed device, communication ignored,
 then simulated honestly. Throughput: each kernel, in topological order, where it least raises the
 period, transfers included (``toolkit.list_scheduling``)."""
+
 from __future__ import annotations
 
 from ..plan import Plan

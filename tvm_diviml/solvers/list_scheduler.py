@@ -1,5 +1,6 @@
 """What the list-scheduling baselines share: a schedule under the memory budget, and the exact MILP
 where the schedule's commitments leave no room although a plan may exist."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,8 +26,14 @@ class ListScheduler(Solver):
     modes = ("latency",)
     placement: ClassVar[Callable[[DeviceBudget], Plan]]
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, reserve: dict[str, float] | None = None,
-                 exact_fallback: bool = True):
+    def __init__(
+        self,
+        *,
+        time_limit_s: float = 60.0,
+        seed: int = 0,
+        reserve: dict[str, float] | None = None,
+        exact_fallback: bool = True,
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.reserve, self.exact_fallback = reserve, exact_fallback
 
@@ -47,5 +54,9 @@ class ListScheduler(Solver):
         return list_schedule_plan(problem, type(self).placement, self.name, self.reserve)
 
     def _exact(self, problem: Problem, deadline: Deadline, why: str) -> Plan:
-        return exact_instead(problem, self, deadline,
-                             f"{self.name} found no placement within memory ({why}): the exact MILP placed the model")
+        return exact_instead(
+            problem,
+            self,
+            deadline,
+            f"{self.name} found no placement within memory ({why}): the exact MILP placed the model",
+        )

@@ -5,6 +5,7 @@ proves it and the simulator agrees. Memory: weights plus an activation reserve, 
 simulator sees overflow (``toolkit.memory``); where memory can bind the model is a restriction, so the
 plan carries neither bound nor proof.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,24 +39,45 @@ class Milp(Solver):
     objectives = ("latency", "throughput", "pipeline")
     modes = ("latency", "period_overlap", "stage_serial")
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, backend: str = "highs", threads: int = 1,
-                 warm_start: bool = True):
+    def __init__(
+        self,
+        *,
+        time_limit_s: float = 60.0,
+        seed: int = 0,
+        backend: str = "highs",
+        threads: int = 1,
+        warm_start: bool = True,
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.backend, self.threads, self.use_warm_start = check_backend(backend), threads, warm_start
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         if problem.objective == "pipeline":
-            return PipelineMip(time_limit_s=self.time_limit_s, seed=self.seed, backend=self.backend,
-                               warm_start=self.use_warm_start).solve(problem, deadline=deadline)
+            return PipelineMip(
+                time_limit_s=self.time_limit_s, seed=self.seed, backend=self.backend, warm_start=self.use_warm_start
+            ).solve(problem, deadline=deadline)
         if problem.objective == "throughput":
-            return exact_throughput(problem, deadline, backend=self.backend, seed=self.seed, threads=self.threads,
-                                    warm_start=self.use_warm_start)
+            return exact_throughput(
+                problem,
+                deadline,
+                backend=self.backend,
+                seed=self.seed,
+                threads=self.threads,
+                warm_start=self.use_warm_start,
+            )
         incumbent = best_heuristic(problem) if self.use_warm_start else None
-        return solve_within_memory(problem, lambda reserve, cuts: self._solve_once(
-            problem, incumbent, reserve, cuts, deadline.left()))
+        return solve_within_memory(
+            problem, lambda reserve, cuts: self._solve_once(problem, incumbent, reserve, cuts, deadline.left())
+        )
 
-    def _solve_once(self, problem: Problem, incumbent: Plan | None, reserve: dict[str, float],
-                    cuts: tuple[PeakCut, ...], time_limit_s: float) -> Plan:
+    def _solve_once(
+        self,
+        problem: Problem,
+        incumbent: Plan | None,
+        reserve: dict[str, float],
+        cuts: tuple[PeakCut, ...],
+        time_limit_s: float,
+    ) -> Plan:
         graph = problem.graph
         upper = incumbent.value_s if incumbent is not None and math.isfinite(incumbent.value_s) else None
         model = LatencyModel(problem, backend=self.backend, upper_bound_s=upper, reserve=reserve, cuts=cuts)
@@ -70,8 +92,13 @@ class Milp(Solver):
             plan.lower_bound_s = model.bound_s()
             plan.attrs["milp_status"] = "no better incumbent"
             return plan
-        plan = Plan(found.assignment, objective="latency", mode="latency",
-                    order=order_by_start(graph, found.assignment, found.start_s), solver=self.name)
+        plan = Plan(
+            found.assignment,
+            objective="latency",
+            mode="latency",
+            order=order_by_start(graph, found.assignment, found.start_s),
+            solver=self.name,
+        )
         sim = simulate(graph, problem.platform, problem.costs, plan)
         if incumbent is not None and incumbent.value_s < sim.value_s:
             plan = incumbent.copy(self.name)
@@ -82,22 +109,43 @@ class Milp(Solver):
         # Proven only if the simulator agrees with the model, up to the solver's feasibility tolerance.
         plan.optimal = found.optimal and within_slack(sim.value_s, found.objective_s)
         plan.attrs.update({"milp_objective_s": found.objective_s, "milp_backend": self.backend})
-        if model.memory_binds:                # weights + a reserve: a restriction, so neither bound nor proof
+        if model.memory_binds:  # weights + a reserve: a restriction, so neither bound nor proof
             plan.lower_bound_s, plan.optimal = None, False
             plan.attrs["memory_restricts_bound"] = True
         return plan
 
 
-def exact_throughput(problem: Problem, deadline: Deadline, *, backend: str = "highs", seed: int = 0,
-                     threads: int = 1, warm_start: bool = True, solver: str = "milp") -> Plan:
+def exact_throughput(
+    problem: Problem,
+    deadline: Deadline,
+    *,
+    backend: str = "highs",
+    seed: int = 0,
+    threads: int = 1,
+    warm_start: bool = True,
+    solver: str = "milp",
+) -> Plan:
     """The throughput MILP over the whole graph, repaired where the simulator saw activations overflow."""
     incumbent = best_heuristic(problem) if warm_start else None
-    return solve_within_memory(problem, lambda reserve, cuts: _solve_throughput_once(
-        problem, incumbent, reserve, cuts, deadline.left(), backend, seed, threads, solver))
+    return solve_within_memory(
+        problem,
+        lambda reserve, cuts: _solve_throughput_once(
+            problem, incumbent, reserve, cuts, deadline.left(), backend, seed, threads, solver
+        ),
+    )
 
 
-def _solve_throughput_once(problem: Problem, incumbent: Plan | None, reserve: dict[str, float], cuts: tuple[PeakCut, ...],
-                time_limit_s: float, backend: str, seed: int, threads: int, solver: str) -> Plan:
+def _solve_throughput_once(
+    problem: Problem,
+    incumbent: Plan | None,
+    reserve: dict[str, float],
+    cuts: tuple[PeakCut, ...],
+    time_limit_s: float,
+    backend: str,
+    seed: int,
+    threads: int,
+    solver: str,
+) -> Plan:
     model = ThroughputModel(problem, backend=backend, reserve=reserve, cuts=cuts)
     if incumbent is not None:
         model.warm_start(incumbent.assignment)
@@ -120,7 +168,7 @@ def _solve_throughput_once(problem: Problem, incumbent: Plan | None, reserve: di
         plan.lower_bound_s = None if found.bound_s is None else min(found.bound_s, plan.value_s)
         plan.optimal = found.optimal and within_slack(plan.value_s, found.period_s)
         plan.attrs.update({"milp_objective_s": found.period_s, "milp_backend": backend})
-    if model.memory_binds:                   # weights + a reserve: a restriction, so neither bound nor proof
+    if model.memory_binds:  # weights + a reserve: a restriction, so neither bound nor proof
         plan.lower_bound_s, plan.optimal = None, False
         plan.attrs["memory_restricts_bound"] = True
     return plan
@@ -130,8 +178,11 @@ def nothing_found(status: mip.OptimizationStatus, method: str, heuristic: str) -
     """The error for an exact solve with no plan and no incumbent: proven infeasible, or out of time."""
     if status == mip.OptimizationStatus.INFEASIBLE:
         return no_plan_exists(method)
-    return DivimlInputError(f"the {method} found no plan within its time limit", field="time_limit",
-                            hint=f"raise --time-limit or use --solver {heuristic}")
+    return DivimlInputError(
+        f"the {method} found no plan within its time limit",
+        field="time_limit",
+        hint=f"raise --time-limit or use --solver {heuristic}",
+    )
 
 
 def exact_instead(problem: Problem, solver: Solver, deadline: Deadline, note: str) -> Plan:

@@ -2,6 +2,7 @@
 of its own, warm-started from SliceGraph: a plan in mode ``stage_serial`` whose bound is the MIP's
 (docs/solvers.md#mtpp).
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,20 +33,30 @@ class PipelineMip(Solver):
     objectives = ("pipeline",)
     modes = ("stage_serial",)
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, backend: str = "highs",
-                 warm_start: bool = True):
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, backend: str = "highs", warm_start: bool = True):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.backend, self.use_warm_start = check_backend(backend), warm_start
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
-        incumbent = SliceGraph(time_limit_s=self.time_limit_s / 4, seed=self.seed).solve(problem, deadline=deadline) \
-            if self.use_warm_start else None
-        return solve_pipeline_mip(problem, time_limit_s=deadline.left(), backend=self.backend, seed=self.seed,
-                                  warm_start=incumbent)
+        incumbent = (
+            SliceGraph(time_limit_s=self.time_limit_s / 4, seed=self.seed).solve(problem, deadline=deadline)
+            if self.use_warm_start
+            else None
+        )
+        return solve_pipeline_mip(
+            problem, time_limit_s=deadline.left(), backend=self.backend, seed=self.seed, warm_start=incumbent
+        )
 
 
-def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = "highs", seed: int = 0,
-                       warm_start: Plan | None = None, floor_s: float = 0.0) -> Plan:
+def solve_pipeline_mip(
+    problem: Problem,
+    *,
+    time_limit_s: float,
+    backend: str = "highs",
+    seed: int = 0,
+    warm_start: Plan | None = None,
+    floor_s: float = 0.0,
+) -> Plan:
     """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial``.
 
     ``value_s`` is the simulator's value, ``lower_bound_s`` the MIP's certified bound (never above
@@ -55,16 +66,20 @@ def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = 
     always assumed), which sharpens the MIP's own bound."""
     began = time.perf_counter()
     if problem.objective != "pipeline":
-        raise DivimlInputError(f"the pipeline MIP places for objective 'pipeline', not '{problem.objective}'",
-                               field="objective", hint="use --objective pipeline --stages K")
+        raise DivimlInputError(
+            f"the pipeline MIP places for objective 'pipeline', not '{problem.objective}'",
+            field="objective",
+            hint="use --objective pipeline --stages K",
+        )
     stages = stage_count(problem)
     problem.validate()
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     incumbent_s = None
     if warm_start is not None:
         if warm_start.mode != "stage_serial" or len(warm_start.stages or ()) > stages:
-            raise DivimlInputError(f"the warm start must be a stage_serial plan of at most {stages} stages",
-                                   field="warm_start")
+            raise DivimlInputError(
+                f"the warm start must be a stage_serial plan of at most {stages} stages", field="warm_start"
+            )
         sim = simulate(graph, platform, costs, warm_start)
         if sim.feasible:
             incumbent_s = sim.value_s
@@ -84,24 +99,44 @@ def solve_pipeline_mip(problem: Problem, *, time_limit_s: float, backend: str = 
     weaker = None
     if warm_start is not None and (sim is None or not sim.feasible or incumbent_s <= sim.value_s):
         if sim is not None and not sim.feasible:
-            weaker = ("the pipeline MIP's own plan overflows a memory with its activations (it counts weights "
-                      "only): the plan is its warm start's")
+            weaker = (
+                "the pipeline MIP's own plan overflows a memory with its activations (it counts weights "
+                "only): the plan is its warm start's"
+            )
         plan = warm_start.copy()
         sim = simulate(graph, platform, costs, plan)
     if plan is None:
-        raise DivimlInputError("the pipeline MIP found no plan within its time limit", field="time_limit",
-                               hint="raise --time-limit, or use --solver slicegraph")
+        raise DivimlInputError(
+            "the pipeline MIP found no plan within its time limit",
+            field="time_limit",
+            hint="raise --time-limit, or use --solver slicegraph",
+        )
     if not sim.feasible:
         log.warning("the pipeline MIP's plan breaks a constraint the MIP does not model: %s", "; ".join(sim.problems))
     plan.solver, plan.value_s = PipelineMip.name, sim.value_s
     plan.lower_bound_s = None if bound is None else min(bound, sim.value_s)
-    plan.optimal = (status == mip.OptimizationStatus.OPTIMAL and sim.feasible
-                    and sim.value_s <= claim * (1 + PIPELINE_AGREEMENT) + ABSOLUTE_SLACK)
+    plan.optimal = (
+        status == mip.OptimizationStatus.OPTIMAL
+        and sim.feasible
+        and sim.value_s <= claim * (1 + PIPELINE_AGREEMENT) + ABSOLUTE_SLACK
+    )
     plan.solve_s = time.perf_counter() - began
-    plan.attrs.update({"mip_status": status.name.lower(), "mip_objective_s": claim, "links_exact": model.links_exact,
-                       "mip_backend": backend})
+    plan.attrs.update(
+        {
+            "mip_status": status.name.lower(),
+            "mip_objective_s": claim,
+            "links_exact": model.links_exact,
+            "mip_backend": backend,
+        }
+    )
     if weaker:
         plan.attrs["weaker_method"] = weaker
-    log.info("pipeline MIP: %d stages, period %.6g s, bound %s, %s in %.2f s", len(plan.stages), sim.value_s,
-             plan.lower_bound_s, status.name, plan.solve_s)
+    log.info(
+        "pipeline MIP: %d stages, period %.6g s, bound %s, %s in %.2f s",
+        len(plan.stages),
+        sim.value_s,
+        plan.lower_bound_s,
+        status.name,
+        plan.solve_s,
+    )
     return plan

@@ -2,6 +2,7 @@
 each taking a share of the stream in proportion to its speed (an LP chooses the shares), so that their
 throughputs add. The best of none, whole-model and stage replicas (docs/solvers.md#throughput).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -20,7 +21,7 @@ from ..toolkit.throughput_model import mean_fastest_s, score, throughput_plan
 from . import get_solver
 from .base import Solver
 
-BASE_SHARE = 0.9                 # of the time limit, for the solver of the plain plan
+BASE_SHARE = 0.9  # of the time limit, for the solver of the plain plan
 
 
 # ---------------------------------------------------------------------- replicas
@@ -38,8 +39,9 @@ def whole_model_replicas(problem: Problem, solver: str = "replicas") -> Plan | N
     speed = {d: 1.0 / t for d, t in alone.items()}
     shares = normalised(speed)
     fastest = min(alone, key=alone.__getitem__)
-    plan = throughput_plan({k: fastest for k in problem.graph.kernels}, solver,
-                           [ReplicaGroup(list(problem.graph.topo_order), shares)])
+    plan = throughput_plan(
+        {k: fastest for k in problem.graph.kernels}, solver, [ReplicaGroup(list(problem.graph.topo_order), shares)]
+    )
     score(problem, plan)
     return plan
 
@@ -63,10 +65,11 @@ def stage_replicas(problem: Problem, base: Plan, solver: str = "replicas") -> Pl
     stages: dict[str, list[str]] = defaultdict(list)
     for kernel in graph.topo_order:
         stages[base.assignment[kernel]].append(kernel)
-    movable = {home: [d for d in problem.platform.device_names
-                      if all(d in problem.feasible_devices(k) for k in kernels)]
-               for home, kernels in stages.items()
-               if all(graph.kernels[k].colocate is None for k in kernels)}   # a shared group may not split
+    movable = {
+        home: [d for d in problem.platform.device_names if all(d in problem.feasible_devices(k) for k in kernels)]
+        for home, kernels in stages.items()
+        if all(graph.kernels[k].colocate is None for k in kernels)
+    }  # a shared group may not split
     barred: set[str] = set()
     for _ in range(len(problem.platform.devices)):
         options = {home: [d for d in movable.get(home, [home]) if d == home or d not in barred] for home in stages}
@@ -76,20 +79,28 @@ def stage_replicas(problem: Problem, base: Plan, solver: str = "replicas") -> Pl
             return None
         plan = throughput_plan(base.assignment, solver, groups)
         sim = score(problem, plan)
-        over = {d for d in sim.memory_bytes if problem.platform.device(d).memory_bytes is not None
-                and sim.memory_bytes[d] > problem.platform.device(d).memory_bytes}
+        over = {
+            d
+            for d in sim.memory_bytes
+            if problem.platform.device(d).memory_bytes is not None
+            and sim.memory_bytes[d] > problem.platform.device(d).memory_bytes
+        }
         if not over:
             return plan
         barred |= over
     return None
 
 
-def stage_share_lp(problem: Problem, stages: dict[str, list[str]],
-                    options: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+def stage_share_lp(
+    problem: Problem, stages: dict[str, list[str]], options: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
     """Home device -> {device: share} (see ``stage_replicas``)."""
     costs, unit = problem.costs, mean_fastest_s(problem)
-    work = {(home, d): sum(costs.compute_s(k, d) for k in kernels) / unit
-            for home, kernels in stages.items() for d in options[home]}
+    work = {
+        (home, d): sum(costs.compute_s(k, d) for k in kernels) / unit
+        for home, kernels in stages.items()
+        for d in options[home]
+    }
     shares: dict[str, dict[str, float]] = {}
     period = None
     for phase in ("period", "moved"):
@@ -124,16 +135,20 @@ class Replicas(Solver):
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, base: str = "milp"):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         if base not in self.BASES:
-            raise DivimlInputError(f"unknown base solver '{base}' for replicas", field="base",
-                                   hint=f"use one of {', '.join(self.BASES)}")
+            raise DivimlInputError(
+                f"unknown base solver '{base}' for replicas", field="base", hint=f"use one of {', '.join(self.BASES)}"
+            )
         self.base = base
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         base = get_solver(self.base, time_limit_s=self.time_limit_s * BASE_SHARE, seed=self.seed).solve(
-            problem, deadline=deadline)
-        options = {"none": throughput_plan(base.assignment, self.name),
-                   "whole_model": whole_model_replicas(problem, self.name),
-                   "stages": stage_replicas(problem, base, self.name)}
+            problem, deadline=deadline
+        )
+        options = {
+            "none": throughput_plan(base.assignment, self.name),
+            "whole_model": whole_model_replicas(problem, self.name),
+            "stages": stage_replicas(problem, base, self.name),
+        }
         values: dict[str, float | None] = {}
         best_name = None
         for name, plan in options.items():
@@ -142,8 +157,11 @@ class Replicas(Solver):
             if values[name] is not None and (best_name is None or values[name] < values[best_name]):
                 best_name = name
         if best_name is None:
-            raise DivimlInputError("no replica option gave a plan that fits", field="memory_bytes",
-                                   hint="check memory and allowed devices; try --solver greedy")
+            raise DivimlInputError(
+                "no replica option gave a plan that fits",
+                field="memory_bytes",
+                hint="check memory and allowed devices; try --solver greedy",
+            )
         plan = options[best_name]
         plan.attrs.update({"replicas_option": best_name, "option_values_s": values, "base_solver": self.base})
         return plan

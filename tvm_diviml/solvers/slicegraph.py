@@ -11,6 +11,7 @@ problem (``throughput``). Segments that break memory, allowed devices or co-loca
 
 The DP, the pricing and the search: docs/solvers.md#slicegraph.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -18,8 +19,8 @@ import logging
 import math
 import time
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -44,8 +45,11 @@ def _out_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers
     """(x, y, w) difference entries for [x <= a < y <= last consumer of the layer]."""
     last = np.maximum.reduceat(pos[layers.consumer], layers.start)
     after, w, zero = producer_pos + 1, layers.weight, np.zeros_like(producer_pos)
-    return (np.concatenate([zero, after, zero, after]), np.concatenate([after, after, last + 1, last + 1]),
-            np.concatenate([w, -w, -w, w]))
+    return (
+        np.concatenate([zero, after, zero, after]),
+        np.concatenate([after, after, last + 1, last + 1]),
+        np.concatenate([w, -w, -w, w]),
+    )
 
 
 def _in_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers):
@@ -66,13 +70,13 @@ def _integrate(grid: np.ndarray, entries: list[tuple[np.ndarray, np.ndarray, np.
     """grid[y, x] = sum of the weights of entries at (x' <= x, y' <= y): two cumulative sums."""
     size = len(grid)
     x, y, w = (np.concatenate(parts) for parts in zip(*entries))
-    if y.max(initial=0) >= size:          # ends past the last segment (a virtual consumer at the end)
+    if y.max(initial=0) >= size:  # ends past the last segment (a virtual consumer at the end)
         keep = y < size
         x, y, w = x[keep], y[keep], w[keep]
     grid.fill(0.0)
     np.add.at(grid.reshape(-1), y * size + x, w)
     np.cumsum(grid, axis=1, out=grid)
-    for row in range(1, size):            # numpy's cumsum down axis 0 is several times slower than this
+    for row in range(1, size):  # numpy's cumsum down axis 0 is several times slower than this
         np.add(grid[row - 1], grid[row], out=grid[row])
     return grid
 
@@ -81,13 +85,12 @@ def _integrate(grid: np.ndarray, entries: list[tuple[np.ndarray, np.ndarray, np.
 class _Profile:
     """What a stage costs on one device, per kernel id; identical devices share one profile."""
 
-    work: np.ndarray          # compute seconds plus the return of model outputs to the host (0 where infeasible)
-    infeasible: np.ndarray    # bool: the device may not run the kernel
-    input_price: np.ndarray   # seconds per model input, from the host
+    work: np.ndarray  # compute seconds plus the return of model outputs to the host (0 where infeasible)
+    infeasible: np.ndarray  # bool: the device may not run the kernel
+    input_price: np.ndarray  # seconds per model input, from the host
     memory_bytes: float
-    send: np.ndarray          # host_staged: seconds to copy each distinct tensor size to the host (else empty)
-    receive: np.ndarray       # host_staged: and from the host
-
+    send: np.ndarray  # host_staged: seconds to copy each distinct tensor size to the host (else empty)
+    receive: np.ndarray  # host_staged: and from the host
 
 
 class StageCosts:
@@ -112,12 +115,15 @@ class StageCosts:
         self._edge_src = [index[e.src] for e in graph.edges]
         self._edge_dst = [index[e.dst] for e in graph.edges]
         self.host_staged = problem.mode == "host_staged"
-        self._byte_values, self._edge_byte = np.unique(np.array([e.bytes for e in graph.edges], dtype=float),
-                                                       return_inverse=True)
+        self._byte_values, self._edge_byte = np.unique(
+            np.array([e.bytes for e in graph.edges], dtype=float), return_inverse=True
+        )
         # host_staged: a model output is a read by a virtual consumer past the end (id n), never in a stage
         returned = [index[k] for k in self.names if k in graph.output_set and graph.kernels[k].output_bytes > 0]
-        self._returned = (np.array(returned, dtype=np.int64),
-                          np.array([graph.kernels[self.names[i]].output_bytes for i in returned], dtype=float))
+        self._returned = (
+            np.array(returned, dtype=np.int64),
+            np.array([graph.kernels[self.names[i]].output_bytes for i in returned], dtype=float),
+        )
         self._link_prices: dict[tuple[str, str], np.ndarray] = {}
         self._edge_layers: dict[frozenset, tuple[TensorLayers, bool]] = {}
         self._profile_layers: dict[int, tuple[TensorLayers, TensorLayers]] = {}
@@ -134,15 +140,20 @@ class StageCosts:
             work = np.array([0.0 if infeasible[i] else costs.compute_s(k, device) for i, k in enumerate(self.names)])
             pays = not self.host_staged or platform.device(device).kind != "cpu"
             if not self.host_staged:
-                work += [costs.transfer_s(graph.kernels[k].output_bytes, device, host) if k in graph.output_set
-                         else 0.0 for k in self.names]
+                work += [
+                    costs.transfer_s(graph.kernels[k].output_bytes, device, host) if k in graph.output_set else 0.0
+                    for k in self.names
+                ]
             sizes = np.concatenate([self._byte_values, self._returned[1]]) if self.host_staged else []
             capacity = platform.device(device).memory_bytes
-            return (work, infeasible, np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0
-                                                for i in model_inputs], dtype=float),
-                    math.inf if capacity is None else float(capacity) - reserve.get(device, 0.0),
-                    np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
-                    np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]))
+            return (
+                work,
+                infeasible,
+                np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0 for i in model_inputs], dtype=float),
+                math.inf if capacity is None else float(capacity) - reserve.get(device, 0.0),
+                np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
+                np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]),
+            )
 
         classes = identical_devices(self.devices, describe)
         self.profiles = [_Profile(*description) for _, description in classes]
@@ -154,7 +165,7 @@ class StageCosts:
         self.groups = list(groups.values())
         self._group_members = np.array([i for members in groups.values() for i in members], dtype=np.int64)
         self._group_start = np.cumsum([0] + [len(m) for m in groups.values()])[:-1]
-        self._before_diagonal = np.triu(np.full((n + 1, n + 1), np.inf), k=1)    # grid[y, x] with x > y
+        self._before_diagonal = np.triu(np.full((n + 1, n + 1), np.inf), k=1)  # grid[y, x] with x > y
         self._buffers: dict[object, np.ndarray] = {}
 
     def _buffer(self, key: object) -> np.ndarray:
@@ -167,8 +178,9 @@ class StageCosts:
     def _link_price(self, src: str, dst: str) -> np.ndarray:
         """Seconds to send each distinct edge size over one link."""
         if (src, dst) not in self._link_prices:
-            self._link_prices[(src, dst)] = np.array([self.problem.costs.transfer_s(b, src, dst)
-                                                      for b in self._byte_values], dtype=float)
+            self._link_prices[(src, dst)] = np.array(
+                [self.problem.costs.transfer_s(b, src, dst) for b in self._byte_values], dtype=float
+            )
         return self._link_prices[(src, dst)]
 
     def edge_layers(self, stage_devices: Sequence[str]) -> tuple[TensorLayers, bool]:
@@ -192,14 +204,18 @@ class StageCosts:
         if profile_id not in self._profile_layers:
             profile, (returned, _) = self.profiles[profile_id], self._returned
             size_id = np.concatenate([self._edge_byte, len(self._byte_values) + np.arange(len(returned))])
-            leaving = tensor_layers(self._edge_src + returned.tolist(), self._edge_dst + [self.n] * len(returned),
-                                     profile.send[size_id.astype(np.int64)].tolist())
+            leaving = tensor_layers(
+                self._edge_src + returned.tolist(),
+                self._edge_dst + [self.n] * len(returned),
+                profile.send[size_id.astype(np.int64)].tolist(),
+            )
             entering = tensor_layers(self._edge_src, self._edge_dst, profile.receive[self._edge_byte].tolist())
             self._profile_layers[profile_id] = (leaving, entering)
         return self._profile_layers[profile_id]
 
-    def transfer_grid(self, pos: np.ndarray, leaving: TensorLayers, entering: TensorLayers, key: object = "transfers"
-                      ) -> np.ndarray:
+    def transfer_grid(
+        self, pos: np.ndarray, leaving: TensorLayers, entering: TensorLayers, key: object = "transfers"
+    ) -> np.ndarray:
         """grid[y, x]: the seconds of tensors (``leaving`` layers) leaving and (``entering`` layers)
         entering order[x:y] between stages, and inf where x > y (no segment). ``pos`` has one extra
         entry, n, for the virtual consumer past the end."""
@@ -216,8 +232,9 @@ class StageCosts:
             grid[:] = self._before_diagonal
         return grid
 
-    def stage_grid(self, order: np.ndarray, pos: np.ndarray, profile_id: int, transfers: np.ndarray,
-                   forbidden_cuts: np.ndarray) -> np.ndarray:
+    def stage_grid(
+        self, order: np.ndarray, pos: np.ndarray, profile_id: int, transfers: np.ndarray, forbidden_cuts: np.ndarray
+    ) -> np.ndarray:
         """grid[y, x] = f(order[x:y]) on a device of profile ``profile_id`` (inf where x > y or not allowed)."""
         n, profile = self.n, self.profiles[profile_id]
         prefix = np.concatenate([[0.0], np.cumsum(profile.work[order])])
@@ -228,7 +245,7 @@ class StageCosts:
         for consumers, price in zip(self._input_consumers, profile.input_price):
             previous = -1
             for at in np.sort(pos[consumers]).tolist() if price else ():
-                grid[at + 1:, previous + 1:at + 1] += price
+                grid[at + 1 :, previous + 1 : at + 1] += price
                 previous = at
         # The furthest end y of a segment starting at x: before the next kernel the device may not
         # run, and within its memory.
@@ -252,7 +269,7 @@ class StageCosts:
             at = pos[self._group_members]
             np.add.at(forbidden, np.minimum.reduceat(at, self._group_start) + 1, 1)
             np.add.at(forbidden, np.maximum.reduceat(at, self._group_start) + 1, -1)
-        return np.cumsum(forbidden)[:self.n + 1] > 0
+        return np.cumsum(forbidden)[: self.n + 1] > 0
 
     # ------------------------------------------------------------------ the DP
     def slice(self, order: np.ndarray, stage_devices: Sequence[str]) -> tuple[float, list[int], bool]:
@@ -305,8 +322,11 @@ def slice_order(problem: Problem, order: Sequence[str], stage_devices: Sequence[
     position = {k: i for i, k in enumerate(order)}
     backward = next((e for e in graph.edges if position[e.src] > position[e.dst]), None)
     if backward is not None:
-        raise DivimlInputError(f"order puts '{backward.dst}' before its input '{backward.src}'", field="order",
-                               hint="give a topological order")
+        raise DivimlInputError(
+            f"order puts '{backward.dst}' before its input '{backward.src}'",
+            field="order",
+            hint="give a topological order",
+        )
     _check_stage_devices(problem, stage_devices)
     costs = StageCosts(problem)
     index = {k: i for i, k in enumerate(costs.names)}
@@ -320,24 +340,33 @@ def _check_stage_devices(problem: Problem, stage_devices: Sequence[str]) -> None
     for device in stage_devices:
         problem.platform.device(device)
     if len(set(stage_devices)) != len(stage_devices):
-        raise DivimlInputError(f"stage devices repeat: {', '.join(stage_devices)}", field="stage_devices",
-                               hint="each stage runs on a device of its own")
+        raise DivimlInputError(
+            f"stage devices repeat: {', '.join(stage_devices)}",
+            field="stage_devices",
+            hint="each stage runs on a device of its own",
+        )
 
 
 def pipeline_plan(problem: Problem, order: Sequence[str], stage_devices: Sequence[str], cuts: Sequence[int]) -> Plan:
     """The Plan of a sliced order in the problem's mode (``stage_serial`` for pipelines, ``host_staged``
     for throughput on a host_staged platform); empty stages are dropped."""
     kept = [b for b in range(len(stage_devices)) if cuts[b] < cuts[b + 1]]
-    stages = [list(order[cuts[b]:cuts[b + 1]]) for b in kept]
+    stages = [list(order[cuts[b] : cuts[b + 1]]) for b in kept]
     devices = [stage_devices[b] for b in kept]
     assignment = {kernel: device for stage, device in zip(stages, devices) for kernel in stage}
-    return Plan({k: assignment[k] for k in problem.graph.kernels}, objective=problem.objective, mode=problem.mode,
-                stages=stages, stage_devices=devices)
+    return Plan(
+        {k: assignment[k] for k in problem.graph.kernels},
+        objective=problem.objective,
+        mode=problem.mode,
+        stages=stages,
+        stage_devices=devices,
+    )
 
 
 # ---------------------------------------------------------------------- orders
-def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequence[float],
-                  groups: Sequence[Sequence[int]] = ()) -> list[int]:
+def order_by_keys(
+    successors: list[list[int]], indegree: list[int], keys: Sequence[float], groups: Sequence[Sequence[int]] = ()
+) -> list[int]:
     """Kahn's topological sort that always takes the ready kernel of smallest key.
 
     Co-location ``groups`` are kept together where the graph allows, since no cut may fall inside a
@@ -351,7 +380,7 @@ def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequen
         if len(members) > 1:
             for v in members:
                 group_of[v] = index
-    deferred_before: dict[int, list[int]] = defaultdict(list)     # consumer -> its deferred inputs
+    deferred_before: dict[int, list[int]] = defaultdict(list)  # consumer -> its deferred inputs
     deferred = [group_of[v] >= 0 and indegree[v] == 0 and bool(successors[v]) for v in range(n)]
     for v in range(n):
         if deferred[v]:
@@ -367,7 +396,7 @@ def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequen
     def place(v: int) -> None:
         placed[v] = True
         order.append(v)
-        for w in () if deferred[v] else successors[v]:       # a deferred input was counted at the start
+        for w in () if deferred[v] else successors[v]:  # a deferred input was counted at the start
             remaining[w] -= 1
             if remaining[w] == 0:
                 heapq.heappush(ready, (-1.0 if group_of[w] >= 0 and started[group_of[w]] else keys[w], w))
@@ -381,7 +410,7 @@ def order_by_keys(successors: list[list[int]], indegree: list[int], keys: Sequen
     while ready:
         _, v = heapq.heappop(ready)
         if placed[v]:
-            continue                    # pushed again when its group started
+            continue  # pushed again when its group started
         for u in sorted(deferred_before.get(v, ()), key=lambda u: keys[u]):
             if not placed[u]:
                 place(u)
@@ -397,7 +426,7 @@ def traversal_order(successors: list[list[int]], indegree: list[int], depth_firs
     while ready:
         v = ready.pop() if depth_first else ready.popleft()
         order.append(v)
-        for w in (reversed(successors[v]) if depth_first else successors[v]):
+        for w in reversed(successors[v]) if depth_first else successors[v]:
             remaining[w] -= 1
             if remaining[w] == 0:
                 ready.append(w)
@@ -431,25 +460,40 @@ class SliceGraph(Solver):
     """
 
     name = "slicegraph"
-    objectives = ("pipeline", "throughput")       # throughput only on host_staged platforms
+    objectives = ("pipeline", "throughput")  # throughput only on host_staged platforms
     modes = ("stage_serial", "host_staged")
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, population: int = 48,
-                 elite_fraction: float = 0.2, mutant_fraction: float = 0.15, inheritance_bias: float = 0.7,
-                 generations: int = 300, stall_generations: int = 40):
+    def __init__(
+        self,
+        *,
+        time_limit_s: float = 60.0,
+        seed: int = 0,
+        population: int = 48,
+        elite_fraction: float = 0.2,
+        mutant_fraction: float = 0.15,
+        inheritance_bias: float = 0.7,
+        generations: int = 300,
+        stall_generations: int = 40,
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         if population < 3:
             raise DivimlInputError("population must be at least 3", field="population")
         if not 0 < elite_fraction < 1 or not 0 <= mutant_fraction < 1 or elite_fraction + mutant_fraction >= 1:
-            raise DivimlInputError("need 0 < elite_fraction, 0 <= mutant_fraction and elite_fraction + "
-                                   "mutant_fraction < 1", field="elite_fraction",
-                                   hint="for example 0.2 and 0.15, so that some children are bred")
+            raise DivimlInputError(
+                "need 0 < elite_fraction, 0 <= mutant_fraction and elite_fraction + mutant_fraction < 1",
+                field="elite_fraction",
+                hint="for example 0.2 and 0.15, so that some children are bred",
+            )
         if not 0.5 <= inheritance_bias <= 1:
-            raise DivimlInputError("inheritance_bias must lie in [0.5, 1]", field="inheritance_bias",
-                                   hint="the chance that a child takes a key from its elite parent")
+            raise DivimlInputError(
+                "inheritance_bias must lie in [0.5, 1]",
+                field="inheritance_bias",
+                hint="the chance that a child takes a key from its elite parent",
+            )
         if generations < 0 or stall_generations < 1:
-            raise DivimlInputError("generations cannot be negative and stall_generations must be at least 1",
-                                   field="generations")
+            raise DivimlInputError(
+                "generations cannot be negative and stall_generations must be at least 1", field="generations"
+            )
         self.population = population
         self.elites = max(1, round(elite_fraction * population))
         self.mutants = min(population - self.elites - 1, round(mutant_fraction * population))
@@ -467,10 +511,12 @@ class SliceGraph(Solver):
             search_until = deadline if attempt == 0 else deadline.within(self.time_limit_s / 2)
             best, searched = self._search(costs, problem, stages, bound, search_until.at)
             if not math.isfinite(best.value):
-                raise DivimlInputError("no slicing into stages lets every kernel run within its device's memory "
-                                       "and keeps co-location groups together"
-                                       + (" (with room for the activations)" if reserve else ""), field="stages",
-                                       hint="allow more devices, or use devices with more memory")
+                raise DivimlInputError(
+                    "no slicing into stages lets every kernel run within its device's memory "
+                    "and keeps co-location groups together" + (" (with room for the activations)" if reserve else ""),
+                    field="stages",
+                    hint="allow more devices, or use devices with more memory",
+                )
             order = [costs.names[i] for i in best.order]
             plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
             sim = simulate(problem.graph, platform, problem.costs, plan)
@@ -480,20 +526,41 @@ class SliceGraph(Solver):
             # weights fit (the DP checked them): the activations took the rest; keep room for them and
             # slice again, at the last try room for every activation of the model at once
             for device, peak in overflow.items():
-                reserve[device] = max(reserve.get(device, 0.0), peak) if attempt < MEMORY_ATTEMPTS - 2 \
+                reserve[device] = (
+                    max(reserve.get(device, 0.0), peak)
+                    if attempt < MEMORY_ATTEMPTS - 2
                     else _all_activation_bytes(problem.graph)
-                log.info("slicegraph: activations on '%s' need %s beyond its weights; slicing again", device,
-                         format_bytes(peak))
+                )
+                log.info(
+                    "slicegraph: activations on '%s' need %s beyond its weights; slicing again",
+                    device,
+                    format_bytes(peak),
+                )
         plan.solver, plan.value_s = self.name, sim.value_s
         plan.optimal = sim.feasible and meets(sim.value_s, bound)
-        plan.attrs.update({"dp_value_s": best.value, "dp_exact": best.exact, **searched,
-                           "population": self.population, "memory_attempts": attempt + 1})
-        log.info("slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
-                 len(plan.stages), sim.value_s, bound, searched["generations"], searched["decodes"], searched["stopped"])
+        plan.attrs.update(
+            {
+                "dp_value_s": best.value,
+                "dp_exact": best.exact,
+                **searched,
+                "population": self.population,
+                "memory_attempts": attempt + 1,
+            }
+        )
+        log.info(
+            "slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
+            len(plan.stages),
+            sim.value_s,
+            bound,
+            searched["generations"],
+            searched["decodes"],
+            searched["stopped"],
+        )
         return plan
 
-    def _search(self, costs: StageCosts, problem: Problem, stages: int, bound: float, deadline: float
-                ) -> tuple[_Decoded, dict]:
+    def _search(
+        self, costs: StageCosts, problem: Problem, stages: int, bound: float, deadline: float
+    ) -> tuple[_Decoded, dict]:
         """The BRKGA until ``deadline`` (perf_counter seconds): the best decoded chromosome, and how
         the search went (generations, decodes, what stopped it)."""
         rng = np.random.default_rng(self.seed)
@@ -503,8 +570,8 @@ class SliceGraph(Solver):
         def decode(keys: np.ndarray) -> float:
             nonlocal decodes, best
             decodes += 1
-            order = order_by_keys(costs.successors, costs.indegree, keys[:costs.n].tolist(), costs.groups)
-            devices = [costs.devices[d] for d in np.argsort(keys[costs.n:], kind="stable")[:stages]]
+            order = order_by_keys(costs.successors, costs.indegree, keys[: costs.n].tolist(), costs.groups)
+            devices = [costs.devices[d] for d in np.argsort(keys[costs.n :], kind="stable")[:stages]]
             value, cuts, exact = costs.slice(np.array(order, dtype=np.int64), devices)
             if best is None or value < best.value:
                 best = _Decoded(value, order, devices, cuts, exact)
@@ -541,24 +608,37 @@ class SliceGraph(Solver):
                 if out_of_time():
                     break
                 scores.append(decode(keys))
-            population = np.vstack([population[:self.elites], newcomers[:len(scores)]])
-            fitness = np.concatenate([fitness[:self.elites], scores])
+            population = np.vstack([population[: self.elites], newcomers[: len(scores)]])
+            fitness = np.concatenate([fitness[: self.elites], scores])
             generation += 1
         return best, {"generations": generation, "decodes": decodes, "stopped": stopped}
 
-    def _first_population(self, costs: StageCosts, problem: Problem, stages: int,
-                          rng: np.random.Generator) -> np.ndarray:
+    def _first_population(
+        self, costs: StageCosts, problem: Problem, stages: int, rng: np.random.Generator
+    ) -> np.ndarray:
         """Seeds (program, depth-first, breadth-first orders x three device orders), then random keys."""
         n, devices = costs.n, costs.devices
-        orders = [list(range(n)), traversal_order(costs.successors, costs.indegree, True),
-                  traversal_order(costs.successors, costs.indegree, False)]
-        speed = [(int(costs.profiles[costs.profile_of[d]].infeasible.sum()),
-                  float(costs.profiles[costs.profile_of[d]].work.sum()), i) for i, d in enumerate(devices)]
+        orders = [
+            list(range(n)),
+            traversal_order(costs.successors, costs.indegree, True),
+            traversal_order(costs.successors, costs.indegree, False),
+        ]
+        speed = [
+            (
+                int(costs.profiles[costs.profile_of[d]].infeasible.sum()),
+                float(costs.profiles[costs.profile_of[d]].work.sum()),
+                i,
+            )
+            for i, d in enumerate(devices)
+        ]
         fastest = [i for *_, i in sorted(speed)]
         host = devices.index(problem.platform.host)
         others = [i for i in fastest if i != host]
-        device_orders = list(dict.fromkeys(tuple(o) for o in (
-            fastest, [host] + others, others[:stages - 1] + [host] + others[stages - 1:])))
+        device_orders = list(
+            dict.fromkeys(
+                tuple(o) for o in (fastest, [host] + others, others[: stages - 1] + [host] + others[stages - 1 :])
+            )
+        )
         seeds = []
         for order in orders:
             for device_order in device_orders:
@@ -566,5 +646,5 @@ class SliceGraph(Solver):
                 keys[order] = np.arange(n) / max(n, 1)
                 keys[n + np.array(device_order)] = np.arange(len(devices)) / len(devices)
                 seeds.append(keys)
-        seeds = seeds[:self.population]
+        seeds = seeds[: self.population]
         return np.vstack(seeds + [rng.random((self.population - len(seeds), n + len(devices)))])

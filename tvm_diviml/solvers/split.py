@@ -4,6 +4,7 @@ the latency MILP; throughput: the period MILP), then sweeps of overlapping windo
 simulator says the whole plan improves. It never returns worse than the best heuristic it started
 from (docs/solvers.md#split).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,7 @@ from .milp import Milp, exact_throughput
 log = logging.getLogger(__name__)
 
 BACKENDS = ("cpsat", *MILP_BACKENDS)
-IMPROVEMENT_SHARE = 0.5          # of the window time limit, for a window of the improvement sweeps
+IMPROVEMENT_SHARE = 0.5  # of the window time limit, for a window of the improvement sweeps
 # Split's windows stop after this many branch-and-bound nodes. On inception_v3 (paper-node, roofline)
 # windows cut by the clock alone made plans that differed from run to run (periods within 0.03%);
 # with 200 nodes (or 1,000) every run made the same plan, within 0.03% of the best clock-cut run, in
@@ -52,8 +53,7 @@ def bottom_levels(problem: Problem) -> dict[str, float]:
 def tails(problem: Problem, window: list[str], bottom: dict[str, float]) -> dict[str, float]:
     """Per window kernel: the least work that must follow it outside the window."""
     inside = set(window)
-    return {k: max((bottom[e.dst] for e in problem.graph.succ[k] if e.dst not in inside), default=0.0)
-            for k in window}
+    return {k: max((bottom[e.dst] for e in problem.graph.succ[k] if e.dst not in inside), default=0.0) for k in window}
 
 
 def by_start(graph, kernels: list[str], start_s: dict[str, float]) -> list[str]:
@@ -62,8 +62,9 @@ def by_start(graph, kernels: list[str], start_s: dict[str, float]) -> list[str]:
     return sorted(kernels, key=lambda k: (start_s[k], graph.position[k]))
 
 
-def fixed_context(problem: Problem, assignment: dict[str, str], start_s: dict[str, float],
-                  finish_s: dict[str, float], kernels) -> tuple[Context, dict[str, float]]:
+def fixed_context(
+    problem: Problem, assignment: dict[str, str], start_s: dict[str, float], finish_s: dict[str, float], kernels
+) -> tuple[Context, dict[str, float]]:
     """``kernels`` fixed where and when they run: a Context (each device ready after its last one)
     and their start times (their busy intervals, for the cpsat backend)."""
     context = Context({k: assignment[k] for k in kernels}, {k: finish_s[k] for k in kernels})
@@ -76,16 +77,31 @@ def fixed_context(problem: Problem, assignment: dict[str, str], start_s: dict[st
 class WindowSolver:
     """Solves the windows of one split run with one backend, sharing the time left among them."""
 
-    def __init__(self, problem: Problem, backend: str, session: CpsatSession | None, *, deadline: float,
-                 window_time_limit_s: float, seed: int):
+    def __init__(
+        self,
+        problem: Problem,
+        backend: str,
+        session: CpsatSession | None,
+        *,
+        deadline: float,
+        window_time_limit_s: float,
+        seed: int,
+    ):
         self.problem, self.backend, self.session = problem, backend, session
         self.deadline, self.window_time_limit_s, self.seed = deadline, window_time_limit_s, seed
         self.descendants = reachability(problem) if backend != "cpsat" else None
         self.solved = self.proven = 0
 
-    def solve(self, window: list[str], context: Context, fixed_start_s: dict[str, float],
-              tail: dict[str, float | dict[str, float]], hint: WindowSolution, windows_left: int,
-              share: float = 1.0) -> WindowSolution | None:
+    def solve(
+        self,
+        window: list[str],
+        context: Context,
+        fixed_start_s: dict[str, float],
+        tail: dict[str, float | dict[str, float]],
+        hint: WindowSolution,
+        windows_left: int,
+        share: float = 1.0,
+    ) -> WindowSolution | None:
         """The window's best schedule found, or None (no time left, or the backend found none), in at
         most ``share`` of the window time limit and an even share of the time left."""
         remaining = self.deadline - time.perf_counter()
@@ -94,15 +110,29 @@ class WindowSolver:
         limit = min(share * self.window_time_limit_s, remaining / max(windows_left, 1))
         try:
             if self.session is not None:
-                solution = self.session.solve_window(self.problem, window, context, fixed_start_s=fixed_start_s,
-                                                     tail_s=tail, hint=hint, time_limit_s=limit)
+                solution = self.session.solve_window(
+                    self.problem,
+                    window,
+                    context,
+                    fixed_start_s=fixed_start_s,
+                    tail_s=tail,
+                    hint=hint,
+                    time_limit_s=limit,
+                )
             else:
-                model = LatencyModel(self.problem, window, context, backend=self.backend,
-                                     descendants=self.descendants, upper_bound_s=hint.objective_s, tie_break=True,
-                                     tail_s=tail)
+                model = LatencyModel(
+                    self.problem,
+                    window,
+                    context,
+                    backend=self.backend,
+                    descendants=self.descendants,
+                    upper_bound_s=hint.objective_s,
+                    tie_break=True,
+                    tail_s=tail,
+                )
                 model.warm_start(hint.assignment, hint.start_s, hint.objective_s)
                 solution = model.solve(limit, seed=self.seed)
-        except DivimlInputError as error:          # e.g. a co-location group left without a device
+        except DivimlInputError as error:  # e.g. a co-location group left without a device
             log.debug("split: window of %d kernels skipped: %s", len(window), error)
             return None
         self.solved += 1
@@ -126,31 +156,48 @@ class Split(Solver):
     objectives = ("latency", "throughput")
     modes = ("latency", "period_overlap")
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, module_size: int = 32,
-                 module_time_limit_s: float = 2.0, improve: bool = True, backend: str = "cpsat",
-                 workers: int = 2, session: CpsatSession | None = None):
+    def __init__(
+        self,
+        *,
+        time_limit_s: float = 60.0,
+        seed: int = 0,
+        module_size: int = 32,
+        module_time_limit_s: float = 2.0,
+        improve: bool = True,
+        backend: str = "cpsat",
+        workers: int = 2,
+        session: CpsatSession | None = None,
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.session = session
         if module_size < 2:
             raise DivimlInputError("module_size must be at least 2", field="module_size")
         if backend not in BACKENDS:
-            raise DivimlInputError(f"unknown split backend '{backend}'", field="backend",
-                                   hint=f"use one of {', '.join(BACKENDS)}")
+            raise DivimlInputError(
+                f"unknown split backend '{backend}'", field="backend", hint=f"use one of {', '.join(BACKENDS)}"
+            )
         if workers < 1:
             raise DivimlInputError("workers must be at least 1", field="workers")
         self.module_size, self.module_time_limit_s = module_size, module_time_limit_s
         self.improve, self.backend, self.workers = improve, backend, workers
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
-        if problem.objective == "throughput":             # windows of the throughput MILP (HiGHS unless cbc)
-            return split_throughput(problem, deadline, seed=self.seed, module_size=self.module_size,
-                                    module_time_limit_s=self.module_time_limit_s,
-                                    backend="cbc" if self.backend == "cbc" else "highs")
+        if problem.objective == "throughput":  # windows of the throughput MILP (HiGHS unless cbc)
+            return split_throughput(
+                problem,
+                deadline,
+                seed=self.seed,
+                module_size=self.module_size,
+                module_time_limit_s=self.module_time_limit_s,
+                backend="cbc" if self.backend == "cbc" else "highs",
+            )
         backend = self.backend
         weaker = None
         if backend == "cpsat" and importlib.util.find_spec("ortools") is None:
-            weaker = ("OR-Tools is not installed: split solved its windows with the MILP, not CP-SAT (plans up "
-                      "to 13% worse on 32-kernel DAGs); pip install ortools")
+            weaker = (
+                "OR-Tools is not installed: split solved its windows with the MILP, not CP-SAT (plans up "
+                "to 13% worse on 32-kernel DAGs); pip install ortools"
+            )
             log.warning("split: %s", weaker)
             backend = "highs"
         if backend != "cpsat":
@@ -160,11 +207,23 @@ class Split(Solver):
         else:
             opened = CpsatSession(workers=self.workers, seed=self.seed)
         with opened as session:
-            windows = WindowSolver(problem, backend, session, deadline=deadline.at,
-                                   window_time_limit_s=self.module_time_limit_s, seed=self.seed)
+            windows = WindowSolver(
+                problem,
+                backend,
+                session,
+                deadline=deadline.at,
+                window_time_limit_s=self.module_time_limit_s,
+                seed=self.seed,
+            )
             plan = self._solve(problem, windows)
-        plan.attrs.update({"module_size": self.module_size, "split_backend": backend,
-                           "windows_solved": windows.solved, "windows_proven": windows.proven})
+        plan.attrs.update(
+            {
+                "module_size": self.module_size,
+                "split_backend": backend,
+                "windows_solved": windows.solved,
+                "windows_proven": windows.proven,
+            }
+        )
         if weaker:
             plan.attrs["weaker_method"] = weaker
         return plan
@@ -174,15 +233,25 @@ class Split(Solver):
         pieces = modules(problem, communities(problem, self.seed), self.module_size)
         log.info("split: %d kernels in %d modules of at most %d", len(graph), len(pieces), self.module_size)
         fallback = best_heuristic(problem)
-        if fallback is None:        # the list schedules found no room: the exact model (or its proof) starts it
+        if fallback is None:  # the list schedules found no room: the exact model (or its proof) starts it
             log.info("split: no heuristic plan fits memory; the MILP gives the starting plan")
-            fallback = Milp(time_limit_s=max(windows.deadline - time.perf_counter(), 1.0), seed=self.seed).solve(problem)
+            fallback = Milp(time_limit_s=max(windows.deadline - time.perf_counter(), 1.0), seed=self.seed).solve(
+                problem
+            )
         improving = self.improve and len(graph) > self.module_size
         sweep = len(improvement_windows(len(graph), self.module_size)) if improving else 0
         plan, value = self._forward(problem, pieces, fallback, windows, sweep)
         if fallback.value_s < value:
-            plan, value = Plan(dict(fallback.assignment), objective="latency", mode="latency",
-                               order={d: list(v) for d, v in fallback.order.items()}, solver=self.name), fallback.value_s
+            plan, value = (
+                Plan(
+                    dict(fallback.assignment),
+                    objective="latency",
+                    mode="latency",
+                    order={d: list(v) for d, v in fallback.order.items()},
+                    solver=self.name,
+                ),
+                fallback.value_s,
+            )
             plan.attrs["started_from"] = fallback.solver
         improved = 0
         if improving:
@@ -191,8 +260,9 @@ class Split(Solver):
         plan.attrs.update({"modules": len(pieces), "improvements": improved})
         return plan
 
-    def _forward(self, problem: Problem, pieces: list[list[str]], fallback: Plan, windows: WindowSolver,
-                 later_windows: int) -> tuple[Plan, float]:
+    def _forward(
+        self, problem: Problem, pieces: list[list[str]], fallback: Plan, windows: WindowSolver, later_windows: int
+    ) -> tuple[Plan, float]:
         """Each module in turn, with those before it fixed; the plan and its simulated latency."""
         graph = problem.graph
         bottom = bottom_levels(problem)
@@ -205,16 +275,22 @@ class Split(Solver):
             tail = tails(problem, piece, bottom)
             piece = by_start(graph, piece, fallback_start)
             heuristic = list_schedule(problem, piece, context, fallback.assignment, tail)
-            solution = windows.solve(piece, context, fixed_start, tail, heuristic,
-                                     windows_left=len(pieces) - index + later_windows)
+            solution = windows.solve(
+                piece, context, fixed_start, tail, heuristic, windows_left=len(pieces) - index + later_windows
+            )
             if solution is None or solution.objective_s > heuristic.objective_s:
-                solution = heuristic              # no time left, or the solver did no better: the heuristic's choice
+                solution = heuristic  # no time left, or the solver did no better: the heuristic's choice
             assignment.update(solution.assignment)
             start.update(solution.start_s)
             finish.update(solution.finish_s)
         phase = None if windows.sees_gaps else {k: index for index, piece in enumerate(pieces) for k in piece}
-        plan = Plan(assignment, objective="latency", mode="latency",
-                    order=order_by_start(graph, assignment, start, phase), solver=self.name)
+        plan = Plan(
+            assignment,
+            objective="latency",
+            mode="latency",
+            order=order_by_start(graph, assignment, start, phase),
+            solver=self.name,
+        )
         sim = simulate(graph, problem.platform, problem.costs, plan)
         return plan, sim.value_s if sim.feasible else float("inf")
 
@@ -235,12 +311,19 @@ class Split(Solver):
                 before, window, after = order[:first], order[first:last], order[last:]
                 context, fixed_start = fixed_context(problem, plan.assignment, sim.start_s, sim.finish_s, before)
                 tail = plan_tails(problem, plan, sim, window, after)
-                hint = WindowSolution({k: plan.assignment[k] for k in window}, {k: sim.start_s[k] for k in window},
-                                      {k: sim.finish_s[k] for k in window}, sim.value_s, 0.0, False)
-                if not windows.sees_gaps:        # the MILP takes one tail per kernel: the least is valid
+                hint = WindowSolution(
+                    {k: plan.assignment[k] for k in window},
+                    {k: sim.start_s[k] for k in window},
+                    {k: sim.finish_s[k] for k in window},
+                    sim.value_s,
+                    0.0,
+                    False,
+                )
+                if not windows.sees_gaps:  # the MILP takes one tail per kernel: the least is valid
                     tail = {k: min(by_device.values(), default=0.0) for k, by_device in tail.items()}
-                solution = windows.solve(window, context, fixed_start, tail, hint, windows_left=len(spans) - index,
-                                         share=IMPROVEMENT_SHARE)
+                solution = windows.solve(
+                    window, context, fixed_start, tail, hint, windows_left=len(spans) - index, share=IMPROVEMENT_SHARE
+                )
                 if solution is None:
                     continue
                 assignment = {**plan.assignment, **solution.assignment}
@@ -248,8 +331,13 @@ class Split(Solver):
                 # Kernels after the window run after it on each device; before it, by start when windows see gaps.
                 inner = 0 if windows.sees_gaps else 1
                 phase = {kernel: 0 if i < first else inner if i < last else 2 for i, kernel in enumerate(order)}
-                candidate = Plan(assignment, objective="latency", mode="latency",
-                                 order=order_by_start(graph, assignment, start, phase), solver=self.name)
+                candidate = Plan(
+                    assignment,
+                    objective="latency",
+                    mode="latency",
+                    order=order_by_start(graph, assignment, start, phase),
+                    solver=self.name,
+                )
                 candidate_sim = simulate(graph, problem.platform, problem.costs, candidate)
                 if candidate_sim.feasible and improves(candidate_sim.value_s, value):
                     plan, sim, value, improved = candidate, candidate_sim, candidate_sim.value_s, improved + 1
@@ -258,9 +346,17 @@ class Split(Solver):
 
 
 # ---------------------------------------------------------------------- splitting heuristic
-def split_throughput(problem: Problem, deadline: Deadline, *, seed: int = 0, module_size: int = 32,
-                     module_time_limit_s: float = 2.0, window_nodes: int | None = WINDOW_NODES,
-                     backend: str = "highs", solver: str = "split") -> Plan:
+def split_throughput(
+    problem: Problem,
+    deadline: Deadline,
+    *,
+    seed: int = 0,
+    module_size: int = 32,
+    module_time_limit_s: float = 2.0,
+    window_nodes: int | None = WINDOW_NODES,
+    backend: str = "highs",
+    solver: str = "split",
+) -> Plan:
     """Modules forward, then improvement sweeps (module docstring). Each window stops at
     ``window_nodes`` branch-and-bound nodes or its share of the clock, whichever comes first; the
     node limit keeps the run deterministic for a seed wherever the clock does not cut in first."""
@@ -270,8 +366,9 @@ def split_throughput(problem: Problem, deadline: Deadline, *, seed: int = 0, mod
         greedy = greedy_throughput(problem)
     if greedy is None or not simulate(graph, problem.platform, problem.costs, greedy).feasible:
         log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
-        greedy = exact_throughput(problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend,
-                                  solver=solver)
+        greedy = exact_throughput(
+            problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend, solver=solver
+        )
     reserve = default_reserve(problem)
     pieces = modules(problem, communities(problem, seed), module_size)
     spans = improvement_windows(len(graph), module_size) if len(graph) > module_size else []
@@ -284,12 +381,13 @@ def split_throughput(problem: Problem, deadline: Deadline, *, seed: int = 0, mod
             return None
         try:
             model = ThroughputModel(problem, window, fixed, backend=backend, reserve=reserve, tie_break=True)
-        except DivimlInputError as error:         # e.g. a co-location group left without a device
+        except DivimlInputError as error:  # e.g. a co-location group left without a device
             log.debug("split: window of %d kernels skipped: %s", len(window), error)
             return None
         model.warm_start(hint)
-        found = model.solve(min(module_time_limit_s, remaining / max(windows_left, 1)), seed=seed,
-                            max_nodes=window_nodes)
+        found = model.solve(
+            min(module_time_limit_s, remaining / max(windows_left, 1)), seed=seed, max_nodes=window_nodes
+        )
         solved += 1
         proven += bool(found is not None and found.optimal)
         return None if found is None else found.assignment
@@ -319,9 +417,17 @@ def split_throughput(problem: Problem, deadline: Deadline, *, seed: int = 0, mod
                 plan, improvements = candidate, improvements + 1
         if improvements == before:
             break
-    plan.attrs.update({"modules": len(pieces), "module_size": module_size, "windows_solved": solved,
-                       "windows_proven": proven, "improvements": improvements, "started_from": started_from,
-                       "greedy_value_s": greedy.value_s})
+    plan.attrs.update(
+        {
+            "modules": len(pieces),
+            "module_size": module_size,
+            "windows_solved": solved,
+            "windows_proven": proven,
+            "improvements": improvements,
+            "started_from": started_from,
+            "greedy_value_s": greedy.value_s,
+        }
+    )
     return plan
 
 
@@ -343,20 +449,33 @@ def plan_tails(problem: Problem, plan: Plan, sim, window: list[str], after: list
             next_on[kernel] = first_on[device]
         first_on[device] = kernel
     q: dict[str, float] = {}
-    for kernel in reversed(ordered):       # successors and device successors start later
+    for kernel in reversed(ordered):  # successors and device successors start later
         device = where[kernel]
         out = graph.kernels[kernel].output_bytes
         home = costs.transfer_s(out, device, host) if kernel in graph.output_set and out > 0 and device != host else 0.0
         q[kernel] = costs.compute_s(kernel, device) + max(
-            [home, q.get(next_on.get(kernel), 0.0),
-             *(q[e.dst] + (costs.transfer_s(e.bytes, device, where[e.dst]) if where[e.dst] != device else 0.0)
-               for e in graph.succ[kernel] if e.dst in later)])
+            [
+                home,
+                q.get(next_on.get(kernel), 0.0),
+                *(
+                    q[e.dst] + (costs.transfer_s(e.bytes, device, where[e.dst]) if where[e.dst] != device else 0.0)
+                    for e in graph.succ[kernel]
+                    if e.dst in later
+                ),
+            ]
+        )
     out: dict[str, dict[str, float]] = {}
     for kernel in window:
         out[kernel] = {}
         for device in problem.feasible_devices(kernel):
             out[kernel][device] = max(
-                [q[first_on[device]] if device in first_on else 0.0,
-                 *(q[e.dst] + (costs.transfer_s(e.bytes, device, where[e.dst]) if where[e.dst] != device else 0.0)
-                   for e in graph.succ[kernel] if e.dst in later)])
+                [
+                    q[first_on[device]] if device in first_on else 0.0,
+                    *(
+                        q[e.dst] + (costs.transfer_s(e.bytes, device, where[e.dst]) if where[e.dst] != device else 0.0)
+                        for e in graph.succ[kernel]
+                        if e.dst in later
+                    ),
+                ]
+            )
     return out

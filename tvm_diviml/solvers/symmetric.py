@@ -11,27 +11,27 @@ full-graph solver (``attrs["symmetric"]["fallback"]``); pipelines are refused.
 
 The steps and the integer program: docs/solvers.md#symmetric.
 """
+
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import mip
 
+from ..bounds import lower_bound
 from ..cost.base import CostModel
 from ..errors import DivimlInputError
 from ..graph import Edge, Kernel, OpGraph
 from ..plan import Plan
 from ..platform import Platform
+from ..problem import Problem
 from ..servers import identical_servers, server_devices, server_platform
 from ..simulator import memory_per_device, simulate
-from ..bounds import lower_bound
-from ..problem import Problem
 from ..tolerances import meets
 from ..toolkit.blocks import Blocks, find_blocks
 from ..toolkit.cpsat_session import CpsatSession
@@ -44,12 +44,12 @@ from .split import Split
 log = logging.getLogger(__name__)
 
 ENTRY, EXIT = "__block_entry__", "__block_exit__"
-MAX_GROUP = 4                       # throughput groups: at most this many blocks solved together
+MAX_GROUP = 4  # throughput groups: at most this many blocks solved together
 # A group one block larger must cut the period per block by this much, or groups stop growing. On
 # llama (24 layers, paper-node) 2 blocks gained 1.1% over 1, and 3 blocks 0.3% more for 3x the time.
 MIN_GROUP_GAIN = 0.02
-FEWER_RUNS = 1e-4                   # throughput program: a run costs this much of a block's time
-ROUNDS = 2                          # server programs: the first guesses where head and tail go, the second knows
+FEWER_RUNS = 1e-4  # throughput program: a run costs this much of a block's time
+ROUNDS = 2  # server programs: the first guesses where head and tail go, the second knows
 
 
 class _RememberedCosts(CostModel):
@@ -82,28 +82,33 @@ class Candidate:
     """g blocks placed on one server of a kind: per block, its time (latency), the load of each device
     and link by position in the server (throughput), the weights on each device; plus activations."""
 
-    anchor: int                                  # the anchor's position among the server's devices
+    anchor: int  # the anchor's position among the server's devices
     group: int
-    plan: Plan                                   # over the first server of the kind's device names
+    plan: Plan  # over the first server of the kind's device names
     block_s: float
     device_load_s: list[float]
     link_load_s: dict[tuple[int, int], float]
     weight_bytes: list[float]
     activation_bytes: list[float]
-    start_s: dict[str, float]                    # simulated start of each kernel: the run order
-    positions: tuple[int, ...]                   # the plan's device positions -> the server's (mirrors)
+    start_s: dict[str, float]  # simulated start of each kernel: the run order
+    positions: tuple[int, ...]  # the plan's device positions -> the server's (mirrors)
 
-    def mirrored(self, a: int, b: int) -> "Candidate":
+    def mirrored(self, a: int, b: int) -> Candidate:
         """This candidate with identical devices ``a`` and ``b`` swapped."""
         swap = {a: b, b: a}
 
         def moved(values: list) -> list:
             return [values[swap.get(p, p)] for p in range(len(values))]
 
-        return replace(self, anchor=swap.get(self.anchor, self.anchor), device_load_s=moved(self.device_load_s),
-                       link_load_s={(swap.get(x, x), swap.get(y, y)): v for (x, y), v in self.link_load_s.items()},
-                       weight_bytes=moved(self.weight_bytes), activation_bytes=moved(self.activation_bytes),
-                       positions=tuple(swap.get(p, p) for p in self.positions))
+        return replace(
+            self,
+            anchor=swap.get(self.anchor, self.anchor),
+            device_load_s=moved(self.device_load_s),
+            link_load_s={(swap.get(x, x), swap.get(y, y)): v for (x, y), v in self.link_load_s.items()},
+            weight_bytes=moved(self.weight_bytes),
+            activation_bytes=moved(self.activation_bytes),
+            positions=tuple(swap.get(p, p) for p in self.positions),
+        )
 
     @property
     def period_s(self) -> float:
@@ -111,7 +116,7 @@ class Candidate:
         return max([*self.device_load_s, *self.link_load_s.values()])
 
 
-Allocation = dict[str, list[tuple[Candidate, int]]]     # server -> its runs: (candidate, blocks), in order
+Allocation = dict[str, list[tuple[Candidate, int]]]  # server -> its runs: (candidate, blocks), in order
 
 
 class Symmetric(Solver):
@@ -120,10 +125,11 @@ class Symmetric(Solver):
 
     name = "symmetric"
     objectives = ("latency", "throughput")
-    modes = ("latency", "period_overlap", "host_staged")     # host_staged: the whole-graph fallback
+    modes = ("latency", "period_overlap", "host_staged")  # host_staged: the whole-graph fallback
 
-    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, max_group: int = MAX_GROUP,
-                 group_time_limit_s: float = 1.0):
+    def __init__(
+        self, *, time_limit_s: float = 60.0, seed: int = 0, max_group: int = MAX_GROUP, group_time_limit_s: float = 1.0
+    ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.max_group, self.group_time_limit_s = max_group, group_time_limit_s
 
@@ -133,8 +139,12 @@ class Symmetric(Solver):
             reason = found if blocks is None else "platforms that stage transfers through host memory"
             return self._fall_back(problem, reason, deadline)
         log.info("symmetric: %s", found)
-        problem = Problem(problem.graph, problem.platform, _RememberedCosts(problem.costs, problem.platform),
-                          objective=problem.objective)
+        problem = Problem(
+            problem.graph,
+            problem.platform,
+            _RememberedCosts(problem.costs, problem.platform),
+            objective=problem.objective,
+        )
         candidates = self._candidates(problem, blocks, deadline)
         best, ends = None, None
         for _ in range(ROUNDS):
@@ -145,17 +155,26 @@ class Symmetric(Solver):
             if best is None or sim.value_s < best[0].value_s:
                 best = (sim, plan, allocation)
             if problem.objective == "latency" and not memory_binds:
-                break                   # the ends' time does not enter the latency program: no news
+                break  # the ends' time does not enter the latency program: no news
             ends = _end_loads(problem, blocks, plan)
         sim, plan, allocation = best
         plan.value_s = sim.value_s
-        plan.lower_bound_s = min(lower_bound(problem), sim.value_s)     # the whole problem's
+        plan.lower_bound_s = min(lower_bound(problem), sim.value_s)  # the whole problem's
         plan.optimal = meets(sim.value_s, plan.lower_bound_s)
         plan.attrs["symmetric"] = {
-            "blocks": len(blocks.blocks), "block_kernels": blocks.block_size, "head": len(blocks.head),
-            "tail": len(blocks.tail), "candidates": sum(len(c) for c in candidates.values()),
-            "servers": {server: [{"blocks": n, "anchor": server_devices(problem.platform)[server][cand.anchor],
-                                  "group": cand.group} for cand, n in runs] for server, runs in allocation.items()}}
+            "blocks": len(blocks.blocks),
+            "block_kernels": blocks.block_size,
+            "head": len(blocks.head),
+            "tail": len(blocks.tail),
+            "candidates": sum(len(c) for c in candidates.values()),
+            "servers": {
+                server: [
+                    {"blocks": n, "anchor": server_devices(problem.platform)[server][cand.anchor], "group": cand.group}
+                    for cand, n in runs
+                ]
+                for server, runs in allocation.items()
+            },
+        }
         return plan
 
     # ------------------------------------------------------------------ fallback
@@ -170,41 +189,47 @@ class Symmetric(Solver):
     def _candidates(self, problem: Problem, blocks: Blocks, deadline: Deadline) -> dict[str, list[Candidate]]:
         """Kind -> its candidates (every anchor and group size that gave a plan)."""
         out: dict[str, list[Candidate]] = {}
-        with contextlib.ExitStack() as stack:        # one OR-Tools process for all latency groups
-            session = stack.enter_context(CpsatSession(seed=self.seed, workers=2)) \
-                if problem.objective == "latency" and importlib.util.find_spec("ortools") else None
+        with contextlib.ExitStack() as stack:  # one OR-Tools process for all latency groups
+            session = (
+                stack.enter_context(CpsatSession(seed=self.seed, workers=2))
+                if problem.objective == "latency" and importlib.util.find_spec("ortools")
+                else None
+            )
             for servers in identical_servers(problem.platform):
                 kind, found = self._kind_candidates(problem, blocks, servers[0], session, deadline)
                 out[kind] = found
         return out
 
-    def _kind_candidates(self, problem: Problem, blocks: Blocks, first: str, session, deadline: Deadline
-                         ) -> tuple[str, list[Candidate]]:
+    def _kind_candidates(
+        self, problem: Problem, blocks: Blocks, first: str, session, deadline: Deadline
+    ) -> tuple[str, list[Candidate]]:
         """The candidates of the kind of server ``first``, each group solve within the whole deadline."""
         devices = server_devices(problem.platform)
-        groups = [1] if problem.objective == "latency" else \
-            list(range(1, min(self.max_group, len(blocks.blocks)) + 1))
+        groups = [1] if problem.objective == "latency" else list(range(1, min(self.max_group, len(blocks.blocks)) + 1))
         kind = problem.platform.servers[first].kind if problem.platform.servers else first
         platform = server_platform(problem.platform, first)
         found = []
         position = {d: p for p, d in enumerate(devices[first])}
         for twins in _anchors(platform, problem.costs, blocks.blocks[0]):
             anchor = twins[0]
-            per_block = math.inf                # the period per block of this anchor's last group
+            per_block = math.inf  # the period per block of this anchor's last group
             for group in groups:
                 if group > 1 and group > len(platform.devices):
                     break
                 sub = _group_problem(problem, blocks, group, platform, anchor)
                 try:
                     sub.validate()
-                except DivimlInputError as error:          # this server cannot hold the group: no candidate
+                except DivimlInputError as error:  # this server cannot hold the group: no candidate
                     log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
                     continue
                 name = full_graph_solver(sub)
-                solver = Split(time_limit_s=self.group_time_limit_s, seed=self.seed, session=session) \
-                    if name == "split" else get_solver(name, time_limit_s=self.group_time_limit_s, seed=self.seed)
+                solver = (
+                    Split(time_limit_s=self.group_time_limit_s, seed=self.seed, session=session)
+                    if name == "split"
+                    else get_solver(name, time_limit_s=self.group_time_limit_s, seed=self.seed)
+                )
                 plans = [solver.solve(sub, deadline=deadline)]
-                if group == 1:       # the block whole on the anchor: it spares the other devices' memory
+                if group == 1:  # the block whole on the anchor: it spares the other devices' memory
                     plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
                 solved = None
                 for plan in plans:
@@ -215,16 +240,26 @@ class Symmetric(Solver):
                     # the same plan anchored on each identical device: memory may need them all
                     found += [cand] + [cand.mirrored(position[anchor], position[twin]) for twin in twins[1:]]
                     solved = solved or cand
-                    log.info("symmetric: %s, anchor %s, %d block(s): %.4g s per block", kind, anchor, group,
-                             cand.block_s if problem.objective == "latency" else cand.period_s)
+                    log.info(
+                        "symmetric: %s, anchor %s, %d block(s): %.4g s per block",
+                        kind,
+                        anchor,
+                        group,
+                        cand.block_s if problem.objective == "latency" else cand.period_s,
+                    )
                 if solved is None or solved.period_s > per_block * (1 - MIN_GROUP_GAIN):
                     break
                 per_block = solved.period_s
         return kind, found
 
     # ------------------------------------------------------------------ 3. blocks per server
-    def _allocate(self, problem: Problem, blocks: Blocks, candidates: dict[str, list[Candidate]],
-                  ends: dict[str, tuple[float, float]] | None) -> tuple[Allocation, bool]:
+    def _allocate(
+        self,
+        problem: Problem,
+        blocks: Blocks,
+        candidates: dict[str, list[Candidate]],
+        ends: dict[str, tuple[float, float]] | None,
+    ) -> tuple[Allocation, bool]:
         """Server -> its (candidate, number of blocks) runs, servers taking none left out; and whether
         memory kept a server from taking one block more. ``ends``: device -> (seconds, weight bytes) of
         the head and tail where a previous round put them; without it every device keeps room for all
@@ -232,12 +267,18 @@ class Symmetric(Solver):
         platform, total = problem.platform, len(blocks.blocks)
         devices = server_devices(platform)
         hosts = {s: server.host for s, server in platform.servers.items()}
-        kinds = {s: platform.servers[s].kind if platform.servers else s
-                 for group in identical_servers(platform) for s in group}
+        kinds = {
+            s: platform.servers[s].kind if platform.servers else s
+            for group in identical_servers(platform)
+            for s in group
+        }
         every = [c for found in candidates.values() for c in found]
         if not every:
-            raise DivimlInputError("no server can hold even one block of the model", field="memory_bytes",
-                                   hint="use servers with more memory, or another solver")
+            raise DivimlInputError(
+                "no server can hold even one block of the model",
+                field="memory_bytes",
+                hint="use servers with more memory, or another solver",
+            )
         unit = min(c.block_s for c in every) or 1.0
         every_end = problem.graph.weight_bytes(blocks.head + blocks.tail)
         boundary = _boundary_bytes(problem.graph, blocks)
@@ -274,16 +315,22 @@ class Symmetric(Solver):
         # Each run enters its anchor from the server's host; each server used is one network hop.
         if problem.objective == "latency":
             model.objective = mip.minimize(
-                mip.xsum(n[s, i] * c.block_s / unit + y[s, i] * move(hosts.get(s, devices[s][c.anchor]),
-                                                                      devices[s][c.anchor])
-                         for s in kinds for i, c in runs(s))
-                + mip.xsum(used[s] * network_hop(s) for s in kinds))
+                mip.xsum(
+                    n[s, i] * c.block_s / unit
+                    + y[s, i] * move(hosts.get(s, devices[s][c.anchor]), devices[s][c.anchor])
+                    for s in kinds
+                    for i, c in runs(s)
+                )
+                + mip.xsum(used[s] * network_hop(s) for s in kinds)
+            )
         else:
             period = model.add_var(lb=0.0)
             for s in kinds:
                 for p, device in enumerate(devices[s]):
-                    model += period >= mip.xsum(n[s, i] * (c.device_load_s[p] / unit) for i, c in runs(s)) \
-                        + fixed(device)[0] / unit
+                    model += (
+                        period
+                        >= mip.xsum(n[s, i] * (c.device_load_s[p] / unit) for i, c in runs(s)) + fixed(device)[0] / unit
+                    )
                 for link in {link for _, c in runs(s) for link in c.link_load_s}:
                     model += period >= mip.xsum(n[s, i] * (c.link_load_s.get(link, 0.0) / unit) for i, c in runs(s))
                 model += period >= used[s] * network_hop(s)
@@ -292,9 +339,12 @@ class Symmetric(Solver):
             model.objective = mip.minimize(period + FEWER_RUNS * mip.xsum(y.values()))
         status = model.optimize(max_seconds=max(1.0, self.time_limit_s / 4))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
-            raise DivimlInputError(f"the {total} blocks do not fit in the servers' memory "
-                                   f"(each block's weights: {problem.graph.weight_bytes(blocks.blocks[0]):.3g} B)",
-                                   field="memory_bytes", hint="add servers, or use servers with more memory")
+            raise DivimlInputError(
+                f"the {total} blocks do not fit in the servers' memory "
+                f"(each block's weights: {problem.graph.weight_bytes(blocks.blocks[0]):.3g} B)",
+                field="memory_bytes",
+                hint="add servers, or use servers with more memory",
+            )
         allocation: Allocation = {}
         for s in devices:
             for i, c in runs(s) if s in kinds else []:
@@ -322,8 +372,10 @@ class Symmetric(Solver):
                     rank[kernel] = (1, index, cand.start_s.get(source, 0.0), topo[kernel])
                 index += 1
         first_server, last_server = list(allocation)[0], list(allocation)[-1]
-        for kernels, server, cand, tier in ((blocks.head, first_server, allocation[first_server][0][0], 0),
-                                            (blocks.tail, last_server, allocation[last_server][-1][0], 2)):
+        for kernels, server, cand, tier in (
+            (blocks.head, first_server, allocation[first_server][0][0], 0),
+            (blocks.tail, last_server, allocation[last_server][-1][0], 2),
+        ):
             for kernel in kernels:
                 assignment[kernel] = devices[server][cand.anchor]
                 rank[kernel] = (tier, 0, 0.0, topo[kernel])
@@ -360,8 +412,16 @@ class Symmetric(Solver):
         del plan.attrs["rank"]
 
 
-def _fit_memory(model: mip.Model, platform: Platform, devices: list[str], runs: list[tuple[int, Candidate]],
-                n: dict, y: dict, server: str, fixed: Callable[[str], tuple[float, float]]) -> None:
+def _fit_memory(
+    model: mip.Model,
+    platform: Platform,
+    devices: list[str],
+    runs: list[tuple[int, Candidate]],
+    n: dict,
+    y: dict,
+    server: str,
+    fixed: Callable[[str], tuple[float, float]],
+) -> None:
     """On each device of ``server`` with a capacity: the weights of every block it takes and the
     activations of its largest run fit beside the head and tail (in MiB, for the solver's tolerances)."""
     for p, device in enumerate(devices):
@@ -371,12 +431,18 @@ def _fit_memory(model: mip.Model, platform: Platform, devices: list[str], runs: 
         live = model.add_var(lb=0.0)
         for i, c in runs:
             model += live >= y[server, i] * (c.activation_bytes[p] / 2**20)
-        model += mip.xsum(n[server, i] * (c.weight_bytes[p] / 2**20) for i, c in runs) + live \
+        model += (
+            mip.xsum(n[server, i] * (c.weight_bytes[p] / 2**20) for i, c in runs) + live
             <= (capacity - fixed(device)[1]) / 2**20
+        )
 
 
-def _memory_full(platform: Platform, devices: list[str], taken: list[tuple[Candidate, int]],
-                 fixed: Callable[[str], tuple[float, float]]) -> bool:
+def _memory_full(
+    platform: Platform,
+    devices: list[str],
+    taken: list[tuple[Candidate, int]],
+    fixed: Callable[[str], tuple[float, float]],
+) -> bool:
     """Whether memory keeps a server (its ``devices``, its ``taken`` runs) from taking one block more;
     ``fixed``: device -> (seconds, weight bytes) of the head and tail there."""
     for p, device in enumerate(devices):
@@ -394,8 +460,10 @@ def _end_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[str, tuple[
     on: dict[str, list[str]] = {}
     for kernel in blocks.head + blocks.tail:
         on.setdefault(plan.assignment[kernel], []).append(kernel)
-    return {d: (sum(problem.costs.compute_s(k, d) for k in kernels), problem.graph.weight_bytes(kernels))
-            for d, kernels in on.items()}
+    return {
+        d: (sum(problem.costs.compute_s(k, d) for k in kernels), problem.graph.weight_bytes(kernels))
+        for d, kernels in on.items()
+    }
 
 
 def _score(problem: Problem, plan: Plan) -> float:
@@ -421,9 +489,16 @@ def _anchors(platform: Platform, costs: CostModel, block: list[str]) -> list[lis
     groups: dict[tuple, list[str]] = {}
     for device in platform.devices:
         what = {k: str(v) for k, v in asdict(device).items() if k not in ("name", "device")}
-        links = tuple(sorted((platform.link(device.name, other.name).latency_s,
-                              platform.link(device.name, other.name).bandwidth_Bps or math.inf)
-                             for other in platform.devices if other.name != device.name))
+        links = tuple(
+            sorted(
+                (
+                    platform.link(device.name, other.name).latency_s,
+                    platform.link(device.name, other.name).bandwidth_Bps or math.inf,
+                )
+                for other in platform.devices
+                if other.name != device.name
+            )
+        )
         times = tuple(costs.compute_s(k, device.name) for k in block)
         groups.setdefault((tuple(sorted(what.items())), links, times), []).append(device.name)
     return list(groups.values())
@@ -448,7 +523,7 @@ def _group_problem(problem: Problem, blocks: Blocks, group: int, platform: Platf
     inside = set(members)
     arriving: dict[str, float] = {}
     leaving: dict[str, float] = {}
-    entry_bytes = 0.0                  # the largest tensor the entry stands for, live on the anchor
+    entry_bytes = 0.0  # the largest tensor the entry stands for, live on the anchor
     edges = []
     for kernel in members:
         for edge in graph.pred[kernel]:
@@ -469,8 +544,13 @@ def _group_problem(problem: Problem, blocks: Blocks, group: int, platform: Platf
     kernels = [Kernel(ENTRY, output_bytes=entry_bytes, allowed_devices=(anchor,))]
     kernels += [graph.kernels[k] for k in members] + [Kernel(EXIT, allowed_devices=(anchor,))]
     used = {w for k in members for w in graph.kernels[k].weights}
-    sub = OpGraph(kernels, edges, outputs=[EXIT], weights={w: graph.weights[w] for w in used},
-                  name=f"{graph.name}/{group} block(s)")
+    sub = OpGraph(
+        kernels,
+        edges,
+        outputs=[EXIT],
+        weights={w: graph.weights[w] for w in used},
+        name=f"{graph.name}/{group} block(s)",
+    )
     return Problem(sub, platform, _RememberedCosts(problem.costs, platform), objective=problem.objective)
 
 
@@ -483,10 +563,18 @@ def _candidate(devices: list[str], group: int, plan: Plan, sub: Problem, sim) ->
     for device in devices:
         weights[position[device]] = graph.weight_bytes([k for k, d in plan.assignment.items() if d == device])
     activations = [max(memory.get(d, 0.0) - weights[position[d]], 0.0) for d in devices]
-    return Candidate(position[plan.assignment[ENTRY]], group, plan, sim.value_s / group,
-                     [sim.device_busy_s.get(d, 0.0) / group for d in devices],
-                     {(position[a], position[b]): load / group for (a, b), load in sim.link_busy_s.items()},
-                     [w / group for w in weights], activations, dict(sim.start_s), tuple(range(len(devices))))
+    return Candidate(
+        position[plan.assignment[ENTRY]],
+        group,
+        plan,
+        sim.value_s / group,
+        [sim.device_busy_s.get(d, 0.0) / group for d in devices],
+        {(position[a], position[b]): load / group for (a, b), load in sim.link_busy_s.items()},
+        [w / group for w in weights],
+        activations,
+        dict(sim.start_s),
+        tuple(range(len(devices))),
+    )
 
 
 def _server_of_names(devices: dict[str, list[str]], plan: Plan) -> str:

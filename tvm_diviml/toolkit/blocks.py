@@ -8,6 +8,7 @@ half of the kernels; the symmetric solver then falls back.
 
 What "identical" means and how ties are broken: docs/solvers.md#blocks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,8 +41,14 @@ def kernel_identity(graph: OpGraph, costs: CostModel, platform: Platform, kernel
     """What must agree for two kernels to be interchangeable in a repeated block."""
     k = graph.kernels[kernel]
     what = k.attrs.get("primfunc_hash") or (k.flops, k.bytes_moved)
-    return (what, k.output_bytes, tuple(graph.weights.get(w, 0.0) for w in k.weights), k.allowed_devices,
-            k.colocate is not None, tuple(costs.compute_s(kernel, d) for d in platform.device_names))
+    return (
+        what,
+        k.output_bytes,
+        tuple(graph.weights.get(w, 0.0) for w in k.weights),
+        k.allowed_devices,
+        k.colocate is not None,
+        tuple(costs.compute_s(kernel, d) for d in platform.device_names),
+    )
 
 
 def longest_repeat(keys: list[int]) -> tuple[int, int, int]:
@@ -49,7 +56,7 @@ def longest_repeat(keys: list[int]) -> tuple[int, int, int]:
     ties go to the shorter period, then the earlier start. repeats < 2 when nothing repeats."""
     values = np.asarray(keys)
     n = len(values)
-    best = (0, 0, 0, 1)                         # coverage, start, period, repeats
+    best = (0, 0, 0, 1)  # coverage, start, period, repeats
     for period in range(1, n // 2 + 1):
         match = values[:-period] == values[period:]
         # run[i]: consecutive matches from i on (the next mismatch's index minus i)
@@ -73,10 +80,14 @@ def find_blocks(graph: OpGraph, costs: CostModel, platform: Platform) -> tuple[B
     if repeats < 2:
         return None, "no sequence of kernels repeats"
     if repeats * period * 2 < len(order):
-        return None, (f"the longest repeat ({repeats} x {period} kernels) covers less than half of the "
-                      f"{len(order)} kernels")
-    blocks = Blocks(order[:start], [order[start + b * period:start + (b + 1) * period] for b in range(repeats)],
-                    order[start + repeats * period:])
+        return None, (
+            f"the longest repeat ({repeats} x {period} kernels) covers less than half of the {len(order)} kernels"
+        )
+    blocks = Blocks(
+        order[:start],
+        [order[start + b * period : start + (b + 1) * period] for b in range(repeats)],
+        order[start + repeats * period :],
+    )
     problem = _wiring_problem(graph, blocks)
     if problem:
         return None, f"{repeats} repeats of {period} kernels, but {problem}"
@@ -96,7 +107,7 @@ def _wiring_problem(graph: OpGraph, blocks: Blocks) -> str:
     signatures = []
     for b, block in enumerate(blocks.blocks):
         signature = []
-        for j, kernel in enumerate(block):
+        for kernel in block:
             inside, outside = [], []
             for edge in graph.pred[kernel]:
                 src = position.get(edge.src)
@@ -113,13 +124,19 @@ def _wiring_problem(graph: OpGraph, blocks: Blocks) -> str:
                     return f"block {b}'s kernel '{kernel}' feeds '{edge.dst}', beyond the next block"
                 if dst is None or dst[0] != b:
                     leaving.append(edge.bytes)
-            signature.append((sorted(inside), (sorted(set(outside)), sorted(inputs_of.get(kernel, []))),
-                              (sorted(set(leaving)), kernel in graph.output_set)))
+            signature.append(
+                (
+                    sorted(inside),
+                    (sorted(set(outside)), sorted(inputs_of.get(kernel, []))),
+                    (sorted(set(leaving)), kernel in graph.output_set),
+                )
+            )
         signatures.append(signature)
     last = len(signatures) - 1
     for b, signature in enumerate(signatures):
         for j, (mine, first, second) in enumerate(zip(signature, signatures[0], signatures[min(1, last)])):
             alike = mine[0] == first[0] and (b == 0 or mine[1] == second[1]) and (b == last or mine[2] == first[2])
             if not alike:
-                return f"block {b} is wired unlike block {0 if mine[0] != first[0] else 1} at kernel '{blocks.blocks[b][j]}'"
+                other = 0 if mine[0] != first[0] else 1
+                return f"block {b} is wired unlike block {other} at kernel '{blocks.blocks[b][j]}'"
     return ""

@@ -1,6 +1,7 @@
 """The splitting heuristic's pieces: Louvain communities of the kernel graph, contiguous modules of a
 community-keeping topological order, and the overlapping windows of improvement sweeps.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -8,8 +9,7 @@ from collections import defaultdict
 from ..problem import Problem
 from .louvain import louvain
 
-
-LOUVAIN_SCALE = 10**6            # edge weights in millionths of the largest: integers for exact gains
+LOUVAIN_SCALE = 10**6  # edge weights in millionths of the largest: integers for exact gains
 
 
 def communities(problem: Problem, seed: int) -> dict[str, int]:
@@ -19,8 +19,9 @@ def communities(problem: Problem, seed: int) -> dict[str, int]:
     pairs = [(a, b) for a in devices for b in devices if a != b] or [(devices[0], devices[0])]
     seconds: dict[tuple[str, str], float] = defaultdict(float)
     for edge in graph.edges:
-        seconds[min(edge.src, edge.dst), max(edge.src, edge.dst)] += \
-            sum(costs.transfer_s(edge.bytes, a, b) for a, b in pairs) / len(pairs)
+        seconds[min(edge.src, edge.dst), max(edge.src, edge.dst)] += sum(
+            costs.transfer_s(edge.bytes, a, b) for a, b in pairs
+        ) / len(pairs)
     largest = max(seconds.values(), default=0.0) or 1.0
     weights = {pair: max(1, round(s / largest * LOUVAIN_SCALE)) for pair, s in seconds.items()}
     found = louvain(graph.topo_order, weights, seed)
@@ -40,8 +41,7 @@ def modules(problem: Problem, community: dict[str, int], module_size: int) -> li
     here = None
     while any(ready.values()):
         if here is None or not ready[here]:
-            here = min((c for c, members in ready.items() if members),
-                       key=lambda c: graph.position[ready[c][0]])
+            here = min((c for c, members in ready.items() if members), key=lambda c: graph.position[ready[c][0]])
         kernel = ready[here].pop(0)
         if current and (community[current[-1]] != here or len(current) >= module_size):
             pieces.append(current)

@@ -10,6 +10,7 @@ activations outgrew it.
 
 Details: docs/solvers.md#constraints.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,8 @@ from collections.abc import Callable
 from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..plan import Plan
-from ..simulator import Simulation, format_bytes, simulate
 from ..problem import Problem
+from ..simulator import Simulation, format_bytes, simulate
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +76,19 @@ class DeviceBudget:
         names = problem.platform.device_names
         for device in reserve or {}:
             if device not in names:
-                raise DivimlInputError(f"activation reserve names unknown device '{device}'", field="reserve",
-                                       hint=f"platform '{problem.platform.name}' has: {', '.join(names)}")
+                raise DivimlInputError(
+                    f"activation reserve names unknown device '{device}'",
+                    field="reserve",
+                    hint=f"platform '{problem.platform.name}' has: {', '.join(names)}",
+                )
         self.reserve = {**default_reserve(problem), **(reserve or {})}
-        self.capacity = {d.name: math.inf if d.memory_bytes is None else float(d.memory_bytes)
-                         for d in problem.platform.devices}
+        self.capacity = {
+            d.name: math.inf if d.memory_bytes is None else float(d.memory_bytes) for d in problem.platform.devices
+        }
         self.device_of: dict[str, str] = {}
         self._weights_on: dict[str, set[str]] = {d: set() for d in names}
         self._weight_bytes_on = {d: 0.0 for d in names}
-        self._working_on = {d: 0.0 for d in names}          # largest working set placed there
+        self._working_on = {d: 0.0 for d in names}  # largest working set placed there
         self._inputs_of = model_inputs_of(problem.graph)
         self._groups: dict[str, list[str]] = {}
         for kernel in problem.graph.kernels.values():
@@ -113,8 +118,11 @@ class DeviceBudget:
         candidates = self._common_feasible(members)
         what = f"co-location group '{group}' (placing '{kernel}')" if len(members) > 1 else f"kernel '{kernel}'"
         if not candidates:
-            raise DivimlInputError(f"{what} can run on no device of '{self.problem.platform.name}'",
-                                   field="allowed_devices", hint="allow a device, or give it a finite cost")
+            raise DivimlInputError(
+                f"{what} can run on no device of '{self.problem.platform.name}'",
+                field="allowed_devices",
+                hint="allow a device, or give it a finite cost",
+            )
         fits, shortfalls = [], []
         for device in candidates:
             extra = self._new_weight_bytes(members, device)
@@ -126,12 +134,14 @@ class DeviceBudget:
                 shortfalls.append(
                     f"'{device}' needs {format_bytes(need)} ({format_bytes(self._weight_bytes_on[device])} of weights "
                     f"already placed + {format_bytes(extra)} new weights + {format_bytes(kept)} "
-                    f"reserved for activations), capacity {format_bytes(self.capacity[device])}")
+                    f"reserved for activations), capacity {format_bytes(self.capacity[device])}"
+                )
         if not fits:
-            raise DivimlInputError(f"{what} fits on no device it may run on: {'; '.join(shortfalls)}",
-                                   field="memory_bytes",
-                                   hint="use devices with more memory, allow the kernel on more devices, "
-                                   "or lower the activation reserve")
+            raise DivimlInputError(
+                f"{what} fits on no device it may run on: {'; '.join(shortfalls)}",
+                field="memory_bytes",
+                hint="use devices with more memory, allow the kernel on more devices, or lower the activation reserve",
+            )
         return fits
 
     def place(self, kernel: str, device: str) -> None:
@@ -172,8 +182,9 @@ class DeviceBudget:
         return sum(self.problem.graph.weights[w] for w in ids)
 
 
-def place_within_memory(problem: Problem, place: Callable[[DeviceBudget], Plan],
-                        reserve: dict[str, float] | None = None, attempts: int = 3) -> tuple[Plan, Simulation]:
+def place_within_memory(
+    problem: Problem, place: Callable[[DeviceBudget], Plan], reserve: dict[str, float] | None = None, attempts: int = 3
+) -> tuple[Plan, Simulation]:
     """Run the heuristic ``place`` under a DeviceBudget and simulate its plan; while a device
     overflows because its activations outgrew the reserve, raise that device's reserve to the
     activation peak the simulator measured and place again.
@@ -193,14 +204,16 @@ def place_within_memory(problem: Problem, place: Callable[[DeviceBudget], Plan],
             if plan is None and not lowered and error.field == "memory_bytes":
                 # the reserve stood in for activations a device may never hold: keep free only the
                 # working sets of what is placed there, and let the simulation below raise it
-                log.info("no placement with the default activation reserve (%s); placing with the working sets "
-                         "of the kernels placed", error)
+                log.info(
+                    "no placement with the default activation reserve (%s); placing with the working sets "
+                    "of the kernels placed",
+                    error,
+                )
                 budget_reserve, lowered = dict.fromkeys(budget_reserve, 0.0), True
                 continue
             if plan is None:
                 raise
-            log.warning("a larger activation reserve leaves no placement (%s); keeping the plan that overflows",
-                        error)
+            log.warning("a larger activation reserve leaves no placement (%s); keeping the plan that overflows", error)
             break
         attempt += 1
         plan, sim = candidate, simulate(problem.graph, problem.platform, problem.costs, candidate)
@@ -208,8 +221,13 @@ def place_within_memory(problem: Problem, place: Callable[[DeviceBudget], Plan],
         if not overflow:
             break
         for device, peak in overflow.items():
-            log.info("attempt %d: activations on '%s' peak at %s, above the %s reserved; placing again",
-                     attempt, device, format_bytes(peak), format_bytes(budget_reserve[device]))
+            log.info(
+                "attempt %d: activations on '%s' peak at %s, above the %s reserved; placing again",
+                attempt,
+                device,
+                format_bytes(peak),
+                format_bytes(budget_reserve[device]),
+            )
             budget_reserve[device] = peak
     assert plan is not None and sim is not None
     return plan, sim
@@ -225,4 +243,3 @@ def activation_overflow(problem: Problem, plan: Plan, sim: Simulation) -> dict[s
             weights = problem.graph.weight_bytes(k for k, d in plan.assignment.items() if d == device)
             over[device] = used - weights
     return over
-

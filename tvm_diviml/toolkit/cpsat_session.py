@@ -7,6 +7,7 @@ rounded down, so the model's optimum and bound are lower bounds in seconds. ``Cp
 worker process for many solves; this process never imports OR-Tools, which cannot share a process with
 python-mip's CBC (docs/solvers.md#cp-sat).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,10 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpsat_worker.
 HORIZON_TICKS = 2**40
 
 
-PROOF_GAP = 1e-10              # CP-SAT stops here: closing the last ticks of a 2**40-tick gap can take minutes
+PROOF_GAP = 1e-10  # CP-SAT stops here: closing the last ticks of a 2**40-tick gap can take minutes
 
 
-WORKER_STARTUP_S = 60.0        # import of OR-Tools and model building, beyond CP-SAT's own limit
+WORKER_STARTUP_S = 60.0  # import of OR-Tools and model building, beyond CP-SAT's own limit
 
 
 @dataclass
@@ -45,10 +46,10 @@ class TickModel:
     """The problem in integer ticks, as the worker reads it, with what maps its answer back."""
 
     data: dict
-    scale: float                 # ticks per second
-    kernels: list[str]           # the window's kernels, in the worker's order
+    scale: float  # ticks per second
+    kernels: list[str]  # the window's kernels, in the worker's order
     devices: list[str]
-    memory_binds: bool           # memory can cut plans: the model is a restriction of the problem
+    memory_binds: bool  # memory can cut plans: the model is a restriction of the problem
 
     def solution(self, problem: Problem, answer: dict) -> WindowSolution | None:
         """The worker's answer in seconds (None when it found no solution)."""
@@ -57,30 +58,37 @@ class TickModel:
         assignment = {k: self.devices[d] for k, d in zip(self.kernels, answer["device"])}
         start = {k: tick / self.scale for k, tick in zip(self.kernels, answer["start"])}
         finish = {k: start[k] + problem.costs.compute_s(k, assignment[k]) for k in self.kernels}
-        return WindowSolution(assignment, start, finish, answer["objective"] / self.scale,
-                              answer["bound"] / self.scale, answer["status"] == "OPTIMAL")
+        return WindowSolution(
+            assignment,
+            start,
+            finish,
+            answer["objective"] / self.scale,
+            answer["bound"] / self.scale,
+            answer["status"] == "OPTIMAL",
+        )
 
 
 @dataclass(frozen=True)
 class TickGrid:
     """Seconds to ticks, and (kernel, device) to the worker's indices."""
 
-    scale: float                 # ticks per second
+    scale: float  # ticks per second
     kernel: dict[str, int]
     device: dict[str, int]
 
     def down(self, seconds: float) -> int:
         return math.floor(seconds * self.scale)
 
-    def up(self, seconds: float) -> int:          # a time set by a fixed kernel: never earlier than it
+    def up(self, seconds: float) -> int:  # a time set by a fixed kernel: never earlier than it
         return math.ceil(seconds * self.scale)
 
     def on(self, kernel: str, device: str) -> list[int]:
         return [self.kernel[kernel], self.device[device]]
 
 
-def edge_timing(problem: Problem, kernels: list[str], context: Context, feasible: dict[str, list[str]],
-                grid: TickGrid) -> tuple[list, list, list]:
+def edge_timing(
+    problem: Problem, kernels: list[str], context: Context, feasible: dict[str, list[str]], grid: TickGrid
+) -> tuple[list, list, list]:
     """The window's edges as the worker reads them: precedences between window kernels, delays when a
     tensor crosses devices (the largest edge read on the destination, by the sibling rule), and release
     times after fixed producers."""
@@ -106,23 +114,33 @@ def edge_timing(problem: Problem, kernels: list[str], context: Context, feasible
                 for e in feasible[w]:
                     if d == e:
                         continue
-                    fixed_there = [s.bytes for s in siblings if s.dst not in inside
-                                   and context.assignment.get(s.dst) == e]
+                    fixed_there = [
+                        s.bytes for s in siblings if s.dst not in inside and context.assignment.get(s.dst) == e
+                    ]
                     nbytes = max([edge.bytes, *fixed_there, *([output] if e == host else [])])
                     for larger, condition in [(nbytes, [on(w, e)])] + [
-                            (s.bytes, [on(w, e), on(s.dst, e)]) for s in siblings
-                            if s.dst in inside and e in feasible[s.dst] and s.bytes > nbytes]:
+                        (s.bytes, [on(w, e), on(s.dst, e)])
+                        for s in siblings
+                        if s.dst in inside and e in feasible[s.dst] and s.bytes > nbytes
+                    ]:
                         delay = costs.transfer_s(larger, d, e)
-                        if finish is not None:          # a fixed producer: a release time
+                        if finish is not None:  # a fixed producer: a release time
                             releases.append([k_index[w], ticks_up(finish + delay), condition])
                         elif ticks(delay) > 0:
                             delays.append([k_index[u], k_index[w], ticks(delay), [on(u, d), *condition]])
     return precedences, delays, releases
 
 
-def tick_model(problem: Problem, window: list[str] | None = None, context: Context | None = None, *,
-               fixed_start_s: dict[str, float] | None = None, tail_s: dict[str, float | dict[str, float]] | None = None,
-               hint: WindowSolution | None = None, horizon_s: float | None = None) -> TickModel:
+def tick_model(
+    problem: Problem,
+    window: list[str] | None = None,
+    context: Context | None = None,
+    *,
+    fixed_start_s: dict[str, float] | None = None,
+    tail_s: dict[str, float | dict[str, float]] | None = None,
+    hint: WindowSolution | None = None,
+    horizon_s: float | None = None,
+) -> TickModel:
     """The worker's input for ``window`` (default: every kernel) with ``context`` fixed: durations and
     transfers in ticks, rounded down. ``fixed_start_s``: start times of fixed kernels, whose runs
     (to their ``context.finish_s``) then occupy their devices; ``tail_s``: per window kernel, time
@@ -154,30 +172,60 @@ def tick_model(problem: Problem, window: list[str] | None = None, context: Conte
 
     duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
     precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid)
-    releases += [[k_index[w], transfer(graph_input.bytes, host, e), [on(w, e)]]
-                 for graph_input in graph.inputs for w in dict.fromkeys(graph_input.consumers) if w in inside
-                 for e in feasible[w] if e != host and transfer(graph_input.bytes, host, e) > 0]
-    tails = [[k_index[u], transfer(graph.kernels[u].output_bytes, d, host), [on(u, d)]]
-             for u in kernels if u in graph.output_set and graph.kernels[u].output_bytes > 0
-             for d in feasible[u] if d != host]
+    releases += [
+        [k_index[w], transfer(graph_input.bytes, host, e), [on(w, e)]]
+        for graph_input in graph.inputs
+        for w in dict.fromkeys(graph_input.consumers)
+        if w in inside
+        for e in feasible[w]
+        if e != host and transfer(graph_input.bytes, host, e) > 0
+    ]
+    tails = [
+        [k_index[u], transfer(graph.kernels[u].output_bytes, d, host), [on(u, d)]]
+        for u in kernels
+        if u in graph.output_set and graph.kernels[u].output_bytes > 0
+        for d in feasible[u]
+        if d != host
+    ]
     for u, tail in (tail_s or {}).items():
         by_device = tail if isinstance(tail, dict) else {None: tail}
-        tails += [[k_index[u], ticks(t), [on(u, d)] if d is not None else []]
-                  for d, t in by_device.items() if ticks(t) > 0 and (d is None or d in feasible[u])]
+        tails += [
+            [k_index[u], ticks(t), [on(u, d)] if d is not None else []]
+            for d, t in by_device.items()
+            if ticks(t) > 0 and (d is None or d in feasible[u])
+        ]
     groups: dict[str, str] = {}
-    same_device = [[k_index[groups.setdefault(graph.kernels[k].colocate, k)], k_index[k]]
-                   for k in kernels if graph.kernels[k].colocate is not None]
+    same_device = [
+        [k_index[groups.setdefault(graph.kernels[k].colocate, k)], k_index[k]]
+        for k in kernels
+        if graph.kernels[k].colocate is not None
+    ]
     earliest = min(earliest_starts(kernels, precedences, releases, duration), default=0)
-    busy_ticks = merged_intervals([(d_index[context.assignment[k]], ticks(s), ticks_up(f)) for k, (s, f) in busy.items()
-                                   if ticks_up(f) > max(ticks(s), earliest)])
-    latest = max([math.ceil(horizon * scale), *(b + size for _, b, size in busy_ticks),
-                  *(t for _, t, _ in releases)])
-    data = {"duration": duration, "horizon": latest + len(kernels), "precedences": precedences,
-            "delays": delays, "releases": releases, "tails": tails, "busy": busy_ticks,
-            "same_device": [pair for pair in same_device if pair[0] != pair[1]], "memory": memory, "hint": None}
+    busy_ticks = merged_intervals(
+        [
+            (d_index[context.assignment[k]], ticks(s), ticks_up(f))
+            for k, (s, f) in busy.items()
+            if ticks_up(f) > max(ticks(s), earliest)
+        ]
+    )
+    latest = max([math.ceil(horizon * scale), *(b + size for _, b, size in busy_ticks), *(t for _, t, _ in releases)])
+    data = {
+        "duration": duration,
+        "horizon": latest + len(kernels),
+        "precedences": precedences,
+        "delays": delays,
+        "releases": releases,
+        "tails": tails,
+        "busy": busy_ticks,
+        "same_device": [pair for pair in same_device if pair[0] != pair[1]],
+        "memory": memory,
+        "hint": None,
+    }
     if hint is not None:
-        data["hint"] = {"device": [d_index[hint.assignment[k]] for k in kernels],
-                        "start": [min(ticks_up(hint.start_s[k]), data["horizon"]) for k in kernels]}
+        data["hint"] = {
+            "device": [d_index[hint.assignment[k]] for k in kernels],
+            "start": [min(ticks_up(hint.start_s[k]), data["horizon"]) for k in kernels],
+        }
     return TickModel(data, scale, kernels, devices, memory_binds)
 
 
@@ -203,14 +251,19 @@ def earliest_starts(kernels: list[str], precedences: list, releases: list, durat
     before: dict[int, list[int]] = {}
     for u, w in precedences:
         before.setdefault(w, []).append(u)
-    for w in range(len(kernels)):                 # window order is topological
+    for w in range(len(kernels)):  # window order is topological
         for u in before.get(w, ()):
             earliest[w] = max(earliest[w], earliest[u] + min(p for p in duration[u] if p is not None))
     return earliest
 
 
-def memory_items(problem: Problem, feasible: dict[str, list[str]], k_index: dict[str, int],
-                 d_index: dict[str, int], context: Context | None = None) -> tuple[list[dict], bool]:
+def memory_items(
+    problem: Problem,
+    feasible: dict[str, list[str]],
+    k_index: dict[str, int],
+    d_index: dict[str, int],
+    context: Context | None = None,
+) -> tuple[list[dict], bool]:
     """Per device with a capacity, what it holds when given window kernels run there: each weight
     (once), and each activation tensor (a kernel's output where it or a consumer runs, a model input
     where a consumer runs), bytes rounded up. What a fixed kernel of ``context`` already holds on a
@@ -231,14 +284,17 @@ def memory_items(problem: Problem, feasible: dict[str, list[str]], k_index: dict
     for device in problem.platform.devices:
         d = device.name
         if device.memory_bytes is None or everything <= device.memory_bytes:
-            continue                                # even the whole graph fits: no constraint
+            continue  # even the whole graph fits: no constraint
         held = sum(math.ceil(nbytes) for nbytes, kernels in items if any(fixed.get(k) == d for k in kernels))
-        here = [[math.ceil(nbytes), [k_index[k] for k in kernels if k in k_index and d in feasible[k]]]
-                for nbytes, kernels in items if not any(fixed.get(k) == d for k in kernels)]
+        here = [
+            [math.ceil(nbytes), [k_index[k] for k in kernels if k in k_index and d in feasible[k]]]
+            for nbytes, kernels in items
+            if not any(fixed.get(k) == d for k in kernels)
+        ]
         here = [item for item in here if item[0] > 0 and item[1]]
         capacity = math.floor(device.memory_bytes) - held
         if sum(nbytes for nbytes, _ in here) <= capacity:
-            continue                                # everything fits: no constraint
+            continue  # everything fits: no constraint
         binds = True
         out.append({"device": d_index[d], "capacity": capacity, "items": here})
     return out, binds
@@ -267,12 +323,17 @@ class CpsatSession:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        self.close(at_once=exc_type is not None)     # interrupted or failed: do not wait for the solve to end
+        self.close(at_once=exc_type is not None)  # interrupted or failed: do not wait for the solve to end
 
     def _start(self) -> None:
-        self._errors = tempfile.TemporaryFile()    # noqa: SIM115 (lives as long as the process; closed in close())
-        self._process = subprocess.Popen([sys.executable, "-P", WORKER], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self._errors, bufsize=0)
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the process; closed in close())
+        self._process = subprocess.Popen(
+            [sys.executable, "-P", WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            bufsize=0,
+        )
         self._pending = b""
 
     def close(self, at_once: bool = False) -> None:
@@ -307,25 +368,47 @@ class CpsatSession:
             return {"status": "TIMEOUT", "bound": 0, "wall_s": timeout_s}
         answer = json.loads(line)
         if answer["status"] == "NO_ORTOOLS":
-            raise DivimlInputError(f"solver cpsat needs OR-Tools: {answer['error']}", field="solver",
-                                   hint="pip install ortools (a dependency of tvm-diviml: reinstall it)")
+            raise DivimlInputError(
+                f"solver cpsat needs OR-Tools: {answer['error']}",
+                field="solver",
+                hint="pip install ortools (a dependency of tvm-diviml: reinstall it)",
+            )
         return answer
 
     def solve(self, model: TickModel, time_limit_s: float, *, relative_gap: float = PROOF_GAP) -> dict:
         """The worker's answer for ``model`` after at most ``time_limit_s`` of CP-SAT."""
-        data = {**model.data, "time_limit_s": time_limit_s, "seed": self.seed, "workers": self.workers,
-                "relative_gap": relative_gap}
+        data = {
+            **model.data,
+            "time_limit_s": time_limit_s,
+            "seed": self.seed,
+            "workers": self.workers,
+            "relative_gap": relative_gap,
+        }
         return self.request(data, time_limit_s)
 
-    def solve_window(self, problem: Problem, window: list[str], context: Context, *,
-                     fixed_start_s: dict[str, float] | None = None,
-                     tail_s: dict[str, float | dict[str, float]] | None = None,
-                     hint: WindowSolution | None = None, time_limit_s: float) -> WindowSolution | None:
+    def solve_window(
+        self,
+        problem: Problem,
+        window: list[str],
+        context: Context,
+        *,
+        fixed_start_s: dict[str, float] | None = None,
+        tail_s: dict[str, float | dict[str, float]] | None = None,
+        hint: WindowSolution | None = None,
+        time_limit_s: float,
+    ) -> WindowSolution | None:
         """The best schedule of ``window`` found around ``context`` (see ``tick_model``); None when
         CP-SAT found none in time. ``hint`` (a list schedule) seeds the search, and its makespan
         (window tails included) bounds the horizon."""
-        model = tick_model(problem, window, context, fixed_start_s=fixed_start_s, tail_s=tail_s, hint=hint,
-                           horizon_s=hint.objective_s if hint is not None else None)
+        model = tick_model(
+            problem,
+            window,
+            context,
+            fixed_start_s=fixed_start_s,
+            tail_s=tail_s,
+            hint=hint,
+            horizon_s=hint.objective_s if hint is not None else None,
+        )
         return model.solution(problem, self.solve(model, time_limit_s))
 
     def _read_line(self, deadline: float) -> bytes | None:

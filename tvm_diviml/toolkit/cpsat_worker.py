@@ -13,13 +13,14 @@ is reproducible for its seed.
 
 The request fields and the model: docs/solvers.md#cp-sat.
 """
+
 import json
 import math
 import os
 import sys
 import time
 
-SINGLE_WORKER_SHARE = 0.25     # measured: as good as all workers throughout, and proofs come reproducibly
+SINGLE_WORKER_SHARE = 0.25  # measured: as good as all workers throughout, and proofs come reproducibly
 
 
 def build(data: dict):
@@ -56,7 +57,7 @@ def build(data: dict):
     for w, ticks, condition in data["releases"]:
         model.add(start[w] >= ticks).only_enforce_if(holds(condition))
     for a, b in data["same_device"]:
-        for d in set(x[a]) | set(x[b]):    # a device only one of them may use is closed to both
+        for d in set(x[a]) | set(x[b]):  # a device only one of them may use is closed to both
             model.add(x[a].get(d, 0) == x[b].get(d, 0))
     for device in data["memory"]:
         d, terms = device["device"], []
@@ -90,8 +91,11 @@ def solve(data: dict) -> dict:
     if hint:
         _hint(model, x, start, hint["device"], hint["start"])
     limit, workers = max(float(data["time_limit_s"]), 0.001), int(data["workers"])
-    phases = [(1, SINGLE_WORKER_SHARE * limit), (workers, (1 - SINGLE_WORKER_SHARE) * limit)] if workers > 1 \
+    phases = (
+        [(1, SINGLE_WORKER_SHARE * limit), (workers, (1 - SINGLE_WORKER_SHARE) * limit)]
+        if workers > 1
         else [(1, limit)]
+    )
     began = time.perf_counter()
     answer = {"status": "UNKNOWN", "bound": 0}
     for phase_workers, seconds in phases:
@@ -104,13 +108,14 @@ def solve(data: dict) -> dict:
         bound = solver.best_objective_bound
         if math.isfinite(bound):
             answer["bound"] = max(answer["bound"], math.ceil(bound - 1e-6))
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and \
-                ("objective" not in answer or round(solver.objective_value) < answer["objective"]):
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and (
+            "objective" not in answer or round(solver.objective_value) < answer["objective"]
+        ):
             answer["objective"] = round(solver.objective_value)
             answer["device"] = [next(d for d, on_d in x[v].items() if solver.boolean_value(on_d)) for v in kernels]
             answer["start"] = [solver.value(start[v]) for v in kernels]
         answer["status"] = solver.status_name(status)
-        if status not in (cp_model.FEASIBLE, cp_model.UNKNOWN):        # proven optimal or infeasible
+        if status not in (cp_model.FEASIBLE, cp_model.UNKNOWN):  # proven optimal or infeasible
             break
         if "device" in answer:
             model.clear_hints()
@@ -136,12 +141,12 @@ def _die_with_parent() -> None:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))              # PR_SET_PDEATHSIG
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if os.getppid() == 1:                               # the parent ended before the call above
+    if os.getppid() == 1:  # the parent ended before the call above
         sys.exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C reaches the parent, which stops this process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this process
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """One wall-clock deadline per solve, handed down to every sub-solve, so that a time limit means the
 wall time of the whole solve wherever it is given.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Deadline:
-    at: float                    # time.perf_counter() value at which the solve must end
+    at: float  # time.perf_counter() value at which the solve must end
 
     @classmethod
     def after(cls, seconds: float) -> Deadline:

@@ -1,5 +1,6 @@
 """Identical devices: those a solver cannot tell apart (the same prices for everything it charges)
 become one class, so that a DP or a MIP chooses a class and a count instead of a device."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
@@ -9,8 +10,9 @@ import numpy as np
 Description = tuple  # numbers and numpy arrays: what a device charges, as the solver sees it
 
 
-def identical_devices(devices: Sequence[str], describe: Callable[[str], Description]
-                      ) -> list[tuple[list[str], Description]]:
+def identical_devices(
+    devices: Sequence[str], describe: Callable[[str], Description]
+) -> list[tuple[list[str], Description]]:
     """``devices`` grouped by equal descriptions, in first-seen order: (the group's devices, their
     shared description)."""
     groups: dict[Hashable, tuple[list[str], Description]] = {}

@@ -1,6 +1,7 @@
 """The best quick plan for a problem: the list schedules and the single-device baseline, as the exact
 models' warm start and the splitting heuristic's fallback.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,8 +21,10 @@ def best_heuristic(problem: Problem) -> Plan | None:
     overflows stays one here: no exact model is called from inside an exact model."""
     tries: list[Callable[[], Plan]] = [lambda: fastest_single_device(problem)]
     if problem.objective == "latency":
-        tries[:0] = [lambda: list_schedule_plan(problem, heft_placement, "heft"),
-                     lambda: list_schedule_plan(problem, fastest_device_placement, "greedy")]
+        tries[:0] = [
+            lambda: list_schedule_plan(problem, heft_placement, "heft"),
+            lambda: list_schedule_plan(problem, fastest_device_placement, "greedy"),
+        ]
     elif problem.objective == "throughput":
         tries.insert(0, lambda: greedy_throughput(problem))
     best = None

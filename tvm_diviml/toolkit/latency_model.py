@@ -6,6 +6,7 @@ once to each device that reads them; a tensor crosses to a device once, with the
 there; outputs made off the host return before C. Over a window, the rest is fixed by a ``Context``
 (docs/solvers.md#milp).
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,16 @@ import mip
 from ..problem import Problem
 from ..tolerances import TIE_BREAK
 from .mip_backend import new_model, prove_exactly, proven_bound
-from .windows import Context, PeakCut, WindowSolution, WindowVariables, add_peak_cuts, reachability, \
-    trivial_horizon_s, window_devices
+from .windows import (
+    Context,
+    PeakCut,
+    WindowSolution,
+    WindowVariables,
+    add_peak_cuts,
+    reachability,
+    trivial_horizon_s,
+    window_devices,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +33,20 @@ log = logging.getLogger(__name__)
 class LatencyModel(WindowVariables):
     """The latency MILP over ``window`` (default: every kernel), the rest fixed by ``context``."""
 
-    def __init__(self, problem: Problem, window: list[str] | None = None, context: Context | None = None, *,
-                 backend: str = "highs", upper_bound_s: float | None = None, reserve: dict[str, float] | None = None,
-                 cuts: tuple[PeakCut, ...] = (), descendants: dict[str, int] | None = None, tie_break: bool = False,
-                 tail_s: dict[str, float] | None = None):
+    def __init__(
+        self,
+        problem: Problem,
+        window: list[str] | None = None,
+        context: Context | None = None,
+        *,
+        backend: str = "highs",
+        upper_bound_s: float | None = None,
+        reserve: dict[str, float] | None = None,
+        cuts: tuple[PeakCut, ...] = (),
+        descendants: dict[str, int] | None = None,
+        tie_break: bool = False,
+        tail_s: dict[str, float] | None = None,
+    ):
         """``tie_break``: also minimise (slightly) the mean start time, so that kernels off the critical
         path still finish early. ``tail_s``: per kernel, work that must still follow it outside the window
         (C >= finish + tail), so that a window's makespan stands for the whole graph's. Both serve the
@@ -43,7 +62,11 @@ class LatencyModel(WindowVariables):
         self.devices = {v: window_devices(problem, v, self.context.assignment) for v in self.window}
         self.x = {(v, d): m.add_var(var_type=mip.BINARY) for v in self.window for d in self.devices[v]}
         self.o: dict[tuple[str, str], mip.Var] = {}
-        horizon_s = upper_bound_s if upper_bound_s is not None else trivial_horizon_s(problem, self.window, self.context, tail_s)
+        horizon_s = (
+            upper_bound_s
+            if upper_bound_s is not None
+            else trivial_horizon_s(problem, self.window, self.context, tail_s)
+        )
         # Solver tolerances are absolute (about 1e-7): seconds of kernels (1e-5) would drown in them, so the
         # model counts time in units of a thousandth of the horizon.
         self.unit = horizon_s / 1000.0 if horizon_s > 0 else 1.0
@@ -57,7 +80,7 @@ class LatencyModel(WindowVariables):
         for v in self.window:
             m += mip.xsum(self.x[v, d] for d in self.devices[v]) == 1
             m += self.C >= finish[v] + (tail_s or {}).get(v, 0.0) / self.unit
-            for d in self.devices[v]:                    # a busy device takes new work after it is free
+            for d in self.devices[v]:  # a busy device takes new work after it is free
                 ready = self.context.device_ready_s.get(d, 0.0) / self.unit
                 if ready > 0:
                     m += self.s[v] >= ready * self.x[v, d]
@@ -95,7 +118,8 @@ class LatencyModel(WindowVariables):
                 else:
                     d = self.context.assignment[u]
                     m += s[w] >= self.context.finish_s[u] / self.unit + mip.xsum(
-                        self.transfer(edge.bytes, d, e) * x[w, e] for e in self.devices[w] if e != d)
+                        self.transfer(edge.bytes, d, e) * x[w, e] for e in self.devices[w] if e != d
+                    )
                 # The tensor crosses once per device with the largest bytes read there: a sibling consumer
                 # on the same device that reads more bytes delays this one too.
                 for sibling in graph.succ[u]:
@@ -123,27 +147,29 @@ class LatencyModel(WindowVariables):
         for graph_input in graph.inputs:
             for w in dict.fromkeys(graph_input.consumers):
                 if w in self.inside:
-                    self.m += self.s[w] >= mip.xsum(self.transfer(graph_input.bytes, host, e) * self.x[w, e]
-                                                    for e in self.devices[w] if e != host)
+                    self.m += self.s[w] >= mip.xsum(
+                        self.transfer(graph_input.bytes, host, e) * self.x[w, e] for e in self.devices[w] if e != host
+                    )
         for v in self.window:
             out = graph.kernels[v].output_bytes
             if v in graph.output_set and out > 0:
-                self.m += self.C >= self.finish[v] + mip.xsum(self.transfer(out, d, host) * self.x[v, d]
-                                                              for d in self.devices[v] if d != host)
+                self.m += self.C >= self.finish[v] + mip.xsum(
+                    self.transfer(out, d, host) * self.x[v, d] for d in self.devices[v] if d != host
+                )
 
     def _disjunctions(self, descendants: dict[str, int]) -> None:
         """One order variable per pair not ordered by a path; big-M = the horizon (C <= horizon)."""
         graph, M = self.problem.graph, self.horizon
         ordered = sorted(self.window, key=graph.position.__getitem__)
         for i, v in enumerate(ordered):
-            for w in ordered[i + 1:]:
+            for w in ordered[i + 1 :]:
                 if descendants[v] >> graph.position[w] & 1:
                     continue
                 common = [d for d in self.devices[v] if d in self.devices[w]]
                 if not common:
                     continue
                 o = self.o[v, w] = self.m.add_var(var_type=mip.BINARY)
-                for d in common:           # the pair's own times on d join M: neither may be on d
+                for d in common:  # the pair's own times on d join M: neither may be on d
                     apart = 2 - self.x[v, d] - self.x[w, d]
                     self.m += self.s[w] >= self.s[v] + self.p[v, d] - M * (1 - o) - (M + self.p[v, d]) * apart
                     self.m += self.s[v] >= self.s[w] + self.p[w, d] - M * o - (M + self.p[w, d]) * apart
@@ -161,7 +187,9 @@ class LatencyModel(WindowVariables):
             if device.memory_bytes is None or self._everything_fits(device.name, device.memory_bytes):
                 continue
             self.memory_binds = True
-            fixed = {w for k, d in self.context.assignment.items() if d == device.name for w in graph.kernels[k].weights}
+            fixed = {
+                w for k, d in self.context.assignment.items() if d == device.name for w in graph.kernels[k].weights
+            }
             terms = []
             for weight, kernels in users.items():
                 if weight in fixed:
@@ -181,7 +209,7 @@ class LatencyModel(WindowVariables):
     def _everything_fits(self, device: str, capacity: float) -> bool:
         graph = self.problem.graph
         activations = sum(k.output_bytes for k in graph.kernels.values()) + sum(i.bytes for i in graph.inputs)
-        if sum(graph.weights.values()) + activations <= capacity:       # the whole model fits: done
+        if sum(graph.weights.values()) + activations <= capacity:  # the whole model fits: done
             return True
         could_run = [k for k in graph.kernels if device in self.problem.feasible_devices(k)]
         return graph.weight_bytes(could_run) + activations <= capacity
@@ -209,5 +237,6 @@ class LatencyModel(WindowVariables):
         assignment = {v: next(d for d in self.devices[v] if self.x[v, d].x >= 0.5) for v in self.window}
         start = {v: self.s[v].x * self.unit for v in self.window}
         finish = {v: start[v] + self.problem.costs.compute_s(v, assignment[v]) for v in self.window}
-        return WindowSolution(assignment, start, finish, self.C.x * self.unit, self.bound_s(),
-                              status == mip.OptimizationStatus.OPTIMAL)
+        return WindowSolution(
+            assignment, start, finish, self.C.x * self.unit, self.bound_s(), status == mip.OptimizationStatus.OPTIMAL
+        )

@@ -5,6 +5,7 @@ Latency: ``fastest_device_placement`` (what a user gets without a placement tool
 priced as the simulator's ``latency`` mode does). Throughput: ``balance_greedy``, each kernel where it
 least raises the period. All place through a ``DeviceBudget`` (allowed devices, co-location, memory).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -44,7 +45,7 @@ def heft_placement(budget: DeviceBudget) -> Plan:
     inputs_of = model_inputs_of(graph)
     timelines = {d: Timeline() for d in problem.platform.device_names}
     finish: dict[str, float] = {}
-    sent_bytes: dict[tuple[str, str], float] = {}     # (producer, device) -> bytes crossing there
+    sent_bytes: dict[tuple[str, str], float] = {}  # (producer, device) -> bytes crossing there
     estimate = 0.0
     for kernel in sorted(graph.kernels, key=lambda k: (-ranks[k], graph.position[k])):
         best = None
@@ -74,8 +75,9 @@ def heft_placement(budget: DeviceBudget) -> Plan:
                 key = (edge.src, device)
                 sent_bytes[key] = max(sent_bytes.get(key, 0.0), edge.bytes)
     order = {d: line.kernels for d, line in timelines.items() if line.kernels}
-    return Plan(dict(budget.device_of), objective="latency", mode="latency", order=order,
-                attrs={"heft_estimate_s": estimate})
+    return Plan(
+        dict(budget.device_of), objective="latency", mode="latency", order=order, attrs={"heft_estimate_s": estimate}
+    )
 
 
 def upward_ranks(problem: Problem) -> dict[str, float]:
@@ -139,14 +141,20 @@ class Timeline:
         self.kernels.insert(index, kernel)
 
 
-def list_schedule_plan(problem: Problem, place: Callable[[DeviceBudget], Plan], name: str,
-                       reserve: dict[str, float] | None = None) -> Plan:
+def list_schedule_plan(
+    problem: Problem, place: Callable[[DeviceBudget], Plan], name: str, reserve: dict[str, float] | None = None
+) -> Plan:
     """A latency list schedule under the memory budget, claimed at the simulator's value (which may
     report an overflow: callers decide what to do with it)."""
     plan, sim = place_within_memory(problem, place, reserve)
     plan.solver, plan.value_s, plan.optimal = name, sim.value_s, False
-    log.info("%s: %.6g s, kernels per device %s%s", name, sim.value_s,
-             {d: len(v) for d, v in plan.order.items()}, "" if sim.feasible else f"; {'; '.join(sim.problems)}")
+    log.info(
+        "%s: %.6g s, kernels per device %s%s",
+        name,
+        sim.value_s,
+        {d: len(v) for d, v in plan.order.items()},
+        "" if sim.feasible else f"; {'; '.join(sim.problems)}",
+    )
     return plan
 
 
@@ -163,7 +171,7 @@ def balance_greedy(budget: DeviceBudget) -> Plan:
         for consumer in dict.fromkeys(graph_input.consumers):
             inputs_of[consumer].append((graph_input.name, graph_input.bytes))
     load: dict[tuple, float] = defaultdict(float)
-    crossed: dict[tuple[str, str], float] = {}          # (tensor, device) -> bytes sent there so far
+    crossed: dict[tuple[str, str], float] = {}  # (tensor, device) -> bytes sent there so far
     period = 0.0
     for kernel in graph.topo_order:
         best = None
@@ -186,7 +194,7 @@ def balance_greedy(budget: DeviceBudget) -> Plan:
             if best is None or key < best[0]:
                 best = (key, device, added)
         _, device, added = best
-        added["device", device] = costs.compute_s(kernel, device)    # the rest of a group pays when placed
+        added["device", device] = costs.compute_s(kernel, device)  # the rest of a group pays when placed
         for resource, seconds in added.items():
             load[resource] += seconds
             period = max(period, load[resource])

@@ -7,6 +7,7 @@ a gain is compared as 2m x (weight to the community) - (the community's degree) 
 the modularity gain times 2m², so every comparison is exact, each move strictly raises modularity,
 and the search ends.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,7 +54,7 @@ def _one_level(adjacency: dict[Hashable, dict[Hashable, int]], twice_m: int, rng
     """Node -> its community (named by one of its nodes) after moving nodes while any move helps."""
     degree = {u: _degree(adjacency, u) for u in adjacency}
     community = {u: u for u in adjacency}
-    total = dict(degree)                           # a community's summed degree
+    total = dict(degree)  # a community's summed degree
     order = list(adjacency)
     rng.shuffle(order)
     moved = True

@@ -3,6 +3,7 @@
 HiGHS comes from highsbox: python-mip would first try highspy, whose library lacks the C API on some
 builds and says so on every run.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,15 +14,15 @@ import mip
 from ..errors import DivimlInputError
 from ..tolerances import MIP_ABSOLUTE_GAP, MIP_RELATIVE_GAP
 
-
-BACKENDS = ("highs", "cbc")        # HiGHS first: 1.4-9x faster than CBC on our 16-20 kernel DAGs
+BACKENDS = ("highs", "cbc")  # HiGHS first: 1.4-9x faster than CBC on our 16-20 kernel DAGs
 
 
 def check_backend(backend: str) -> str:
     """``backend`` if python-mip can use it, else an error naming the choices."""
     if backend not in BACKENDS:
-        raise DivimlInputError(f"unknown MILP backend '{backend}'", field="backend",
-                               hint=f"use one of {', '.join(BACKENDS)}")
+        raise DivimlInputError(
+            f"unknown MILP backend '{backend}'", field="backend", hint=f"use one of {', '.join(BACKENDS)}"
+        )
     return backend
 
 
@@ -31,6 +32,7 @@ def new_model(name: str, backend: str) -> mip.Model:
     if backend == "highs" and "PMIP_HIGHS_LIBRARY" not in os.environ:
         try:
             import highsbox
+
             library = os.path.join(highsbox.highs_dist_dir(), "lib", "libhighs.so")
             if os.path.exists(library):
                 os.environ["PMIP_HIGHS_LIBRARY"] = library

@@ -3,6 +3,7 @@ differ): the graph's tensors as price layers, what a block of kernels costs, and
 chooses the stages and their devices (y[v,b,c], u[b,c], T). The bounds and the pipeline MIP solver
 build on these (docs/solvers.md#mtpp).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,11 @@ class TensorLayers:
     """Tensor prices as indicator layers: layer l weighs ``weight[l]``, belongs to the producer
     ``producer[l]`` and counts where one of its consumers ``consumer[start[l]:start[l + 1]]`` does."""
 
-    producer: np.ndarray      # (L,) kernel ids
-    weight: np.ndarray        # (L,) seconds
-    start: np.ndarray         # (L,) offsets into consumer
-    consumer: np.ndarray      # (M,) kernel ids, grouped by layer
-    layer: np.ndarray         # (M,) the layer of each consumer entry
+    producer: np.ndarray  # (L,) kernel ids
+    weight: np.ndarray  # (L,) seconds
+    start: np.ndarray  # (L,) offsets into consumer
+    consumer: np.ndarray  # (M,) kernel ids, grouped by layer
+    layer: np.ndarray  # (M,) the layer of each consumer entry
 
 
 def tensor_layers(producers: Sequence[int], consumers: Sequence[int], prices: Sequence[float]) -> TensorLayers:
@@ -49,8 +50,13 @@ def tensor_layers(producers: Sequence[int], consumers: Sequence[int], prices: Se
             members.extend(consumer for consumer, price in edges if price >= level)
             below = level
     sizes = np.diff(np.array(start + [len(members)], dtype=np.int64))
-    return TensorLayers(np.array(owner, dtype=np.int64), np.array(weight, dtype=float), np.array(start, dtype=np.int64),
-                   np.array(members, dtype=np.int64), np.repeat(np.arange(len(start)), sizes))
+    return TensorLayers(
+        np.array(owner, dtype=np.int64),
+        np.array(weight, dtype=float),
+        np.array(start, dtype=np.int64),
+        np.array(members, dtype=np.int64),
+        np.repeat(np.arange(len(start)), sizes),
+    )
 
 
 # ---------------------------------------------------------------------- the problem in ids
@@ -68,10 +74,10 @@ class PipelineData:
     below: np.ndarray
     input_consumers: list[list[int]]
     input_bytes: np.ndarray
-    groups: list[list[int]]                 # co-location groups
+    groups: list[list[int]]  # co-location groups
 
     @classmethod
-    def of(cls, problem: Problem) -> "PipelineData":
+    def of(cls, problem: Problem) -> PipelineData:
         graph = problem.graph
         names = list(graph.topo_order)
         index = {k: i for i, k in enumerate(names)}
@@ -81,17 +87,25 @@ class PipelineData:
         consumers = [sorted(set(layers.consumer[a:b].tolist())) for a, b in zip(layers.start, ends)]
         producers = layers.producer.tolist()
         level, below = np.zeros(len(producers)), np.zeros(len(producers))
-        for l, producer in enumerate(producers):
-            below[l] = level[l - 1] if l and producers[l - 1] == producer else 0.0
-            level[l] = below[l] + layers.weight[l]
+        for layer, producer in enumerate(producers):
+            below[layer] = level[layer - 1] if layer and producers[layer - 1] == producer else 0.0
+            level[layer] = below[layer] + layers.weight[layer]
         inputs = [i for i in graph.inputs if i.consumers]
         groups: dict[str, list[int]] = defaultdict(list)
         for name in names:
             if graph.kernels[name].colocate is not None:
                 groups[graph.kernels[name].colocate].append(index[name])
-        return cls(names, edges, producers, consumers, level, below,
-                   [sorted({index[c] for c in i.consumers}) for i in inputs],
-                   np.array([i.bytes for i in inputs], dtype=float), list(groups.values()))
+        return cls(
+            names,
+            edges,
+            producers,
+            consumers,
+            level,
+            below,
+            [sorted({index[c] for c in i.consumers}) for i in inputs],
+            np.array([i.bytes for i in inputs], dtype=float),
+            list(groups.values()),
+        )
 
     @property
     def n(self) -> int:
@@ -99,8 +113,10 @@ class PipelineData:
 
     def layer_prices(self, price_of_bytes) -> np.ndarray:
         """Per layer: g(level) - g(below) for a price g(bytes) that grows with the bytes (g(0) = 0)."""
-        return np.array([price_of_bytes(hi) - (price_of_bytes(lo) if lo > 0 else 0.0)
-                         for lo, hi in zip(self.below, self.level)], dtype=float)
+        return np.array(
+            [price_of_bytes(hi) - (price_of_bytes(lo) if lo > 0 else 0.0) for lo, hi in zip(self.below, self.level)],
+            dtype=float,
+        )
 
 
 @dataclass(frozen=True)
@@ -142,8 +158,18 @@ def cheapest_pricing(problem: Problem, data: PipelineData | None = None) -> Bloc
     the cheapest link, each model input at its cheapest way in: no stage of any plan costs less."""
     data = data or PipelineData.of(problem)
     costs, host = problem.costs, problem.platform.host
-    work = np.array([min((costs.compute_s(k, d) + problem.output_return_s(k, d, empty_pays_latency=True) for d in problem.feasible_devices(k)),
-                         default=math.inf) for k in data.names])
+    work = np.array(
+        [
+            min(
+                (
+                    costs.compute_s(k, d) + problem.output_return_s(k, d, empty_pays_latency=True)
+                    for d in problem.feasible_devices(k)
+                ),
+                default=math.inf,
+            )
+            for k in data.names
+        ]
+    )
     devices = candidate_devices(problem)
     transfer, _ = link_prices(problem, devices)
     tensors = data.layer_prices(transfer)
@@ -175,15 +201,17 @@ class MipBuilder:
         """The block's cost (scaled) for membership expressions ``x[v]``. ``exact``: indicators are
         bounded from above too, so that the cost is exact even where the objective would inflate it."""
         terms = [pricing.work[v] / self.unit * x[v] for v in range(data.n) if pricing.work[v]]
-        for l, (u, members) in enumerate(zip(data.producers, data.consumers)):
-            if pricing.out_price[l] > 0:
-                leaves = self.indicator([x[u] - x[w] for w in members],
-                                        [x[u], mip.xsum(1 - x[w] for w in members)] if exact else ())
-                terms.append(pricing.out_price[l] / self.unit * leaves)
-            if pricing.in_price[l] > 0:
-                enters = self.indicator([x[w] - x[u] for w in members],
-                                        [1 - x[u], mip.xsum(x[w] for w in members)] if exact else ())
-                terms.append(pricing.in_price[l] / self.unit * enters)
+        for layer, (u, members) in enumerate(zip(data.producers, data.consumers)):
+            if pricing.out_price[layer] > 0:
+                leaves = self.indicator(
+                    [x[u] - x[w] for w in members], [x[u], mip.xsum(1 - x[w] for w in members)] if exact else ()
+                )
+                terms.append(pricing.out_price[layer] / self.unit * leaves)
+            if pricing.in_price[layer] > 0:
+                enters = self.indicator(
+                    [x[w] - x[u] for w in members], [1 - x[u], mip.xsum(x[w] for w in members)] if exact else ()
+                )
+                terms.append(pricing.in_price[layer] / self.unit * enters)
         for members, price in zip(data.input_consumers, pricing.input_price):
             if price > 0:
                 read = self.indicator([x[w] for w in members], [mip.xsum(x[w] for w in members)] if exact else ())
@@ -226,9 +254,11 @@ def stage_count(problem: Problem) -> int:
     devices = len(problem.platform.devices)
     stages = problem.stages or devices
     if not 1 <= stages <= devices:
-        raise DivimlInputError(f"{stages} stages need {stages} devices, platform '{problem.platform.name}' has "
-                               f"{devices}", field="stages",
-                               hint=f"use --stages between 1 and {devices}, or a larger platform")
+        raise DivimlInputError(
+            f"{stages} stages need {stages} devices, platform '{problem.platform.name}' has {devices}",
+            field="stages",
+            hint=f"use --stages between 1 and {devices}, or a larger platform",
+        )
     return stages
 
 
@@ -239,7 +269,7 @@ class DeviceClass:
 
     devices: list[str]
     pricing: BlockPricing
-    feasible: np.ndarray          # bool per kernel id
+    feasible: np.ndarray  # bool per kernel id
     memory_bytes: float
 
 
@@ -250,14 +280,22 @@ def device_classes(problem: Problem, data: PipelineData, tensors: np.ndarray) ->
 
     def describe(device: str) -> tuple:
         feasible = np.array([device in feasible_on[k] for k in data.names])
-        work = np.array([costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True) if feasible[v] else 0.0
-                         for v, k in enumerate(data.names)])
+        work = np.array(
+            [
+                costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
+                if feasible[v]
+                else 0.0
+                for v, k in enumerate(data.names)
+            ]
+        )
         inputs = np.array([costs.transfer_s(b, host, device) for b in data.input_bytes], dtype=float)
         capacity = problem.platform.device(device).memory_bytes
         return work, feasible, inputs, math.inf if capacity is None else float(capacity)
 
-    return [DeviceClass(devices, BlockPricing(work, tensors, tensors, inputs), feasible, memory)
-            for devices, (work, feasible, inputs, memory) in identical_devices(candidate_devices(problem), describe)]
+    return [
+        DeviceClass(devices, BlockPricing(work, tensors, tensors, inputs), feasible, memory)
+        for devices, (work, feasible, inputs, memory) in identical_devices(candidate_devices(problem), describe)
+    ]
 
 
 class PipelineModel:
@@ -275,14 +313,16 @@ class PipelineModel:
         m, unit = builder.m, builder.unit
         K, C = stages, range(len(classes))
         self.u = [[m.add_var(var_type=mip.BINARY) for _ in C] for _ in range(K)]
-        self.y = [[{v: m.add_var(var_type=mip.BINARY) for v in range(data.n) if classes[c].feasible[v]} for c in C]
-                  for _ in range(K)]
+        self.y = [
+            [{v: m.add_var(var_type=mip.BINARY) for v in range(data.n) if classes[c].feasible[v]} for c in C]
+            for _ in range(K)
+        ]
         x = [[mip.xsum(self.y[b][c][v] for c in C if v in self.y[b][c]) for v in range(data.n)] for b in range(K)]
         for v in range(data.n):
             m += mip.xsum(x[b][v] for b in range(K)) == 1
         for b in range(K):
             m += mip.xsum(self.u[b]) <= 1
-            if b:                                   # used blocks first: an empty block costs nothing anywhere
+            if b:  # used blocks first: an empty block costs nothing anywhere
                 m += mip.xsum(self.u[b]) <= mip.xsum(self.u[b - 1])
             for c in C:
                 for var in self.y[b][c].values():
@@ -352,5 +392,10 @@ class PipelineModel:
                     stages.append(kernels)
                     devices.append(free[c].pop(0))
         assignment = {k: d for stage, d in zip(stages, devices) for k in stage}
-        return Plan({k: assignment[k] for k in self.problem.graph.kernels}, objective="pipeline",
-                    mode="stage_serial", stages=stages, stage_devices=devices)
+        return Plan(
+            {k: assignment[k] for k in self.problem.graph.kernels},
+            objective="pipeline",
+            mode="stage_serial",
+            stages=stages,
+            stage_devices=devices,
+        )

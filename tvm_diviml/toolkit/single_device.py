@@ -1,6 +1,7 @@
 """The whole model on one device, for each device: the baseline every report compares against, kept
 per device (None where it does not fit, with the reason).
 """
+
 from __future__ import annotations
 
 from ..errors import DivimlInputError
@@ -14,8 +15,13 @@ def single_device_plan(problem: Problem, device: str) -> Plan:
     graph = problem.graph
     assignment = {k: device for k in graph.kernels}
     stages = [list(graph.topo_order)] if problem.objective == "pipeline" else None
-    return Plan(assignment, objective=problem.objective, mode=problem.mode, stages=stages,
-                stage_devices=[device] if stages else None)
+    return Plan(
+        assignment,
+        objective=problem.objective,
+        mode=problem.mode,
+        stages=stages,
+        stage_devices=[device] if stages else None,
+    )
 
 
 def single_device_values(problem: Problem) -> tuple[Plan | None, dict[str, dict]]:
@@ -46,7 +52,10 @@ def fastest_single_device(problem: Problem) -> Plan:
     """The best single-device plan, or an error naming why each device cannot run the whole model."""
     plan, per_device = single_device_values(problem)
     if plan is None:
-        raise DivimlInputError(f"no single device can run the whole model ({no_single_device_reasons(per_device)})",
-                               field="platform", hint="use a solver that splits the model across devices")
+        raise DivimlInputError(
+            f"no single device can run the whole model ({no_single_device_reasons(per_device)})",
+            field="platform",
+            hint="use a solver that splits the model across devices",
+        )
     plan.solver = "fastest_single_device"
     return plan

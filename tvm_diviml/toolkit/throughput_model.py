@@ -4,6 +4,7 @@ once with the largest edge read there, as price layers over its edge sizes; inpu
 per device; outputs back to it). ``fixed`` kernels are constants; others uncounted
 (docs/solvers.md#throughput).
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,13 +31,19 @@ MODE = "period_overlap"
 def require_period_overlap(problem: Problem, solver: str) -> None:
     """Refuse anything but throughput in ``period_overlap`` mode, naming the solver that does it."""
     if problem.mode == "host_staged":
-        raise DivimlInputError(f"solver {solver} places throughput with transfers that overlap compute "
-                               f"(period_overlap), but platform '{problem.platform.name}' stages transfers "
-                               "through host memory (host_staged)", field="solver",
-                               hint="use --solver downsets for host_staged platforms")
+        raise DivimlInputError(
+            f"solver {solver} places throughput with transfers that overlap compute "
+            f"(period_overlap), but platform '{problem.platform.name}' stages transfers "
+            "through host memory (host_staged)",
+            field="solver",
+            hint="use --solver downsets for host_staged platforms",
+        )
     if problem.mode != MODE:
-        raise DivimlInputError(f"throughput placement needs objective throughput, not '{problem.objective}'",
-                               field="objective", hint="use --objective throughput")
+        raise DivimlInputError(
+            f"throughput placement needs objective throughput, not '{problem.objective}'",
+            field="objective",
+            hint="use --objective throughput",
+        )
 
 
 def throughput_plan(assignment: dict[str, str], solver: str, replicas: list[ReplicaGroup] | None = None) -> Plan:
@@ -53,8 +60,10 @@ def score(problem: Problem, plan: Plan) -> Simulation:
 
 def mean_fastest_s(problem: Problem) -> float:
     """The mean kernel time at its fastest device: the MILPs' time unit (solver tolerances are absolute)."""
-    times = [min((problem.costs.compute_s(k, d) for d in problem.feasible_devices(k)), default=0.0)
-             for k in problem.graph.kernels]
+    times = [
+        min((problem.costs.compute_s(k, d) for d in problem.feasible_devices(k)), default=0.0)
+        for k in problem.graph.kernels
+    ]
     unit = sum(t for t in times if math.isfinite(t)) / max(len(times), 1)
     return unit if unit > 0 else 1.0
 
@@ -62,9 +71,9 @@ def mean_fastest_s(problem: Problem) -> float:
 # ---------------------------------------------------------------------- the exact model
 @dataclass
 class ThroughputSolution:
-    assignment: dict[str, str]       # window kernels only
-    period_s: float                  # the model's period (T)
-    bound_s: float | None            # a certified lower bound on T (None with tie-break or none found)
+    assignment: dict[str, str]  # window kernels only
+    period_s: float  # the model's period (T)
+    bound_s: float | None  # a certified lower bound on T (None with tie-break or none found)
     optimal: bool
 
 
@@ -77,9 +86,17 @@ class ThroughputModel(WindowVariables):
     (its objective then bounds nothing).
     """
 
-    def __init__(self, problem: Problem, window: list[str] | None = None, fixed: dict[str, str] | None = None, *,
-                 backend: str = "highs", reserve: dict[str, float] | None = None, cuts: tuple[PeakCut, ...] = (),
-                 tie_break: bool = False):
+    def __init__(
+        self,
+        problem: Problem,
+        window: list[str] | None = None,
+        fixed: dict[str, str] | None = None,
+        *,
+        backend: str = "highs",
+        reserve: dict[str, float] | None = None,
+        cuts: tuple[PeakCut, ...] = (),
+        tie_break: bool = False,
+    ):
         self.problem = problem
         graph = problem.graph
         self.window = list(window) if window is not None else list(graph.topo_order)
@@ -92,8 +109,8 @@ class ThroughputModel(WindowVariables):
         self.m = m = new_model("throughput", check_backend(backend))
         self.devices = {v: window_devices(problem, v, self.fixed) for v in self.window}
         self.x = {(v, d): m.add_var(var_type=mip.BINARY) for v in self.window for d in self.devices[v]}
-        self._defined: list[tuple[mip.Var, list]] = []     # indicator -> the expressions it must cover
-        self.load: dict[tuple, list] = defaultdict(list)    # ("device", d) or ("link", d, e) -> terms
+        self._defined: list[tuple[mip.Var, list]] = []  # indicator -> the expressions it must cover
+        self.load: dict[tuple, list] = defaultdict(list)  # ("device", d) or ("link", d, e) -> terms
         for v in self.window:
             m += mip.xsum(self.x[v, d] for d in self.devices[v]) == 1
         self.tie_colocated()
@@ -197,8 +214,9 @@ class ThroughputModel(WindowVariables):
                 for weight in graph.kernels[v].weights:
                     if weight not in resident and (v, name) in self.x:
                         users[weight].append(v)
-            terms = [graph.weights[w] * self._indicator([self.x[v, name] for v in kernels])
-                     for w, kernels in users.items()]
+            terms = [
+                graph.weights[w] * self._indicator([self.x[v, name] for v in kernels]) for w, kernels in users.items()
+            ]
             room = capacity - sum(graph.weights[w] for w in resident)
             if terms:
                 self.m += mip.xsum(terms) <= room - reserve.get(name, 0.0)
@@ -216,13 +234,14 @@ class ThroughputModel(WindowVariables):
                 return value[expression]
             return expression.const + sum(c * value[var] for var, c in expression.expr.items())
 
-        for var, covers in self._defined:                  # defined in dependency order
+        for var, covers in self._defined:  # defined in dependency order
             value[var] = max([0.0, *(evaluate(c) for c in covers)])
         value[self.T] = max([0.0, *(sum(evaluate(t) for t in terms) for terms in self.load.values())])
         self.m.start = list(value.items())
 
-    def solve(self, time_limit_s: float, seed: int = 0, threads: int = 1,
-              max_nodes: int | None = None) -> ThroughputSolution | None:
+    def solve(
+        self, time_limit_s: float, seed: int = 0, threads: int = 1, max_nodes: int | None = None
+    ) -> ThroughputSolution | None:
         """``max_nodes``: a branch-and-bound node limit, which (unlike the clock) ends a solve in the same
         place on every run."""
         m = self.m

@@ -4,6 +4,7 @@ The exact latency and throughput models, CP-SAT's tick model and the splitting h
 in these terms: a ``Context`` of what is decided, the devices a window kernel may still use, and the
 schedules that come back.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,13 +45,20 @@ def window_devices(problem: Problem, kernel: str, fixed: dict[str, str]) -> list
         placed = {d for k, d in fixed.items() if problem.graph.kernels[k].colocate == group}
         devices = [d for d in devices if not placed or d in placed]
     if not devices:
-        raise DivimlInputError(f"kernel '{kernel}' has no device left that satisfies its constraints",
-                               field="allowed_devices", hint="allow another device or split its co-location group")
+        raise DivimlInputError(
+            f"kernel '{kernel}' has no device left that satisfies its constraints",
+            field="allowed_devices",
+            hint="allow another device or split its co-location group",
+        )
     return devices
 
 
-def trivial_horizon_s(problem: Problem, window: list[str] | None = None, context: Context | None = None,
-                      tail_s: dict[str, float | dict[str, float]] | None = None) -> float:
+def trivial_horizon_s(
+    problem: Problem,
+    window: list[str] | None = None,
+    context: Context | None = None,
+    tail_s: dict[str, float | dict[str, float]] | None = None,
+) -> float:
     """After every fixed kernel, each window kernel on its slowest feasible device and every tensor
     sent at its dearest, one after another, then the longest tail: a schedule that long always
     exists, so no variable needs a larger domain."""
@@ -67,14 +75,16 @@ def trivial_horizon_s(problem: Problem, window: list[str] | None = None, context
 
     inside = set(kernels)
     total = max([0.0, *context.finish_s.values(), *context.device_ready_s.values()])
-    total += sum(dearest(graph_input.bytes) for graph_input in graph.inputs
-                 if any(c in inside for c in graph_input.consumers))
+    total += sum(
+        dearest(graph_input.bytes) for graph_input in graph.inputs if any(c in inside for c in graph_input.consumers)
+    )
     total += sum(dearest(largest_tensor(u)) for u in {e.src for k in kernels for e in graph.pred[k]} - inside)
     for kernel in kernels:
         total += max(costs.compute_s(kernel, d) for d in problem.feasible_devices(kernel))
         total += dearest(largest_tensor(kernel))
-    longest = [max(t.values(), default=0.0) if isinstance(t, dict) else t for k, t in (tail_s or {}).items()
-               if k in inside]
+    longest = [
+        max(t.values(), default=0.0) if isinstance(t, dict) else t for k, t in (tail_s or {}).items() if k in inside
+    ]
     return total + max([0.0, *longest])
 
 
@@ -113,8 +123,15 @@ class PeakCut:
     peak_bytes: float
 
 
-def add_peak_cuts(model: mip.Model, x: dict, device: str, weight_terms: list, room: float,
-                  cuts: tuple[PeakCut, ...], fixed: dict[str, str]) -> None:
+def add_peak_cuts(
+    model: mip.Model,
+    x: dict,
+    device: str,
+    weight_terms: list,
+    room: float,
+    cuts: tuple[PeakCut, ...],
+    fixed: dict[str, str],
+) -> None:
     """For each cut of ``device``: weights + the cut's peak <= ``room`` (the capacity left by fixed
     weights) whenever every kernel of the cut is there, each either free (``x[kernel, device]``) or
     ``fixed`` there; a cut with a kernel that cannot be there in this model cannot bind, and is skipped."""
@@ -125,20 +142,27 @@ def add_peak_cuts(model: mip.Model, x: dict, device: str, weight_terms: list, ro
         model += mip.xsum(weight_terms) + cut.peak_bytes * (mip.xsum(free) - len(free) + 1) <= room
 
 
-def order_by_start(graph, assignment: dict[str, str], start_s: dict[str, float],
-                   phase: dict[str, int] | None = None) -> dict[str, list[str]]:
+def order_by_start(
+    graph, assignment: dict[str, str], start_s: dict[str, float], phase: dict[str, int] | None = None
+) -> dict[str, list[str]]:
     """Per-device run order: by ``phase`` (kernels solved in later windows run later), then start time,
     ties by topological position (zero-time kernels)."""
     order: dict[str, list[str]] = {}
-    key = (lambda k: (phase[k], start_s[k], graph.position[k])) if phase else \
-        (lambda k: (start_s[k], graph.position[k]))
+    key = (
+        (lambda k: (phase[k], start_s[k], graph.position[k])) if phase else (lambda k: (start_s[k], graph.position[k]))
+    )
     for kernel in sorted(assignment, key=key):
         order.setdefault(assignment[kernel], []).append(kernel)
     return order
 
 
-def list_schedule(problem: Problem, window: list[str], context: Context, assignment: dict[str, str],
-                  tail_s: dict[str, float] | None = None) -> WindowSolution:
+def list_schedule(
+    problem: Problem,
+    window: list[str],
+    context: Context,
+    assignment: dict[str, str],
+    tail_s: dict[str, float] | None = None,
+) -> WindowSolution:
     """Time ``window`` (in topological order) on the devices ``assignment`` gives it, after ``context``:
     each kernel as early as its device and inputs allow. Every tensor is priced at its producer's
     largest bytes, so the schedule is feasible in the window's MILP (a valid warm start)."""
@@ -154,8 +178,10 @@ def list_schedule(problem: Problem, window: list[str], context: Context, assignm
         arrival = max([0.0] + [costs.transfer_s(b, host, device) for b in reads[kernel] if device != host])
         for edge in graph.pred[kernel]:
             src = where[edge.src]
-            tensor = max([e.bytes for e in graph.succ[edge.src]]
-                         + [graph.kernels[edge.src].output_bytes] * (edge.src in graph.output_set))
+            tensor = max(
+                [e.bytes for e in graph.succ[edge.src]]
+                + [graph.kernels[edge.src].output_bytes] * (edge.src in graph.output_set)
+            )
             arrival = max(arrival, finish[edge.src] + (costs.transfer_s(tensor, src, device) if src != device else 0.0))
         start[kernel] = max(arrival, ready.get(device, 0.0))
         finish[kernel] = ready[device] = start[kernel] + costs.compute_s(kernel, device)

@@ -6,29 +6,30 @@ with ``@register``; its keyword arguments with defaults *are* the model's option
 ``resolution=64``. ``build_model`` exports the module to a Relax IRModule (entry function
 ``forward``, inputs first, then weights as parameters) and draws deterministic weights from a seed.
 """
+
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import DivimlInputError
 from ..modelspec import check_counts, format_model_spec
-from .registry import ZOO, Builder, ZooEntry, register
+from .registry import ZOO
+
 
 @dataclass
 class BuiltModel:
     """A Relax module, its weights and its inputs: everything needed to extract, build and run it."""
 
-    name: str                                            # the MODEL string, options included
-    mod: Any                                             # tvm.IRModule
-    entry: str                                           # the Relax function to place ("forward", "main")
-    inputs: list[tuple[str, tuple[int, ...], str]]       # (name, shape, dtype), in parameter order
-    params: Sequence[tuple[str, np.ndarray]] = field(default_factory=list)   # weights, in parameter order
-    origin: str = "a Relax IRModule"                     # the importer and the versions it used
+    name: str  # the MODEL string, options included
+    mod: Any  # tvm.IRModule
+    entry: str  # the Relax function to place ("forward", "main")
+    inputs: list[tuple[str, tuple[int, ...], str]]  # (name, shape, dtype), in parameter order
+    params: Sequence[tuple[str, np.ndarray]] = field(default_factory=list)  # weights, in parameter order
+    origin: str = "a Relax IRModule"  # the importer and the versions it used
 
     def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Deterministic random inputs (integers in [0, 100) for integer inputs such as token ids)."""
@@ -66,7 +67,7 @@ def init_weights(named_shapes: list[tuple[str, tuple[int, ...], str]], seed: int
     rng = np.random.default_rng(seed)
     out = []
     for name, shape, dtype in named_shapes:
-        draw = rng.standard_normal(shape, dtype=np.float32)      # float32 draws: twice as fast as float64
+        draw = rng.standard_normal(shape, dtype=np.float32)  # float32 draws: twice as fast as float64
         if len(shape) >= 2:
             fan_in = int(np.prod(shape[1:])) or 1
             value = draw / np.float32(np.sqrt(fan_in))
@@ -110,17 +111,23 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     _load_all()
     options = dict(options or {})
     if name not in ZOO:
-        raise DivimlInputError(f"unknown model '{name}'", field="MODEL",
-                               hint=f"zoo models: {', '.join(sorted(ZOO))}; or an .onnx or .json file")
+        raise DivimlInputError(
+            f"unknown model '{name}'",
+            field="MODEL",
+            hint=f"zoo models: {', '.join(sorted(ZOO))}; or an .onnx or .json file",
+        )
     entry = ZOO[name]
     allowed = entry.defaults()
-    seed = int(options.get("seed", seed))          # weights; a generator's own seed option is passed on too
+    seed = int(options.get("seed", seed))  # weights; a generator's own seed option is passed on too
     if "seed" not in allowed:
         options.pop("seed", None)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise DivimlInputError(f"model '{name}' has no option '{unknown[0]}'", field="MODEL",
-                               hint=f"options: {', '.join(f'{k}={v}' for k, v in allowed.items())}")
+        raise DivimlInputError(
+            f"model '{name}' has no option '{unknown[0]}'",
+            field="MODEL",
+            hint=f"options: {', '.join(f'{k}={v}' for k, v in allowed.items())}",
+        )
     check_counts(name, options, allowed)
     try:
         module, inputs = entry.builder(**options)
@@ -132,8 +139,14 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     label = format_model_spec(name, options)
     if seed and "seed" not in allowed:
         label += f"{',' if options else ':'}seed={seed}"
-    return BuiltModel(label, mod, "forward", [(k, tuple(s), d) for k, (s, d) in inputs.items()],
-                      LazyWeights(shapes, seed), origin=f"the zoo (tvm.relax.frontend.nn, TVM {tvm.__version__})")
+    return BuiltModel(
+        label,
+        mod,
+        "forward",
+        [(k, tuple(s), d) for k, (s, d) in inputs.items()],
+        LazyWeights(shapes, seed),
+        origin=f"the zoo (tvm.relax.frontend.nn, TVM {tvm.__version__})",
+    )
 
 
 def _load_all() -> None:

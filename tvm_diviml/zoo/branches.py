@@ -6,6 +6,7 @@ kernels with the same FLOPs, and the final sum is a kernel of its own, so a plan
 branch its own device lets the concurrent executor overlap them completely; the sequential one
 cannot, which is what the comparison between the two executors needs.
 """
+
 from __future__ import annotations
 
 from tvm import relax

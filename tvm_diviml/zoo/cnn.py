@@ -4,6 +4,7 @@
 Relax ops; batch norm at inference is a per-channel scale and shift) together with the small
 building blocks that the models, and the random-wired networks in ``randwire.py``, share.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -33,8 +34,16 @@ class ConvBN(nn.Module):
     """Convolution without bias, batch norm, optional activation: the unit of every CNN here.
     Padding defaults to half the kernel (size-preserving at stride 1), per spatial dimension."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride: int = 1,
-                 padding: int | tuple[int, int] | None = None, groups: int = 1, act: Activation = nn.op.relu):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int = 1,
+        padding: int | tuple[int, int] | None = None,
+        groups: int = 1,
+        act: Activation = nn.op.relu,
+    ):
         kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
         padding = tuple(k // 2 for k in kernel) if padding is None else padding
         self.conv = nn.Conv2D(in_channels, out_channels, list(kernel), stride, padding, groups=groups, bias=False)
@@ -57,8 +66,10 @@ class Pool(nn.Module):
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         pool = relax.op.nn.max_pool2d if self.kind == "max" else relax.op.nn.avg_pool2d
-        return nn.op.wrap_nested(pool(x._expr, pool_size=self.size, strides=self.stride, padding=self.padding,
-                                      count_include_pad=True), name=f"{self.kind}_pool")
+        return nn.op.wrap_nested(
+            pool(x._expr, pool_size=self.size, strides=self.stride, padding=self.padding, count_include_pad=True),
+            name=f"{self.kind}_pool",
+        )
 
 
 class Parallel(nn.Module):
@@ -101,6 +112,7 @@ def image_inputs(batch: int, resolution: int, **sizes: int) -> ImageInputs:
 
 
 # ----------------------------------------------------------------------------------------- ResNet
+
 
 class BasicBlock(nn.Module):
     expansion = 1
@@ -163,8 +175,15 @@ def resnet50(batch: int = 1, resolution: int = 224, classes: int = 1000):
 # ------------------------------------------------------------------------------------ MobileNetV2
 
 # (expansion t, output channels c, repeats n, first stride s), from the MobileNetV2 paper's Table 2.
-MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+MOBILENET_V2_STAGES = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 
 
 class InvertedResidual(nn.Module):
@@ -173,9 +192,11 @@ class InvertedResidual(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, stride: int, expansion: int):
         hidden = in_channels * expansion
         expand = [ConvBN(in_channels, hidden, 1, act=nn.op.relu6)] if expansion != 1 else []
-        self.layers = sequential(*expand,
-                                 ConvBN(hidden, hidden, 3, stride, groups=hidden, act=nn.op.relu6),
-                                 ConvBN(hidden, out_channels, 1, act=None))
+        self.layers = sequential(
+            *expand,
+            ConvBN(hidden, hidden, 3, stride, groups=hidden, act=nn.op.relu6),
+            ConvBN(hidden, out_channels, 1, act=None),
+        )
         self.residual = stride == 1 and in_channels == out_channels
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
@@ -199,56 +220,76 @@ def mobilenet_v2(batch: int = 1, resolution: int = 224, classes: int = 1000):
 # Blocks as in torchvision's inception.py (its Mixed_5b ... Mixed_7c); auxiliary classifier left out,
 # as it is at inference. Unpadded ("valid") 3x3 convolutions pass padding=0.
 
+
 def inception_a(in_channels: int, pool_features: int) -> Parallel:
-    return Parallel([
-        ConvBN(in_channels, 64, 1),
-        sequential(ConvBN(in_channels, 48, 1), ConvBN(48, 64, 5)),
-        sequential(ConvBN(in_channels, 64, 1), ConvBN(64, 96, 3), ConvBN(96, 96, 3)),
-        sequential(Pool("avg", 3, 1, 1), ConvBN(in_channels, pool_features, 1)),
-    ])
+    return Parallel(
+        [
+            ConvBN(in_channels, 64, 1),
+            sequential(ConvBN(in_channels, 48, 1), ConvBN(48, 64, 5)),
+            sequential(ConvBN(in_channels, 64, 1), ConvBN(64, 96, 3), ConvBN(96, 96, 3)),
+            sequential(Pool("avg", 3, 1, 1), ConvBN(in_channels, pool_features, 1)),
+        ]
+    )
 
 
 def inception_b(in_channels: int) -> Parallel:
-    return Parallel([
-        ConvBN(in_channels, 384, 3, 2, padding=0),
-        sequential(ConvBN(in_channels, 64, 1), ConvBN(64, 96, 3), ConvBN(96, 96, 3, 2, padding=0)),
-        Pool("max", 3, 2),
-    ])
+    return Parallel(
+        [
+            ConvBN(in_channels, 384, 3, 2, padding=0),
+            sequential(ConvBN(in_channels, 64, 1), ConvBN(64, 96, 3), ConvBN(96, 96, 3, 2, padding=0)),
+            Pool("max", 3, 2),
+        ]
+    )
 
 
 def inception_c(in_channels: int, channels_7x7: int) -> Parallel:
     c7 = channels_7x7
-    return Parallel([
-        ConvBN(in_channels, 192, 1),
-        sequential(ConvBN(in_channels, c7, 1), ConvBN(c7, c7, (1, 7)), ConvBN(c7, 192, (7, 1))),
-        sequential(ConvBN(in_channels, c7, 1), ConvBN(c7, c7, (7, 1)), ConvBN(c7, c7, (1, 7)),
-                   ConvBN(c7, c7, (7, 1)), ConvBN(c7, 192, (1, 7))),
-        sequential(Pool("avg", 3, 1, 1), ConvBN(in_channels, 192, 1)),
-    ])
+    return Parallel(
+        [
+            ConvBN(in_channels, 192, 1),
+            sequential(ConvBN(in_channels, c7, 1), ConvBN(c7, c7, (1, 7)), ConvBN(c7, 192, (7, 1))),
+            sequential(
+                ConvBN(in_channels, c7, 1),
+                ConvBN(c7, c7, (7, 1)),
+                ConvBN(c7, c7, (1, 7)),
+                ConvBN(c7, c7, (7, 1)),
+                ConvBN(c7, 192, (1, 7)),
+            ),
+            sequential(Pool("avg", 3, 1, 1), ConvBN(in_channels, 192, 1)),
+        ]
+    )
 
 
 def inception_d(in_channels: int) -> Parallel:
-    return Parallel([
-        sequential(ConvBN(in_channels, 192, 1), ConvBN(192, 320, 3, 2, padding=0)),
-        sequential(ConvBN(in_channels, 192, 1), ConvBN(192, 192, (1, 7)), ConvBN(192, 192, (7, 1)),
-                   ConvBN(192, 192, 3, 2, padding=0)),
-        Pool("max", 3, 2),
-    ])
+    return Parallel(
+        [
+            sequential(ConvBN(in_channels, 192, 1), ConvBN(192, 320, 3, 2, padding=0)),
+            sequential(
+                ConvBN(in_channels, 192, 1),
+                ConvBN(192, 192, (1, 7)),
+                ConvBN(192, 192, (7, 1)),
+                ConvBN(192, 192, 3, 2, padding=0),
+            ),
+            Pool("max", 3, 2),
+        ]
+    )
 
 
 def inception_e(in_channels: int) -> Parallel:
     def split_1x3_3x1() -> Parallel:
         return Parallel([ConvBN(384, 384, (1, 3)), ConvBN(384, 384, (3, 1))])
 
-    return Parallel([
-        ConvBN(in_channels, 320, 1),
-        sequential(ConvBN(in_channels, 384, 1), split_1x3_3x1()),
-        sequential(ConvBN(in_channels, 448, 1), ConvBN(448, 384, 3), split_1x3_3x1()),
-        sequential(Pool("avg", 3, 1, 1), ConvBN(in_channels, 192, 1)),
-    ])
+    return Parallel(
+        [
+            ConvBN(in_channels, 320, 1),
+            sequential(ConvBN(in_channels, 384, 1), split_1x3_3x1()),
+            sequential(ConvBN(in_channels, 448, 1), ConvBN(448, 384, 3), split_1x3_3x1()),
+            sequential(Pool("avg", 3, 1, 1), ConvBN(in_channels, 192, 1)),
+        ]
+    )
 
 
-INCEPTION_V3_MIN_RESOLUTION = 75      # below it Mixed_7a's stride-2 convolution gets an empty input
+INCEPTION_V3_MIN_RESOLUTION = 75  # below it Mixed_7a's stride-2 convolution gets an empty input
 
 
 @register("inception_v3", "Inception-v3 (torchvision layout, no auxiliary head): A/B/C/D/E blocks, 299x299")
@@ -257,12 +298,23 @@ def inception_v3(batch: int = 1, resolution: int = 299, classes: int = 1000):
     if resolution < INCEPTION_V3_MIN_RESOLUTION:
         raise ValueError(f"inception_v3 needs resolution >= {INCEPTION_V3_MIN_RESOLUTION}, got {resolution}")
     features = sequential(
-        ConvBN(3, 32, 3, 2, padding=0), ConvBN(32, 32, 3, padding=0), ConvBN(32, 64, 3), Pool("max", 3, 2),
-        ConvBN(64, 80, 1), ConvBN(80, 192, 3, padding=0), Pool("max", 3, 2),
-        inception_a(192, 32), inception_a(256, 64), inception_a(288, 64),
+        ConvBN(3, 32, 3, 2, padding=0),
+        ConvBN(32, 32, 3, padding=0),
+        ConvBN(32, 64, 3),
+        Pool("max", 3, 2),
+        ConvBN(64, 80, 1),
+        ConvBN(80, 192, 3, padding=0),
+        Pool("max", 3, 2),
+        inception_a(192, 32),
+        inception_a(256, 64),
+        inception_a(288, 64),
         inception_b(288),
-        inception_c(768, 128), inception_c(768, 160), inception_c(768, 160), inception_c(768, 192),
+        inception_c(768, 128),
+        inception_c(768, 160),
+        inception_c(768, 160),
+        inception_c(768, 192),
         inception_d(768),
-        inception_e(1280), inception_e(2048),
+        inception_e(1280),
+        inception_e(2048),
     )
     return ImageClassifier(features, 2048, classes), inputs

@@ -13,6 +13,7 @@ the ``step`` option, both named ``forward``:
 
 Query head ``h`` reads key/value head ``h // (heads // kv_heads)``: a broadcast, never a copy.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,17 +36,21 @@ def rotary(x: nn.Tensor, offset: int) -> nn.Tensor:
     turns by ``position * ROTARY_BASE ** (-2 (d mod head_dim/2) / head_dim)``. One TE kernel that
     computes the angles itself: no cos/sin table, which as a constant the VM would pin to the
     first device, and which as a weight every device would have to hold."""
+
     def compute(t: te.Tensor) -> te.Tensor:
         head_dim = int(t.shape[3])
         half = head_dim // 2
 
         def rotate(b, s, h, d):
             pair = d % half
-            angle = (tvm.tirx.Cast(t.dtype, s + offset)
-                     * tvm.tirx.exp(tvm.tirx.Cast(t.dtype, pair) * (-2.0 * math.log(ROTARY_BASE) / head_dim)))
+            angle = tvm.tirx.Cast(t.dtype, s + offset) * tvm.tirx.exp(
+                tvm.tirx.Cast(t.dtype, pair) * (-2.0 * math.log(ROTARY_BASE) / head_dim)
+            )
             partner = tvm.tirx.if_then_else(d < half, -t[b, s, h, d + half], t[b, s, h, d - half])
             return t[b, s, h, d] * tvm.tirx.cos(angle) + partner * tvm.tirx.sin(angle)
+
         return te.compute(t.shape, rotate, name="rotary")
+
     return nn.op.tensor_expr_op(compute, "rotary", [x])
 
 
@@ -70,18 +75,22 @@ class Attention(nn.Module):
         query = rotary(nn.op.reshape(self.query(x), [batch, seq, self.heads, head_dim]), offset)
         key = rotary(nn.op.reshape(self.key(x), [batch, seq, self.kv_heads, head_dim]), offset)
         value = nn.op.reshape(self.value(x), [batch, seq, self.kv_heads, head_dim])
-        keys, values = (key, value) if past is None else (nn.op.concat([past.key, key], dim=1),
-                                                          nn.op.concat([past.value, value], dim=1))
+        keys, values = (
+            (key, value)
+            if past is None
+            else (nn.op.concat([past.key, key], dim=1), nn.op.concat([past.value, value], dim=1))
+        )
         known = keys.shape[1]
-        query = nn.op.permute_dims(nn.op.reshape(query, [batch, seq, self.kv_heads, group, head_dim]),
-                                   [0, 2, 3, 1, 4])                       # (batch, kv, group, seq, dim)
+        query = nn.op.permute_dims(
+            nn.op.reshape(query, [batch, seq, self.kv_heads, group, head_dim]), [0, 2, 3, 1, 4]
+        )  # (batch, kv, group, seq, dim)
         keys = nn.op.reshape(nn.op.permute_dims(keys, [0, 2, 3, 1]), [batch, self.kv_heads, 1, head_dim, known])
         values = nn.op.reshape(nn.op.permute_dims(values, [0, 2, 1, 3]), [batch, self.kv_heads, 1, known, head_dim])
         scores = nn.op.matmul(query, keys) * (1.0 / math.sqrt(head_dim))  # (batch, kv, group, seq, known)
-        if past is None:        # prefill: query i sees keys 0..i; a decode token sees the whole cache
+        if past is None:  # prefill: query i sees keys 0..i; a decode token sees the whole cache
             flat = mask_future(nn.op.reshape(scores, [batch, self.heads, seq, known]))
             scores = nn.op.reshape(flat, [batch, self.kv_heads, group, seq, known])
-        context = nn.op.matmul(nn.op.softmax(scores, axis=-1), values)    # (batch, kv, group, seq, dim)
+        context = nn.op.matmul(nn.op.softmax(scores, axis=-1), values)  # (batch, kv, group, seq, dim)
         context = nn.op.reshape(nn.op.permute_dims(context, [0, 3, 1, 2, 4]), [batch, seq, hidden])
         return self.output(context), key, value
 
@@ -122,16 +131,28 @@ class KVCache(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
-                 batch: int, cache: int | None):
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        intermediate: int,
+        vocab: int,
+        batch: int,
+        cache: int | None,
+    ):
         self.token_embeddings = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList([DecoderBlock(hidden, heads, kv_heads, intermediate) for _ in range(layers)])
         self.final_norm = nn.RMSNorm(hidden, -1, NORM_EPS, bias=False)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         # Declared last, so the caches are the last parameters and the weights before them are drawn
         # exactly as in prefill: the two steps of one seed share their weights.
-        self.caches = None if cache is None else nn.ModuleList(
-            [KVCache(batch, cache, kv_heads, hidden // heads) for _ in range(layers)])
+        self.caches = (
+            None
+            if cache is None
+            else nn.ModuleList([KVCache(batch, cache, kv_heads, hidden // heads) for _ in range(layers)])
+        )
 
     def forward(self, input_ids: nn.Tensor):
         x = self.token_embeddings(input_ids)
@@ -143,10 +164,23 @@ class Llama(nn.Module):
         return logits if self.caches is None else (logits, *fresh)
 
 
-@register("llama", "LLaMA-style decoder (RMSNorm, rotary, GQA, SwiGLU); step=prefill: token ids -> logits; "
-          "step=decode: one token + KV cache -> logits, new keys/values")
-def llama(layers=8, hidden=512, heads=8, kv_heads=2, intermediate=1376, vocab=32000, seq=128, batch=1,
-          step="prefill", cache=128):
+@register(
+    "llama",
+    "LLaMA-style decoder (RMSNorm, rotary, GQA, SwiGLU); step=prefill: token ids -> logits; "
+    "step=decode: one token + KV cache -> logits, new keys/values",
+)
+def llama(
+    layers=8,
+    hidden=512,
+    heads=8,
+    kv_heads=2,
+    intermediate=1376,
+    vocab=32000,
+    seq=128,
+    batch=1,
+    step="prefill",
+    cache=128,
+):
     """``seq`` is the prompt length of prefill; decode reads one token and a cache of ``cache`` positions
     per layer, given as parameters after the input (``caches.<layer>.key``/``.value``)."""
     if step not in STEPS:

@@ -5,13 +5,14 @@ Layout (the paper's Table 1, small regime, at 224x224): conv1 3x3/2 with C/2 cha
 with C (56), then ``stages`` random-wired stages of C, 2C, 4C, ... channels, each halving the
 resolution in its input node (28, 14, 7), then a 1x1 conv to 1280, global average pool and fc.
 """
+
 from __future__ import annotations
 
 from tvm.relax.frontend import nn
 
-from .registry import register
 from .cnn import ConvBN, ImageClassifier, image_inputs, sequential
 from .randwire_graph import StageGraph, stage_graph
+from .registry import register
 
 HEAD_CHANNELS = 1280
 
@@ -43,8 +44,8 @@ class RandomWiredStage(nn.Module):
         self.graph = graph
         self.nodes = nn.ModuleList(
             [RandomWiredNode(1, in_channels, channels, stride=2)]
-            + [RandomWiredNode(len(graph.predecessors[v]), channels, channels, stride=1)
-               for v in graph.nodes[1:-1]])
+            + [RandomWiredNode(len(graph.predecessors[v]), channels, channels, stride=1) for v in graph.nodes[1:-1]]
+        )
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         outputs = {self.graph.input_node: self.nodes[0]([x])}
@@ -61,7 +62,7 @@ def randwire(generator: str, nodes: int, seed: int, channels: int, stages: int, 
     layers: list[nn.Module] = [ConvBN(3, channels // 2, 3, 2), ConvBN(channels // 2, channels, 3, 2, act=None)]
     in_channels = channels
     for stage in range(stages):
-        out_channels = channels * 2 ** stage
+        out_channels = channels * 2**stage
         layers.append(RandomWiredStage(stage_graph(generator, nodes, seed + stage), in_channels, out_channels))
         in_channels = out_channels
     layers += [nn.ReLU(), ConvBN(in_channels, HEAD_CHANNELS, 1)]
@@ -69,16 +70,27 @@ def randwire(generator: str, nodes: int, seed: int, channels: int, stages: int, 
 
 
 def _builder(generator: str):
-    def build(nodes: int = 32, seed: int = 0, channels: int = 78, stages: int = 3, resolution: int = 224,
-              batch: int = 1, classes: int = 1000):
+    def build(
+        nodes: int = 32,
+        seed: int = 0,
+        channels: int = 78,
+        stages: int = 3,
+        resolution: int = 224,
+        batch: int = 1,
+        classes: int = 1000,
+    ):
         inputs = image_inputs(batch, resolution, nodes=nodes, channels=channels, stages=stages, classes=classes)
         return randwire(generator, nodes, seed, channels, stages, classes), inputs
+
     return build
 
 
 randwire_ws = register("randwire_ws", "Randomly wired network, Watts-Strogatz graphs WS(N, k=4, p=0.75) per stage")(
-    _builder("ws"))
+    _builder("ws")
+)
 randwire_er = register("randwire_er", "Randomly wired network, Erdos-Renyi graphs ER(N, p=0.2) per stage")(
-    _builder("er"))
+    _builder("er")
+)
 randwire_ba = register("randwire_ba", "Randomly wired network, Barabasi-Albert graphs BA(N, m=5) per stage")(
-    _builder("ba"))
+    _builder("ba")
+)

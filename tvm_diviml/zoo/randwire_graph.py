@@ -5,6 +5,7 @@ A generator draws an undirected graph with networkx; orienting every edge from t
 node index makes it a DAG; one extra input node feeding every source and one extra output node fed by
 every sink give each stage a single entry and a single exit.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ class StageGraph:
     """A stage DAG. Nodes are numbered in topological order: the input node is 0, the random graph's
     nodes are 1..n (its node i is i + 1) and the output node is n + 1."""
 
-    predecessors: tuple[tuple[int, ...], ...]      # predecessors[v], each sorted ascending
+    predecessors: tuple[tuple[int, ...], ...]  # predecessors[v], each sorted ascending
 
     @property
     def nodes(self) -> range:
@@ -43,8 +44,9 @@ class StageGraph:
         return [(u, v) for u, v in self.edges if u != self.input_node and v != self.output_node]
 
 
-def random_undirected_graph(generator: str, nodes: int, seed: int, *, k: int = 4, p: float | None = None,
-                            m: int = 5) -> nx.Graph:
+def random_undirected_graph(
+    generator: str, nodes: int, seed: int, *, k: int = 4, p: float | None = None, m: int = 5
+) -> nx.Graph:
     """The paper's generators with its parameters: WS(k=4, p=0.75), ER(p=0.2), BA(m=5). ``p`` defaults
     per generator; ``m`` is capped at nodes - 1 so that small graphs stay valid."""
     if nodes < 1:

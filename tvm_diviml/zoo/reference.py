@@ -1,4 +1,5 @@
 """Run a BuiltModel whole on this machine's CPU: the reference that every split build must match."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 A builder is ``f(**options) -> (nn.Module, {input name: (shape, dtype)})``; its keyword arguments with
 defaults are the model's options.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -20,8 +21,11 @@ class ZooEntry:
     builder: Builder
 
     def defaults(self) -> dict[str, Any]:
-        return {p.name: p.default for p in inspect.signature(self.builder).parameters.values()
-                if p.default is not inspect.Parameter.empty}
+        return {
+            p.name: p.default
+            for p in inspect.signature(self.builder).parameters.values()
+            if p.default is not inspect.Parameter.empty
+        }
 
 
 ZOO: dict[str, ZooEntry] = {}
@@ -31,4 +35,5 @@ def register(name: str, description: str) -> Callable[[Builder], Builder]:
     def wrap(builder: Builder) -> Builder:
         ZOO[name] = ZooEntry(name, description, builder)
         return builder
+
     return wrap

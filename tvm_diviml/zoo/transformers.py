@@ -5,6 +5,7 @@ and a layer norm); they differ in where the norms sit (BERT normalises after eac
 ViT before), in the causal mask and in the GELU formula. Weight shapes follow the published
 models, so the parameter counts match theirs exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ from tvm.relax.frontend import nn
 
 from .registry import register
 
-SAMPLED_TOKEN_IDS = 100          # BuiltModel.sample_inputs draws token ids in [0, 100)
+SAMPLED_TOKEN_IDS = 100  # BuiltModel.sample_inputs draws token ids in [0, 100)
 
 
 class SelfAttention(nn.Module):
@@ -39,8 +40,8 @@ class SelfAttention(nn.Module):
         def split_heads(t: nn.Tensor, axes: list[int]) -> nn.Tensor:
             return nn.op.permute_dims(nn.op.reshape(t, [batch, seq, self.heads, head_dim]), axes)
 
-        query = split_heads(self.query(x), [0, 2, 1, 3])          # (batch, heads, seq, head_dim)
-        key = split_heads(self.key(x), [0, 2, 3, 1])              # (batch, heads, head_dim, seq)
+        query = split_heads(self.query(x), [0, 2, 1, 3])  # (batch, heads, seq, head_dim)
+        key = split_heads(self.key(x), [0, 2, 3, 1])  # (batch, heads, head_dim, seq)
         value = split_heads(self.value(x), [0, 2, 1, 3])
         scores = nn.op.matmul(query, key) * (1.0 / math.sqrt(head_dim))
         if self.causal:
@@ -65,8 +66,17 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """One layer; ``norm_first`` picks pre-LN (GPT-2, ViT) or post-LN (BERT)."""
 
-    def __init__(self, hidden: int, heads: int, inner: int, *, norm_first: bool, eps: float,
-                 causal: bool = False, gelu_approximation: str | None = None):
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        inner: int,
+        *,
+        norm_first: bool,
+        eps: float,
+        causal: bool = False,
+        gelu_approximation: str | None = None,
+    ):
         self.norm_first = norm_first
         self.attention = SelfAttention(hidden, heads, causal)
         self.attention_norm = nn.LayerNorm(hidden, eps)
@@ -85,10 +95,13 @@ def mask_future(scores: nn.Tensor) -> nn.Tensor:
     """Scores (batch, heads, query, key) with every later key set to the dtype's lowest value, so
     softmax gives it exactly zero weight. One elementwise TE kernel: no mask constant, which the
     VM would pin to the first device."""
+
     def compute(s: te.Tensor) -> te.Tensor:
         lowest = tvm.tirx.min_value(s.dtype)
-        return te.compute(s.shape, lambda b, h, i, j: tvm.tirx.if_then_else(j <= i, s[b, h, i, j], lowest),
-                          name="causal_mask")
+        return te.compute(
+            s.shape, lambda b, h, i, j: tvm.tirx.if_then_else(j <= i, s[b, h, i, j], lowest), name="causal_mask"
+        )
+
     return nn.op.tensor_expr_op(compute, "causal_mask", [scores])
 
 
@@ -127,8 +140,9 @@ class Bert(nn.Module):
         self.position_embeddings = nn.Embedding(max(512, seq), hidden)
         self.token_type_embeddings = nn.Embedding(2, hidden)
         self.embedding_norm = nn.LayerNorm(hidden, eps)
-        self.layers = nn.ModuleList([TransformerBlock(hidden, heads, intermediate, norm_first=False, eps=eps)
-                                     for _ in range(layers)])
+        self.layers = nn.ModuleList(
+            [TransformerBlock(hidden, heads, intermediate, norm_first=False, eps=eps) for _ in range(layers)]
+        )
         self.pooler = nn.Linear(hidden, hidden)
 
     def forward(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
@@ -146,9 +160,14 @@ class Gpt2(nn.Module):
         eps = 1e-5
         self.token_embeddings = nn.Embedding(vocab, hidden)
         self.position_embeddings = nn.Embedding(max(1024, seq), hidden)
-        self.layers = nn.ModuleList([TransformerBlock(hidden, heads, 4 * hidden, norm_first=True, eps=eps,
-                                                      causal=True, gelu_approximation="tanh")
-                                     for _ in range(layers)])
+        self.layers = nn.ModuleList(
+            [
+                TransformerBlock(
+                    hidden, heads, 4 * hidden, norm_first=True, eps=eps, causal=True, gelu_approximation="tanh"
+                )
+                for _ in range(layers)
+            ]
+        )
         self.final_norm = nn.LayerNorm(hidden, eps)
 
     def forward(self, input_ids: nn.Tensor) -> nn.Tensor:
@@ -162,21 +181,21 @@ class VisionTransformer(nn.Module):
     """ViT: a strided convolution cuts patches, a class token and learned positions are added,
     pre-LN blocks follow and a linear head classifies the class token."""
 
-    def __init__(self, resolution: int, patch: int, layers: int, hidden: int, heads: int, mlp: int,
-                 classes: int):
+    def __init__(self, resolution: int, patch: int, layers: int, hidden: int, heads: int, mlp: int, classes: int):
         if resolution % patch:
             raise ValueError(f"resolution={resolution} is not a multiple of patch={patch}")
         eps = 1e-6
         self.patch_embedding = nn.Conv2D(3, hidden, patch, stride=patch)
         self.class_token = nn.Parameter((1, 1, hidden))
         self.position_embeddings = nn.Parameter((1, (resolution // patch) ** 2 + 1, hidden))
-        self.layers = nn.ModuleList([TransformerBlock(hidden, heads, mlp, norm_first=True, eps=eps)
-                                     for _ in range(layers)])
+        self.layers = nn.ModuleList(
+            [TransformerBlock(hidden, heads, mlp, norm_first=True, eps=eps) for _ in range(layers)]
+        )
         self.final_norm = nn.LayerNorm(hidden, eps)
         self.head = nn.Linear(hidden, classes)
 
     def forward(self, pixel_values: nn.Tensor) -> nn.Tensor:
-        patches = self.patch_embedding(pixel_values)           # (batch, hidden, rows, columns)
+        patches = self.patch_embedding(pixel_values)  # (batch, hidden, rows, columns)
         batch, hidden, rows, columns = patches.shape
         tokens = nn.op.permute_dims(nn.op.reshape(patches, [batch, hidden, rows * columns]), [0, 2, 1])
         class_tokens = nn.op.broadcast_to(self.class_token, [batch, 1, hidden])
