@@ -1,5 +1,5 @@
 """Every zoo model extracts; FLOPs match hand-derived figures; running the extracted kernels one by
-one reproduces the whole model (small sizes: CPU kernels are unscheduled, see DESIGN.md)."""
+one reproduces the whole model (small sizes: CPU kernels are unscheduled, see docs/design.md#tvm-027-traps)."""
 
 import pytest
 

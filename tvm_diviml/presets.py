@@ -68,7 +68,7 @@ def paper_node() -> Platform:
     fp32 boost, 616 GB/s GDDR6, 11 GB); NVIDIA GeForce GTX 1080 Ti (11.3 TFLOP/s fp32, 484 GB/s
     GDDR5X, 11 GB); PCIe 3.0 x16: 15.75 GB/s raw, ~12 GB/s achieved, ~10 µs per copy. GPU efficiency
     0.35 (typical of untuned but scheduled kernels); CPU efficiency 0.005 reflects TVM 0.27's
-    unscheduled CPU kernels (see DESIGN.md) and is printed with every estimate. GPU to GPU copies
+    unscheduled CPU kernels (see docs/design.md#tvm-027-traps) and is printed with every estimate. GPU to GPU copies
     go peer to peer over the same PCIe switch. The CPU describes that testbed's Xeon, not this
     machine's CPU, so it is never measured here (``measure=False``): always the roofline estimate.
     """

@@ -1,24 +1,17 @@
 """Several servers joined by a network, as one Platform: ``servers:4xpaper-node`` or a JSON file.
 
-Each server is a copy of a *kind* (a preset such as ``paper-node``, or an inline platform object);
-its devices are renamed ``s{i}.{device}`` and keep the kind's TVM device strings (``cpu:0``,
-``cuda:1`` repeat across servers: a TVM device string names a device *on its own server*, and a
-multi-server plan is built and run per server). Inside a server the kind's own links apply. A device
-of one server reaches a device of another over one Link whose figures are those of the path it
-takes: its server's link to that server's host (where the network card is), the network, the other
-host's link to the device. Latencies add and the slowest bandwidth binds (a pipelined copy), so a
-copy between servers never looks cheaper than the PCIe hops it includes (a GPU of a PCIe 3.0
-server reaches another server's GPU at 12 GB/s even on a 12.5 GB/s network); host to host it is
-the network's figures alone.
+Each server is a copy of a *kind* (a preset or an inline platform); its devices are renamed
+``s{i}.{device}`` and keep the kind's TVM device strings (a TVM device string names a device on its
+own server, so a multi-server plan is built and run per server). Inside a server the kind's links
+apply; between servers a link follows device -> host -> network -> host -> device, latencies adding
+and the slowest bandwidth binding. That is a direct path: the two hops through the driver that TVM
+RPC needs are priced by ``runtime.rpc_hops``, not here.
 
-That is the cost of a direct path. TVM RPC has no server-to-server copy, so a runtime that passes
-activations through the driver pays two network hops: that cost is modelled by the runtime across
-servers, not here.
+``Platform.servers`` records which device lives on which server (its kind, devices and host), devices
+in the kind's order, so the i-th devices of two servers of one kind correspond (the symmetric solver
+relies on it). The platform's host is server 0's host.
 
-``Platform.servers`` records which device lives on which server: ``{"s0": Server(kind="paper-node",
-devices=("s0.cpu", ...), host="s0.cpu"), ...}``, devices in the kind's order, so the i-th devices of
-two servers of one kind correspond (what the symmetric solver relies on).
-The platform's host is server 0's host. Servers are numbered across groups in the order given.
+Link composition and the RPC hops: docs/design.md#across-servers.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ PLATFORM = "paper-node"
 
 
 def suite_simulator(kernels: int = KERNELS, repeats: int = REPEATS) -> Iterator[Row]:
-    """The simulator in every cost mode at kernels/10 and kernels (DESIGN: linear in graph size)."""
+    """The simulator in every cost mode at kernels/10 and kernels (linear in graph size)."""
     platform = get_platform(PLATFORM)
     devices = platform.device_names
     for size in (kernels // 10, kernels):

@@ -74,18 +74,7 @@ def solve_pipeline_mip(
     stages = stage_count(problem)
     problem.validate()
     graph, platform, costs = problem.graph, problem.platform, problem.costs
-    incumbent_s = None
-    if warm_start is not None:
-        if warm_start.mode != "stage_serial" or len(warm_start.stages or ()) > stages:
-            raise DivimlInputError(
-                f"the warm start must be a stage_serial plan of at most {stages} stages", field="warm_start"
-            )
-        sim = simulate(graph, platform, costs, warm_start)
-        if sim.feasible:
-            incumbent_s = sim.value_s
-        else:
-            log.warning("the warm start breaks a constraint (%s); solving without it", "; ".join(sim.problems))
-            warm_start = None
+    warm_start, incumbent_s = usable_warm_start(problem, warm_start, stages)
     model = PipelineModel(problem, stages, backend, max(floor_s, lower_bound(problem)), incumbent_s)
     if warm_start is not None:
         model.warm_start(warm_start)
@@ -140,3 +129,19 @@ def solve_pipeline_mip(
         plan.solve_s,
     )
     return plan
+
+
+def usable_warm_start(problem: Problem, warm_start: Plan | None, stages: int) -> tuple[Plan | None, float | None]:
+    """The warm start and its simulated period, or (None, None) where it breaks a constraint; a plan
+    that is no pipeline of at most ``stages`` stages is refused."""
+    if warm_start is None:
+        return None, None
+    if warm_start.mode != "stage_serial" or len(warm_start.stages or ()) > stages:
+        raise DivimlInputError(
+            f"the warm start must be a stage_serial plan of at most {stages} stages", field="warm_start"
+        )
+    sim = simulate(problem.graph, problem.platform, problem.costs, warm_start)
+    if sim.feasible:
+        return warm_start, sim.value_s
+    log.warning("the warm start breaks a constraint (%s); solving without it", "; ".join(sim.problems))
+    return None, None

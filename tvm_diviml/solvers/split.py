@@ -346,6 +346,19 @@ class Split(Solver):
 
 
 # ---------------------------------------------------------------------- splitting heuristic
+def throughput_start(problem: Problem, deadline: Deadline, *, seed: int, backend: str, solver: str) -> Plan:
+    """The greedy throughput plan, or the throughput MILP's where greedy's does not fit memory."""
+    greedy = None
+    with contextlib.suppress(DivimlInputError):
+        greedy = greedy_throughput(problem)
+    if greedy is None or not simulate(problem.graph, problem.platform, problem.costs, greedy).feasible:
+        log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
+        greedy = exact_throughput(
+            problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend, solver=solver
+        )
+    return greedy
+
+
 def split_throughput(
     problem: Problem,
     deadline: Deadline,
@@ -361,14 +374,7 @@ def split_throughput(
     ``window_nodes`` branch-and-bound nodes or its share of the clock, whichever comes first; the
     node limit keeps the run deterministic for a seed wherever the clock does not cut in first."""
     graph = problem.graph
-    greedy = None
-    with contextlib.suppress(DivimlInputError):
-        greedy = greedy_throughput(problem)
-    if greedy is None or not simulate(graph, problem.platform, problem.costs, greedy).feasible:
-        log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
-        greedy = exact_throughput(
-            problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend, solver=solver
-        )
+    greedy = throughput_start(problem, deadline, seed=seed, backend=backend, solver=solver)
     reserve = default_reserve(problem)
     pieces = modules(problem, communities(problem, seed), module_size)
     spans = improvement_windows(len(graph), module_size) if len(graph) > module_size else []

@@ -146,9 +146,15 @@ class Symmetric(Solver):
             objective=problem.objective,
         )
         candidates = self._candidates(problem, blocks, deadline)
+        if not any(candidates.values()):
+            raise DivimlInputError(
+                "no server can hold even one block of the model",
+                field="memory_bytes",
+                hint="use servers with more memory, or another solver",
+            )
         best, ends = None, None
         for _ in range(ROUNDS):
-            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends)
+            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
             plan = self._assemble(problem, blocks, allocation)
             self._place_ends(problem, blocks, plan, allocation)
             sim = simulate(problem.graph, problem.platform, problem.costs, plan)
@@ -259,11 +265,12 @@ class Symmetric(Solver):
         blocks: Blocks,
         candidates: dict[str, list[Candidate]],
         ends: dict[str, tuple[float, float]] | None,
+        deadline: Deadline,
     ) -> tuple[Allocation, bool]:
         """Server -> its (candidate, number of blocks) runs, servers taking none left out; and whether
         memory kept a server from taking one block more. ``ends``: device -> (seconds, weight bytes) of
         the head and tail where a previous round put them; without it every device keeps room for all
-        their weights."""
+        their weights. The program gets a quarter of the time limit within the deadline, at least 1 s."""
         platform, total = problem.platform, len(blocks.blocks)
         devices = server_devices(platform)
         hosts = {s: server.host for s, server in platform.servers.items()}
@@ -272,14 +279,7 @@ class Symmetric(Solver):
             for group in identical_servers(platform)
             for s in group
         }
-        every = [c for found in candidates.values() for c in found]
-        if not every:
-            raise DivimlInputError(
-                "no server can hold even one block of the model",
-                field="memory_bytes",
-                hint="use servers with more memory, or another solver",
-            )
-        unit = min(c.block_s for c in every) or 1.0
+        unit = min(c.block_s for found in candidates.values() for c in found) or 1.0
         every_end = problem.graph.weight_bytes(blocks.head + blocks.tail)
         boundary = _boundary_bytes(problem.graph, blocks)
 
@@ -298,15 +298,7 @@ class Symmetric(Solver):
             return list(enumerate(candidates.get(kinds[server], [])))
 
         model = new_model("symmetric_servers", "highs")
-        n, y, used = {}, {}, {}
-        for server in kinds:
-            used[server] = model.add_var(var_type=mip.BINARY)
-            for i, _ in runs(server):
-                n[server, i] = model.add_var(var_type=mip.INTEGER, lb=0, ub=total)
-                y[server, i] = model.add_var(var_type=mip.BINARY)
-                model += n[server, i] <= total * y[server, i]
-                model += used[server] >= y[server, i]
-        model += mip.xsum(n.values()) == total
+        n, y, used = _run_variables(model, {server: runs(server) for server in kinds}, total)
         for server in kinds:
             _fit_memory(model, platform, devices[server], runs(server), n, y, server, fixed)
         for servers in identical_servers(platform):
@@ -326,18 +318,12 @@ class Symmetric(Solver):
         else:
             period = model.add_var(lb=0.0)
             for s in kinds:
-                for p, device in enumerate(devices[s]):
-                    model += (
-                        period
-                        >= mip.xsum(n[s, i] * (c.device_load_s[p] / unit) for i, c in runs(s)) + fixed(device)[0] / unit
-                    )
-                for link in {link for _, c in runs(s) for link in c.link_load_s}:
-                    model += period >= mip.xsum(n[s, i] * (c.link_load_s.get(link, 0.0) / unit) for i, c in runs(s))
+                _bound_period(model, period, devices[s], runs(s), n, s, unit, fixed)
                 model += period >= used[s] * network_hop(s)
             # among equal periods, the fewest runs: a server that could mix candidates freely otherwise
             # mixes them at random wherever another device sets the period
             model.objective = mip.minimize(period + FEWER_RUNS * mip.xsum(y.values()))
-        status = model.optimize(max_seconds=max(1.0, self.time_limit_s / 4))
+        status = model.optimize(max_seconds=max(1.0, min(self.time_limit_s / 4, deadline.left())))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise DivimlInputError(
                 f"the {total} blocks do not fit in the servers' memory "
@@ -346,10 +332,10 @@ class Symmetric(Solver):
                 hint="add servers, or use servers with more memory",
             )
         allocation: Allocation = {}
-        for s in devices:
-            for i, c in runs(s) if s in kinds else []:
-                if round(n[s, i].x) > 0:
-                    allocation.setdefault(s, []).append((c, round(n[s, i].x)))
+        for s in devices:  # in the platform's server order
+            taken = [(c, round(n[s, i].x)) for i, c in (runs(s) if s in kinds else [])]
+            if any(count > 0 for _, count in taken):
+                allocation[s] = [(c, count) for c, count in taken if count > 0]
         return allocation, any(_memory_full(platform, devices[s], allocation[s], fixed) for s in allocation)
 
     # ------------------------------------------------------------------ assembly
@@ -410,6 +396,41 @@ class Symmetric(Solver):
             if not improved:
                 break
         del plan.attrs["rank"]
+
+
+def _run_variables(
+    model: mip.Model, runs: dict[str, list[tuple[int, Candidate]]], total: int
+) -> tuple[dict, dict, dict]:
+    """The server program's variables: n[s, i] blocks of run i on server s (y[s, i] whether any),
+    used[s] whether server s takes any; every block taken once."""
+    n, y, used = {}, {}, {}
+    for server, server_runs in runs.items():
+        used[server] = model.add_var(var_type=mip.BINARY)
+        for i, _ in server_runs:
+            n[server, i] = model.add_var(var_type=mip.INTEGER, lb=0, ub=total)
+            y[server, i] = model.add_var(var_type=mip.BINARY)
+            model += n[server, i] <= total * y[server, i]
+            model += used[server] >= y[server, i]
+    model += mip.xsum(n.values()) == total
+    return n, y, used
+
+
+def _bound_period(
+    model: mip.Model,
+    period: mip.Var,
+    devices: list[str],
+    runs: list[tuple[int, Candidate]],
+    n: dict,
+    server: str,
+    unit: float,
+    fixed: Callable[[str], tuple[float, float]],
+) -> None:
+    """The period is at least each device's and each link's load on ``server`` (head and tail included)."""
+    for p, device in enumerate(devices):
+        load = mip.xsum(n[server, i] * (c.device_load_s[p] / unit) for i, c in runs)
+        model += period >= load + fixed(device)[0] / unit
+    for link in {link for _, c in runs for link in c.link_load_s}:
+        model += period >= mip.xsum(n[server, i] * (c.link_load_s.get(link, 0.0) / unit) for i, c in runs)
 
 
 def _fit_memory(

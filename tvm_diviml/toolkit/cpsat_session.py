@@ -131,6 +131,45 @@ def edge_timing(
     return precedences, delays, releases
 
 
+def input_releases(problem: Problem, kernels: list[str], feasible: dict[str, list[str]], grid: TickGrid) -> list:
+    """Each model input reaches a window kernel's device from the host before the kernel starts there."""
+    graph, costs, host, inside = problem.graph, problem.costs, problem.platform.host, set(kernels)
+    return [
+        [grid.kernel[w], grid.down(costs.transfer_s(graph_input.bytes, host, e)), [grid.on(w, e)]]
+        for graph_input in graph.inputs
+        for w in dict.fromkeys(graph_input.consumers)
+        if w in inside
+        for e in feasible[w]
+        if e != host and grid.down(costs.transfer_s(graph_input.bytes, host, e)) > 0
+    ]
+
+
+def output_tails(
+    problem: Problem,
+    kernels: list[str],
+    feasible: dict[str, list[str]],
+    grid: TickGrid,
+    tail_s: dict[str, float | dict[str, float]] | None,
+) -> list:
+    """What must follow a window kernel before the makespan: its output's trip home, and ``tail_s``."""
+    graph, costs, host = problem.graph, problem.costs, problem.platform.host
+    tails = [
+        [grid.kernel[u], grid.down(costs.transfer_s(graph.kernels[u].output_bytes, d, host)), [grid.on(u, d)]]
+        for u in kernels
+        if u in graph.output_set and graph.kernels[u].output_bytes > 0
+        for d in feasible[u]
+        if d != host
+    ]
+    for u, tail in (tail_s or {}).items():
+        by_device = tail if isinstance(tail, dict) else {None: tail}
+        tails += [
+            [grid.kernel[u], grid.down(t), [grid.on(u, d)] if d is not None else []]
+            for d, t in by_device.items()
+            if grid.down(t) > 0 and (d is None or d in feasible[u])
+        ]
+    return tails
+
+
 def tick_model(
     problem: Problem,
     window: list[str] | None = None,
@@ -150,10 +189,8 @@ def tick_model(
     ``window`` lists its kernels in a topological order, and each predecessor of a window kernel is
     in the window or in ``context``."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
-    host = platform.host
     context = context or Context()
     kernels = list(window) if window is not None else list(graph.topo_order)
-    inside = set(kernels)
     devices = platform.device_names
     k_index = {k: i for i, k in enumerate(kernels)}
     d_index = {d: i for i, d in enumerate(devices)}
@@ -165,35 +202,11 @@ def tick_model(
         horizon = min(horizon, max(horizon_s, *context.finish_s.values()) if context.finish_s else horizon_s)
     scale = tick_scale(horizon)
     grid = TickGrid(scale, k_index, d_index)
-    ticks, ticks_up, on = grid.down, grid.up, grid.on
-
-    def transfer(nbytes: float, src: str, dst: str) -> int:
-        return ticks(costs.transfer_s(nbytes, src, dst))
-
+    ticks, ticks_up = grid.down, grid.up
     duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
     precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid)
-    releases += [
-        [k_index[w], transfer(graph_input.bytes, host, e), [on(w, e)]]
-        for graph_input in graph.inputs
-        for w in dict.fromkeys(graph_input.consumers)
-        if w in inside
-        for e in feasible[w]
-        if e != host and transfer(graph_input.bytes, host, e) > 0
-    ]
-    tails = [
-        [k_index[u], transfer(graph.kernels[u].output_bytes, d, host), [on(u, d)]]
-        for u in kernels
-        if u in graph.output_set and graph.kernels[u].output_bytes > 0
-        for d in feasible[u]
-        if d != host
-    ]
-    for u, tail in (tail_s or {}).items():
-        by_device = tail if isinstance(tail, dict) else {None: tail}
-        tails += [
-            [k_index[u], ticks(t), [on(u, d)] if d is not None else []]
-            for d, t in by_device.items()
-            if ticks(t) > 0 and (d is None or d in feasible[u])
-        ]
+    releases += input_releases(problem, kernels, feasible, grid)
+    tails = output_tails(problem, kernels, feasible, grid, tail_s)
     groups: dict[str, str] = {}
     same_device = [
         [k_index[groups.setdefault(graph.kernels[k].colocate, k)], k_index[k]]

@@ -80,7 +80,7 @@ def init_weights(named_shapes: list[tuple[str, tuple[int, ...], str]], seed: int
 
 
 # Sizes at which each model runs in seconds on this project's CPUs (TVM 0.27 leaves CPU kernels
-# unscheduled, see DESIGN.md): what tests and the cost benchmark execute.
+# unscheduled, see docs/design.md#tvm-027-traps): what tests and the cost benchmark execute.
 SMALL_OPTIONS: dict[str, dict[str, int]] = {
     "resnet18": {"resolution": 32, "classes": 10},
     "resnet50": {"resolution": 32, "classes": 10},
