@@ -158,14 +158,42 @@ def apply_plan(
     host_target = tvm.target.Target(platform.device(host).target)
     placed = relax.transform.RealizeVDevice()(placed)
     placed = _attach_host_target(placed, host_target)
-    placement = Placement(
+    placement = _placement(
+        plan,
+        platform,
+        extraction,
+        devices=devices,
+        weight_params=weight_params,
+        constant_ids=constant_ids,
+        constants_func=constants_func,
+        copies=copies,
+        segments=segments,
+    )
+    return AppliedPlan(placed, placement, extraction)
+
+
+def _placement(
+    plan: Plan,
+    platform: Platform,
+    extraction: Extraction,
+    *,
+    devices: list[str],
+    weight_params: list[list[str]],
+    constant_ids: list[str],
+    constants_func: str | None,
+    copies: int,
+    segments: list[dict],
+) -> Placement:
+    """What the runtime needs beside the placed module to run it: the devices in vdevice order, which
+    parameter goes to which device, the constants and segments, and the copies a run makes."""
+    return Placement(
         entry=extraction.entry,
         devices=devices,
         tvm_devices=[platform.device(d).device for d in devices],
         num_threads=[platform.device(d).num_threads for d in devices],
-        inputs=[i.name for i in graph.inputs],
+        inputs=[i.name for i in extraction.graph.inputs],
         weight_params=weight_params,
-        num_params=_num_params(lowered, extraction),
+        num_params=_num_params(extraction.mod, extraction),
         weight_ids=list(extraction.weight_params),
         transform_params=extraction.transform_params,
         constant_ids=constant_ids,
@@ -176,7 +204,6 @@ def apply_plan(
         outputs=[tensor_key(r) for r in extraction.outputs],
         segments=segments,
     )
-    return AppliedPlan(placed, placement, extraction)
 
 
 def _weight_preparation(lowered, extraction: Extraction, taken) -> dict:

@@ -62,18 +62,19 @@ def catalogue() -> dict[str, EcosystemModel]:
     import torchvision
     import transformers as hf
 
+    models = torchvision_models(torch, torchvision) + transformers_models(torch, hf)
+    return {m.name: m for m in models}
+
+
+def torchvision_models(torch, torchvision) -> list[EcosystemModel]:
+    """torchvision's classification families, untrained (``lively`` weights) at small resolutions:
+    the suite checks what the tool does with their operators, not what they predict."""
+
     def vision(name: str, resolution: int = 64, **options) -> Callable[[], tuple[Any, tuple]]:
         def make():
             torch.manual_seed(0)
             model = lively(getattr(torchvision.models, name)(weights=None, **options))
             return model.eval(), (torch.randn(1, 3, resolution, resolution),)
-
-        return make
-
-    def text(model_class, config) -> Callable[[], tuple[Any, tuple]]:
-        def make():
-            torch.manual_seed(0)
-            return model_class(config).eval(), (torch.randint(0, config.vocab_size, (1, 16)),)
 
         return make
 
@@ -86,15 +87,7 @@ def catalogue() -> dict[str, EcosystemModel]:
         )
         return model.eval(), (torch.randn(1, 3, 32, 32),)
 
-    encoder = dict(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        vocab_size=128,
-        max_position_embeddings=80,
-    )
-    models = [
+    return [
         EcosystemModel("resnet18", "torchvision", vision("resnet18"), quick=True),
         EcosystemModel("mobilenet_v2", "torchvision", vision("mobilenet_v2")),
         EcosystemModel("mobilenet_v3_small", "torchvision", vision("mobilenet_v3_small")),
@@ -108,6 +101,29 @@ def catalogue() -> dict[str, EcosystemModel]:
         EcosystemModel("convnext_tiny", "torchvision", vision("convnext_tiny", 32)),
         EcosystemModel("vit_small", "torchvision", small_vit),
         EcosystemModel("swin_t", "torchvision", vision("swin_t", 64)),
+    ]
+
+
+def transformers_models(torch, hf) -> list[EcosystemModel]:
+    """Hugging Face encoders and decoders from small configs (two layers, a 128-token vocabulary),
+    built from the config rather than downloaded, fed 16 token ids."""
+
+    def text(model_class, config) -> Callable[[], tuple[Any, tuple]]:
+        def make():
+            torch.manual_seed(0)
+            return model_class(config).eval(), (torch.randint(0, config.vocab_size, (1, 16)),)
+
+        return make
+
+    encoder = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=80,
+    )
+    return [
         EcosystemModel("bert", "transformers", text(hf.BertModel, hf.BertConfig(**encoder)), quick=True),
         EcosystemModel(
             "distilbert",
@@ -164,7 +180,6 @@ def catalogue() -> dict[str, EcosystemModel]:
             ),
         ),
     ]
-    return {m.name: m for m in models}
 
 
 def lively(model):
@@ -255,37 +270,12 @@ def check_model(
 
     if route not in ROUTES:
         raise DivimlInputError(f"unknown route '{route}'", field="route", hint=f"use one of {', '.join(ROUTES)}")
-    row: dict[str, Any] = {
-        "suite": "models",
-        "model": model.name,
-        "family": model.family,
-        "route": route,
-        "exporter": "torch.export" if route == "torch" else None,
-        "kernels": None,
-        "import_s": None,
-        "extract_s": None,
-        **{f"plan_{name}_s": None for name in platforms},
-        "build_s": None,
-        "sensitivity": None,
-        "rel_diff": None,
-        "outcome": "ok",
-        "error": "",
-    }
+    row = _empty_row(model, route, platforms)
     stage = "reference"
     try:
         import torch
 
-        module, args = model.make()
-        with torch.no_grad():
-            want = torch_outputs(module(*args))
-            row["sensitivity"] = relative_difference(torch_outputs(module(*map(_other_input, args))), want)
-        if row["sensitivity"] < MIN_SENSITIVITY:
-            raise DivimlInputError(
-                f"torch's outputs move by {row['sensitivity']:.2g} (relative) when the input "
-                f"changes; a comparison at {tolerance:g} would prove little",
-                field="model",
-                hint="initialise the weights so that the outputs follow the input (lively)",
-            )
+        module, args, want = _reference_outputs(model, row, tolerance)
         stage = "export"
         with tempfile.TemporaryDirectory() as folder:
             began = time.perf_counter()
@@ -328,3 +318,43 @@ def check_model(
         log.warning("%s (%s) failed at %s", model.name, route, stage, exc_info=True)
         row["outcome"], row["error"] = f"{stage} failed", f"{type(error).__name__}: {first_line(error)}"
     return row
+
+
+def _empty_row(model: EcosystemModel, route: str, platforms: tuple[str, ...]) -> dict[str, Any]:
+    """The row before any stage has run: every column present (a failed stage leaves its own and the
+    later ones empty), the outcome ok until a stage says otherwise."""
+    return {
+        "suite": "models",
+        "model": model.name,
+        "family": model.family,
+        "route": route,
+        "exporter": "torch.export" if route == "torch" else None,
+        "kernels": None,
+        "import_s": None,
+        "extract_s": None,
+        **{f"plan_{name}_s": None for name in platforms},
+        "build_s": None,
+        "sensitivity": None,
+        "rel_diff": None,
+        "outcome": "ok",
+        "error": "",
+    }
+
+
+def _reference_outputs(model: EcosystemModel, row: dict[str, Any], tolerance: float) -> tuple[Any, tuple, list]:
+    """The model, its example args and torch's outputs for them, with the row's sensitivity: an error
+    when the outputs barely follow the input, since matching them would then prove little."""
+    import torch
+
+    module, args = model.make()
+    with torch.no_grad():
+        want = torch_outputs(module(*args))
+        row["sensitivity"] = relative_difference(torch_outputs(module(*map(_other_input, args))), want)
+    if row["sensitivity"] < MIN_SENSITIVITY:
+        raise DivimlInputError(
+            f"torch's outputs move by {row['sensitivity']:.2g} (relative) when the input "
+            f"changes; a comparison at {tolerance:g} would prove little",
+            field="model",
+            hint="initialise the weights so that the outputs follow the input (lively)",
+        )
+    return module, args, want

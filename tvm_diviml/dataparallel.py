@@ -218,14 +218,7 @@ def solve_batch_splits(
     solved: dict[int, tuple[Plan, Simulation, dict, Problem]] = {}
     failures: dict[int, DivimlInputError] = {}
     for copies, workload in sorted(workloads.items()):
-        chosen_objective = objective or workload.default_objective
-        problem = Problem(
-            workload.graph,
-            workload.platform,
-            workload.costs,
-            objective=chosen_objective,
-            stages=stages or (len(workload.platform.devices) if chosen_objective == "pipeline" else None),
-        )
+        problem = split_problem(workload, objective, stages)
         began = time.perf_counter()
         try:
             plan, sim, row = solve_and_report(
@@ -259,6 +252,28 @@ def solve_batch_splits(
         )
     if not solved:
         raise failures[1]
+    return best_of_splits(solved, tried)
+
+
+def split_problem(workload: Workload, objective: str | None, stages: int | None) -> Problem:
+    """The problem of one split: the workload's own objective unless one is given, and for a pipeline
+    one stage per device unless ``stages`` says otherwise (copies change the graph, not the platform)."""
+    chosen_objective = objective or workload.default_objective
+    return Problem(
+        workload.graph,
+        workload.platform,
+        workload.costs,
+        objective=chosen_objective,
+        stages=stages or (len(workload.platform.devices) if chosen_objective == "pipeline" else None),
+    )
+
+
+def best_of_splits(
+    solved: dict[int, tuple[Plan, Simulation, dict, Problem]], tried: dict[int, dict[str, Any]]
+) -> tuple[Plan, Simulation, dict, Problem]:
+    """The best split's (plan, simulation, row, problem), its row rewritten for the whole batch: a
+    split's own bound holds only for its plans, so the bound (and gap, optimality) is the minimum over
+    every split tried, and the baselines are the unsplit model's where it found a plan."""
     best = min(solved, key=lambda r: (not solved[r][1].feasible, solved[r][1].value_s, r))
     plan, sim, row, problem = solved[best]
     bound = min(entry["lower_bound_s"] for entry in tried.values())
