@@ -115,7 +115,7 @@ def test_sweeps_keep_every_promise_with_either_backend(backend):
         platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0 - i % 2 * 0.5} for i, k in enumerate(graph.kernels)}
     )
     problem = Problem(graph, platform, costs)
-    plan = solve(problem, module_size=4, backend=backend)
+    plan = solve(problem, module_size=4, backend=backend, series=False)  # the windows, not the series
     assert plan.attrs["split_backend"] == backend and plan.attrs["windows_solved"] > plan.attrs["modules"]
     assert plan.value_s <= Heft().solve(problem).value_s
 
@@ -127,7 +127,7 @@ def test_split_equals_brute_force_when_one_window_is_the_whole_graph():
         platform, {k: {"A": 2.0 + i % 3, "B": 1.0 + (i * 5) % 4, "C": 3.0 - i % 2} for i, k in enumerate(graph.kernels)}
     )
     optimum, _ = best_latency(graph, platform, costs)
-    plan = solve(Problem(graph, platform, costs), module_size=8)
+    plan = solve(Problem(graph, platform, costs), module_size=8, series=False)
     assert plan.attrs["modules"] == 1
     assert plan.value_s == pytest.approx(optimum, rel=1e-9)
 
@@ -168,8 +168,8 @@ def test_split_is_deterministic_for_a_seed_and_never_worse_than_heft():
         platform, {k: {"A": 4.0, "B": 1.0 + (i % 4), "C": 1.0 + (i % 3)} for i, k in enumerate(graph.kernels)}
     )
     problem = Problem(graph, platform, costs)
-    first = solve(problem, module_size=12, seed=3, workers=1, module_time_limit_s=20)
-    again = solve(problem, module_size=12, seed=3, workers=1, module_time_limit_s=20)
+    first = solve(problem, module_size=12, seed=3, workers=1, module_time_limit_s=20, series=False)
+    again = solve(problem, module_size=12, seed=3, workers=1, module_time_limit_s=20, series=False)
     assert first.attrs["windows_proven"] == first.attrs["windows_solved"]  # no window stopped by the clock
     assert (first.assignment, first.order, first.value_s) == (again.assignment, again.order, again.value_s)
     assert first.value_s <= Heft().solve(problem).value_s

@@ -19,6 +19,7 @@ from ..simulator import simulate
 from ..tolerances import meets
 from ..toolkit.cpsat_session import CpsatSession, tick_model
 from ..toolkit.deadline import Deadline
+from ..toolkit.series import series_plan
 from ..toolkit.windows import WindowSolution, order_by_start
 from .base import Solver
 from .heft import Heft
@@ -66,8 +67,17 @@ class Cpsat(Solver):
         super().check(problem)
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
-        graph, platform, costs = problem.graph, problem.platform, problem.costs
         hint = self.call_hint if self.call_hint is not None else self.hint
+        if hint is None:  # a model of blocks joined by cut kernels: proven block by block
+            with CpsatSession(workers=self.workers, seed=self.seed) as session:
+                in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.time_limit_s)
+            if in_series is not None and in_series.optimal:
+                return in_series
+        return self._whole_graph(problem, hint, deadline)
+
+    def _whole_graph(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan:
+        """CP-SAT over the whole graph at once, from ``hint`` (or HEFT's plan)."""
+        graph, platform, costs = problem.graph, problem.platform, problem.costs
         fallback = self._starting_plan(problem, hint, deadline)
         warm = horizon = None
         if fallback is not None:

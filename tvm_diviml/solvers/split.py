@@ -25,6 +25,7 @@ from ..toolkit.heuristics import best_heuristic
 from ..toolkit.latency_model import LatencyModel
 from ..toolkit.list_scheduling import greedy_throughput
 from ..toolkit.mip_backend import BACKENDS as MILP_BACKENDS
+from ..toolkit.series import series_plan
 from ..toolkit.throughput_model import ThroughputModel, score, throughput_plan
 from ..toolkit.windows import Context, WindowSolution, list_schedule, order_by_start, reachability
 from .base import Solver
@@ -150,7 +151,9 @@ class Split(Solver):
     ``module_time_limit_s``: solver seconds per module (half that per improvement window), never
     more than an even share of the time left; ``improve``: run the improvement sweeps; ``backend``:
     cpsat, highs or cbc; ``workers``: CP-SAT's threads; ``session``: an open CP-SAT session to solve
-    in (a caller that solves many small problems saves OR-Tools' start-up for each)."""
+    in (a caller that solves many small problems saves OR-Tools' start-up for each); ``series``: with
+    CP-SAT, first solve latency by the series decomposition where it is exact (cut kernels), keeping
+    modules and windows for graphs without cuts or where a segment stays unproven."""
 
     name = "split"
     objectives = ("latency", "throughput")
@@ -167,9 +170,10 @@ class Split(Solver):
         backend: str = "cpsat",
         workers: int = 2,
         session: CpsatSession | None = None,
+        series: bool = True,
     ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
-        self.session = session
+        self.session, self.series = session, series
         if module_size < 2:
             raise DivimlInputError("module_size must be at least 2", field="module_size")
         if backend not in BACKENDS:
@@ -207,6 +211,9 @@ class Split(Solver):
         else:
             opened = CpsatSession(workers=self.workers, seed=self.seed)
         with opened as session:
+            in_series = None
+            if session is not None and self.series:
+                in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.module_time_limit_s)
             windows = WindowSolver(
                 problem,
                 backend,
@@ -215,13 +222,20 @@ class Split(Solver):
                 window_time_limit_s=self.module_time_limit_s,
                 seed=self.seed,
             )
-            plan = self._solve(problem, windows)
+            plan = in_series if in_series is not None and in_series.optimal else self._solve(problem, windows)
+        if in_series is not None and plan is not in_series:  # a segment unproven: the better of both
+            bound = in_series.lower_bound_s
+            if in_series.value_s < plan.value_s:
+                plan = in_series
+            plan.lower_bound_s = max(plan.lower_bound_s or 0.0, bound)
+        segments = in_series.attrs["series"] if in_series is not None else {}
         plan.attrs.update(
             {
                 "module_size": self.module_size,
                 "split_backend": backend,
-                "windows_solved": windows.solved,
-                "windows_proven": windows.proven,
+                # a series segment is a window too: its kernels solved with the cut before it fixed
+                "windows_solved": windows.solved + segments.get("segment_solves", 0),
+                "windows_proven": windows.proven + segments.get("segment_solves_proven", 0),
             }
         )
         if weaker:

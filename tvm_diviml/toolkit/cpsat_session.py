@@ -150,13 +150,15 @@ def output_tails(
     feasible: dict[str, list[str]],
     grid: TickGrid,
     tail_s: dict[str, float | dict[str, float]] | None,
+    returning: set[str],
 ) -> list:
-    """What must follow a window kernel before the makespan: its output's trip home, and ``tail_s``."""
+    """What must follow a window kernel before the makespan: its output's trip home (for the kernels
+    ``returning`` it), and ``tail_s``."""
     graph, costs, host = problem.graph, problem.costs, problem.platform.host
     tails = [
         [grid.kernel[u], grid.down(costs.transfer_s(graph.kernels[u].output_bytes, d, host)), [grid.on(u, d)]]
         for u in kernels
-        if u in graph.output_set and graph.kernels[u].output_bytes > 0
+        if u in returning and u in graph.output_set and graph.kernels[u].output_bytes > 0
         for d in feasible[u]
         if d != host
     ]
@@ -179,6 +181,7 @@ def tick_model(
     tail_s: dict[str, float | dict[str, float]] | None = None,
     hint: WindowSolution | None = None,
     horizon_s: float | None = None,
+    ends_on: dict[str, str] | None = None,
 ) -> TickModel:
     """The worker's input for ``window`` (default: every kernel) with ``context`` fixed: durations and
     transfers in ticks, rounded down. ``fixed_start_s``: start times of fixed kernels, whose runs
@@ -187,7 +190,8 @@ def tick_model(
     the kernel's device); ``hint``: a schedule to start from; ``horizon_s``: a known upper bound on the
     window's optimum (ignored where memory binds: the model may then exclude the plan that gave it).
     ``window`` lists its kernels in a topological order, and each predecessor of a window kernel is
-    in the window or in ``context``."""
+    in the window or in ``context``. ``ends_on``: window kernels that end it on a given device (a
+    series segment's closing cut kernel), whose output's trip home belongs to what follows."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     context = context or Context()
     kernels = list(window) if window is not None else list(graph.topo_order)
@@ -195,6 +199,10 @@ def tick_model(
     k_index = {k: i for i, k in enumerate(kernels)}
     d_index = {d: i for i, d in enumerate(devices)}
     feasible = {k: window_devices(problem, k, context.assignment) for k in kernels}
+    for kernel, device in (ends_on or {}).items():
+        if device not in feasible[kernel]:
+            raise DivimlInputError(f"kernel '{kernel}' cannot end the window on '{device}'", field="allowed_devices")
+        feasible[kernel] = [device]
     memory, memory_binds = memory_items(problem, feasible, k_index, d_index, context)
     busy = {k: (s, context.finish_s[k]) for k, s in (fixed_start_s or {}).items()}
     horizon = trivial_horizon_s(problem, kernels, context, tail_s)
@@ -206,7 +214,7 @@ def tick_model(
     duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
     precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid)
     releases += input_releases(problem, kernels, feasible, grid)
-    tails = output_tails(problem, kernels, feasible, grid, tail_s)
+    tails = output_tails(problem, kernels, feasible, grid, tail_s, returning=set(kernels) - set(ends_on or {}))
     groups: dict[str, str] = {}
     same_device = [
         [k_index[groups.setdefault(graph.kernels[k].colocate, k)], k_index[k]]

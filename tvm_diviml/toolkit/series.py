@@ -9,11 +9,23 @@ the cut kernels at its two ends (docs/solvers.md#series-decomposition).
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from dataclasses import dataclass
 
 import networkx as nx
 
 from ..graph import OpGraph
+from ..plan import Plan
+from ..problem import Problem
+from ..simulator import simulate
+from ..tolerances import within_slack
+from .cpsat_session import CpsatSession, TickModel, tick_model
+from .deadline import Deadline
+from .windows import Context, order_by_start
+
+log = logging.getLogger(__name__)
 
 SOURCE, SINK = ("series", "source"), ("series", "sink")  # virtual ends: tuples never clash with kernel names
 
@@ -55,3 +67,170 @@ def series_decomposition(graph: OpGraph) -> Series:
         else:
             blocks[passed].append(kernel)
     return Series(cuts, blocks)
+
+
+@dataclass(frozen=True)
+class SegmentSchedule:
+    """One segment with its ends on given devices: its time (from the opening cut's end to the closing
+    cut's end; after the last cut, to the end of the inference), a bound on it, and its schedule."""
+
+    value_s: float
+    bound_s: float
+    proven: bool
+    assignment: dict[str, str]
+    start_s: dict[str, float]  # from the segment's start
+
+
+@dataclass
+class SeriesSolution:
+    plan: Plan  # the DP's best path, every segment as solved
+    bound_s: float  # the DP over segment bounds: a lower bound for the whole problem
+    solves: int  # segment schedules asked of CP-SAT (identical ones are solved once)
+    proven: int  # of those, proven optimal
+
+
+def decomposable(problem: Problem, series: Series) -> str | None:
+    """Why the series decomposition is not exact for ``problem`` (None when it is): it needs a cut
+    kernel, no co-location group, and devices that hold the whole model (memory couples segments)."""
+    if not series.cuts:
+        return "no cut kernel: every kernel has a path around each other one"
+    if any(kernel.colocate is not None for kernel in problem.graph.kernels.values()):
+        return "co-location groups tie segments together"
+    graph = problem.graph
+    everything = sum(graph.weights.values()) + sum(k.output_bytes for k in graph.kernels.values())
+    everything += sum(graph_input.bytes for graph_input in graph.inputs)
+    short = [d.name for d in problem.platform.devices if d.memory_bytes is not None and d.memory_bytes < everything]
+    return f"memory can bind on {', '.join(short)}: segments compete for it" if short else None
+
+
+class SeriesSolver:
+    """The DP over the devices of the cut kernels, each segment solved by CP-SAT (``session``) once
+    per pair of end devices; identical segments are solved once."""
+
+    def __init__(self, problem: Problem, series: Series, session: CpsatSession, *, segment_time_limit_s: float):
+        self.problem, self.series, self.session = problem, series, session
+        self.segment_time_limit_s = segment_time_limit_s
+        self.answers: dict[str, dict] = {}
+        self.solves = self.proven = 0
+
+    def solve(self, deadline: Deadline) -> SeriesSolution | None:
+        """The best path of the DP (None when some segment found no schedule on every path), and the
+        DP over the segments' bounds, which holds whatever CP-SAT proved."""
+        cuts, problem = self.series.cuts, self.problem
+        options = [problem.feasible_devices(cut) for cut in cuts]
+        opens, closes = [[None], *options], [*options, [None]]  # segment i opens on cut i - 1, closes on cut i
+        pairs_left = sum(len(a) * len(b) for a, b in zip(opens, closes))
+        # device of the last cut so far -> (best value, its segments, the least bound)
+        reached: dict = {None: (0.0, [], 0.0)}
+        for index in range(len(cuts) + 1):
+            step: dict = {}
+            for close in closes[index]:
+                best, path, bound = math.inf, None, math.inf
+                for open_, (so_far, segments, so_far_bound) in reached.items():
+                    limit = min(self.segment_time_limit_s, deadline.left() / max(pairs_left, 1))
+                    pairs_left -= 1
+                    segment = self.segment(index, open_, close, limit)
+                    if path is None or so_far + segment.value_s < best:
+                        best, path = so_far + segment.value_s, [*segments, segment]
+                    bound = min(bound, so_far_bound + segment.bound_s)
+                step[close] = (best, path, bound)
+            reached = step
+        value_s, segments, bound_s = reached[None]
+        if not math.isfinite(value_s):
+            return None
+        return SeriesSolution(self.plan(segments), bound_s, self.solves, self.proven)
+
+    def segment(self, index: int, open_: str | None, close: str | None, limit_s: float) -> SegmentSchedule:
+        """Segment ``index`` opening on ``open_`` (its cut finished at time 0) and closing on ``close``."""
+        problem, series = self.problem, self.series
+        window = series.segment(index)
+        opening = series.cuts[index - 1] if index > 0 else None
+        returned = problem.output_return_s(opening, open_) if opening is not None and open_ is not None else 0.0
+        if not window:  # after the last cut, nothing but its output's trip home
+            return SegmentSchedule(returned, returned, True, {}, {})
+        if opening is not None and index < len(series.cuts) and window == [series.cuts[index]]:  # two cuts in a row
+            cut = window[0]
+            nbytes = max(e.bytes for e in problem.graph.pred[cut])
+            moved = problem.costs.transfer_s(nbytes, open_, close) if open_ != close else 0.0
+            return SegmentSchedule(
+                moved + problem.costs.compute_s(cut, close),
+                moved + problem.costs.compute_s(cut, close),
+                True,
+                {cut: close},
+                {cut: moved},
+            )
+        context = Context({opening: open_}, {opening: 0.0}) if opening is not None else Context()
+        model = tick_model(problem, window, context, ends_on={window[-1]: close} if close is not None else None)
+        solution = model.solution(problem, self.answer(model, limit_s))
+        if solution is None:
+            return SegmentSchedule(math.inf, 0.0, False, {}, {})
+        return SegmentSchedule(
+            max(solution.objective_s, returned),
+            max(solution.bound_s, returned),
+            solution.optimal,
+            solution.assignment,
+            solution.start_s,
+        )
+
+    def answer(self, model: TickModel, limit_s: float) -> dict:
+        """CP-SAT's answer for ``model``, once per distinct model (identical segments share it)."""
+        key = json.dumps(model.data, sort_keys=True)
+        if key not in self.answers:
+            self.answers[key] = self.session.solve(model, limit_s)
+            self.solves += 1
+            self.proven += self.answers[key]["status"] == "OPTIMAL"
+        return self.answers[key]
+
+    def plan(self, segments: list[SegmentSchedule]) -> Plan:
+        """The segments' schedules joined: each device runs segment by segment, by start within one."""
+        graph = self.problem.graph
+        assignment = {k: d for segment in segments for k, d in segment.assignment.items()}
+        phase = {k: index for index, segment in enumerate(segments) for k in segment.assignment}
+        start = {k: s for segment in segments for k, s in segment.start_s.items()}
+        return Plan(
+            assignment, objective="latency", mode="latency", order=order_by_start(graph, assignment, start, phase)
+        )
+
+
+def series_plan(
+    problem: Problem, session: CpsatSession, deadline: Deadline, *, segment_time_limit_s: float
+) -> Plan | None:
+    """The latency plan of the series decomposition, with the DP's bound and proof, or None where the
+    decomposition is not exact for ``problem`` (``decomposable``; costs that charge the executor's
+    segment overheads couple segments too) or found no plan in time."""
+    series = series_decomposition(problem.graph)
+    why = decomposable(problem, series)
+    if why is None and problem.costs.executor_segments:
+        why = "the costs charge the executor's overheads per same-device segment"
+    if why is not None:
+        log.info("series decomposition not used: %s", why)
+        return None
+    solver = SeriesSolver(problem, series, session, segment_time_limit_s=segment_time_limit_s)
+    found = solver.solve(deadline)
+    if found is None:
+        log.info("series decomposition: a segment found no schedule in time")
+        return None
+    plan = found.plan
+    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    plan.value_s = sim.value_s
+    plan.lower_bound_s = min(found.bound_s, sim.value_s)
+    plan.optimal = sim.feasible and within_slack(sim.value_s, found.bound_s)
+    largest = max(len(series.segment(i)) for i in range(len(series.blocks)))
+    plan.attrs["series"] = {
+        "cuts": len(series.cuts),
+        "largest_segment": largest,
+        "segment_solves": found.solves,
+        "segment_solves_proven": found.proven,
+        "bound_s": found.bound_s,
+    }
+    log.info(
+        "series decomposition: %d cut kernels, segments of at most %d kernels, %d of %d CP-SAT solves proven: "
+        "%.6g s (bound %.6g s)",
+        len(series.cuts),
+        largest,
+        found.proven,
+        found.solves,
+        sim.value_s,
+        found.bound_s,
+    )
+    return plan

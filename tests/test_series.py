@@ -1,0 +1,99 @@
+"""Series decomposition: cut kernels and blocks, and the DP over the cuts' devices against brute force."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
+from tvm_diviml.problem import Problem
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import get_solver
+from tvm_diviml.toolkit.cpsat_session import CpsatSession
+from tvm_diviml.toolkit.deadline import Deadline
+from tvm_diviml.toolkit.series import decomposable, series_decomposition, series_plan
+
+from .bruteforce import best_latency
+from .conftest import examples, graph_of, table, unit_platform
+from .strategies import DEVICES
+
+
+def test_cut_kernels_are_those_every_input_to_output_path_passes():
+    # a -> (b | c) -> d -> e, and x reads the model input beside a: a is no cut, d and e are.
+    graph = graph_of([("a", "b", 1), ("a", "c", 1), ("b", "d", 1), ("c", "d", 1), ("d", "e", 1), ("x", "d", 1)])
+    series = series_decomposition(graph)
+    assert series.cuts == ["d", "e"]
+    assert [sorted(block) for block in series.blocks] == [["a", "b", "c", "x"], [], []]
+    assert series.segment(0)[-1] == "d" and series.segment(2) == []
+
+
+def test_an_output_in_the_middle_is_a_way_around_the_cuts_after_it():
+    graph = graph_of([("a", "b", 1), ("b", "c", 1)], outputs=["b", "c"])
+    assert series_decomposition(graph).cuts == ["a", "b"]
+
+
+def test_memory_and_colocation_make_the_decomposition_inexact():
+    # two 6-byte weights: a device of 12 bytes holds both (segments cannot compete), one of 10 does not
+    graph = graph_of([("a", "b", 1), ("b", "c", 1)], weights={"u": 6, "w": 6}, kernel_weights={"a": ["u"], "c": ["w"]})
+    roomy = Problem(graph, unit_platform(memory=12), table(unit_platform(), {"a": 1, "b": 1, "c": 1}))
+    tight = Problem(graph, unit_platform(memory=10), table(unit_platform(), {"a": 1, "b": 1, "c": 1}))
+    assert decomposable(roomy, series_decomposition(graph)) is None
+    assert "memory can bind on A, B, C" in decomposable(tight, series_decomposition(graph))
+    grouped = OpGraph(
+        [Kernel("a"), Kernel("b", colocate="g"), Kernel("c", colocate="g")], [Edge("a", "b", 1), Edge("b", "c", 1)]
+    )
+    problem = Problem(grouped, unit_platform(), table(unit_platform(), {"a": 1, "b": 1, "c": 1}))
+    assert "co-location" in decomposable(problem, series_decomposition(grouped))
+
+
+@st.composite
+def chains_of_blocks(draw):
+    """Cut kernels c0..cm joined by blocks of 0-2 kernels each (every block kernel reads the cut before
+    it and feeds the cut after it, some also each other); at most 7 kernels for the brute force."""
+    kernels, edges = ["c0"], []
+    blocks = draw(st.lists(st.integers(0, 2), min_size=1, max_size=3))
+    for index, size in enumerate(blocks, start=1):
+        members = [f"b{index}_{j}" for j in range(size)]
+        if len(kernels) + size + 1 > 7:
+            break
+        kernels += members + [f"c{index}"]
+        edges += [Edge(f"c{index - 1}", m, draw(st.integers(0, 4))) for m in members]
+        edges += [Edge(m, f"c{index}", draw(st.integers(0, 4))) for m in members]
+        if size == 2 and draw(st.booleans()):
+            edges.append(Edge(members[0], members[1], draw(st.integers(0, 4))))
+        if not members:
+            edges.append(Edge(f"c{index - 1}", f"c{index}", draw(st.integers(0, 4))))
+    graph = OpGraph(
+        [Kernel(k, output_bytes=draw(st.integers(0, 3))) for k in kernels],
+        edges,
+        inputs=[GraphInput("x", draw(st.integers(0, 4)), ("c0",))],
+    )
+    platform = unit_platform(latency=draw(st.sampled_from([0.0, 0.5])), bandwidth=draw(st.sampled_from([1.0, 2.0])))
+    times = {k: {d: float(draw(st.integers(1, 9))) for d in DEVICES} for k in kernels}
+    return graph, platform, table(platform, times)
+
+
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains_of_blocks())
+def test_the_series_dp_finds_the_brute_force_optimum_and_a_bound_below_it(case):
+    graph, platform, costs = case
+    problem = Problem(graph, platform, costs)
+    optimum, _ = best_latency(graph, platform, costs)
+    with CpsatSession(seed=0) as session:
+        plan = series_plan(problem, session, Deadline.after(60), segment_time_limit_s=10)
+    sim = simulate(graph, platform, costs, plan)
+    assert plan.value_s == sim.value_s and sim.feasible
+    assert plan.value_s == pytest.approx(optimum, rel=1e-9, abs=1e-12)
+    assert plan.lower_bound_s <= optimum * (1 + 1e-9) and plan.optimal
+
+
+def test_split_and_cpsat_prove_a_chain_of_blocks_by_its_segments():
+    edges = [("c0", f"b{i}", 2) for i in range(3)] + [(f"b{i}", "c1", 1) for i in range(3)] + [("c1", "c2", 3)]
+    graph = graph_of(edges, inputs=[("x", 4, ("c0",))])
+    platform = unit_platform(latency=0.5, bandwidth=2.0)
+    costs = table(platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0} for i, k in enumerate(graph.kernels)})
+    problem = Problem(graph, platform, costs)
+    optimum, _ = best_latency(graph, platform, costs)
+    for name in ("split", "cpsat"):
+        plan = get_solver(name).solve(problem)
+        assert plan.optimal and plan.value_s == pytest.approx(optimum, rel=1e-9)
+        assert plan.attrs["series"]["cuts"] == 3 and plan.attrs["series"]["segment_solves_proven"] > 0
