@@ -8,6 +8,7 @@ restriction: its bound is then no bound, and where it leaves no plan the MILP pl
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 
@@ -43,8 +44,10 @@ class Cpsat(Solver):
         workers: int = 2,
         hint: Plan | None = None,
         warm_start: bool = True,
+        session: CpsatSession | None = None,
     ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
+        self.session = session  # an open OR-Tools process to solve in (else one per solve)
         if workers < 1:
             raise DivimlInputError("workers must be at least 1", field="workers")
         self.workers, self.hint, self.warm_start = workers, hint, warm_start
@@ -69,7 +72,7 @@ class Cpsat(Solver):
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         hint = self.call_hint if self.call_hint is not None else self.hint
         if hint is None:  # a model of blocks joined by cut kernels: proven block by block
-            with CpsatSession(workers=self.workers, seed=self.seed) as session:
+            with self._session() as session:
                 in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.time_limit_s)
             if in_series is not None and in_series.optimal:
                 return in_series
@@ -85,7 +88,7 @@ class Cpsat(Solver):
             warm = WindowSolution(fallback.assignment, hinted.start_s, hinted.finish_s, hinted.value_s, 0.0, False)
             horizon = hinted.value_s if hinted.feasible else None  # the optimum is no longer than a feasible plan
         model = tick_model(problem, hint=warm, horizon_s=horizon)
-        with CpsatSession(workers=self.workers, seed=self.seed) as session:
+        with self._session() as session:
             answer = session.solve(model, deadline.left())
         status = answer["status"]
         if status == "INFEASIBLE":  # memory held every activation at once: a restriction
@@ -130,6 +133,12 @@ class Cpsat(Solver):
         )
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
         return plan
+
+    def _session(self):
+        """The caller's session, or a new OR-Tools process for this solve."""
+        if self.session is not None:
+            return contextlib.nullcontext(self.session)
+        return CpsatSession(workers=self.workers, seed=self.seed)
 
     def _starting_plan(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan | None:
         if hint is not None:

@@ -16,7 +16,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
-from ..tolerances import improves
+from ..tolerances import improves, meets
 from ..toolkit.communities import communities, improvement_windows, modules
 from ..toolkit.constraints import default_reserve
 from ..toolkit.cpsat_session import CpsatSession
@@ -25,10 +25,11 @@ from ..toolkit.heuristics import best_heuristic
 from ..toolkit.latency_model import LatencyModel
 from ..toolkit.list_scheduling import greedy_throughput
 from ..toolkit.mip_backend import BACKENDS as MILP_BACKENDS
-from ..toolkit.series import series_plan
+from ..toolkit.series import devices_short_of_the_model, series_plan
 from ..toolkit.throughput_model import ThroughputModel, score, throughput_plan
 from ..toolkit.windows import Context, WindowSolution, list_schedule, order_by_start, reachability
 from .base import Solver
+from .cpsat import Cpsat
 from .milp import Milp, exact_throughput
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,10 @@ class Split(Solver):
     cpsat, highs or cbc; ``workers``: CP-SAT's threads; ``session``: an open CP-SAT session to solve
     in (a caller that solves many small problems saves OR-Tools' start-up for each); ``series``: with
     CP-SAT, first solve latency by the series decomposition where it is exact (cut kernels), keeping
-    modules and windows for graphs without cuts or where a segment stays unproven."""
+    modules and windows for graphs without cuts or where a segment stays unproven; ``whole_up_to``:
+    graphs of at most this many kernels are then solved whole by CP-SAT from split's plan, in the time
+    left (its proof or bound, and any better plan it finds), where its model is exact (memory cannot
+    bind, costs without the executor's overheads)."""
 
     name = "split"
     objectives = ("latency", "throughput")
@@ -171,9 +175,10 @@ class Split(Solver):
         workers: int = 2,
         session: CpsatSession | None = None,
         series: bool = True,
+        whole_up_to: int = 64,
     ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
-        self.session, self.series = session, series
+        self.session, self.series, self.whole_up_to = session, series, whole_up_to
         if module_size < 2:
             raise DivimlInputError("module_size must be at least 2", field="module_size")
         if backend not in BACKENDS:
@@ -211,36 +216,50 @@ class Split(Solver):
         else:
             opened = CpsatSession(workers=self.workers, seed=self.seed)
         with opened as session:
-            in_series = None
-            if session is not None and self.series:
-                in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.module_time_limit_s)
-            windows = WindowSolver(
-                problem,
-                backend,
-                session,
-                deadline=deadline.at,
-                window_time_limit_s=self.module_time_limit_s,
-                seed=self.seed,
-            )
-            plan = in_series if in_series is not None and in_series.optimal else self._solve(problem, windows)
-        if in_series is not None and plan is not in_series:  # a segment unproven: the better of both
-            bound = in_series.lower_bound_s
-            if in_series.value_s < plan.value_s:
-                plan = in_series
-            plan.lower_bound_s = max(plan.lower_bound_s or 0.0, bound)
-        segments = in_series.attrs["series"] if in_series is not None else {}
+            plan, solved, proven = self._latency(problem, deadline, backend, session)
         plan.attrs.update(
             {
                 "module_size": self.module_size,
                 "split_backend": backend,
-                # a series segment is a window too: its kernels solved with the cut before it fixed
-                "windows_solved": windows.solved + segments.get("segment_solves", 0),
-                "windows_proven": windows.proven + segments.get("segment_solves_proven", 0),
+                "windows_solved": solved,
+                "windows_proven": proven,
             }
         )
         if weaker:
             plan.attrs["weaker_method"] = weaker
         return plan
+
+    def _latency(
+        self, problem: Problem, deadline: Deadline, backend: str, session: CpsatSession | None
+    ) -> tuple[Plan, int, int]:
+        """The series decomposition where it is exact and proves the optimum, else modules and windows
+        (the better of both where a segment stayed unproven); a graph of at most ``whole_up_to`` kernels
+        is then solved whole by CP-SAT from that plan. Also the windows solved and proven (a series
+        segment is a window too: its kernels solved with the cut before it fixed)."""
+        in_series = None
+        if session is not None and self.series:
+            in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.module_time_limit_s)
+        windows = WindowSolver(
+            problem,
+            backend,
+            session,
+            deadline=deadline.at,
+            window_time_limit_s=self.module_time_limit_s,
+            seed=self.seed,
+        )
+        plan = in_series if in_series is not None and in_series.optimal else self._solve(problem, windows)
+        if in_series is not None and plan is not in_series:
+            plan = better_of(plan, in_series)
+        exact_model = not problem.costs.executor_segments and not devices_short_of_the_model(problem)
+        if session is not None and exact_model and not plan.optimal and len(problem.graph) <= self.whole_up_to:
+            whole = Cpsat(
+                time_limit_s=deadline.left(), seed=self.seed, workers=self.workers, hint=plan, session=session
+            ).solve(problem, deadline=deadline)
+            plan = better_of(plan, whole)
+            plan.attrs["whole_graph"] = whole.attrs.get("cpsat_status")
+        segments = in_series.attrs["series"] if in_series is not None else {}
+        solved = windows.solved + segments.get("segment_solves", 0)
+        return plan, solved, windows.proven + segments.get("segment_solves_proven", 0)
 
     def _solve(self, problem: Problem, windows: WindowSolver) -> Plan:
         graph = problem.graph
@@ -360,6 +379,16 @@ class Split(Solver):
 
 
 # ---------------------------------------------------------------------- splitting heuristic
+def better_of(plan: Plan, other: Plan) -> Plan:
+    """The faster of two plans for one problem, with the better of their bounds (each holds for both),
+    proven optimal where either proof holds for it."""
+    best = other if other.value_s < plan.value_s else plan
+    bounds = [b for b in (plan.lower_bound_s, other.lower_bound_s) if b is not None]
+    best.lower_bound_s = min(max(bounds), best.value_s) if bounds else None
+    best.optimal = best.optimal or (bool(bounds) and meets(best.value_s, max(bounds)))
+    return best
+
+
 def throughput_start(problem: Problem, deadline: Deadline, *, seed: int, backend: str, solver: str) -> Plan:
     """The greedy throughput plan, or the throughput MILP's where greedy's does not fit memory."""
     greedy = None

@@ -96,11 +96,17 @@ def decomposable(problem: Problem, series: Series) -> str | None:
         return "no cut kernel: every kernel has a path around each other one"
     if any(kernel.colocate is not None for kernel in problem.graph.kernels.values()):
         return "co-location groups tie segments together"
+    short = devices_short_of_the_model(problem)
+    return f"memory can bind on {', '.join(short)}: segments compete for it" if short else None
+
+
+def devices_short_of_the_model(problem: Problem) -> list[str]:
+    """Devices that cannot hold the whole model (every weight, activation and input at once): only
+    there can memory cut a plan."""
     graph = problem.graph
     everything = sum(graph.weights.values()) + sum(k.output_bytes for k in graph.kernels.values())
     everything += sum(graph_input.bytes for graph_input in graph.inputs)
-    short = [d.name for d in problem.platform.devices if d.memory_bytes is not None and d.memory_bytes < everything]
-    return f"memory can bind on {', '.join(short)}: segments compete for it" if short else None
+    return [d.name for d in problem.platform.devices if d.memory_bytes is not None and d.memory_bytes < everything]
 
 
 class SeriesSolver:
