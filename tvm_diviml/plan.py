@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 
 from .errors import DivimlInputError
 from .jsonio import JsonFile
-from .tolerances import MEETS
+from .tolerances import MEETS, meets
 
 FORMAT = "diviml.plan/1"
 Objective = Literal["latency", "throughput", "pipeline"]
@@ -101,3 +101,13 @@ class Plan(JsonFile):
         fields = {k: v for k, v in data.items() if k in known}
         fields["replicas"] = [ReplicaGroup(list(g["kernels"]), dict(g["shares"])) for g in data.get("replicas", [])]
         return cls(**fields)
+
+
+def better_of(plan: Plan, other: Plan) -> Plan:
+    """The faster of two plans for one problem, with the better of their bounds (each holds for both),
+    proven optimal where either proof holds for it."""
+    best = other if other.value_s < plan.value_s else plan
+    bounds = [b for b in (plan.lower_bound_s, other.lower_bound_s) if b is not None]
+    best.lower_bound_s = min(max(bounds), best.value_s) if bounds else None
+    best.optimal = best.optimal or (bool(bounds) and meets(best.value_s, max(bounds)))
+    return best

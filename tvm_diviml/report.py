@@ -184,6 +184,7 @@ def _symmetric_line(found: dict[str, Any]) -> str:
         f"symmetric: {found['blocks']} blocks of {found['block_kernels']} kernels (head {found['head']}, "
         f"tail {found['tail']}), {found['candidates']} candidate placements of a group of blocks; "
         f"blocks per server: {servers}"
+        + ("; the whole-graph throughput MILP then improved that plan" if found.get("improved_by_milp") else "")
     )
 
 

@@ -124,9 +124,12 @@ def exact_throughput(
     threads: int = 1,
     warm_start: bool = True,
     solver: str = "milp",
+    incumbent: Plan | None = None,
 ) -> Plan:
-    """The throughput MILP over the whole graph, repaired where the simulator saw activations overflow."""
-    incumbent = best_heuristic(problem) if warm_start else None
+    """The throughput MILP over the whole graph, repaired where the simulator saw activations overflow;
+    warm-started from ``incumbent`` (a plan with its value), else from the best heuristic."""
+    if incumbent is None and warm_start:
+        incumbent = best_heuristic(problem)
     return solve_within_memory(
         problem,
         lambda reserve, cuts: _solve_throughput_once(

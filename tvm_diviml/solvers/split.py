@@ -13,10 +13,10 @@ import logging
 import time
 
 from ..errors import DivimlInputError
-from ..plan import Plan
+from ..plan import Plan, better_of
 from ..problem import Problem
 from ..simulator import simulate
-from ..tolerances import improves, meets
+from ..tolerances import improves
 from ..toolkit.communities import communities, improvement_windows, modules
 from ..toolkit.constraints import default_reserve
 from ..toolkit.cpsat_session import CpsatSession
@@ -379,16 +379,6 @@ class Split(Solver):
 
 
 # ---------------------------------------------------------------------- splitting heuristic
-def better_of(plan: Plan, other: Plan) -> Plan:
-    """The faster of two plans for one problem, with the better of their bounds (each holds for both),
-    proven optimal where either proof holds for it."""
-    best = other if other.value_s < plan.value_s else plan
-    bounds = [b for b in (plan.lower_bound_s, other.lower_bound_s) if b is not None]
-    best.lower_bound_s = min(max(bounds), best.value_s) if bounds else None
-    best.optimal = best.optimal or (bool(bounds) and meets(best.value_s, max(bounds)))
-    return best
-
-
 def throughput_start(problem: Problem, deadline: Deadline, *, seed: int, backend: str, solver: str) -> Plan:
     """The greedy throughput plan, or the throughput MILP's where greedy's does not fit memory."""
     greedy = None

@@ -27,7 +27,7 @@ from ..bounds import lower_bound
 from ..cost.base import CostModel
 from ..errors import DivimlInputError
 from ..graph import Edge, Kernel, OpGraph
-from ..plan import Plan
+from ..plan import Plan, better_of
 from ..platform import Platform
 from ..problem import Problem
 from ..servers import identical_servers, server_devices, server_platform
@@ -39,6 +39,7 @@ from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import new_model
 from . import full_graph_solver, get_solver
 from .base import Solver
+from .milp import exact_throughput
 from .split import Split
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,13 @@ class Symmetric(Solver):
         plan.value_s = sim.value_s
         plan.lower_bound_s = min(lower_bound(problem), sim.value_s)  # the whole problem's
         plan.optimal = meets(sim.value_s, plan.lower_bound_s)
+        improved = False
+        if problem.mode == "period_overlap" and not plan.optimal:  # the MILP from here: its bound, or better
+            whole = exact_throughput(problem, deadline, seed=self.seed, solver=self.name, incumbent=plan)
+            plan = better_of(plan, whole)
+            improved = plan is whole
         plan.attrs["symmetric"] = {
+            "improved_by_milp": improved,
             "blocks": len(blocks.blocks),
             "block_kernels": blocks.block_size,
             "head": len(blocks.head),
