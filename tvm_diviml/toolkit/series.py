@@ -97,7 +97,7 @@ def decomposable(problem: Problem, series: Series) -> str | None:
     """Why the series decomposition is not exact for ``problem`` (None when it is): it needs a cut
     kernel, no co-location group, and devices that hold the whole model (memory couples segments)."""
     if not series.cuts:
-        return "no cut kernel: every kernel has a path around each other one"
+        return "no cut kernel: no kernel lies on every path from the inputs to the outputs"
     if any(kernel.colocate is not None for kernel in problem.graph.kernels.values()):
         return "co-location groups tie segments together"
     short = devices_short_of_the_model(problem)
