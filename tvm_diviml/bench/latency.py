@@ -23,6 +23,7 @@ LATENCY_RATIOS = (
     "split_time_over_milp",
     "speedup_over_single",
 )
+ZOO_LATENCY = ("resnet50", "inception_v3", "bert_base", "gpt2", "vit_b16", "mobilenet_v2", "llama:layers=8")
 TIME_LIMIT_S = 60.0
 EXACT_UP_TO = 80  # kernels; the exact solvers skip larger graphs (see suite_latency)
 PLATFORM, COSTS = "paper-node", "roofline"  # msr-fiddle files carry their own
@@ -40,7 +41,7 @@ def latency_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str]]
     return (
         [("random", f"random:kernels={n},seed={seed}") for n in (12, 16, 20, 24, 32) for seed in (0, 1, 2)]
         + [("msr-fiddle", path) for path in fiddle]
-        + [("zoo", name) for name in ("resnet50", "inception_v3", "bert_base", "gpt2", "mobilenet_v2")]
+        + [("zoo", name) for name in ZOO_LATENCY]
         + [
             ("randwire", f"randwire_{kind}:nodes={nodes},seed={seed}")
             for kind in ("ws", "er", "ba")
