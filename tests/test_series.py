@@ -4,8 +4,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.problem import Problem
+from tvm_diviml.report import solve_and_report
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.toolkit.cpsat_session import CpsatSession
@@ -84,6 +86,8 @@ def test_the_series_dp_finds_the_brute_force_optimum_and_a_bound_below_it(case):
     assert plan.value_s == sim.value_s and sim.feasible
     assert plan.value_s == pytest.approx(optimum, rel=1e-9, abs=1e-12)
     assert plan.lower_bound_s <= optimum * (1 + 1e-9) and plan.optimal
+    series = lower_bounds(problem, mip_time_limit_s=10)["series"]  # what every latency report gets, given time
+    assert series <= optimum * (1 + 1e-9) and series == pytest.approx(optimum, rel=1e-6)
 
 
 def test_split_and_cpsat_prove_a_chain_of_blocks_by_its_segments():
@@ -97,3 +101,16 @@ def test_split_and_cpsat_prove_a_chain_of_blocks_by_its_segments():
         plan = get_solver(name).solve(problem)
         assert plan.optimal and plan.value_s == pytest.approx(optimum, rel=1e-9)
         assert plan.attrs["series"]["cuts"] == 3 and plan.attrs["series"]["segment_solves_proven"] > 0
+
+
+def test_a_heuristic_report_carries_the_series_bound():
+    edges = [("c0", f"b{i}", 2) for i in range(3)] + [(f"b{i}", "c1", 1) for i in range(3)] + [("c1", "c2", 3)]
+    graph = graph_of(edges, inputs=[("x", 4, ("c0",))])
+    platform = unit_platform(latency=0.5, bandwidth=2.0)
+    costs = table(platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0} for i, k in enumerate(graph.kernels)})
+    problem = Problem(graph, platform, costs)
+    optimum, _ = best_latency(graph, platform, costs)
+    _, _, cheap = solve_and_report(problem, "greedy", "chain", "table")
+    _, _, row = solve_and_report(problem, "greedy", "chain", "table", bound_time_limit_s=10)
+    assert cheap["lower_bound_s"] < optimum * (1 - 1e-6)  # the cheap bounds miss it here
+    assert row["lower_bound_s"] == pytest.approx(optimum, rel=1e-6) and row["lower_bound_parts"]["series"]

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from ..problem import Problem
 from .common import fastest_times, largest_group
-from .latency import critical_path_bound, transfer_path_bound
+from .latency import critical_path_bound, series_bound, transfer_path_bound
 from .pipeline import pipeline_bounds
 from .throughput import lp_load_bound
 
 
 def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, float]:
     """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
-    adds the MIP bounds of pipelines (seconds shared among them); 0 keeps every bound cheap."""
+    adds the MIP bounds of pipelines (seconds shared among them) and, for latency, the series
+    decomposition's bound (CP-SAT per segment, where it is exact); 0 keeps every bound cheap."""
     mode = problem.mode
     fastest = fastest_times(problem)
     parts: dict[str, float] = {}
@@ -39,6 +40,9 @@ def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, f
     if mode == "latency":
         parts["critical_path"] = critical_path_bound(problem)
         parts["transfer_path"] = transfer_path_bound(problem)
+        series = series_bound(problem, mip_time_limit_s) if mip_time_limit_s > 0 else None
+        if series is not None:
+            parts["series"] = series
     return parts
 
 

@@ -1,13 +1,19 @@
 """Lower bounds on one inference's makespan: the critical path at fastest devices, and the same path
-with transfers priced (inputs from the host, outputs back to it), which sees a distant fastest device.
+with transfers priced (inputs from the host, outputs back to it), which sees a distant fastest device;
+given time, the series decomposition's DP over CP-SAT's segment bounds (toolkit/series.py).
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 
 from ..problem import Problem
 from ..tolerances import MEETS
+from ..toolkit.cpsat_session import CpsatSession
+from ..toolkit.deadline import Deadline
+from ..toolkit.series import series_decomposition, series_obstacle, series_plan
 from .common import fastest_times
 
 
@@ -78,3 +84,14 @@ def affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | N
     if not np.allclose(predicted, at[middle], rtol=MEETS, atol=1e-15):
         return None
     return latency * (1 - np.eye(size)), rate * (1 - np.eye(size))
+
+
+def series_bound(problem: Problem, time_limit_s: float) -> float | None:
+    """The series decomposition's bound: its DP over the segments' proven CP-SAT bounds, within
+    ``time_limit_s``; None where the decomposition is not exact (no cut kernel, co-location, memory
+    that can bind, executor-charging costs) or OR-Tools is missing."""
+    if importlib.util.find_spec("ortools") is None or series_obstacle(problem, series_decomposition(problem.graph)):
+        return None
+    with CpsatSession(seed=0, workers=2) as session:
+        plan = series_plan(problem, session, Deadline.after(time_limit_s), segment_time_limit_s=time_limit_s)
+    return None if plan is None else plan.lower_bound_s

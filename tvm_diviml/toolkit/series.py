@@ -93,6 +93,19 @@ class SeriesSolution:
     proven: int  # of those, proven optimal
 
 
+def series_obstacle(problem: Problem, series: Series) -> str | None:
+    """Why not to use the series decomposition for ``problem`` (None: use it): where it is not exact
+    (``decomposable``; costs that charge the executor's per-segment overheads couple segments too), or
+    where its DP would ask too many segment schedules to finish in time."""
+    why = decomposable(problem, series)
+    if why is None and problem.costs.executor_segments:
+        why = "the costs charge the executor's overheads per same-device segment"
+    pairs = segment_pairs(problem, series)
+    if why is None and pairs > MAX_SEGMENT_PAIRS:
+        why = f"{pairs} segment schedules (a pair of end devices per segment) are too many to solve in time"
+    return why
+
+
 def decomposable(problem: Problem, series: Series) -> str | None:
     """Why the series decomposition is not exact for ``problem`` (None when it is): it needs a cut
     kernel, no co-location group, and devices that hold the whole model (memory couples segments)."""
@@ -214,16 +227,10 @@ class SeriesSolver:
 def series_plan(
     problem: Problem, session: CpsatSession, deadline: Deadline, *, segment_time_limit_s: float
 ) -> Plan | None:
-    """The latency plan of the series decomposition, with the DP's bound and proof, or None where the
-    decomposition is not exact for ``problem`` (``decomposable``; costs that charge the executor's
-    segment overheads couple segments too) or found no plan in time."""
+    """The latency plan of the series decomposition, with the DP's bound and proof, or None where
+    ``series_obstacle`` names a reason not to use it or it found no plan in time."""
     series = series_decomposition(problem.graph)
-    why = decomposable(problem, series)
-    if why is None and problem.costs.executor_segments:
-        why = "the costs charge the executor's overheads per same-device segment"
-    pairs = segment_pairs(problem, series)
-    if why is None and pairs > MAX_SEGMENT_PAIRS:
-        why = f"{pairs} segment schedules (a pair of end devices per segment) are too many to solve in time"
+    why = series_obstacle(problem, series)
     if why is not None:
         log.info("series decomposition not used: %s", why)
         return None
