@@ -90,13 +90,17 @@ def test_the_series_dp_finds_the_brute_force_optimum_and_a_bound_below_it(case):
     assert series <= optimum * (1 + 1e-9) and series == pytest.approx(optimum, rel=1e-6)
 
 
-def test_split_and_cpsat_prove_a_chain_of_blocks_by_its_segments():
+def chain_of_three_blocks() -> tuple[Problem, float]:
+    """c0 -> three parallel kernels -> c1 -> c2, on three unrelated devices; and its optimum."""
     edges = [("c0", f"b{i}", 2) for i in range(3)] + [(f"b{i}", "c1", 1) for i in range(3)] + [("c1", "c2", 3)]
     graph = graph_of(edges, inputs=[("x", 4, ("c0",))])
     platform = unit_platform(latency=0.5, bandwidth=2.0)
     costs = table(platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0} for i, k in enumerate(graph.kernels)})
-    problem = Problem(graph, platform, costs)
-    optimum, _ = best_latency(graph, platform, costs)
+    return Problem(graph, platform, costs), best_latency(graph, platform, costs)[0]
+
+
+def test_split_and_cpsat_prove_a_chain_of_blocks_by_its_segments():
+    problem, optimum = chain_of_three_blocks()
     for name in ("split", "cpsat"):
         plan = get_solver(name).solve(problem)
         assert plan.optimal and plan.value_s == pytest.approx(optimum, rel=1e-9)
@@ -104,12 +108,7 @@ def test_split_and_cpsat_prove_a_chain_of_blocks_by_its_segments():
 
 
 def test_a_heuristic_report_carries_the_series_bound():
-    edges = [("c0", f"b{i}", 2) for i in range(3)] + [(f"b{i}", "c1", 1) for i in range(3)] + [("c1", "c2", 3)]
-    graph = graph_of(edges, inputs=[("x", 4, ("c0",))])
-    platform = unit_platform(latency=0.5, bandwidth=2.0)
-    costs = table(platform, {k: {"A": 3.0, "B": 1.0 + i % 3, "C": 2.0} for i, k in enumerate(graph.kernels)})
-    problem = Problem(graph, platform, costs)
-    optimum, _ = best_latency(graph, platform, costs)
+    problem, optimum = chain_of_three_blocks()
     _, _, cheap = solve_and_report(problem, "greedy", "chain", "table")
     _, _, row = solve_and_report(problem, "greedy", "chain", "table", bound_time_limit_s=10)
     assert cheap["lower_bound_s"] < optimum * (1 - 1e-6)  # the cheap bounds miss it here
