@@ -1,5 +1,5 @@
-"""The exact pipeline MIP and the MTPP lower bounds (solvers/mtpp.py) against brute force over every
-ordered split and every choice of stage devices, SliceGraph's exact DP over every topological order,
+"""The exact pipeline MIP and the MTPP lower bounds (solvers/pipeline_mip.py, bounds/pipeline.py)
+against brute force over every ordered split and every choice of stage devices, SliceGraph's exact DP over every topological order,
 hand-priced cases and the simulator's ``stage_serial`` mode.
 
 Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
