@@ -1,6 +1,6 @@
 """The exact pipeline MIP and the MTPP lower bounds (solvers/pipeline_mip.py, bounds/pipeline.py)
-against brute force over every ordered split and every choice of stage devices, SliceGraph's exact DP over every topological order,
-hand-priced cases and the simulator's ``stage_serial`` mode.
+against brute force over every ordered split and every choice of stage devices, SliceGraph's exact DP
+over every topological order, hand-priced cases and the simulator's ``stage_serial`` mode.
 
 Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
 """
