@@ -60,14 +60,13 @@ class Cpsat(Solver):
         return super().solve(problem, deadline=deadline)
 
     def check(self, problem: Problem) -> None:
-        self.check_objective(problem)
+        super().check(problem)
         if importlib.util.find_spec("ortools") is None:
             raise DivimlInputError(
                 "solver cpsat needs OR-Tools, which is not installed",
                 field="solver",
                 hint="pip install ortools (a dependency of tvm-diviml: reinstall it)",
             )
-        super().check(problem)
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         hint = self.call_hint if self.call_hint is not None else self.hint

@@ -147,8 +147,8 @@ class SeriesSolver:
         DP over the segments' bounds, which holds whatever CP-SAT proved."""
         cuts, problem = self.series.cuts, self.problem
         options = [problem.feasible_devices(cut) for cut in cuts]
-        opens, closes = [[None], *options], [*options, [None]]  # segment i opens on cut i - 1, closes on cut i
-        pairs_left = sum(len(a) * len(b) for a, b in zip(opens, closes))
+        closes = [*options, [None]]  # segment i opens on cut i - 1 (the devices ``reached``), closes on cut i
+        pairs_left = segment_pairs(problem, self.series)
         # device of the last cut so far -> (best value, its segments, the least bound)
         reached: dict = {None: (0.0, [], 0.0)}
         for index in range(len(cuts) + 1):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import mip
 
-from ..errors import DivimlInputError
 from ..plan import Plan, ReplicaGroup
 from ..problem import Problem
 from ..simulator import Simulation, simulate
@@ -26,24 +25,6 @@ log = logging.getLogger(__name__)
 
 
 MODE = "period_overlap"
-
-
-def require_period_overlap(problem: Problem, solver: str) -> None:
-    """Refuse anything but throughput in ``period_overlap`` mode, naming the solver that does it."""
-    if problem.mode == "host_staged":
-        raise DivimlInputError(
-            f"solver {solver} places throughput with transfers that overlap compute "
-            f"(period_overlap), but platform '{problem.platform.name}' stages transfers "
-            "through host memory (host_staged)",
-            field="solver",
-            hint="use --solver downsets for host_staged platforms",
-        )
-    if problem.mode != MODE:
-        raise DivimlInputError(
-            f"throughput placement needs objective throughput, not '{problem.objective}'",
-            field="objective",
-            hint="use --objective throughput",
-        )
 
 
 def throughput_plan(assignment: dict[str, str], solver: str, replicas: list[ReplicaGroup] | None = None) -> Plan:
