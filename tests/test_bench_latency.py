@@ -45,6 +45,7 @@ def test_the_bound_is_below_every_value_and_gaps_are_measured_against_it(rows):
         assert row["best_value_s"] == min(values.values())
         assert values[row["best_solver"]] == row["best_value_s"]
         assert row["split_over_best"] >= 1 - TOLERANCE
+        assert row["bound_over_best"] == pytest.approx(bound / row["best_value_s"], rel=1e-12)
 
 
 def test_kernel_and_edge_counts_are_the_graphs(rows):
@@ -94,6 +95,13 @@ def test_missing_msr_fiddle_files_skip_their_rows_with_a_note(tmp_path, caplog):
     rows = measured(suite_latency(quick=True, solvers=["heft"], msr_fiddle_dir=str(tmp_path)))
     assert rows and all(row["group"] == "random" for row in rows)
     assert "msr-fiddle" in caplog.text
+
+
+def test_groups_pick_rows_and_an_unknown_group_is_named(tmp_path):
+    rows = measured(suite_latency(quick=True, solvers=["heft"], msr_fiddle_dir=str(tmp_path), groups=["random"]))
+    assert len(rows) == 2 and {row["group"] for row in rows} == {"random"}
+    with pytest.raises(DivimlInputError, match="unknown latency group 'zo'"):
+        list(suite_latency(quick=True, groups=["zo"]))
 
 
 def test_unknown_solver_is_refused():

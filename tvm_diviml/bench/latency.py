@@ -22,15 +22,29 @@ LATENCY_RATIOS = (
     "split_over_greedy",
     "split_time_over_milp",
     "speedup_over_single",
+    "bound_over_best",
 )
+LATENCY_GROUPS = ("random", "msr-fiddle", "zoo", "randwire")
+RANDOM_KERNELS, RANDOM_SEEDS = (24, 32, 40), 10
 ZOO_LATENCY = ("resnet50", "inception_v3", "bert_base", "gpt2", "vit_b16", "mobilenet_v2", "llama:layers=8")
 TIME_LIMIT_S = 60.0
 EXACT_UP_TO = 80  # kernels; the exact solvers skip larger graphs (see suite_latency)
 PLATFORM, COSTS = "paper-node", "roofline"  # msr-fiddle files carry their own
 
 
-def latency_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str]]:
-    """(group, MODEL) rows of the latency suite; msr-fiddle files only where their folder exists."""
+def latency_workloads(quick: bool, msr_fiddle_dir: str, groups: list[str] | None = None) -> list[tuple[str, str]]:
+    """(group, MODEL) rows of the latency suite, of ``groups`` only when given; msr-fiddle files only
+    where their folder exists."""
+    for group in groups or ():
+        if group not in LATENCY_GROUPS:
+            raise DivimlInputError(
+                f"unknown latency group '{group}'", field="groups", hint=f"use some of {', '.join(LATENCY_GROUPS)}"
+            )
+    return [row for row in _latency_rows(quick, msr_fiddle_dir) if groups is None or row[0] in groups]
+
+
+def _latency_rows(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str]]:
+    """Every (group, MODEL) row."""
     fiddle = sorted(glob.glob(os.path.join(msr_fiddle_dir, "*", "*.json")))
     if not fiddle:
         log.warning("latency suite: no msr-fiddle files under %s; their rows are skipped", msr_fiddle_dir)
@@ -39,7 +53,7 @@ def latency_workloads(quick: bool, msr_fiddle_dir: str) -> list[tuple[str, str]]
             ("msr-fiddle", path) for path in sorted(fiddle, key=os.path.getsize)[:1]
         ]
     return (
-        [("random", f"random:kernels={n},seed={seed}") for n in (12, 16, 20, 24, 32) for seed in (0, 1, 2)]
+        [("random", f"random:kernels={n},seed={seed}") for n in RANDOM_KERNELS for seed in range(RANDOM_SEEDS)]
         + [("msr-fiddle", path) for path in fiddle]
         + [("zoo", name) for name in ZOO_LATENCY]
         + [
@@ -57,6 +71,7 @@ def suite_latency(
     solvers: list[str] | None = None,
     quick: bool = False,
     msr_fiddle_dir: str = MSR_FIDDLE_LATENCY,
+    groups: list[str] | None = None,
 ) -> Iterator[Row]:
     """Every latency solver side by side on random DAGs, msr-fiddle graphs, zoo models and random-wired
     networks, each judged against the row's best lower bound; one geometric-mean row per group at the end.
@@ -73,7 +88,7 @@ def suite_latency(
         if name not in SOLVERS:
             raise DivimlInputError(f"unknown solver '{name}'", field="solvers", hint=f"available: {', '.join(SOLVERS)}")
     rows = []
-    bar = progress(latency_workloads(quick, msr_fiddle_dir), desc="latency suite", unit="row")
+    bar = progress(latency_workloads(quick, msr_fiddle_dir, groups), desc="latency suite", unit="row")
     for group, model in bar:
         bar.set_postfix_str(os.path.basename(model))
         row = latency_row(group, model, solvers, time_limit_s, exact_up_to, msr_fiddle_dir)
@@ -157,6 +172,7 @@ def latency_row(
         split_over_greedy=_ratio(split, values.get("greedy")),
         split_time_over_milp=_ratio(row.get("split_solve_s"), row.get("milp_solve_s")),
         speedup_over_single=_ratio(values.get("fastest_single_device"), best),
+        bound_over_best=_ratio(bound, best),
         notes="; ".join(notes),
     )
     return row
@@ -177,5 +193,6 @@ SUITE = Suite(
         Option("solvers", list, None, f"solver names (default: {', '.join(LATENCY_SOLVERS)})"),
         QUICK,
         Option("msr_fiddle_dir", str, MSR_FIDDLE_LATENCY, "folder of the msr-fiddle latency inputs"),
+        Option("groups", list, None, f"row groups (default: every one of {', '.join(LATENCY_GROUPS)})"),
     ),
 )

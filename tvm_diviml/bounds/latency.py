@@ -30,42 +30,88 @@ def critical_path_bound(problem: Problem) -> float:
 def transfer_path_bound(problem: Problem) -> float:
     """``transfer_path``: earliest finishes per (kernel, device), transfers priced
     and contention ignored, so every plan's makespan is at least the largest of them."""
-    graph, costs, platform = problem.graph, problem.costs, problem.platform
-    devices = platform.device_names
-    host = devices.index(platform.host)
-    moves: dict[float, np.ndarray] = {}
-    affine = affine_links(costs, devices)
-
-    def move_s(nbytes: float) -> np.ndarray:
-        """[src, dst] seconds to move ``nbytes`` (zero on the diagonal)."""
-        if nbytes <= 0:
-            return np.zeros((len(devices), len(devices)))
-        if affine is not None:
-            return affine[0] + nbytes * affine[1]
-        if nbytes not in moves:
-            moves[nbytes] = np.array(
-                [[0.0 if a == b else costs.transfer_s(nbytes, a, b) for b in devices] for a in devices]
-            )
-        return moves[nbytes]
-
-    arrival = {k: np.zeros(len(devices)) for k in graph.kernels}
-    for graph_input in graph.inputs:
-        for consumer in graph_input.consumers:
-            arrival[consumer] = np.maximum(arrival[consumer], move_s(graph_input.bytes)[host])
-    feasible = {k: set(problem.feasible_devices(k)) for k in graph.kernels}
-    finish: dict[str, np.ndarray] = {}
+    graph = problem.graph
+    times = TransferTimes(problem)
+    compute = compute_times(problem)
+    head = heads(problem, times, compute)
     latest = 0.0
-    for kernel in graph.topo_order:
-        ready = arrival[kernel]
-        for edge in graph.pred[kernel]:
-            ready = np.maximum(ready, (finish[edge.src][:, None] + move_s(edge.bytes)).min(axis=0))
-        compute = np.array([costs.compute_s(kernel, d) if d in feasible[kernel] else np.inf for d in devices])
-        finish[kernel] = ready + compute
-        done = finish[kernel]
+    for kernel in graph.kernels:
+        done = head[kernel] + compute[kernel]
         if kernel in graph.output_set and graph.kernels[kernel].output_bytes > 0:
-            done = done + move_s(graph.kernels[kernel].output_bytes)[:, host]
+            done = done + times.back_to_host(graph.kernels[kernel].output_bytes)
         latest = max(latest, float(done.min()))
     return latest
+
+
+class TransferTimes:
+    """[src, dst] seconds to move a tensor between the platform's devices (zero on the diagonal), cached per
+    size, or in closed form where each link costs latency + bytes x rate."""
+
+    def __init__(self, problem: Problem):
+        self.costs, self.devices = problem.costs, problem.platform.device_names
+        self.host = self.devices.index(problem.platform.host)
+        self.affine = affine_links(self.costs, self.devices)
+        self.cache: dict[float, np.ndarray] = {}
+
+    def __call__(self, nbytes: float) -> np.ndarray:
+        size = len(self.devices)
+        if nbytes <= 0:
+            return np.zeros((size, size))
+        if self.affine is not None:
+            return self.affine[0] + nbytes * self.affine[1]
+        if nbytes not in self.cache:
+            self.cache[nbytes] = np.array(
+                [[0.0 if a == b else self.costs.transfer_s(nbytes, a, b) for b in self.devices] for a in self.devices]
+            )
+        return self.cache[nbytes]
+
+    def from_host(self, nbytes: float) -> np.ndarray:
+        return self(nbytes)[self.host]
+
+    def back_to_host(self, nbytes: float) -> np.ndarray:
+        return self(nbytes)[:, self.host]
+
+
+def compute_times(problem: Problem) -> dict[str, np.ndarray]:
+    """Each kernel's time on every device (inf where it may not run)."""
+    devices = problem.platform.device_names
+    out = {}
+    for kernel in problem.graph.kernels:
+        feasible = set(problem.feasible_devices(kernel))
+        out[kernel] = np.array([problem.costs.compute_s(kernel, d) if d in feasible else np.inf for d in devices])
+    return out
+
+
+def heads(problem: Problem, times: TransferTimes, compute: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Earliest start of each kernel on each device: its inputs moved from the host, each producer at
+    its earliest finish on the device that delivers soonest, contention ignored."""
+    graph = problem.graph
+    start = {k: np.zeros(len(times.devices)) for k in graph.kernels}
+    for graph_input in graph.inputs:
+        for consumer in graph_input.consumers:
+            start[consumer] = np.maximum(start[consumer], times.from_host(graph_input.bytes))
+    for kernel in graph.topo_order:
+        for edge in graph.pred[kernel]:
+            ready = ((start[edge.src] + compute[edge.src])[:, None] + times(edge.bytes)).min(axis=0)
+            start[kernel] = np.maximum(start[kernel], ready)
+    return start
+
+
+def tails(problem: Problem, times: TransferTimes, compute: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Least time from each kernel's end on each device to the makespan: its output's return to the
+    host, and each consumer's transfer, work and tail at the device that finishes soonest."""
+    graph = problem.graph
+    after: dict[str, np.ndarray] = {}
+    for kernel in reversed(graph.topo_order):
+        least = np.zeros(len(times.devices))
+        nbytes = graph.kernels[kernel].output_bytes
+        if kernel in graph.output_set and nbytes > 0:
+            least = np.maximum(least, times.back_to_host(nbytes))
+        for edge in graph.succ[kernel]:
+            onward = (times(edge.bytes) + (compute[edge.dst] + after[edge.dst])[None, :]).min(axis=1)
+            least = np.maximum(least, onward)
+        after[kernel] = least
+    return after
 
 
 def affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | None:

@@ -86,7 +86,8 @@ class Cpsat(Solver):
             hinted = simulate(graph, platform, costs, fallback)
             warm = WindowSolution(fallback.assignment, hinted.start_s, hinted.finish_s, hinted.value_s, 0.0, False)
             horizon = hinted.value_s if hinted.feasible else None  # the optimum is no longer than a feasible plan
-        model = tick_model(problem, hint=warm, horizon_s=horizon)
+        combinatorial = lower_bound(problem)
+        model = tick_model(problem, hint=warm, horizon_s=horizon, lower_bound_s=combinatorial)
         with self._session() as session:
             answer = session.solve(model, deadline.left())
         status = answer["status"]
@@ -117,7 +118,6 @@ class Cpsat(Solver):
             if sim_fallback.feasible and sim_fallback.value_s < sim.value_s:  # rounding can lose a tie
                 plan, sim = Plan(dict(fallback.assignment), order=fallback.order), sim_fallback
         bound_s = answer["bound"] / model.scale
-        combinatorial = lower_bound(problem)
         plan.solver, plan.value_s = self.name, sim.value_s
         plan.lower_bound_s = combinatorial if model.memory_binds else max(bound_s, combinatorial)
         plan.optimal = status == "OPTIMAL" and not model.memory_binds and meets(sim.value_s, bound_s)

@@ -182,6 +182,7 @@ def tick_model(
     hint: WindowSolution | None = None,
     horizon_s: float | None = None,
     ends_on: dict[str, str] | None = None,
+    lower_bound_s: float = 0.0,
 ) -> TickModel:
     """The worker's input for ``window`` (default: every kernel) with ``context`` fixed: durations and
     transfers in ticks, rounded down. ``fixed_start_s``: start times of fixed kernels, whose runs
@@ -191,7 +192,9 @@ def tick_model(
     window's optimum (ignored where memory binds: the model may then exclude the plan that gave it).
     ``window`` lists its kernels in a topological order, and each predecessor of a window kernel is
     in the window or in ``context``. ``ends_on``: window kernels that end it on a given device (a
-    series segment's closing cut kernel), whose output's trip home belongs to what follows."""
+    series segment's closing cut kernel), whose output's trip home belongs to what follows.
+    ``lower_bound_s``: a proven bound on the makespan (whole graph only), less what rounding every
+    duration and transfer down may take off one path, so that it never cuts off the ticks' optimum."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     context = context or Context()
     kernels = list(window) if window is not None else list(graph.topo_order)
@@ -241,6 +244,7 @@ def tick_model(
         "same_device": [pair for pair in same_device if pair[0] != pair[1]],
         "memory": memory,
         "hint": None,
+        "lower_bound": max(0, ticks(lower_bound_s) - 2 * (len(kernels) + len(graph.edges) + 2)),
     }
     if hint is not None:
         data["hint"] = {

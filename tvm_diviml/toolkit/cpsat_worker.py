@@ -5,8 +5,8 @@ OR-Tools: it writes one JSON request a line to this script's stdin and reads one
 its stdout, until it closes stdin; OR-Tools is imported once per process. The script imports nothing
 from ``tvm_diviml`` and is run by path (``python -P cpsat_worker.py``). Requests hold only numbers,
 indices and 0/1 choices (durations in ticks, precedences, conditional delays, releases and tails,
-busy intervals, co-location, memory items, a hint); answers give ``status``, ``device``, ``start``,
-``objective`` and ``bound`` in ticks.
+busy intervals, co-location, memory items, a hint, the makespan's least value); answers give
+``status``, ``device``, ``start``, ``objective`` and ``bound`` in ticks.
 
 With several workers CP-SAT first runs alone for a quarter of the time limit, so a proof found then
 is reproducible for its seed.
@@ -71,7 +71,7 @@ def build(data: dict):
             terms.append(nbytes * held)
         model.add(sum(terms) <= device["capacity"])
 
-    makespan = model.new_int_var(0, horizon, "C")
+    makespan = model.new_int_var(min(data["lower_bound"], horizon), horizon, "C")
     for v in kernels:
         model.add(makespan >= end[v])
     for u, ticks, condition in data["tails"]:
