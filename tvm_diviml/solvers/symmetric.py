@@ -308,9 +308,13 @@ class Symmetric(Solver):
         n, y, used = _run_variables(model, {server: runs(server) for server in kinds}, total)
         for server in kinds:
             _fit_memory(model, platform, devices[server], runs(server), n, y, server, fixed)
-        for servers in identical_servers(platform):
-            for a, b in zip(servers, servers[1:]):
-                model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
+        for servers in identical_servers(platform):  # servers alike down to the ends they carry: in order
+            alike: dict[tuple, list[str]] = {}
+            for server in servers:
+                alike.setdefault(tuple(fixed(d) for d in devices[server]), []).append(server)
+            for twins in alike.values():
+                for a, b in zip(twins, twins[1:]):
+                    model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
         # Each run enters its anchor from the server's host; each server used is one network hop.
         if problem.objective == "latency":
             model.objective = mip.minimize(
