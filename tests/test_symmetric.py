@@ -3,6 +3,7 @@ full solver with parallel blocks, and on the zoo's transformers."""
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -198,6 +199,22 @@ def test_symmetric_breaks_ties_between_identical_servers_in_order():
         sum(run["blocks"] for run in runs) for runs in Symmetric().solve(problem).attrs["symmetric"]["servers"].values()
     ]
     assert counts == sorted(counts, reverse=True) and sum(counts) == 5
+
+
+def test_the_server_that_carries_head_and_tail_takes_fewer_blocks():
+    # Head and tail (2 s each) may run only on s0, a block takes 1 s: s0 takes 1 block, s1 the other 5,
+    # period 5 s. Ordering identical servers by their blocks would force s0 to take at least as many
+    # as s1 (7 s), and only the MILP after it would mend that.
+    platform = servers((kind("node", {"B": 0}), 2), latency=0.5, bandwidth=100.0)
+    stack = stacked(6)
+    ends = {k: replace(kernel, allowed_devices=("s0.B",)) for k, kernel in stack.kernels.items() if k in ("h", "t")}
+    graph = OpGraph([ends.get(k, kernel) for k, kernel in stack.kernels.items()], stack.edges, inputs=stack.inputs)
+    problem = Problem(graph, platform, costs_for(graph, platform, {"B": 0.5}, ends=2.0), objective="throughput")
+    plan = Symmetric().solve(problem)
+    assert "fallback" not in plan.attrs["symmetric"]
+    assert plan.value_s == pytest.approx(5.0) == pytest.approx(brute_force(problem))
+    assert blocks_of(plan, graph, 6).count("s0") == 1
+    assert not plan.attrs["symmetric"]["improved_by_milp"]  # the server program's own plan
 
 
 # ---------------------------------------------------------------------- against the full solver

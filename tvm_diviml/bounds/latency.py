@@ -1,6 +1,7 @@
 """Lower bounds on one inference's makespan: the critical path at fastest devices, and the same path
 with transfers priced (inputs from the host, outputs back to it), which sees a distant fastest device;
-given time, the series decomposition's DP over CP-SAT's segment bounds (toolkit/series.py).
+given time, the series decomposition's DP over CP-SAT's segment bounds (toolkit/series.py). The heads
+and tails of that pricing (earliest start, least time to the end) are what ``window_load`` reads.
 """
 
 from __future__ import annotations

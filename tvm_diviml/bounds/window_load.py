@@ -70,9 +70,8 @@ def thresholds(values: np.ndarray, count: int) -> np.ndarray:
 
 
 def class_weights(sizes: list[int]) -> np.ndarray:
-    """Rows of per-class weights (share_c / size_c, the shares summing to one, so each device of
-    class c weighs share_c / size_c): the shares in steps of 1/n, n as fine as ``WEIGHT_POINTS``
-    allows (at most 60)."""
+    """Rows of device weights by class: each device of class c weighs share_c / size_c, the shares
+    summing to one in steps of 1/n, n as fine as ``WEIGHT_POINTS`` allows (at most 60)."""
     steps = 1
     while steps < 60 and math.comb(steps + len(sizes), len(sizes) - 1) <= WEIGHT_POINTS:
         steps += 1
