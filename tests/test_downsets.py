@@ -1,5 +1,6 @@
-"""The downset DP (msr-fiddle max-load, mode host_staged) against brute force over every ordered split
-into contiguous sets, a hand-priced optimum, the fallback past the ideal cap, and refusals.
+"""The downset DP against brute force: msr-fiddle max-load (mode host_staged) over every ordered split
+into contiguous sets, and stage_serial pipelines over every ordered split and choice of stage devices
+(test_mtpp's brute force); hand-priced optima, the fallback past the ideal cap, and refusals.
 
 Brute force: every assignment of kernels to devices they may run on, kept when the device graph is
 acyclic (exactly the splits whose sets can be ordered with every edge running forward, i.e. ordered
@@ -19,11 +20,12 @@ from tvm_diviml.msr_fiddle import read_msr_fiddle
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.downsets import MaxLoadInstance, enumerate_ideals
+from tvm_diviml.solvers.downsets import MaxLoadInstance, downset_plan, enumerate_ideals
 
 from .conftest import examples
 from .strategies import dag_problems
 from .test_msr_fiddle import hand_file
+from .test_mtpp import best_pipeline, constrained_problems, hand_chain, pipeline_problems
 
 
 def throughput(graph, platform, costs):
@@ -155,7 +157,7 @@ def test_past_the_cap_it_falls_back_to_slicegraph():
     assert plan.value_s >= 7.75e-3 * (1 - 1e-12)
 
 
-def test_refuses_platforms_that_are_not_host_staged():
+def test_refuses_latency_and_period_overlap_throughput():
     from .conftest import graph_of, table, unit_platform
 
     platform = unit_platform()
@@ -180,3 +182,51 @@ def test_real_files_solve_exactly(msr_fiddle_dir):
         assert plan.optimal and sim.feasible and plan.value_s == sim.value_s
         single = get_solver("fastest_single_device").solve(problem)
         assert plan.value_s <= single.value_s
+
+
+# ---------------------------------------------------------------------- stage_serial pipelines
+@settings(max_examples=examples(40), deadline=None)
+@given(pipeline_problems())
+def test_pipeline_dp_is_the_brute_force_optimum(problem):
+    optimum = best_pipeline(problem)
+    plan = get_solver("downsets").solve(problem)
+    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    assert sim.feasible and plan.value_s == sim.value_s and (plan.objective, plan.mode) == ("pipeline", "stage_serial")
+    assert plan.optimal and close(plan.value_s, optimum) and close(plan.lower_bound_s, optimum)
+    assert len(plan.stages) <= problem.stages and len(set(plan.stage_devices)) == len(plan.stage_devices)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(st.one_of(pipeline_problems(max_kernels=4, uneven_links=True), constrained_problems()))
+def test_pipeline_dp_bounds_every_plan_where_it_relaxes_links_and_memory(problem):
+    """Links that differ (the DP prices the cheapest), shared weights (split among their users) and
+    activations (not counted): the DP's value stays a lower bound, and optimal means the optimum."""
+    optimum = best_pipeline(problem)
+    try:
+        problem.validate()
+        plan = downset_plan(problem, 10_000)
+    except DivimlInputError:  # validate names what fits nowhere; the DP finds no ordered split
+        assert optimum == math.inf
+        return
+    assert plan.lower_bound_s <= optimum * (1 + 1e-9)
+    if not plan.attrs.get("infeasible"):
+        assert plan.value_s >= optimum * (1 - 1e-9)
+    if plan.optimal:
+        assert close(plan.value_s, optimum)
+    solved = get_solver("downsets").solve(problem)
+    assert simulate(problem.graph, problem.platform, problem.costs, solved).feasible
+    assert solved.lower_bound_s <= optimum * (1 + 1e-9) <= solved.value_s * (1 + 2e-9)
+
+
+def test_pipeline_hand_chain_optimum():
+    # [a] on B = 2 + input 2 + a out 3 = 7; [b, c] on C = 2 + a in 3 + output 2 = 7 (test_mtpp).
+    plan = get_solver("downsets").solve(hand_chain())
+    assert (plan.value_s, plan.stages, plan.stage_devices, plan.optimal) == (7.0, [["a"], ["b", "c"]], ["B", "C"], True)
+    assert plan.lower_bound_s == 7.0 and plan.attrs["prices_exact"]
+
+
+def test_pipeline_stage_count_caps_the_sets():
+    two = hand_chain()
+    problem = Problem(two.graph, two.platform, two.costs, objective="pipeline", stages=1)
+    one = get_solver("downsets").solve(problem)
+    assert len(one.stages) == 1 and one.optimal and one.value_s == best_pipeline(problem) > 7.0

@@ -201,16 +201,10 @@ def test_mip_refuses_other_objectives_and_too_many_stages():
 def test_every_bound_lies_below_the_optimum(problem):
     optimum = best_pipeline(problem)
     parts = lower_bounds(problem, mip_time_limit_s=5)
-    assert {
-        "average_load",
-        "largest_kernel",
-        "neighbourhood",
-        "lp_load",
-        "three_superblock",
-        "guess_bottleneck",
-        "exact_mip",
-    } <= set(parts)
-    for name, bound in parts.items():
+    assert {"average_load", "largest_kernel", "neighbourhood", "lp_load", "downsets"} <= set(parts)
+    mips = pipeline_bounds(problem, 5, downsets=False)  # the DP, where it proves the optimum, stops the MIPs
+    assert {"three_superblock", "guess_bottleneck", "exact_mip"} <= set(mips)
+    for name, bound in (parts | mips).items():
         assert bound <= optimum * (1 + TOLERANCE), name
 
 
@@ -231,10 +225,13 @@ def test_guessing_the_bottleneck_is_valid_only_as_the_minimum_over_positions():
     first = superblock_bound(data, cheap, (0, 1), guess=True, time_limit_s=10)
     second = superblock_bound(data, cheap, (1, 0), guess=True, time_limit_s=10)
     assert close(first, 12.0) and close(second, 10.0)
-    parts = pipeline_bounds(problem, time_limit_s=10)
+    parts = pipeline_bounds(problem, time_limit_s=10, downsets=False)
     assert close(parts["guess_bottleneck"], 10.0) and close(parts["three_superblock"], 10.0)
     assert best_pipeline(problem) == 10.0
     assert parts["average_load"] == 6.0 and parts["largest_kernel"] == 10.0
+    # the downset DP proves the optimum itself, and then no MIP runs
+    solved = pipeline_bounds(problem, time_limit_s=10)
+    assert set(solved) == {"average_load", "largest_kernel", "neighbourhood", "downsets"} and solved["downsets"] == 10.0
 
 
 def test_three_superblocks_price_the_transfers_lb0_ignores():
@@ -243,7 +240,7 @@ def test_three_superblocks_price_the_transfers_lb0_ignores():
     platform = unit_platform()
     graph = graph_of([("a", "b", 4), ("b", "c", 4), ("c", "d", 4)])
     problem = pipeline(graph, platform, table(platform, {k: 1 for k in "abcd"}), 2)
-    parts = pipeline_bounds(problem, time_limit_s=10)
+    parts = pipeline_bounds(problem, time_limit_s=10, downsets=False)
     assert parts["average_load"] == 2.0 and best_pipeline(problem) == 4.0
     assert close(parts["three_superblock"], 4.0) and close(parts["guess_bottleneck"], 4.0)
 
@@ -277,7 +274,7 @@ def test_bounds_in_a_short_budget_still_lie_below_a_found_plan():
     workload = load_workload("random:kernels=40,seed=3", "gpu4", "roofline")
     problem = pipeline(workload.graph, workload.platform, workload.costs, 4)
     value = get_solver("slicegraph", seed=0, time_limit_s=5).solve(problem).value_s
-    parts = pipeline_bounds(problem, time_limit_s=0.5)
+    parts = pipeline_bounds(problem, time_limit_s=0.5, downsets=False)
     assert {"three_superblock", "guess_bottleneck"} <= set(parts)
     assert all(bound <= value for bound in parts.values())
 

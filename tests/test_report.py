@@ -37,7 +37,7 @@ def test_auto_picks_a_solver_for_each_objective_and_mode():
     costs = table(direct, {"a": 1.0, "b": 1.0})
     assert default_solver(Problem(graph, direct, costs, objective="latency")) == "split"
     assert default_solver(Problem(graph, direct, costs, objective="throughput")) == "milp"
-    assert default_solver(Problem(graph, direct, costs, objective="pipeline", stages=2)) == "slicegraph"
+    assert default_solver(Problem(graph, direct, costs, objective="pipeline", stages=2)) == "downsets"
     assert (
         default_solver(Problem(graph, staged, table(staged, {"a": 1.0, "b": 1.0}), objective="throughput"))
         == "downsets"

@@ -796,7 +796,7 @@ def _problem_arguments(
         choices=["auto", *sorted(SOLVERS)],
         default="auto",
         help="default auto: symmetric on several servers (latency, throughput), else split for "
-        "latency, milp for throughput, slicegraph for pipelines, downsets for msr-fiddle files",
+        "latency, milp for throughput, downsets for pipelines and msr-fiddle files",
     )
     parser.add_argument(
         "--time-limit",

@@ -56,9 +56,11 @@ def solve_and_report(
     for device, entry in per_device.items():
         baselines[f"single:{device}"] = entry["value_s"]
     baselines.update(list_scheduling_baselines(problem, plan if solver in ("heft", "greedy") else None))
-    # a plan found by the series decomposition already carries its bound: no second run of it
+    # a plan found by the series decomposition already carries its bound (no second run of it), and
+    # a proven optimum that carries its bound needs no MIP bound
     series_solved = problem.objective == "latency" and "series" in plan.attrs
-    parts = lower_bounds(problem, mip_time_limit_s=0.0 if series_solved else bound_time_limit_s)
+    proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
+    parts = lower_bounds(problem, mip_time_limit_s=0.0 if proven else bound_time_limit_s)
     if plan.lower_bound_s is not None:
         parts["solver"] = plan.lower_bound_s
     row = report_row(problem, plan, sim, parts, baselines, model, cost_source)

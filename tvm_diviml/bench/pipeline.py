@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from ..bounds import lower_bounds
-from ..bounds.pipeline import pipeline_bounds
+from ..bounds.pipeline import downset_bound, pipeline_bounds
 from ..cost.roofline import RooflineCostModel
 from ..cost.table import TableCostModel
 from ..graph import OpGraph
@@ -92,8 +92,10 @@ def suite_pipeline(
     in ``stages`` with K <= kernels / 4: zoo models at fused and operator granularity, random-wired
     networks, and the msr-fiddle operator graphs on K accelerators priced by their own profiles.
 
-    Per row: SliceGraph (``time_limit_s``); the exact MIP warm-started from its plan (``time_limit_s``),
-    whose plan, when better, is the best partition found and whose proven bound counts; the three-
+    Per row: SliceGraph (``time_limit_s``); the downset DP where the graph's ideals fit (its value
+    bounds every plan; where its plan is proven optimal nothing more runs); the exact MIP
+    warm-started from SliceGraph's plan (``time_limit_s``), whose plan, when better, is the best
+    partition found and whose proven bound counts; the three-
     superblock and guess-the-bottleneck relaxations (``bound_time_limit_s`` in all); LB0 and the LP
     bound. The MIPs run only where kernels x K <= ``mip_up_to`` (beyond, their models take longer to
     build than to help). One summary row per K: the geometric mean of bound / best beside the paper's."""
@@ -122,13 +124,23 @@ def suite_pipeline(
 
 
 def pipeline_solves(problem: Problem, time_limit_s: float, bound_time_limit_s: float, mip_up_to: int) -> Row:
-    """One graph on K stages: SliceGraph, then (small enough) the exact MIP warm-started from it and the
-    MIP relaxations, against every lower bound."""
+    """One graph on K stages: SliceGraph and the downset DP, then (where the DP proves nothing and the
+    graph is small enough) the exact MIP warm-started from SliceGraph and the MIP relaxations, against
+    every lower bound."""
     graph, count = problem.graph, problem.stages
     sliced = get_solver("slicegraph", time_limit_s=time_limit_s).solve(problem)
     bounds = lower_bounds(problem)
     best, mip_s, notes = sliced.value_s, None, ""
-    if len(graph) * count <= mip_up_to:
+    began = time.perf_counter()
+    solved = downset_bound(problem, began + time_limit_s)
+    dp_s = time.perf_counter() - began
+    if solved is not None:
+        bounds["downsets"] = solved.lower_bound_s
+        if not solved.attrs.get("infeasible"):
+            best = min(best, solved.value_s)
+    if solved is not None and solved.optimal:
+        bound_s, notes = 0.0, "the downset DP proved its plan optimal"
+    elif len(graph) * count <= mip_up_to:
         began = time.perf_counter()
         exact = solve_pipeline_mip(problem, time_limit_s=time_limit_s, warm_start=sliced)
         mip_s = time.perf_counter() - began
@@ -136,7 +148,7 @@ def pipeline_solves(problem: Problem, time_limit_s: float, bound_time_limit_s: f
         if exact.lower_bound_s is not None:
             bounds["exact_mip"] = exact.lower_bound_s
         began = time.perf_counter()
-        bounds.update(pipeline_bounds(problem, bound_time_limit_s, exact_mip=False))
+        bounds.update(pipeline_bounds(problem, bound_time_limit_s, exact_mip=False, downsets=False))
         bound_s = time.perf_counter() - began
     else:
         bound_s, notes = 0.0, f"MIPs skipped: {len(graph)} kernels x {count} stages > {mip_up_to}"
@@ -147,6 +159,9 @@ def pipeline_solves(problem: Problem, time_limit_s: float, bound_time_limit_s: f
         "slicegraph_value_s": sliced.value_s,
         "slicegraph_s": sliced.solve_s,
         "stopped": sliced.attrs.get("stopped"),
+        "downsets_value_s": None if solved is None else solved.value_s,
+        "ideals": None if solved is None else solved.attrs["ideals"],
+        "downsets_s": dp_s,
         "best_value_s": best,
         "mip_s": mip_s,
         "lower_bound_s": bounds[best_from],

@@ -1,6 +1,7 @@
 """Lower bounds on the best ``stage_serial`` period (pipelines of at most K stages): the combinatorial
-ones (average load, the dearest kernel, a kernel's neighbourhood) and the MIP relaxations of Archer et
-al. (three superblocks; guess the bottleneck block), each from a time-limited MIP's proven bound only
+ones (average load, the dearest kernel, a kernel's neighbourhood), the downset DP's value where the
+graph's ideals fit (the optimum, or a relaxation of it), and the MIP relaxations of Archer et al.
+(three superblocks; guess the bottleneck block), each from a time-limited MIP's proven bound only
 (docs/solvers.md#mtpp).
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 import mip
 
+from ..plan import Plan
 from ..problem import Problem
 from ..toolkit.mip_backend import check_backend
 from ..toolkit.pipeline_model import (
@@ -27,6 +29,7 @@ from ..toolkit.pipeline_model import (
 )
 
 log = logging.getLogger(__name__)
+DP_IDEALS = 20_000  # the downset DP runs where the graph has at most this many ideals (seconds at most)
 
 
 def pipeline_bounds(
@@ -37,11 +40,14 @@ def pipeline_bounds(
     seed: int = 0,
     superblock_positions: int = 16,
     exact_mip: bool = True,
+    downsets: bool = True,
 ) -> dict[str, float]:
     """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
 
-    With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise also the MIP bounds, in
-    this order, each MIP with a share of the time still left: three_superblock (at most
+    With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise first the downset DP
+    (if ``downsets``; where at most ``DP_IDEALS`` ideals, within half the time; where it proves its
+    plan optimal nothing more is run), then the MIP bounds, in this order, each MIP with a share of the
+    time still left: three_superblock (at most
     ``superblock_positions`` positions, spread evenly), guess_bottleneck (all K positions) and, if
     ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
@@ -54,6 +60,11 @@ def pipeline_bounds(
     parts = combinatorial_bounds(problem, data, cheap, stages)
     if time_limit_s <= 0 or not parts or not math.isfinite(parts["largest_kernel"]):
         return parts
+    solved = downset_bound(problem, began + time_limit_s / 2) if downsets else None
+    if solved is not None:
+        parts["downsets"] = solved.lower_bound_s
+        if solved.optimal:
+            return parts
     # Middle positions first: they tend to give the best bound, which the later MIPs may then assume.
     step = max(1, math.ceil(stages / superblock_positions))
     positions = sorted(set(range(1, stages + 1, step)) | {stages}, key=lambda i: (abs(2 * i - stages - 1), i))
@@ -102,6 +113,18 @@ def pipeline_bounds(
         ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
     )
     return parts
+
+
+def downset_bound(problem: Problem, deadline_at: float) -> Plan | None:
+    """The downset DP's plan, whose ``lower_bound_s`` is the DP's value (the optimum where the plan is
+    ``optimal``); None where the ideals exceed ``DP_IDEALS`` or the DP passes ``deadline_at``."""
+    from ..solvers.downsets import TooManyIdeals, downset_plan  # the DP lives with its solver
+
+    try:
+        return downset_plan(problem, DP_IDEALS, deadline_at)
+    except (TooManyIdeals, TimeoutError) as stop:
+        log.info("pipeline bounds: no downset DP (%s)", stop)
+        return None
 
 
 def combinatorial_bounds(problem: Problem, data: PipelineData, cheap: BlockPricing, stages: int) -> dict[str, float]:

@@ -27,9 +27,7 @@ def default_solver(problem: Problem) -> str:
 
 def full_graph_solver(problem: Problem) -> str:
     """The strongest general method for the objective and cost mode, over the whole graph."""
-    if problem.objective == "pipeline":
-        return "slicegraph"
-    if problem.mode == "host_staged":
+    if problem.objective == "pipeline" or problem.mode == "host_staged":  # SliceGraph where the ideals do not fit
         return "downsets"
     # Throughput's MILP has no ordering variables: it proved 120 kernels optimal in seconds, faster than split.
     return "milp" if problem.objective == "throughput" else "split"

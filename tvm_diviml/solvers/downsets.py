@@ -1,12 +1,15 @@
-"""The exact max-load split over downsets (Tarnawski et al., NeurIPS 2020, "Efficient Algorithms for
-Device Placement of DNN Graph Operators"), for ``host_staged`` platforms (the msr-fiddle model).
+"""The exact split over downsets: max load on ``host_staged`` platforms (Tarnawski et al., NeurIPS
+2020, "Efficient Algorithms for Device Placement of DNN Graph Operators") and the period of a
+``stage_serial`` pipeline (MTPP, Archer et al., ICML 2024).
 
 Each device takes a contiguous set of kernels and the sets are ordered, so a plan is a chain of
-downsets; a DP over downsets and counts of identical devices used minimises the largest
-``host_staged`` load, pricing each pair of downsets in O(frontier width) with numpy. Co-location
-groups, memory and allowed devices restrict which sets are feasible. A bound on the answer prunes
-the pairs and is raised until the DP proves nothing skipped helps. Past ``max_ideals`` downsets or
-the time limit the solver falls back to SliceGraph and says so in ``plan.attrs``.
+downsets; a DP over downsets and counts of identical devices used minimises the largest load,
+pricing each pair of downsets in O(frontier width) with numpy. Co-location groups, memory and
+allowed devices restrict which sets are feasible. A bound on the answer prunes the pairs and is
+raised until the DP proves nothing skipped helps. For pipelines the DP prices no set above what any
+plan pays for it, so its value is a certified lower bound as well as (when the simulator agrees) the
+optimum. Past ``max_ideals`` downsets or the time limit the solver falls back to SliceGraph and says
+so in ``plan.attrs``.
 
 The recurrence, the pricing and the pruning: docs/solvers.md#downsets.
 """
@@ -25,8 +28,10 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
+from ..tolerances import within_slack
 from ..toolkit.deadline import Deadline
 from ..toolkit.device_classes import identical_devices
+from ..toolkit.pipeline_model import candidate_devices, link_prices
 from .base import Solver
 from .slicegraph import SliceGraph
 
@@ -44,15 +49,17 @@ class Ideals:
     """The group-closed ideals of a DAG, each after all of its sub-ideals (the empty ideal first, all
     kernels last).
 
-    Kernels are numbered 0..n-1 in ``graph.topo_order``; model inputs are virtual nodes n..n+g-1 that
-    every ideal holds (they come from the host); index n+g is a padding node that nothing reads.
+    Kernels are numbered 0..n-1 in ``graph.topo_order``. Tensors (the columns of the per-tensor
+    arrays) are numbered 0..L-1 as the caller's ``tensors`` (a producer and its consumers; one per
+    kernel, or one per price layer); model inputs are virtual tensors L..L+g-1 that every ideal holds
+    (they come from the host); index L+g is a padding column that nothing reads.
     """
 
     members: np.ndarray  # (N, n) bool
     packed: np.ndarray  # (N, words) the members as bits: J ⊆ I iff no bit of J lies outside I
-    consumers_inside: np.ndarray  # (N, n+g+1) D[J, u]
-    frontier: np.ndarray  # (N, width) nodes of J (or inputs) with a consumer outside J, padded
-    frontier_inside: np.ndarray  # (N, width) D[J, u] of those nodes
+    consumers_inside: np.ndarray  # (N, L+g+1) D[J, t] per tensor t
+    frontier: np.ndarray  # (N, width) tensors held in J (or inputs) with a consumer outside J, padded
+    frontier_inside: np.ndarray  # (N, width) D[J, t] of those tensors
 
     def __len__(self) -> int:
         return len(self.members)
@@ -137,11 +144,12 @@ def build_ideals(
     predecessors: list[list[int]],
     successors: list[list[int]],
     groups: list[list[int]],
+    tensors: list[tuple[int, list[int]]],
     input_consumers: list[list[int]],
     max_ideals: int,
 ) -> Ideals:
-    """Enumerate the group-closed ideals and the arrays the DP reads."""
-    n, g = len(predecessors), len(input_consumers)
+    """Enumerate the group-closed ideals and the arrays the DP reads; ``tensors``: (producer, consumers)."""
+    n, g, L = len(predecessors), len(input_consumers), len(tensors)
     masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
     width_bytes = (n + 7) // 8
     packed = np.frombuffer(b"".join(m.to_bytes(width_bytes, "little") for m in masks), dtype=np.uint8)
@@ -151,21 +159,23 @@ def build_ideals(
     words = np.zeros((len(members), -(-n // 64) * 8), dtype=np.uint8)
     words[:, :width_bytes] = packed.reshape(len(masks), width_bytes)[order]
     packed_words = words.view(np.uint64)
-    # D[J, u] for kernels and inputs (padding column last, always 0)
-    reads = [(u, w) for u in range(n) for w in set(successors[u])]
-    reads += [(n + i, w) for i, consumers in enumerate(input_consumers) for w in set(consumers)]
-    source = np.array([u for u, _ in reads], dtype=np.int64)
+    # D[J, t] for tensors and inputs (padding column last, always 0)
+    reads = [(t, w) for t, (_, consumers) in enumerate(tensors) for w in set(consumers)]
+    reads += [(L + i, w) for i, consumers in enumerate(input_consumers) for w in set(consumers)]
+    source = np.array([t for t, _ in reads], dtype=np.int64)
     reader = np.array([w for _, w in reads], dtype=np.int64)
-    consumers_inside = np.zeros((len(members), n + g + 1), dtype=np.int32)
+    consumers_inside = np.zeros((len(members), L + g + 1), dtype=np.int32)
     for column in np.unique(source):
         consumers_inside[:, column] = members[:, reader[source == column]].sum(axis=1)
-    degree = np.bincount(source, minlength=n + g + 1)
+    degree = np.bincount(source, minlength=L + g + 1)
+    producers = np.array([u for u, _ in tensors], dtype=np.int64)
     holds = np.concatenate(
-        [members, np.ones((len(members), g), dtype=bool), np.zeros((len(members), 1), dtype=bool)], axis=1
+        [members[:, producers], np.ones((len(members), g), dtype=bool), np.zeros((len(members), 1), dtype=bool)],
+        axis=1,
     )
     on_frontier = holds & (consumers_inside < degree[None, :])
     width = max(int(on_frontier.sum(axis=1).max(initial=0)), 1)
-    frontier = np.full((len(members), width), n + g, dtype=np.int64)
+    frontier = np.full((len(members), width), L + g, dtype=np.int64)
     rows, cols = np.nonzero(on_frontier)
     slot = np.arange(len(rows)) - np.searchsorted(rows, rows)
     frontier[rows, slot] = cols
@@ -181,14 +191,25 @@ class DeviceClass:
     devices: list[str]
     work: np.ndarray  # (n,) compute plus the always-paid return of a model output; 0 where infeasible
     infeasible: np.ndarray  # (n,) bool
-    leave: np.ndarray  # (n+g+1,) extra seconds when the tensor leaves the set
-    enter: np.ndarray  # (n+g+1,) seconds when the tensor enters the set
+    leave: np.ndarray  # (L+g+1,) extra seconds when the tensor leaves the set
+    enter: np.ndarray  # (L+g+1,) seconds when the tensor enters the set
     memory_bytes: float
 
 
-def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool]:
-    """Group the platform's devices that price everything alike; and whether the prices are exact
-    (each kernel sends one size of tensor on all its edges; otherwise its largest, an upper bound)."""
+Tensors = list[tuple[int, list[int]]]  # (producer, consumers) by kernel id: the DP's priced tensors
+
+
+def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool, Tensors]:
+    """Group the platform's devices that price everything alike; whether the prices are exact; and
+    the tensors they price."""
+    if problem.mode == "stage_serial":
+        return stage_serial_classes(problem, names)
+    return host_staged_classes(problem, names)
+
+
+def host_staged_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool, Tensors]:
+    """``host_staged`` prices: every tensor through host memory, one tensor per kernel; exact where each
+    kernel sends one size of tensor on all its edges (otherwise its largest, an upper bound)."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     host = platform.host
     inputs = [i for i in graph.inputs if i.consumers]
@@ -214,7 +235,54 @@ def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass
             math.inf if capacity is None else float(capacity),
         )
 
-    return [DeviceClass(devices, *description) for devices, description in identical_devices(able, describe)], exact
+    index = {k: i for i, k in enumerate(names)}
+    tensors = [(u, [index[e.dst] for e in graph.succ[k]]) for u, k in enumerate(names)]
+    classes = [DeviceClass(devices, *description) for devices, description in identical_devices(able, describe)]
+    return classes, exact, tensors
+
+
+def stage_serial_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool, Tensors]:
+    """``stage_serial`` prices that no plan undercuts: a stage pays its kernels' compute and model-output
+    returns, each tensor leaving it and each tensor or model input entering it, at the cheapest link
+    between two devices. A producer's tensor is a layer per edge size (docs/solvers.md#tensor-layers),
+    so it costs its dearest edge that crosses. Exact (and the DP's value the optimum) where every link
+    prices each size alike."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    host = platform.host
+    inputs = [i for i in graph.inputs if i.consumers]
+    devices = candidate_devices(problem)
+    cheapest_link, links_alike = link_prices(problem, devices)
+    index = {k: i for i, k in enumerate(names)}
+    tensors, tensor = [], []
+    for u, k in enumerate(names):
+        below = 0.0
+        for size in sorted({e.bytes for e in graph.succ[k]}):
+            tensors.append((u, [index[e.dst] for e in graph.succ[k] if e.bytes >= size]))
+            tensor.append(cheapest_link(size) - below)
+            below = cheapest_link(size)
+
+    def describe(device: str) -> tuple:
+        feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
+        work = np.array(
+            [
+                costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
+                if feasible[i]
+                else 0.0
+                for i, k in enumerate(names)
+            ]
+        )
+        enter = tensor + [costs.transfer_s(i.bytes, host, device) for i in inputs] + [0.0]
+        capacity = platform.device(device).memory_bytes
+        return (
+            work,
+            ~feasible,
+            np.array(tensor + [0.0] * (len(inputs) + 1)),
+            np.array(enter),
+            math.inf if capacity is None else float(capacity),
+        )
+
+    classes = [DeviceClass(d, *description) for d, description in identical_devices(devices, describe)]
+    return classes, links_alike, tensors
 
 
 # ---------------------------------------------------------------------- the DP
@@ -249,10 +317,12 @@ def max_load_dp(
     quantum: float,
     bound_s: float = math.inf,
     deadline: float = math.inf,
+    max_sets: int | None = None,
 ) -> Partition:
     """The DP over ``ideals`` (ordered by ``by_cheapest_work``). Sets whose cheapest work exceeds
-    ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. ``deadline``
-    (perf_counter seconds) raises TimeoutError when passed."""
+    ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. At most
+    ``max_sets`` sets (all devices where None). ``deadline`` (perf_counter seconds) raises
+    TimeoutError when passed."""
     counts = [len(c.devices) for c in classes]
     shape = tuple(k + 1 for k in counts)
     states = int(np.prod(shape))
@@ -311,7 +381,8 @@ def max_load_dp(
             came_from[i, where] = sub[pick[better]]
             via[i, where] = c
     final = N - 1
-    state = int(dp[final].argmin())
+    allowed = dp[final] if max_sets is None else np.where(grid.sum(axis=0) <= max_sets, dp[final], np.inf)
+    state = int(allowed.argmin())
     value = float(dp[final, state])
     sets = []
     i = final
@@ -335,6 +406,7 @@ class MaxLoadInstance:
     classes: list[DeviceClass]
     prices_exact: bool
     weight_bytes: np.ndarray
+    max_sets: int  # pipelines: the stages asked for
 
     @classmethod
     def of(cls, problem: Problem, max_ideals: int) -> MaxLoadInstance:
@@ -343,16 +415,27 @@ class MaxLoadInstance:
         index = {k: i for i, k in enumerate(names)}
         predecessors = [[index[e.src] for e in graph.pred[k]] for k in names]
         successors = [[index[e.dst] for e in graph.succ[k]] for k in names]
+        classes, prices_exact, tensors = device_classes(problem, names)
         grouped: dict[str, list[int]] = defaultdict(list)
         for k in names:
             if graph.kernels[k].colocate is not None:
                 grouped[graph.kernels[k].colocate].append(index[k])
         inputs = [[index[c] for c in i.consumers] for i in graph.inputs if i.consumers]
-        ideals = build_ideals(predecessors, successors, [m for m in grouped.values() if len(m) > 1], inputs, max_ideals)
-        classes, prices_exact = device_classes(problem, names)
+        groups = [m for m in grouped.values() if len(m) > 1]
+        ideals = build_ideals(predecessors, successors, groups, tensors, inputs, max_ideals)
         ideals, key, quantum = by_cheapest_work(ideals, classes)
-        weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
-        return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes)
+        if problem.mode == "stage_serial":  # a shared weight split among its users: no set is refused wrongly
+            users: dict[str, int] = defaultdict(int)
+            for k in names:
+                for w in graph.kernels[k].weights:
+                    users[w] += 1
+            weight_bytes = np.array(
+                [sum(graph.weights.get(w, 0.0) / users[w] for w in graph.kernels[k].weights) for k in names]
+            )
+        else:
+            weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
+        sets = min(problem.stages or len(names), sum(len(c.devices) for c in classes))
+        return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes, sets)
 
     def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
         return max_load_dp(
@@ -363,6 +446,7 @@ class MaxLoadInstance:
             quantum=self.quantum,
             bound_s=bound_s,
             deadline=deadline,
+            max_sets=self.max_sets,
         )
 
     def search(self, deadline: float = math.inf) -> tuple[Partition, int]:
@@ -370,7 +454,7 @@ class MaxLoadInstance:
         raised until the DP's value lies within it (then no skipped set could have helped): start at
         1.25 x the average-load bound and grow by 1.5 (or to the value found, if less) each time."""
         total = self.quantum * self.key[-1]
-        bound = 1.25 * total / sum(len(c.devices) for c in self.classes)
+        bound = 1.25 * total / self.max_sets
         passes = 0
         while True:
             split = self.dp(bound, deadline)
@@ -383,7 +467,8 @@ class MaxLoadInstance:
 
 # ---------------------------------------------------------------------- the solver
 class Downsets(Solver):
-    """Exact max-load placement for ``host_staged`` platforms by the DP over ideals.
+    """Exact max-load placement for ``host_staged`` platforms, and exact ``stage_serial`` pipelines, by
+    the DP over ideals.
 
     Options: ``max_ideals`` (the most group-closed ideals to enumerate before falling back to
     SliceGraph, whose options go in ``fallback_options``) and ``time_limit_s`` (for the whole solve:
@@ -391,8 +476,8 @@ class Downsets(Solver):
     """
 
     name = "downsets"
-    objectives = ("throughput",)
-    modes = ("host_staged",)
+    objectives = ("throughput", "pipeline")
+    modes = ("host_staged", "stage_serial")
     DP_SHARE = 0.8
 
     def __init__(
@@ -410,64 +495,14 @@ class Downsets(Solver):
         self.fallback_options = dict(fallback_options or {})
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
-        began = time.perf_counter()
-        graph = problem.graph
         try:
-            instance = MaxLoadInstance.of(problem, self.max_ideals)
-            classes = instance.classes
-            log.info(
-                "downsets: %d kernels, %d group-closed ideals, device classes %s",
-                len(graph),
-                len(instance.ideals),
-                ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes),
-            )
-            split, passes = instance.search(deadline.at - (1 - self.DP_SHARE) * self.time_limit_s)
+            plan = downset_plan(problem, self.max_ideals, deadline.at - (1 - self.DP_SHARE) * self.time_limit_s)
         except (TooManyIdeals, TimeoutError) as stop:
             return self._fall_back(problem, deadline, str(stop))
-        if not math.isfinite(split.value_s):
-            raise DivimlInputError(
-                "no ordered split into contiguous sets keeps every kernel on a device it may run "
-                "on, within memory, with co-location groups whole",
-                field="platform",
-                hint="allow more devices, or devices with more memory",
-            )
-        used = {c: 0 for c in range(len(classes))}
-        stages, stage_devices = [], []
-        for kernel_ids, c in split.sets:
-            stage_devices.append(classes[c].devices[used[c]])
-            used[c] += 1
-            stages.append([instance.names[i] for i in kernel_ids])
-        assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
-        plan = Plan(
-            {k: assignment[k] for k in graph.kernels},
-            objective="throughput",
-            mode="host_staged",
-            stages=stages,
-            stage_devices=stage_devices,
-            solver=self.name,
-        )
-        sim = simulate(graph, problem.platform, problem.costs, plan)
-        memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
-        plan.value_s = sim.value_s
-        plan.optimal = instance.prices_exact and memory_exact and sim.feasible
-        plan.attrs.update(
-            {
-                "method": "downset DP",
-                "ideals": len(instance.ideals),
-                "dp_passes": passes,
-                "dp_value_s": split.value_s,
-                "optimal_among": "ordered splits into contiguous sets (Tarnawski et al.)",
-                "prices_exact": instance.prices_exact,
-                "memory_exact": memory_exact,
-            }
-        )
-        log.info(
-            "downsets: max load %.6g s over %d sets, %d ideals, %.2f s (exact DP)",
-            sim.value_s,
-            len(stages),
-            len(instance.ideals),
-            time.perf_counter() - began,
-        )
+        if plan.attrs.get("infeasible"):  # pipelines: the DP's plan breaks a constraint it relaxes
+            fallback = self._fall_back(problem, deadline, plan.attrs["infeasible"])
+            fallback.lower_bound_s = max(fallback.lower_bound_s or 0.0, plan.lower_bound_s)
+            return fallback
         return plan
 
     def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
@@ -477,6 +512,69 @@ class Downsets(Solver):
         plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(left))
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
         return plan
+
+
+def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.inf) -> Plan:
+    """The DP's plan (solver ``downsets``), scored by the simulator. For pipelines ``lower_bound_s`` is the
+    DP's value, and ``attrs["infeasible"]`` says why, where the plan breaks what the DP relaxes.
+    Raises TooManyIdeals past ``max_ideals``, TimeoutError past ``deadline_at`` (perf_counter)."""
+    began = time.perf_counter()
+    graph = problem.graph
+    instance = MaxLoadInstance.of(problem, max_ideals)
+    classes = instance.classes
+    log.info(
+        "downsets: %d kernels, %d group-closed ideals, device classes %s",
+        len(graph),
+        len(instance.ideals),
+        ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes),
+    )
+    split, passes = instance.search(deadline_at)
+    if not math.isfinite(split.value_s):
+        raise DivimlInputError(
+            "no ordered split into contiguous sets keeps every kernel on a device it may run "
+            "on, within memory, with co-location groups whole",
+            field="platform",
+            hint="allow more devices, or devices with more memory",
+        )
+    used = {c: 0 for c in range(len(classes))}
+    stages, stage_devices = [], []
+    for kernel_ids, c in split.sets:
+        stage_devices.append(classes[c].devices[used[c]])
+        used[c] += 1
+        stages.append([instance.names[i] for i in kernel_ids])
+    assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
+    plan = Plan(
+        {k: assignment[k] for k in graph.kernels},
+        objective=problem.objective,
+        mode=problem.mode,
+        stages=stages,
+        stage_devices=stage_devices,
+        solver=Downsets.name,
+    )
+    sim = simulate(graph, problem.platform, problem.costs, plan)
+    plan.value_s = sim.value_s
+    plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes})
+    plan.attrs.update({"dp_value_s": split.value_s, "prices_exact": instance.prices_exact})
+    if problem.mode == "stage_serial":  # the DP relaxes the simulator: its value bounds every plan
+        plan.lower_bound_s = min(split.value_s, sim.value_s)
+        plan.optimal = sim.feasible and within_slack(sim.value_s, split.value_s)
+        if not sim.feasible:
+            plan.attrs["infeasible"] = "the DP's plan " + "; ".join(sim.problems)
+    else:
+        memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
+        plan.optimal = instance.prices_exact and memory_exact and sim.feasible
+        plan.attrs["optimal_among"] = "ordered splits into contiguous sets (Tarnawski et al.)"
+        plan.attrs["memory_exact"] = memory_exact
+    log.info(
+        "downsets: %s %.6g s over %d sets, %d ideals, %.2f s (exact DP%s)",
+        "period" if problem.mode == "stage_serial" else "max load",
+        sim.value_s,
+        len(stages),
+        len(instance.ideals),
+        time.perf_counter() - began,
+        "" if plan.optimal else ", not proven optimal",
+    )
+    return plan
 
 
 def _memory_is_additive(graph) -> bool:
