@@ -41,6 +41,8 @@ def pipeline_bounds(
     superblock_positions: int = 16,
     exact_mip: bool = True,
     downsets: bool = True,
+    max_nodes: int | None = None,
+    stats: dict | None = None,
 ) -> dict[str, float]:
     """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
 
@@ -51,7 +53,11 @@ def pipeline_bounds(
     ``superblock_positions`` positions, spread evenly), guess_bottleneck (all K positions) and, if
     ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
-    kernel at its cheapest, three_superblock), the exact MIP every one."""
+    kernel at its cheapest, three_superblock), the exact MIP every one.
+
+    ``max_nodes``: each MIP also stops after that many branch-and-bound nodes, so that, where no MIP
+    reaches its time share first, the bounds are the same on every run (one thread, one seed).
+    ``stats``, if given, receives the MIPs run and those their time share stopped (``stopped_by_time``)."""
     began = time.perf_counter()
     data = PipelineData.of(problem)
     devices = len(problem.platform.devices)
@@ -77,6 +83,7 @@ def pipeline_bounds(
     relaxed = max(parts["average_load"], float(cheap.work.max()), parts["neighbourhood"])
     found: dict[str, list[float]] = defaultdict(list)
     spent: dict[str, float] = defaultdict(float)
+    timed_out = 0
     for done, (name, i, weight) in enumerate(runs):
         relaxed = max([relaxed, *found["three_superblock"]])
         mark = time.perf_counter()
@@ -84,7 +91,7 @@ def pipeline_bounds(
         if name == "exact_mip":
             known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
             model = PipelineModel(problem, stages, backend, max(b for b in known if math.isfinite(b)), None)
-            optimize(model.builder, share, seed)
+            status = optimize(model.builder, share, seed, max_nodes)
             bound = model.builder.bound_s()
         else:
             bound = superblock_bound(
@@ -96,12 +103,17 @@ def pipeline_bounds(
                 floor_s=relaxed,
                 backend=backend,
                 seed=seed,
+                max_nodes=max_nodes,
             )
+            status = None
+        took = time.perf_counter() - mark
+        finished = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.INFEASIBLE)
+        timed_out += not finished and took >= 0.95 * share
         if name == "guess_bottleneck":  # valid only as the minimum over every i: a gap keeps the floor
             found[name].append(relaxed if bound is None else max(bound, relaxed))
         elif bound is not None and math.isfinite(bound):
             found[name].append(bound)
-        spent[name] += time.perf_counter() - mark
+        spent[name] += took
     if found["guess_bottleneck"] and math.isfinite(min(found["guess_bottleneck"])):
         parts["guess_bottleneck"] = min(found["guess_bottleneck"])
     for name in ("three_superblock", "exact_mip"):
@@ -112,6 +124,15 @@ def pipeline_bounds(
         time.perf_counter() - began,
         ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
     )
+    if max_nodes is not None and timed_out:
+        log.warning(
+            "pipeline bounds: %d of %d MIPs stopped at their time share before %d nodes",
+            timed_out,
+            len(runs),
+            max_nodes,
+        )
+    if stats is not None:
+        stats.update({"mips": len(runs), "stopped_by_time": timed_out})
     return parts
 
 
@@ -190,6 +211,7 @@ def superblock_bound(
     floor_s: float = 0.0,
     backend: str = "highs",
     seed: int = 0,
+    max_nodes: int | None = None,
 ) -> float | None:
     """One superblock MIP, A | B | C priced by ``pricings``, capacities (a, c) = (i - 1, K - i).
 
@@ -216,6 +238,6 @@ def superblock_bound(
     m += cost[0] <= capacities[0] * target
     m += cost[2] <= capacities[1] * target
     m.objective = mip.minimize(target)
-    if optimize(builder, time_limit_s, seed) == mip.OptimizationStatus.INFEASIBLE:
+    if optimize(builder, time_limit_s, seed, max_nodes) == mip.OptimizationStatus.INFEASIBLE:
         return math.inf
     return builder.bound_s()

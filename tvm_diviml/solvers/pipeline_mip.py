@@ -56,6 +56,7 @@ def solve_pipeline_mip(
     seed: int = 0,
     warm_start: Plan | None = None,
     floor_s: float = 0.0,
+    max_nodes: int | None = None,
 ) -> Plan:
     """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial``.
 
@@ -63,7 +64,9 @@ def solve_pipeline_mip(
     the value), ``optimal`` only when the MIP proved its optimum and the simulator agrees with it.
     ``warm_start``: a pipeline plan (SliceGraph's) offered as the incumbent and returned if the MIP
     finds nothing better. ``floor_s``: a known lower bound on the optimum (the cheap bounds are
-    always assumed), which sharpens the MIP's own bound."""
+    always assumed), which sharpens the MIP's own bound. ``max_nodes``: stop after that many
+    branch-and-bound nodes too (the same bound on every run where the time limit is not reached;
+    ``attrs["stopped_by_time"]`` says whether it was)."""
     began = time.perf_counter()
     if problem.objective != "pipeline":
         raise DivimlInputError(
@@ -78,7 +81,11 @@ def solve_pipeline_mip(
     model = PipelineModel(problem, stages, backend, max(floor_s, lower_bound(problem)), incumbent_s)
     if warm_start is not None:
         model.warm_start(warm_start)
-    status = optimize(model.builder, time_limit_s, seed)
+    solving = time.perf_counter()
+    status = optimize(model.builder, time_limit_s, seed, max_nodes)
+    stopped_by_time = status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.INFEASIBLE) and (
+        time.perf_counter() - solving >= 0.95 * time_limit_s
+    )
     bound = model.builder.bound_s()
     solved = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
     plan = model.plan() if solved else None
@@ -116,6 +123,7 @@ def solve_pipeline_mip(
             "mip_objective_s": claim,
             "links_exact": model.links_exact,
             "mip_backend": backend,
+            "stopped_by_time": stopped_by_time,
         }
     )
     if weaker:

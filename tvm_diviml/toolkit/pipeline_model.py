@@ -237,10 +237,16 @@ class MipBuilder:
         return None if bound is None else bound * (1 - SOLVER_SLACK)
 
 
-def optimize(builder: MipBuilder, time_limit_s: float, seed: int) -> mip.OptimizationStatus:
-    """Solve ``builder``'s model on one thread to the exact-solve gaps, within ``time_limit_s``."""
+def optimize(
+    builder: MipBuilder, time_limit_s: float, seed: int, max_nodes: int | None = None
+) -> mip.OptimizationStatus:
+    """Solve ``builder``'s model on one thread to the exact-solve gaps, within ``time_limit_s`` and, if
+    given, ``max_nodes`` branch-and-bound nodes: a node limit the clock does not reach gives the
+    same bound on every run, however loaded the machine."""
     prove_exactly(builder.m, seed)
-    return builder.m.optimize(max_seconds=max(time_limit_s, 0.01))
+    if max_nodes is None:
+        return builder.m.optimize(max_seconds=max(time_limit_s, 0.01))
+    return builder.m.optimize(max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes)
 
 
 def time_unit(pricing: BlockPricing) -> float:
