@@ -20,7 +20,7 @@ from tvm_diviml.msr_fiddle import read_msr_fiddle
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.downsets import MaxLoadInstance, downset_plan, enumerate_ideals
+from tvm_diviml.solvers.downsets import MaxLoadInstance, downset_plan, enumerate_ideals, polish_pipeline
 
 from .conftest import examples
 from .strategies import dag_problems
@@ -230,3 +230,29 @@ def test_pipeline_stage_count_caps_the_sets():
     problem = Problem(two.graph, two.platform, two.costs, objective="pipeline", stages=1)
     one = get_solver("downsets").solve(problem)
     assert len(one.stages) == 1 and one.optimal and one.value_s == best_pipeline(problem) > 7.0
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(pipeline_problems(), st.integers(0, 2))
+def test_polishing_never_loses_and_a_window_of_every_device_reaches_the_optimum(problem, seed):
+    import time
+
+    rough = get_solver("slicegraph", seed=seed, time_limit_s=5, generations=1).solve(problem)
+    polished = polish_pipeline(problem, rough, time.perf_counter() + 30)
+    sim = simulate(problem.graph, problem.platform, problem.costs, polished)
+    assert sim.feasible and polished.value_s == sim.value_s <= rough.value_s
+    assert len(polished.stages) <= problem.stages and len(set(polished.stage_devices)) == len(polished.stages)
+    if problem.stages == len(problem.platform.devices):  # one window holds every stage and device
+        assert close(polished.value_s, best_pipeline(problem))
+
+
+def test_the_fallback_polishes_slicegraph_past_the_cap():
+    from tvm_diviml.workload import load_workload
+
+    workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    exact = get_solver("downsets").solve(problem)
+    fallback = get_solver("downsets", max_ideals=2, fallback_options={"generations": 1}).solve(problem)
+    assert exact.optimal and "more than 2 ideals" in fallback.attrs["fallback_reason"]
+    assert fallback.value_s <= fallback.attrs.get("slicegraph_value_s", fallback.value_s)
+    assert exact.value_s <= fallback.value_s * (1 + 1e-9)

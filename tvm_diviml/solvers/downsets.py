@@ -28,7 +28,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
-from ..tolerances import within_slack
+from ..tolerances import improves, within_slack
 from ..toolkit.deadline import Deadline
 from ..toolkit.device_classes import identical_devices
 from ..toolkit.pipeline_model import candidate_devices, link_prices
@@ -60,6 +60,7 @@ class Ideals:
     consumers_inside: np.ndarray  # (N, L+g+1) D[J, t] per tensor t
     frontier: np.ndarray  # (N, width) tensors held in J (or inputs) with a consumer outside J, padded
     frontier_inside: np.ndarray  # (N, width) D[J, t] of those tensors
+    degree: np.ndarray  # (L+g+1,) each tensor's consumers, those no ideal holds (index n) among them
 
     def __len__(self) -> int:
         return len(self.members)
@@ -71,6 +72,7 @@ class Ideals:
             self.consumers_inside[order],
             self.frontier[order],
             self.frontier_inside[order],
+            self.degree,
         )
 
 
@@ -148,7 +150,8 @@ def build_ideals(
     input_consumers: list[list[int]],
     max_ideals: int,
 ) -> Ideals:
-    """Enumerate the group-closed ideals and the arrays the DP reads; ``tensors``: (producer, consumers)."""
+    """Enumerate the group-closed ideals and the arrays the DP reads; ``tensors``: (producer, consumers),
+    where a consumer n (one past the kernels) is one that no ideal holds: the tensor always leaves."""
     n, g, L = len(predecessors), len(input_consumers), len(tensors)
     masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
     width_bytes = (n + 7) // 8
@@ -165,8 +168,9 @@ def build_ideals(
     source = np.array([t for t, _ in reads], dtype=np.int64)
     reader = np.array([w for _, w in reads], dtype=np.int64)
     consumers_inside = np.zeros((len(members), L + g + 1), dtype=np.int32)
+    readable = np.concatenate([members, np.zeros((len(members), 1), dtype=bool)], axis=1)
     for column in np.unique(source):
-        consumers_inside[:, column] = members[:, reader[source == column]].sum(axis=1)
+        consumers_inside[:, column] = readable[:, reader[source == column]].sum(axis=1)
     degree = np.bincount(source, minlength=L + g + 1)
     producers = np.array([u for u, _ in tensors], dtype=np.int64)
     holds = np.concatenate(
@@ -180,7 +184,7 @@ def build_ideals(
     slot = np.arange(len(rows)) - np.searchsorted(rows, rows)
     frontier[rows, slot] = cols
     frontier_inside = np.take_along_axis(consumers_inside, frontier, axis=1)
-    return Ideals(members, packed_words, consumers_inside, frontier, frontier_inside)
+    return Ideals(members, packed_words, consumers_inside, frontier, frontier_inside, degree)
 
 
 # ---------------------------------------------------------------------- device classes
@@ -197,17 +201,19 @@ class DeviceClass:
 
 
 Tensors = list[tuple[int, list[int]]]  # (producer, consumers) by kernel id: the DP's priced tensors
+Pricing = tuple[list[DeviceClass], bool, Tensors, list[list[int]]]  # classes, exact, tensors, input readers
 
 
-def device_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool, Tensors]:
-    """Group the platform's devices that price everything alike; whether the prices are exact; and
-    the tensors they price."""
+def device_classes(problem: Problem, names: list[str], devices: list[str] | None = None) -> Pricing:
+    """Group the devices that price everything alike; whether the prices are exact; the tensors they
+    price, and the kernels that read each input (model inputs, then for pipelines over part of the
+    graph, the tensors that enter it)."""
     if problem.mode == "stage_serial":
-        return stage_serial_classes(problem, names)
+        return stage_serial_classes(problem, names, devices)
     return host_staged_classes(problem, names)
 
 
-def host_staged_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool, Tensors]:
+def host_staged_classes(problem: Problem, names: list[str]) -> Pricing:
     """``host_staged`` prices: every tensor through host memory, one tensor per kernel; exact where each
     kernel sends one size of tensor on all its edges (otherwise its largest, an upper bound)."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
@@ -238,28 +244,46 @@ def host_staged_classes(problem: Problem, names: list[str]) -> tuple[list[Device
     index = {k: i for i, k in enumerate(names)}
     tensors = [(u, [index[e.dst] for e in graph.succ[k]]) for u, k in enumerate(names)]
     classes = [DeviceClass(devices, *description) for devices, description in identical_devices(able, describe)]
-    return classes, exact, tensors
+    return classes, exact, tensors, [[index[c] for c in i.consumers] for i in inputs]
 
 
-def stage_serial_classes(problem: Problem, names: list[str]) -> tuple[list[DeviceClass], bool, Tensors]:
+def stage_serial_classes(problem: Problem, names: list[str], devices: list[str] | None = None) -> Pricing:
     """``stage_serial`` prices that no plan undercuts: a stage pays its kernels' compute and model-output
     returns, each tensor leaving it and each tensor or model input entering it, at the cheapest link
     between two devices. A producer's tensor is a layer per edge size (docs/solvers.md#tensor-layers),
     so it costs its dearest edge that crosses. Exact (and the DP's value the optimum) where every link
-    prices each size alike."""
+    prices each size alike.
+
+    ``names`` may be part of the graph, closed under paths (the kernels of some consecutive stages),
+    placed on ``devices``: a tensor read outside it always leaves (consumer n), and a tensor from
+    outside enters wherever it is read, priced like a model input."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     host = platform.host
-    inputs = [i for i in graph.inputs if i.consumers]
-    devices = candidate_devices(problem)
-    cheapest_link, links_alike = link_prices(problem, devices)
     index = {k: i for i, k in enumerate(names)}
+    inputs = [i for i in graph.inputs if any(c in index for c in i.consumers)]
+    devices = devices or candidate_devices(problem)
+    cheapest_link, links_alike = link_prices(problem, candidate_devices(problem))
+
+    def layers(edges) -> list[tuple[list[int], float]]:
+        """(consumers, price) per edge size: the tensor costs its dearest crossing edge."""
+        out, below = [], 0.0
+        for size in sorted({e.bytes for e in edges}):
+            out.append(([index.get(e.dst, len(names)) for e in edges if e.bytes >= size], cheapest_link(size) - below))
+            below = cheapest_link(size)
+        return out
+
     tensors, tensor = [], []
     for u, k in enumerate(names):
-        below = 0.0
-        for size in sorted({e.bytes for e in graph.succ[k]}):
-            tensors.append((u, [index[e.dst] for e in graph.succ[k] if e.bytes >= size]))
-            tensor.append(cheapest_link(size) - below)
-            below = cheapest_link(size)
+        for consumers, price in layers(graph.succ[k]):
+            tensors.append((u, consumers))
+            tensor.append(price)
+    entering = [
+        layer
+        for k in graph.topo_order
+        if k not in index
+        for layer in layers([e for e in graph.succ[k] if e.dst in index])
+    ]
+    readers = [[index[c] for c in i.consumers if c in index] for i in inputs] + [c for c, _ in entering]
 
     def describe(device: str) -> tuple:
         feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
@@ -271,18 +295,18 @@ def stage_serial_classes(problem: Problem, names: list[str]) -> tuple[list[Devic
                 for i, k in enumerate(names)
             ]
         )
-        enter = tensor + [costs.transfer_s(i.bytes, host, device) for i in inputs] + [0.0]
+        enter = tensor + [costs.transfer_s(i.bytes, host, device) for i in inputs] + [p for _, p in entering] + [0.0]
         capacity = platform.device(device).memory_bytes
         return (
             work,
             ~feasible,
-            np.array(tensor + [0.0] * (len(inputs) + 1)),
+            np.array(tensor + [0.0] * (len(readers) + 1)),
             np.array(enter),
             math.inf if capacity is None else float(capacity),
         )
 
     classes = [DeviceClass(d, *description) for d, description in identical_devices(devices, describe)]
-    return classes, links_alike, tensors
+    return classes, links_alike, tensors, readers
 
 
 # ---------------------------------------------------------------------- the DP
@@ -341,7 +365,7 @@ def max_load_dp(
     leaving = np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))])  # (k, N)
     pays = [bool(leave[c].any() or enter[c].any()) for c in range(len(classes))]
     capacity = np.array([c.memory_bytes for c in classes])
-    degree = ideals.consumers_inside.max(axis=0)  # a node's consumers all lie in the full ideal
+    degree = ideals.degree
     reach = int(bound_s / quantum) if bound_s / quantum < key[-1] else None
 
     dp = np.full((N, states), np.inf)
@@ -396,8 +420,9 @@ def max_load_dp(
 # ---------------------------------------------------------------------- one problem, ready for the DP
 @dataclass
 class MaxLoadInstance:
-    """A host_staged problem turned into what the DP reads: kernels in topological order, the ideals
-    (sorted by ``by_cheapest_work``), the device classes and each kernel's weight bytes."""
+    """A problem (or a window of a pipeline) turned into what the DP reads: kernels in topological
+    order, the ideals (sorted by ``by_cheapest_work``), the device classes, each kernel's weight bytes
+    and the most sets."""
 
     names: list[str]
     ideals: Ideals
@@ -409,18 +434,26 @@ class MaxLoadInstance:
     max_sets: int  # pipelines: the stages asked for
 
     @classmethod
-    def of(cls, problem: Problem, max_ideals: int) -> MaxLoadInstance:
+    def of(
+        cls,
+        problem: Problem,
+        max_ideals: int,
+        kernels: set[str] | None = None,
+        devices: list[str] | None = None,
+        max_sets: int | None = None,
+    ) -> MaxLoadInstance:
+        """The whole problem, or (pipelines) only ``kernels``, closed under paths, as at most
+        ``max_sets`` stages on ``devices`` with the rest of the graph where it is."""
         graph = problem.graph
-        names = list(graph.topo_order)
+        names = [k for k in graph.topo_order if kernels is None or k in kernels]
         index = {k: i for i, k in enumerate(names)}
-        predecessors = [[index[e.src] for e in graph.pred[k]] for k in names]
-        successors = [[index[e.dst] for e in graph.succ[k]] for k in names]
-        classes, prices_exact, tensors = device_classes(problem, names)
+        predecessors = [[index[e.src] for e in graph.pred[k] if e.src in index] for k in names]
+        successors = [[index[e.dst] for e in graph.succ[k] if e.dst in index] for k in names]
+        classes, prices_exact, tensors, inputs = device_classes(problem, names, devices)
         grouped: dict[str, list[int]] = defaultdict(list)
         for k in names:
             if graph.kernels[k].colocate is not None:
                 grouped[graph.kernels[k].colocate].append(index[k])
-        inputs = [[index[c] for c in i.consumers] for i in graph.inputs if i.consumers]
         groups = [m for m in grouped.values() if len(m) > 1]
         ideals = build_ideals(predecessors, successors, groups, tensors, inputs, max_ideals)
         ideals, key, quantum = by_cheapest_work(ideals, classes)
@@ -434,7 +467,7 @@ class MaxLoadInstance:
             )
         else:
             weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
-        sets = min(problem.stages or len(names), sum(len(c.devices) for c in classes))
+        sets = min(max_sets or problem.stages or len(names), sum(len(c.devices) for c in classes))
         return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes, sets)
 
     def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
@@ -506,11 +539,20 @@ class Downsets(Solver):
         return plan
 
     def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
+        """SliceGraph in the time left; for pipelines 70% of it, then ``polish_pipeline`` in the rest."""
         left = max(deadline.left(), 1.0)
         log.warning("downsets: %s; falling back to SliceGraph for %.0f s (not proven optimal)", reason, left)
-        options = {"time_limit_s": left, "seed": self.seed, **self.fallback_options}
-        plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(left))
+        share = 0.7 * left if problem.mode == "stage_serial" else left
+        options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
+        plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(share))
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
+        if problem.mode == "stage_serial":
+            polished = polish_pipeline(problem, plan, time.perf_counter() + max(deadline.left(), 0.3 * left))
+            if polished.value_s < plan.value_s:
+                polished.attrs.update(plan.attrs, method="slicegraph (fallback), windows re-cut by the DP")
+                polished.attrs["slicegraph_value_s"] = plan.value_s
+                polished.lower_bound_s = plan.lower_bound_s
+                plan = polished
         return plan
 
 
@@ -575,6 +617,70 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
         "" if plan.optimal else ", not proven optimal",
     )
     return plan
+
+
+def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals: int = 20_000) -> Plan:
+    """``plan`` (stage_serial) with windows of 2 or 3 consecutive stages around a bottleneck re-cut
+    exactly by the DP on the window's devices (the rest of the plan where it is): SliceGraph's moves
+    shift one cut along one order, a window moves any kernels across its cuts. A change is kept only
+    where the simulator's period, or the number of stages at it, drops; a window of too many ideals
+    is skipped."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    best = plan.copy()
+    sim = simulate(graph, platform, costs, best)
+    tried: set[tuple] = set()
+    while sim.feasible and time.perf_counter() < deadline_at:
+        period = sim.value_s
+        worst = [b for b, c in enumerate(sim.stage_cost_s) if c >= period * (1 - 1e-9)]
+        windows = sorted(
+            {
+                (max(0, b - back), min(len(best.stages), b - back + size))
+                for b in worst
+                for size in (1, 2, 3)
+                for back in range(size)
+            }
+        )
+        improved = False
+        for first, end in windows:
+            kernels = frozenset(k for stage in best.stages[first:end] for k in stage)
+            # devices no stage uses may take new stages, up to the stages asked for
+            spare = [d for d in candidate_devices(problem) if d not in best.stage_devices]
+            spare = spare[: max(0, (problem.stages or len(platform.devices)) - len(best.stages))]
+            if end - first + len(spare) < 2 or (kernels, tuple(best.stage_devices[first:end])) in tried:
+                continue
+            tried.add((kernels, tuple(best.stage_devices[first:end])))
+            try:
+                window = best.stage_devices[first:end] + spare
+                instance = MaxLoadInstance.of(problem, max_ideals, set(kernels), window, end - first + len(spare))
+                split, _ = instance.search(deadline_at)
+            except (TooManyIdeals, TimeoutError):
+                continue
+            if not split.value_s < period * (1 - 1e-9):
+                continue
+            used = {c: 0 for c in range(len(instance.classes))}
+            stages, devices = [], []
+            for kernel_ids, c in split.sets:
+                devices.append(instance.classes[c].devices[used[c]])
+                used[c] += 1
+                stages.append([instance.names[i] for i in kernel_ids])
+            candidate = Plan(
+                {**best.assignment, **{k: d for stage, d in zip(stages, devices) for k in stage}},
+                objective=problem.objective,
+                mode=problem.mode,
+                stages=best.stages[:first] + stages + best.stages[end:],
+                stage_devices=best.stage_devices[:first] + devices + best.stage_devices[end:],
+            )
+            trial = simulate(graph, platform, costs, candidate)
+            at_peak = sum(c >= trial.value_s * (1 - 1e-9) for c in trial.stage_cost_s)
+            if trial.feasible and (
+                improves(trial.value_s, period) or (trial.value_s <= period and at_peak < len(worst))
+            ):
+                best, sim, improved = candidate, trial, True
+                break
+        if not improved:
+            break
+    best.value_s = sim.value_s
+    return best
 
 
 def _memory_is_additive(graph) -> bool:
