@@ -20,7 +20,7 @@ from tvm_diviml.msr_fiddle import read_msr_fiddle
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.solvers.downsets import MaxLoadInstance, downset_plan, enumerate_ideals, polish_pipeline
+from tvm_diviml.toolkit.downsets import MaxLoadInstance, downset_plan, enumerate_ideals, polish_pipeline
 
 from .conftest import examples
 from .strategies import dag_problems

@@ -19,8 +19,8 @@ from ..msr_fiddle import HOST_BANDWIDTH_BPS
 from ..platform import Device, Link, Platform
 from ..presets import gpu_k
 from ..solvers import Problem, get_solver
-from ..solvers.downsets import polish_pipeline
 from ..solvers.pipeline_mip import solve_pipeline_mip
+from ..toolkit.downsets import polish_pipeline
 from ..workload import load_graph
 from .common import MSR_FIDDLE_DIR, geomean, log, progress
 from .suite import QUICK, Option, Row, Suite, time_limit

@@ -17,6 +17,7 @@ import mip
 
 from ..plan import Plan
 from ..problem import Problem
+from ..toolkit.downsets import TooManyIdeals, downset_plan
 from ..toolkit.mip_backend import check_backend
 from ..toolkit.pipeline_model import (
     BlockPricing,
@@ -55,8 +56,9 @@ def pipeline_bounds(
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
     kernel at its cheapest, three_superblock), the exact MIP every one.
 
-    ``max_nodes``: each MIP also stops after that many branch-and-bound nodes, so that, where no MIP
-    reaches its time share first, the bounds are the same on every run (one thread, one seed).
+    ``max_nodes``: each MIP also stops after that many branch-and-bound nodes and may use all the
+    time left, so that, where no MIP reaches ``time_limit_s`` first, the bounds are the same on every
+    run (one thread, one seed).
     ``stats``, if given, receives the MIPs run and those their time share stopped (``stopped_by_time``)."""
     began = time.perf_counter()
     data = PipelineData.of(problem)
@@ -87,7 +89,8 @@ def pipeline_bounds(
     for done, (name, i, weight) in enumerate(runs):
         relaxed = max([relaxed, *found["three_superblock"]])
         mark = time.perf_counter()
-        share = (time_limit_s - (mark - began)) * weight / sum(w for *_, w in runs[done:])
+        left = time_limit_s - (mark - began)  # with a node limit every MIP may use all of it: a ceiling
+        share = left if max_nodes is not None else left * weight / sum(w for *_, w in runs[done:])
         if name == "exact_mip":
             known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
             model = PipelineModel(problem, stages, backend, max(b for b in known if math.isfinite(b)), None)
@@ -126,7 +129,7 @@ def pipeline_bounds(
     )
     if max_nodes is not None and timed_out:
         log.warning(
-            "pipeline bounds: %d of %d MIPs stopped at their time share before %d nodes",
+            "pipeline bounds: %d of %d MIPs stopped at the time limit before %d nodes: not repeatable",
             timed_out,
             len(runs),
             max_nodes,
@@ -139,8 +142,6 @@ def pipeline_bounds(
 def downset_bound(problem: Problem, deadline_at: float) -> Plan | None:
     """The downset DP's plan, whose ``lower_bound_s`` is the DP's value (the optimum where the plan is
     ``optimal``); None where the ideals exceed ``DP_IDEALS`` or the DP passes ``deadline_at``."""
-    from ..solvers.downsets import TooManyIdeals, downset_plan  # the DP lives with its solver
-
     try:
         return downset_plan(problem, DP_IDEALS, deadline_at)
     except (TooManyIdeals, TimeoutError) as stop:

@@ -1,0 +1,639 @@
+"""The DP over downsets (ideals) that the ``downsets`` solver and the pipeline bounds share: max load
+on ``host_staged`` platforms (Tarnawski et al., NeurIPS 2020, "Efficient Algorithms for Device
+Placement of DNN Graph Operators") and the period of a ``stage_serial`` pipeline (MTPP, Archer et
+al., ICML 2024), over the whole graph or a window of a pipeline's stages.
+
+Each device takes a contiguous set of kernels and the sets are ordered, so a plan is a chain of
+downsets; a DP over downsets and counts of identical devices used minimises the largest load,
+pricing each pair of downsets in O(frontier width) with numpy. Co-location groups, memory and
+allowed devices restrict which sets are feasible. A bound on the answer prunes the pairs and is
+raised until the DP proves nothing skipped helps. For pipelines the DP prices no set above what any
+plan pays for it, so its value is a certified lower bound as well as (when the simulator agrees) the
+optimum.
+
+The recurrence, the pricing and the pruning: docs/solvers.md#downsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..problem import Problem
+from ..simulator import simulate
+from ..tolerances import improves, within_slack
+from .device_classes import identical_devices
+from .pipeline_model import candidate_devices, link_prices
+
+log = logging.getLogger(__name__)
+_PROGRESS_EVERY_S = 10.0
+
+
+class TooManyIdeals(Exception):
+    """The DAG has more (group-closed) ideals than the cap."""
+
+
+# ---------------------------------------------------------------------- the ideals
+@dataclass
+class Ideals:
+    """The group-closed ideals of a DAG, each after all of its sub-ideals (the empty ideal first, all
+    kernels last).
+
+    Kernels are numbered 0..n-1 in ``graph.topo_order``. Tensors (the columns of the per-tensor
+    arrays) are numbered 0..L-1 as the caller's ``tensors`` (a producer and its consumers; one per
+    kernel, or one per price layer); model inputs are virtual tensors L..L+g-1 that every ideal holds
+    (they come from the host); index L+g is a padding column that nothing reads.
+    """
+
+    members: np.ndarray  # (N, n) bool
+    packed: np.ndarray  # (N, words) the members as bits: J ⊆ I iff no bit of J lies outside I
+    consumers_inside: np.ndarray  # (N, L+g+1) D[J, t] per tensor t
+    frontier: np.ndarray  # (N, width) tensors held in J (or inputs) with a consumer outside J, padded
+    frontier_inside: np.ndarray  # (N, width) D[J, t] of those tensors
+    degree: np.ndarray  # (L+g+1,) each tensor's consumers, those no ideal holds (index n) among them
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def take(self, order: np.ndarray) -> Ideals:
+        return Ideals(
+            self.members[order],
+            self.packed[order],
+            self.consumers_inside[order],
+            self.frontier[order],
+            self.frontier_inside[order],
+            self.degree,
+        )
+
+
+def enumerate_ideals(
+    predecessors: list[list[int]], successors: list[list[int]], groups: list[list[int]], max_ideals: int
+) -> list[int]:
+    """Every ideal (as a bitmask over kernel ids) that holds each group whole or not at all.
+
+    Breadth-first from the empty ideal: add one kernel whose predecessors are all in, then close
+    under predecessors and groups. Every such closed ideal K ⊋ I is reached: its smallest new kernel's
+    closure lies inside K. Raises TooManyIdeals past ``max_ideals``.
+    """
+    n = len(predecessors)
+    ancestors = [0] * n
+    for v in range(n):  # ids follow a topological order
+        mask = 1 << v
+        for p in predecessors[v]:
+            mask |= ancestors[p]
+        ancestors[v] = mask
+    closure_of = list(ancestors)  # the smallest group-closed ideal holding v
+    group_mask = [1 << v for v in range(n)]
+    for members in groups:
+        mask = sum(1 << m for m in members)
+        for m in members:
+            group_mask[m] = mask
+    for v in range(n):
+        grown, done = ancestors[v], 0
+        while grown != done:
+            fresh, done = grown & ~done, grown
+            for u in _bits(fresh):
+                for m in _bits(group_mask[u]):
+                    grown |= ancestors[m]
+        closure_of[v] = grown
+    pred_mask = [sum(1 << p for p in set(predecessors[v])) for v in range(n)]
+
+    seen = {0: 0}
+    found = [0]
+    queue = [(0, frozenset(v for v in range(n) if not predecessors[v]))]
+    head = 0
+    while head < len(queue):
+        ideal, ready = queue[head]
+        head += 1
+        for v in ready:
+            bigger = ideal | closure_of[v]  # a union of group-closed ideals is one
+            if bigger in seen:
+                continue
+            if len(found) >= max_ideals:
+                raise TooManyIdeals(f"more than {max_ideals} ideals")
+            seen[bigger] = len(found)
+            found.append(bigger)
+            added = bigger & ~ideal
+            nxt = set(ready)
+            for u in _bits(added):
+                nxt.discard(u)
+                for w in successors[u]:
+                    if not (bigger >> w) & 1 and not pred_mask[w] & ~bigger:
+                        nxt.add(w)
+            queue.append((bigger, frozenset(nxt)))
+    return found
+
+
+def _bits(mask: int):
+    """The set bits of ``mask``, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def build_ideals(
+    predecessors: list[list[int]],
+    successors: list[list[int]],
+    groups: list[list[int]],
+    tensors: list[tuple[int, list[int]]],
+    input_consumers: list[list[int]],
+    max_ideals: int,
+) -> Ideals:
+    """Enumerate the group-closed ideals and the arrays the DP reads; ``tensors``: (producer, consumers),
+    where a consumer n (one past the kernels) is one that no ideal holds: the tensor always leaves."""
+    n, g, L = len(predecessors), len(input_consumers), len(tensors)
+    masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
+    width_bytes = (n + 7) // 8
+    packed = np.frombuffer(b"".join(m.to_bytes(width_bytes, "little") for m in masks), dtype=np.uint8)
+    members = np.unpackbits(packed.reshape(len(masks), width_bytes), axis=1, count=n, bitorder="little").astype(bool)
+    order = np.argsort(members.sum(axis=1), kind="stable")  # sub-ideals first
+    members = members[order]
+    words = np.zeros((len(members), -(-n // 64) * 8), dtype=np.uint8)
+    words[:, :width_bytes] = packed.reshape(len(masks), width_bytes)[order]
+    packed_words = words.view(np.uint64)
+    # D[J, t] for tensors and inputs (padding column last, always 0)
+    reads = [(t, w) for t, (_, consumers) in enumerate(tensors) for w in set(consumers)]
+    reads += [(L + i, w) for i, consumers in enumerate(input_consumers) for w in set(consumers)]
+    source = np.array([t for t, _ in reads], dtype=np.int64)
+    reader = np.array([w for _, w in reads], dtype=np.int64)
+    consumers_inside = np.zeros((len(members), L + g + 1), dtype=np.int32)
+    readable = np.concatenate([members, np.zeros((len(members), 1), dtype=bool)], axis=1)
+    for column in np.unique(source):
+        consumers_inside[:, column] = readable[:, reader[source == column]].sum(axis=1)
+    degree = np.bincount(source, minlength=L + g + 1)
+    producers = np.array([u for u, _ in tensors], dtype=np.int64)
+    holds = np.concatenate(
+        [members[:, producers], np.ones((len(members), g), dtype=bool), np.zeros((len(members), 1), dtype=bool)],
+        axis=1,
+    )
+    on_frontier = holds & (consumers_inside < degree[None, :])
+    width = max(int(on_frontier.sum(axis=1).max(initial=0)), 1)
+    frontier = np.full((len(members), width), L + g, dtype=np.int64)
+    rows, cols = np.nonzero(on_frontier)
+    slot = np.arange(len(rows)) - np.searchsorted(rows, rows)
+    frontier[rows, slot] = cols
+    frontier_inside = np.take_along_axis(consumers_inside, frontier, axis=1)
+    return Ideals(members, packed_words, consumers_inside, frontier, frontier_inside, degree)
+
+
+# ---------------------------------------------------------------------- device classes
+@dataclass
+class DeviceClass:
+    """Identical devices: one price list per kernel (and per model input) for all of them."""
+
+    devices: list[str]
+    work: np.ndarray  # (n,) compute plus the always-paid return of a model output; 0 where infeasible
+    infeasible: np.ndarray  # (n,) bool
+    leave: np.ndarray  # (L+g+1,) extra seconds when the tensor leaves the set
+    enter: np.ndarray  # (L+g+1,) seconds when the tensor enters the set
+    memory_bytes: float
+
+
+Tensors = list[tuple[int, list[int]]]  # (producer, consumers) by kernel id: the DP's priced tensors
+Pricing = tuple[list[DeviceClass], bool, Tensors, list[list[int]]]  # classes, exact, tensors, input readers
+
+
+def device_classes(problem: Problem, names: list[str], devices: list[str] | None = None) -> Pricing:
+    """Group the devices that price everything alike; whether the prices are exact; the tensors they
+    price, and the kernels that read each input (model inputs, then for pipelines over part of the
+    graph, the tensors that enter it)."""
+    if problem.mode == "stage_serial":
+        return stage_serial_classes(problem, names, devices)
+    return host_staged_classes(problem, names)
+
+
+def host_staged_classes(problem: Problem, names: list[str]) -> Pricing:
+    """``host_staged`` prices: every tensor through host memory, one tensor per kernel; exact where each
+    kernel sends one size of tensor on all its edges (otherwise its largest, an upper bound)."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    host = platform.host
+    inputs = [i for i in graph.inputs if i.consumers]
+    sent = [max((e.bytes for e in graph.succ[k]), default=0.0) for k in names]
+    exact = all(len({e.bytes for e in graph.succ[k]}) <= 1 for k in names)
+    returned = [graph.kernels[k].output_bytes if k in graph.output_set else 0.0 for k in names]
+    able = [d for d in platform.device_names if any(d in problem.feasible_devices(k) for k in names)]
+
+    def describe(device: str) -> tuple:  # a device no kernel may use takes only the empty set
+        feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
+        pays = platform.device(device).kind != "cpu"
+        base = np.array([costs.transfer_s(r, device, host) if pays and r > 0 else 0.0 for r in returned])
+        full = np.array([costs.transfer_s(max(s, r), device, host) if pays else 0.0 for s, r in zip(sent, returned)])
+        enter = [costs.transfer_s(s, host, device) if pays else 0.0 for s in sent]
+        enter += [costs.transfer_s(i.bytes, host, device) if pays else 0.0 for i in inputs]
+        work = np.array([costs.compute_s(k, device) if feasible[i] else 0.0 for i, k in enumerate(names)]) + base
+        capacity = platform.device(device).memory_bytes
+        return (
+            work,
+            ~feasible,
+            np.concatenate([full - base, np.zeros(len(inputs) + 1)]),
+            np.array(enter + [0.0]),
+            math.inf if capacity is None else float(capacity),
+        )
+
+    index = {k: i for i, k in enumerate(names)}
+    tensors = [(u, [index[e.dst] for e in graph.succ[k]]) for u, k in enumerate(names)]
+    classes = [DeviceClass(devices, *description) for devices, description in identical_devices(able, describe)]
+    return classes, exact, tensors, [[index[c] for c in i.consumers] for i in inputs]
+
+
+def stage_serial_classes(problem: Problem, names: list[str], devices: list[str] | None = None) -> Pricing:
+    """``stage_serial`` prices that no plan undercuts: a stage pays its kernels' compute and model-output
+    returns, each tensor leaving it and each tensor or model input entering it, at the cheapest link
+    between two devices. A producer's tensor is a layer per edge size (docs/solvers.md#tensor-layers),
+    so it costs its dearest edge that crosses. Exact (and the DP's value the optimum) where every link
+    prices each size alike.
+
+    ``names`` may be part of the graph, closed under paths (the kernels of some consecutive stages),
+    placed on ``devices``: a tensor read outside it always leaves (consumer n), and a tensor from
+    outside enters wherever it is read, priced like a model input."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    host = platform.host
+    index = {k: i for i, k in enumerate(names)}
+    inputs = [i for i in graph.inputs if any(c in index for c in i.consumers)]
+    devices = devices or candidate_devices(problem)
+    cheapest_link, links_alike = link_prices(problem, candidate_devices(problem))
+
+    def layers(edges) -> list[tuple[list[int], float]]:
+        """(consumers, price) per edge size: the tensor costs its dearest crossing edge."""
+        out, below = [], 0.0
+        for size in sorted({e.bytes for e in edges}):
+            out.append(([index.get(e.dst, len(names)) for e in edges if e.bytes >= size], cheapest_link(size) - below))
+            below = cheapest_link(size)
+        return out
+
+    tensors, tensor = [], []
+    for u, k in enumerate(names):
+        for consumers, price in layers(graph.succ[k]):
+            tensors.append((u, consumers))
+            tensor.append(price)
+    entering = [
+        layer
+        for k in graph.topo_order
+        if k not in index
+        for layer in layers([e for e in graph.succ[k] if e.dst in index])
+    ]
+    readers = [[index[c] for c in i.consumers if c in index] for i in inputs] + [c for c, _ in entering]
+
+    def describe(device: str) -> tuple:
+        feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
+        work = np.array(
+            [
+                costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
+                if feasible[i]
+                else 0.0
+                for i, k in enumerate(names)
+            ]
+        )
+        enter = tensor + [costs.transfer_s(i.bytes, host, device) for i in inputs] + [p for _, p in entering] + [0.0]
+        capacity = platform.device(device).memory_bytes
+        return (
+            work,
+            ~feasible,
+            np.array(tensor + [0.0] * (len(readers) + 1)),
+            np.array(enter),
+            math.inf if capacity is None else float(capacity),
+        )
+
+    classes = [DeviceClass(d, *description) for d, description in identical_devices(devices, describe)]
+    return classes, links_alike, tensors, readers
+
+
+# ---------------------------------------------------------------------- the DP
+@dataclass
+class Partition:
+    """The DP's answer: its period and the ordered kernel sets with the device class of each."""
+
+    value_s: float
+    sets: list[tuple[np.ndarray, int]]  # (kernel ids, class index), first set first
+
+
+def by_cheapest_work(ideals: Ideals, classes: list[DeviceClass]) -> tuple[Ideals, np.ndarray, float]:
+    """The ideals sorted by their work at each kernel's cheapest class, in integer quanta (exact sums,
+    so a sub-ideal never sorts after its superset; ties go by size), with those sums and the quantum.
+
+    A set S = I \\ J costs at least quantum * (key[I] - key[J]) on any device, so the DP may skip every
+    J whose key lies further below I's than a known bound on the answer."""
+    work = np.stack([np.where(c.infeasible, np.inf, c.work) for c in classes]).min(axis=0)
+    work = np.where(np.isfinite(work), work, 0.0)
+    quantum = work.sum() / 2**40 or 1.0
+    key = ideals.members @ np.floor(work / quantum).astype(np.int64)
+    order = np.lexsort((ideals.members.sum(axis=1), key))
+    return ideals.take(order), key[order], quantum
+
+
+def max_load_dp(
+    ideals: Ideals,
+    classes: list[DeviceClass],
+    weight_bytes: np.ndarray,
+    *,
+    key: np.ndarray,
+    quantum: float,
+    bound_s: float = math.inf,
+    deadline: float = math.inf,
+    max_sets: int | None = None,
+) -> Partition:
+    """The DP over ``ideals`` (ordered by ``by_cheapest_work``). Sets whose cheapest work exceeds
+    ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. At most
+    ``max_sets`` sets (all devices where None). ``deadline`` (perf_counter seconds) raises
+    TimeoutError when passed."""
+    counts = [len(c.devices) for c in classes]
+    shape = tuple(k + 1 for k in counts)
+    states = int(np.prod(shape))
+    grid = np.indices(shape).reshape(len(shape), -1)  # (classes, states)
+    strides = [int(np.prod(shape[c + 1 :])) for c in range(len(shape))]
+    target = [np.flatnonzero(grid[c] >= 1) for c in range(len(shape))]
+    source = [t - strides[c] for c, t in enumerate(target)]
+
+    members = ideals.members
+    N = len(ideals)
+    work = np.stack([members @ c.work for c in classes])  # (k, N)
+    bad = np.stack([members @ c.infeasible.astype(np.int64) for c in classes])
+    memory = members @ weight_bytes
+    leave = np.stack([c.leave for c in classes])  # (k, P)
+    enter = np.stack([c.enter for c in classes])
+    leaving = np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))])  # (k, N)
+    pays = [bool(leave[c].any() or enter[c].any()) for c in range(len(classes))]
+    capacity = np.array([c.memory_bytes for c in classes])
+    degree = ideals.degree
+    reach = int(bound_s / quantum) if bound_s / quantum < key[-1] else None
+
+    dp = np.full((N, states), np.inf)
+    dp[0, 0] = 0.0
+    came_from = np.full((N, states), -1, dtype=np.int64)
+    via = np.full((N, states), -1, dtype=np.int8)
+    began = last_report = time.perf_counter()
+    for i in range(1, N):
+        now = time.perf_counter()
+        if now > deadline:
+            raise TimeoutError(f"downset DP stopped at ideal {i} of {N}")
+        if now - last_report > _PROGRESS_EVERY_S:
+            log.info("downsets: %d of %d ideals after %.0f s", i, N, now - began)
+            last_report = now
+        lowest = int(np.searchsorted(key, key[i] - reach)) if reach is not None else 0
+        sub = lowest + np.flatnonzero(~(ideals.packed[lowest:i] & ~ideals.packed[i]).any(axis=1))
+        if not len(sub):
+            continue
+        nodes = ideals.frontier[sub]  # (m, width)
+        inside_now = ideals.consumers_inside[i][nodes]
+        gains = inside_now > ideals.frontier_inside[sub]
+        stays = inside_now < degree[nodes]
+        for c, klass in enumerate(classes):
+            load = work[c, i] - work[c, sub] + leaving[c, i]
+            if pays[c]:
+                load = load + (enter[c][nodes] * gains).sum(axis=1) - (leave[c][nodes] * stays).sum(axis=1)
+            infeasible = bad[c, i] > bad[c, sub]
+            if math.isfinite(capacity[c]):
+                infeasible |= memory[i] - memory[sub] > klass.memory_bytes
+            load = np.where(infeasible, np.inf, load)
+            candidates = np.maximum(dp[np.ix_(sub, source[c])], load[:, None])  # (m, targets)
+            pick = candidates.argmin(axis=0)
+            value = candidates[pick, np.arange(len(pick))]
+            better = value < dp[i, target[c]]
+            where = target[c][better]
+            dp[i, where] = value[better]
+            came_from[i, where] = sub[pick[better]]
+            via[i, where] = c
+    final = N - 1
+    allowed = dp[final] if max_sets is None else np.where(grid.sum(axis=0) <= max_sets, dp[final], np.inf)
+    state = int(allowed.argmin())
+    value = float(dp[final, state])
+    sets = []
+    i = final
+    while i != 0 and math.isfinite(value):
+        j, c = int(came_from[i, state]), int(via[i, state])
+        sets.append((np.flatnonzero(members[i] & ~members[j]), c))
+        i, state = j, state - strides[c]
+    return Partition(value, sets[::-1])
+
+
+# ---------------------------------------------------------------------- one problem, ready for the DP
+@dataclass
+class MaxLoadInstance:
+    """A problem (or a window of a pipeline) turned into what the DP reads: kernels in topological
+    order, the ideals (sorted by ``by_cheapest_work``), the device classes, each kernel's weight bytes
+    and the most sets."""
+
+    names: list[str]
+    ideals: Ideals
+    key: np.ndarray
+    quantum: float
+    classes: list[DeviceClass]
+    prices_exact: bool
+    weight_bytes: np.ndarray
+    max_sets: int  # pipelines: the stages asked for
+
+    @classmethod
+    def of(
+        cls,
+        problem: Problem,
+        max_ideals: int,
+        kernels: set[str] | None = None,
+        devices: list[str] | None = None,
+        max_sets: int | None = None,
+    ) -> MaxLoadInstance:
+        """The whole problem, or (pipelines) only ``kernels``, closed under paths, as at most
+        ``max_sets`` stages on ``devices`` with the rest of the graph where it is."""
+        graph = problem.graph
+        names = [k for k in graph.topo_order if kernels is None or k in kernels]
+        index = {k: i for i, k in enumerate(names)}
+        predecessors = [[index[e.src] for e in graph.pred[k] if e.src in index] for k in names]
+        successors = [[index[e.dst] for e in graph.succ[k] if e.dst in index] for k in names]
+        classes, prices_exact, tensors, inputs = device_classes(problem, names, devices)
+        grouped: dict[str, list[int]] = defaultdict(list)
+        for k in names:
+            if graph.kernels[k].colocate is not None:
+                grouped[graph.kernels[k].colocate].append(index[k])
+        groups = [m for m in grouped.values() if len(m) > 1]
+        ideals = build_ideals(predecessors, successors, groups, tensors, inputs, max_ideals)
+        ideals, key, quantum = by_cheapest_work(ideals, classes)
+        if problem.mode == "stage_serial":  # a shared weight split among its users: no set is refused wrongly
+            users: dict[str, int] = defaultdict(int)
+            for k in names:
+                for w in graph.kernels[k].weights:
+                    users[w] += 1
+            weight_bytes = np.array(
+                [sum(graph.weights.get(w, 0.0) / users[w] for w in graph.kernels[k].weights) for k in names]
+            )
+        else:
+            weight_bytes = np.array([graph.weight_bytes([k]) for k in names], dtype=float)
+        sets = min(max_sets or problem.stages or len(names), sum(len(c.devices) for c in classes))
+        return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes, sets)
+
+    def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
+        return max_load_dp(
+            self.ideals,
+            self.classes,
+            self.weight_bytes,
+            key=self.key,
+            quantum=self.quantum,
+            bound_s=bound_s,
+            deadline=deadline,
+            max_sets=self.max_sets,
+        )
+
+    def search(self, deadline: float = math.inf) -> tuple[Partition, int]:
+        """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
+        raised until the DP's value lies within it (then no skipped set could have helped): start at
+        1.25 x the average-load bound and grow by 1.5 (or to the value found, if less) each time."""
+        total = self.quantum * self.key[-1]
+        bound = 1.25 * total / self.max_sets
+        passes = 0
+        while True:
+            split = self.dp(bound, deadline)
+            passes += 1
+            if split.value_s <= bound or bound >= total:
+                return split, passes
+            log.info("downsets: pass %d with bound %.6g s found %.6g s; again", passes, bound, split.value_s)
+            bound = min(split.value_s, 1.5 * bound)
+
+
+# ---------------------------------------------------------------------- the solver
+
+
+def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.inf) -> Plan:
+    """The DP's plan (solver ``downsets``), scored by the simulator. For pipelines ``lower_bound_s`` is the
+    DP's value, and ``attrs["infeasible"]`` says why, where the plan breaks what the DP relaxes.
+    Raises TooManyIdeals past ``max_ideals``, TimeoutError past ``deadline_at`` (perf_counter)."""
+    began = time.perf_counter()
+    graph = problem.graph
+    instance = MaxLoadInstance.of(problem, max_ideals)
+    classes = instance.classes
+    log.info(
+        "downsets: %d kernels, %d group-closed ideals, device classes %s",
+        len(graph),
+        len(instance.ideals),
+        ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes),
+    )
+    split, passes = instance.search(deadline_at)
+    if not math.isfinite(split.value_s):
+        raise DivimlInputError(
+            "no ordered split into contiguous sets keeps every kernel on a device it may run "
+            "on, within memory, with co-location groups whole",
+            field="platform",
+            hint="allow more devices, or devices with more memory",
+        )
+    used = {c: 0 for c in range(len(classes))}
+    stages, stage_devices = [], []
+    for kernel_ids, c in split.sets:
+        stage_devices.append(classes[c].devices[used[c]])
+        used[c] += 1
+        stages.append([instance.names[i] for i in kernel_ids])
+    assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
+    plan = Plan(
+        {k: assignment[k] for k in graph.kernels},
+        objective=problem.objective,
+        mode=problem.mode,
+        stages=stages,
+        stage_devices=stage_devices,
+        solver="downsets",
+    )
+    sim = simulate(graph, problem.platform, problem.costs, plan)
+    plan.value_s = sim.value_s
+    plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes})
+    plan.attrs.update({"dp_value_s": split.value_s, "prices_exact": instance.prices_exact})
+    if problem.mode == "stage_serial":  # the DP relaxes the simulator: its value bounds every plan
+        plan.lower_bound_s = min(split.value_s, sim.value_s)
+        plan.optimal = sim.feasible and within_slack(sim.value_s, split.value_s)
+        if not sim.feasible:
+            plan.attrs["infeasible"] = "the DP's plan " + "; ".join(sim.problems)
+    else:
+        memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
+        plan.optimal = instance.prices_exact and memory_exact and sim.feasible
+        plan.attrs["optimal_among"] = "ordered splits into contiguous sets (Tarnawski et al.)"
+        plan.attrs["memory_exact"] = memory_exact
+    log.info(
+        "downsets: %s %.6g s over %d sets, %d ideals, %.2f s (exact DP%s)",
+        "period" if problem.mode == "stage_serial" else "max load",
+        sim.value_s,
+        len(stages),
+        len(instance.ideals),
+        time.perf_counter() - began,
+        "" if plan.optimal else ", not proven optimal",
+    )
+    return plan
+
+
+def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals: int = 20_000) -> Plan:
+    """``plan`` (stage_serial) with windows of 2 or 3 consecutive stages around a bottleneck re-cut
+    exactly by the DP on the window's devices (the rest of the plan where it is): SliceGraph's moves
+    shift one cut along one order, a window moves any kernels across its cuts. A change is kept only
+    where the simulator's period, or the number of stages at it, drops; a window of too many ideals
+    is skipped."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    best = plan.copy()
+    sim = simulate(graph, platform, costs, best)
+    tried: set[tuple] = set()
+    while sim.feasible and time.perf_counter() < deadline_at:
+        period = sim.value_s
+        worst = [b for b, c in enumerate(sim.stage_cost_s) if c >= period * (1 - 1e-9)]
+        windows = sorted(
+            {
+                (max(0, b - back), min(len(best.stages), b - back + size))
+                for b in worst
+                for size in (1, 2, 3)
+                for back in range(size)
+            }
+        )
+        improved = False
+        for first, end in windows:
+            kernels = frozenset(k for stage in best.stages[first:end] for k in stage)
+            # devices no stage uses may take new stages, up to the stages asked for
+            spare = [d for d in candidate_devices(problem) if d not in best.stage_devices]
+            spare = spare[: max(0, (problem.stages or len(platform.devices)) - len(best.stages))]
+            if end - first + len(spare) < 2 or (kernels, tuple(best.stage_devices[first:end])) in tried:
+                continue
+            tried.add((kernels, tuple(best.stage_devices[first:end])))
+            try:
+                window = best.stage_devices[first:end] + spare
+                instance = MaxLoadInstance.of(problem, max_ideals, set(kernels), window, end - first + len(spare))
+                split, _ = instance.search(deadline_at)
+            except (TooManyIdeals, TimeoutError):
+                continue
+            if not split.value_s < period * (1 - 1e-9):
+                continue
+            used = {c: 0 for c in range(len(instance.classes))}
+            stages, devices = [], []
+            for kernel_ids, c in split.sets:
+                devices.append(instance.classes[c].devices[used[c]])
+                used[c] += 1
+                stages.append([instance.names[i] for i in kernel_ids])
+            candidate = Plan(
+                {**best.assignment, **{k: d for stage, d in zip(stages, devices) for k in stage}},
+                objective=problem.objective,
+                mode=problem.mode,
+                stages=best.stages[:first] + stages + best.stages[end:],
+                stage_devices=best.stage_devices[:first] + devices + best.stage_devices[end:],
+            )
+            trial = simulate(graph, platform, costs, candidate)
+            at_peak = sum(c >= trial.value_s * (1 - 1e-9) for c in trial.stage_cost_s)
+            if trial.feasible and (
+                improves(trial.value_s, period) or (trial.value_s <= period and at_peak < len(worst))
+            ):
+                best, sim, improved = candidate, trial, True
+                break
+        if not improved:
+            break
+    best.value_s = sim.value_s
+    return best
+
+
+def _memory_is_additive(graph) -> bool:
+    """The simulator's memory equals the sum of each kernel's weights: no weight is shared and no
+    activation takes room (the msr-fiddle case)."""
+    users: dict[str, int] = defaultdict(int)
+    for kernel in graph.kernels.values():
+        for w in kernel.weights:
+            users[w] += 1
+    return (
+        all(n == 1 for n in users.values())
+        and all(k.output_bytes == 0 for k in graph.kernels.values())
+        and all(i.bytes == 0 for i in graph.inputs)
+    )
