@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import mip
 
+from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..toolkit.downsets import TooManyIdeals, downset_plan
@@ -59,7 +60,7 @@ def pipeline_bounds(
     ``max_nodes``: each MIP also stops after that many branch-and-bound nodes and may use all the
     time left, so that, where no MIP reaches ``time_limit_s`` first, the bounds are the same on every
     run (one thread, one seed).
-    ``stats``, if given, receives the MIPs run and those their time share stopped (``stopped_by_time``)."""
+    ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``)."""
     began = time.perf_counter()
     data = PipelineData.of(problem)
     devices = len(problem.platform.devices)
@@ -141,10 +142,11 @@ def pipeline_bounds(
 
 def downset_bound(problem: Problem, deadline_at: float) -> Plan | None:
     """The downset DP's plan, whose ``lower_bound_s`` is the DP's value (the optimum where the plan is
-    ``optimal``); None where the ideals exceed ``DP_IDEALS`` or the DP passes ``deadline_at``."""
+    ``optimal``); None where the ideals exceed ``DP_IDEALS``, the DP passes ``deadline_at`` or finds
+    no split (then the plan's own checks say why)."""
     try:
         return downset_plan(problem, DP_IDEALS, deadline_at)
-    except (TooManyIdeals, TimeoutError) as stop:
+    except (TooManyIdeals, TimeoutError, DivimlInputError) as stop:
         log.info("pipeline bounds: no downset DP (%s)", stop)
         return None
 

@@ -562,11 +562,11 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
 
 
 def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals: int = 20_000) -> Plan:
-    """``plan`` (stage_serial) with windows of 2 or 3 consecutive stages around a bottleneck re-cut
-    exactly by the DP on the window's devices (the rest of the plan where it is): SliceGraph's moves
-    shift one cut along one order, a window moves any kernels across its cuts. A change is kept only
-    where the simulator's period, or the number of stages at it, drops; a window of too many ideals
-    is skipped."""
+    """``plan`` (stage_serial) with windows of 1-3 consecutive stages around a bottleneck re-cut exactly
+    by the DP on the window's devices and any device no stage uses (the rest of the plan where it is):
+    SliceGraph's moves shift one cut along one order, a window moves any kernels across its cuts. A
+    change is kept only where the simulator's period, or the number of stages at it, drops; a window
+    of too many ideals is skipped."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     best = plan.copy()
     sim = simulate(graph, platform, costs, best)
