@@ -100,7 +100,7 @@ def suite_pipeline(
     bounds every plan; where its plan is proven optimal nothing more runs); the exact MIP
     warm-started from SliceGraph's plan, whose plan, when better, is the best partition found and
     whose proven bound counts; the three-superblock and guess-the-bottleneck relaxations; LB0 and the
-    LP bound. Each MIP stops at ``mip_nodes`` branch-and-bound nodes (0: no node limit), the exact
+    LP bound. Each MIP stops at ``mip_nodes`` branch-and-bound nodes, the exact
     MIP within ``bound_time_limit_s`` and the relaxations within as much again in all: where no MIP
     reaches the clock first (``repeatable``), the bounds are the same on every run. The MIPs run only
     where kernels x K <= ``mip_up_to`` (beyond, their models take longer to build than to help). One
@@ -140,7 +140,6 @@ def pipeline_solves(
     polished = polish_pipeline(problem, sliced, time.perf_counter() + time_limit_s)
     bounds = lower_bounds(problem)
     best, mip_s, notes, stopped_by_time = polished.value_s, None, "", 0
-    nodes = mip_nodes or None
     began = time.perf_counter()
     solved = downset_bound(problem, math.inf)  # its ideal cap bounds its work, not the clock
     dp_s = time.perf_counter() - began
@@ -152,14 +151,14 @@ def pipeline_solves(
         bound_s, notes = 0.0, "the downset DP proved its plan optimal"
     elif len(graph) * count <= mip_up_to:
         began = time.perf_counter()
-        exact = solve_pipeline_mip(problem, time_limit_s=bound_time_limit_s, warm_start=sliced, max_nodes=nodes)
+        exact = solve_pipeline_mip(problem, time_limit_s=bound_time_limit_s, warm_start=sliced, max_nodes=mip_nodes)
         mip_s = time.perf_counter() - began
         best = min(best, exact.value_s)
         if exact.lower_bound_s is not None:
             bounds["exact_mip"] = exact.lower_bound_s
         began = time.perf_counter()
         stats: dict = {}
-        options = {"exact_mip": False, "downsets": False, "max_nodes": nodes, "stats": stats}
+        options = {"exact_mip": False, "downsets": False, "max_nodes": mip_nodes, "stats": stats}
         bounds.update(pipeline_bounds(problem, bound_time_limit_s, **options))
         bound_s = time.perf_counter() - began
         stopped_by_time = stats.get("stopped_by_time", 0) + exact.attrs["stopped_by_time"]
@@ -179,7 +178,7 @@ def pipeline_solves(
         "best_value_s": best,
         "mip_s": mip_s,
         "mip_nodes": mip_nodes,
-        "repeatable": bool(mip_nodes) and not stopped_by_time,
+        "repeatable": not stopped_by_time,
         "lower_bound_s": bounds[best_from],
         "bound_from": best_from,
         "bound_s": bound_s,
@@ -223,7 +222,7 @@ SUITE = Suite(
             "bound_time_limit_s",
             float,
             BOUND_TIME_LIMIT_S,
-            "seconds for the exact MIP, and as much for the relaxation MIPs, per row (a ceiling with --mip-nodes)",
+            "ceiling in seconds for the exact MIP, and again for the relaxation MIPs, per row",
             flag="--bound-time-limit",
             metavar="S",
         ),
@@ -231,7 +230,7 @@ SUITE = Suite(
             "mip_nodes",
             int,
             MIP_NODES,
-            "branch-and-bound nodes per MIP (0: the clock only)",
+            "branch-and-bound nodes per MIP: its bound repeats run to run unless the ceiling stops it first",
             flag="--mip-nodes",
             metavar="N",
         ),
