@@ -62,7 +62,8 @@ class Downsets(Solver):
     def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
         """SliceGraph in the time left; for pipelines 70% of it, then ``polish_pipeline`` in the rest."""
         left = max(deadline.left(), 1.0)
-        log.warning("downsets: %s; falling back to SliceGraph for %.0f s (not proven optimal)", reason, left)
+        then = ", then windows of stages re-cut by the DP," if problem.mode == "stage_serial" else ""
+        log.warning("downsets: %s; falling back to SliceGraph%s for %.0f s (not proven optimal)", reason, then, left)
         share = 0.7 * left if problem.mode == "stage_serial" else left
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
         plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(share))
