@@ -479,6 +479,16 @@ class MaxLoadInstance:
             max_sets=self.max_sets,
         )
 
+    def stages_of(self, split: Partition) -> tuple[list[list[str]], list[str]]:
+        """The DP's sets as stages of kernel names, each on the next unused device of its class."""
+        used = {c: 0 for c in range(len(self.classes))}
+        stages, devices = [], []
+        for kernel_ids, c in split.sets:
+            devices.append(self.classes[c].devices[used[c]])
+            used[c] += 1
+            stages.append([self.names[i] for i in kernel_ids])
+        return stages, devices
+
     def search(self, deadline: float = math.inf) -> tuple[Partition, int]:
         """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
         raised until the DP's value lies within it (then no skipped set could have helped): start at
@@ -520,12 +530,7 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
             field="platform",
             hint="allow more devices, or devices with more memory",
         )
-    used = {c: 0 for c in range(len(classes))}
-    stages, stage_devices = [], []
-    for kernel_ids, c in split.sets:
-        stage_devices.append(classes[c].devices[used[c]])
-        used[c] += 1
-        stages.append([instance.names[i] for i in kernel_ids])
+    stages, stage_devices = instance.stages_of(split)
     assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
     plan = Plan(
         {k: assignment[k] for k in graph.kernels},
@@ -599,12 +604,7 @@ def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals
                 continue
             if not split.value_s < period * (1 - 1e-9):
                 continue
-            used = {c: 0 for c in range(len(instance.classes))}
-            stages, devices = [], []
-            for kernel_ids, c in split.sets:
-                devices.append(instance.classes[c].devices[used[c]])
-                used[c] += 1
-                stages.append([instance.names[i] for i in kernel_ids])
+            stages, devices = instance.stages_of(split)
             candidate = Plan(
                 {**best.assignment, **{k: d for stage, d in zip(stages, devices) for k in stage}},
                 objective=problem.objective,
