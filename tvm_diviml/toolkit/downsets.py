@@ -30,7 +30,7 @@ from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import improves, within_slack
 from .device_classes import identical_devices
-from .pipeline_model import candidate_devices, link_prices
+from .pipeline_model import candidate_devices, link_prices, stage_work
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 10.0
@@ -283,15 +283,7 @@ def stage_serial_classes(problem: Problem, names: list[str], devices: list[str] 
     readers = [[index[c] for c in i.consumers if c in index] for i in inputs] + [c for c, _ in entering]
 
     def describe(device: str) -> tuple:
-        feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
-        work = np.array(
-            [
-                costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
-                if feasible[i]
-                else 0.0
-                for i, k in enumerate(names)
-            ]
-        )
+        work, feasible = stage_work(problem, names, device)
         enter = tensor + [costs.transfer_s(i.bytes, host, device) for i in inputs] + [p for _, p in entering] + [0.0]
         capacity = platform.device(device).memory_bytes
         return (
@@ -587,12 +579,12 @@ def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals
                 for back in range(size)
             }
         )
+        # devices no stage uses may take new stages, up to the stages asked for
+        spare = [d for d in candidate_devices(problem) if d not in best.stage_devices]
+        spare = spare[: max(0, (problem.stages or len(platform.devices)) - len(best.stages))]
         improved = False
         for first, end in windows:
             kernels = frozenset(k for stage in best.stages[first:end] for k in stage)
-            # devices no stage uses may take new stages, up to the stages asked for
-            spare = [d for d in candidate_devices(problem) if d not in best.stage_devices]
-            spare = spare[: max(0, (problem.stages or len(platform.devices)) - len(best.stages))]
             if end - first + len(spare) < 2 or (kernels, tuple(best.stage_devices[first:end])) in tried:
                 continue
             tried.add((kernels, tuple(best.stage_devices[first:end])))

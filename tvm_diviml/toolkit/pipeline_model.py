@@ -279,21 +279,28 @@ class DeviceClass:
     memory_bytes: float
 
 
+def stage_work(problem: Problem, names: Sequence[str], device: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel of ``names`` on ``device``: what a ``stage_serial`` stage pays for it besides
+    transfers (compute plus its model output's return, an empty one at the link's latency; 0 where it
+    may not run there), and whether it may run there."""
+    feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
+    work = np.array(
+        [
+            problem.costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
+            if feasible[v]
+            else 0.0
+            for v, k in enumerate(names)
+        ]
+    )
+    return work, feasible
+
+
 def device_classes(problem: Problem, data: PipelineData, tensors: np.ndarray) -> list[DeviceClass]:
     """The candidate devices grouped into classes the pipeline MIP cannot tell apart."""
     costs, host = problem.costs, problem.platform.host
-    feasible_on = {k: set(problem.feasible_devices(k)) for k in data.names}
 
     def describe(device: str) -> tuple:
-        feasible = np.array([device in feasible_on[k] for k in data.names])
-        work = np.array(
-            [
-                costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
-                if feasible[v]
-                else 0.0
-                for v, k in enumerate(data.names)
-            ]
-        )
+        work, feasible = stage_work(problem, data.names, device)
         inputs = np.array([costs.transfer_s(b, host, device) for b in data.input_bytes], dtype=float)
         capacity = problem.platform.device(device).memory_bytes
         return work, feasible, inputs, math.inf if capacity is None else float(capacity)
