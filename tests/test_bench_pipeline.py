@@ -69,17 +69,16 @@ def test_an_msr_fiddle_graph_on_k_accelerators_keeps_its_own_prices():
     assert not math.isinf(sim.value_s)
 
 
-def test_past_the_ideal_cap_node_limited_mips_give_the_same_bounds_every_run(monkeypatch):
-    import tvm_diviml.bounds.pipeline as pipeline_module
+def test_past_the_ideal_cap_node_limited_mips_give_the_same_bounds_every_run():
     from tvm_diviml.bench.pipeline import pipeline_solves
     from tvm_diviml.workload import load_workload
 
     from .test_slicegraph import pipeline
 
-    monkeypatch.setattr(pipeline_module, "DP_IDEALS", 1)  # too many ideals: the MIPs must bound it
     workload = load_workload("random:kernels=12,seed=2", "gpu4", "roofline")
     problem = pipeline(workload.graph, workload.platform, workload.costs, 3)
-    first, second = (pipeline_solves(problem, 1.0, 60.0, 20_000, mip_nodes=5) for _ in range(2))
+    # one ideal at most: the DP declines, the MIPs must bound it
+    first, second = (pipeline_solves(problem, 1.0, 60.0, 20_000, mip_nodes=5, dp_ideals=1) for _ in range(2))
     assert first["downsets_value_s"] is None and first["repeatable"] and first["mip_nodes"] == 5
     bounds = {key: value for key, value in first.items() if key.startswith("bound_") and key != "bound_s"}
     assert {"bound_exact_mip_s", "bound_three_superblock_s", "bound_guess_bottleneck_s"} <= set(bounds)

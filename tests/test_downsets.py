@@ -256,3 +256,27 @@ def test_the_fallback_polishes_slicegraph_past_the_cap():
     assert exact.optimal and "more than 2 ideals" in fallback.attrs["fallback_reason"]
     assert fallback.value_s <= fallback.attrs.get("slicegraph_value_s", fallback.value_s)
     assert exact.value_s <= fallback.value_s * (1 + 1e-9)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(pipeline_problems(), st.floats(1.0, 2.0))
+def test_a_known_plans_period_spares_passes_not_the_optimum(problem, slack):
+    """Any period at or above the optimum (a plan's) as the first bound: the same value, no more passes."""
+    instance = MaxLoadInstance.of(problem, 10_000)
+    plain, plain_passes = instance.search()
+    seeded, seeded_passes = instance.search(upper_s=plain.value_s * slack)
+    assert close(seeded.value_s, plain.value_s) and seeded_passes <= plain_passes
+    first_bound = 1.25 * instance.quantum * instance.key[-1] / instance.max_sets
+    if plain.value_s * slack <= 1.5 * first_bound:
+        assert seeded_passes == 1
+
+
+def test_a_dp_table_past_its_cells_is_refused(monkeypatch):
+    import tvm_diviml.toolkit.downsets as downsets_module
+    from tvm_diviml.toolkit.downsets import TooManyIdeals
+
+    monkeypatch.setattr(downsets_module, "MAX_DP_CELLS", 10)
+    with pytest.raises(TooManyIdeals, match="a DP table of more than 10 cells"):
+        MaxLoadInstance.of(hand_chain(), 10_000)
+    fallback = get_solver("downsets", fallback_options={"generations": 1}).solve(hand_chain())
+    assert "DP table" in fallback.attrs["fallback_reason"] and fallback.value_s >= 7.0

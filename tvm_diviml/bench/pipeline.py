@@ -33,6 +33,7 @@ TIME_LIMIT_S = 10.0
 BOUND_TIME_LIMIT_S = 300.0  # a ceiling: the node limit stops the MIPs first on every graph of the suite
 MIP_NODES = 50  # branch-and-bound nodes per MIP: bounds that do not change with the machine's load
 MIP_UP_TO = 20_000  # kernels x stages; beyond, the MIPs take longer to build than to help
+DP_IDEALS = 150_000  # the downset DP bounds graphs of up to this many ideals (randwire nodes=32: 99,026)
 SMALL_GRAPH = 256  # kernels: the summaries report SliceGraph's slowest run up to this size
 
 
@@ -90,19 +91,21 @@ def suite_pipeline(
     mip_up_to: int = MIP_UP_TO,
     msr_fiddle_dir: str = MSR_FIDDLE_OPERATORS,
     mip_nodes: int = MIP_NODES,
+    dp_ideals: int = DP_IDEALS,
 ) -> Iterator[Row]:
     """SliceGraph against the best lower bound on ``gpuK`` (K identical GPUs, roofline costs) for every K
     in ``stages`` with K <= kernels / 4: zoo models at fused and operator granularity, random-wired
     networks, and the msr-fiddle operator graphs on K accelerators priced by their own profiles.
 
     Per row: SliceGraph (``time_limit_s``) and its plan polished (``polish_pipeline``: windows of
-    stages re-cut by the DP, ``time_limit_s`` more); the downset DP where the graph's ideals fit (its value
-    bounds every plan; where its plan is proven optimal nothing more runs); the exact MIP
+    stages re-cut by the DP, ``time_limit_s`` more); the downset DP where the graph has at most
+    ``dp_ideals`` ideals, within ``bound_time_limit_s`` (its value bounds every plan; where its plan is
+    proven optimal nothing more runs); the exact MIP
     warm-started from SliceGraph's plan, whose plan, when better, is the best partition found and
     whose proven bound counts; the three-superblock and guess-the-bottleneck relaxations; LB0 and the
     LP bound. Each MIP stops at ``mip_nodes`` branch-and-bound nodes, the exact
-    MIP within ``bound_time_limit_s`` and the relaxations within as much again in all: where no MIP
-    reaches the clock first (``repeatable``), the bounds are the same on every run. The MIPs run only
+    MIP within ``bound_time_limit_s`` and the relaxations within as much again in all: where neither the
+    DP nor a MIP reaches the clock first (``repeatable``), the bounds are the same on every run. The MIPs run only
     where kernels x K <= ``mip_up_to`` (beyond, their models take longer to build than to help). One
     summary row per K: the geometric mean of bound / best beside the paper's."""
     rows = []
@@ -122,7 +125,7 @@ def suite_pipeline(
                 "group": group,
                 "granularity": granularity,
                 "model": os.path.basename(model) if found.costs is not None else model,
-                **pipeline_solves(problem, time_limit_s, bound_time_limit_s, mip_up_to, mip_nodes),
+                **pipeline_solves(problem, time_limit_s, bound_time_limit_s, mip_up_to, mip_nodes, dp_ideals),
             }
             rows.append(row)
             yield row
@@ -130,7 +133,12 @@ def suite_pipeline(
 
 
 def pipeline_solves(
-    problem: Problem, time_limit_s: float, bound_time_limit_s: float, mip_up_to: int, mip_nodes: int = MIP_NODES
+    problem: Problem,
+    time_limit_s: float,
+    bound_time_limit_s: float,
+    mip_up_to: int,
+    mip_nodes: int = MIP_NODES,
+    dp_ideals: int = DP_IDEALS,
 ) -> Row:
     """One graph on K stages: SliceGraph and the downset DP, then (where the DP proves nothing and the
     graph is small enough) the exact MIP warm-started from SliceGraph and the MIP relaxations, against
@@ -139,10 +147,11 @@ def pipeline_solves(
     sliced = get_solver("slicegraph", time_limit_s=time_limit_s).solve(problem)
     polished = polish_pipeline(problem, sliced, time.perf_counter() + time_limit_s)
     bounds = lower_bounds(problem)
-    best, mip_s, notes, stopped_by_time = polished.value_s, None, "", 0
+    best, mip_s, notes = polished.value_s, None, ""
     began = time.perf_counter()
-    solved = downset_bound(problem, math.inf)  # its ideal cap bounds its work, not the clock
+    solved = downset_bound(problem, began + bound_time_limit_s, dp_ideals, polished.value_s)
     dp_s = time.perf_counter() - began
+    stopped_by_time = int(solved is None and dp_s >= bound_time_limit_s)
     if solved is not None:
         bounds["downsets"] = solved.lower_bound_s
         if not solved.attrs.get("infeasible"):
@@ -161,7 +170,7 @@ def pipeline_solves(
         options = {"exact_mip": False, "downsets": False, "max_nodes": mip_nodes, "stats": stats}
         bounds.update(pipeline_bounds(problem, bound_time_limit_s, **options))
         bound_s = time.perf_counter() - began
-        stopped_by_time = stats.get("stopped_by_time", 0) + exact.attrs["stopped_by_time"]
+        stopped_by_time += stats.get("stopped_by_time", 0) + exact.attrs["stopped_by_time"]
     else:
         bound_s, notes = 0.0, f"MIPs skipped: {len(graph)} kernels x {count} stages > {mip_up_to}"
     best_from = max(bounds, key=bounds.__getitem__)
@@ -237,6 +246,7 @@ SUITE = Suite(
         QUICK,
         Option("stages", tuple, PIPELINE_STAGES, "the stage counts K (those up to kernels / 4 run)"),
         Option("mip_up_to", int, MIP_UP_TO, "the MIPs run only where kernels x K is at most this"),
+        Option("dp_ideals", int, DP_IDEALS, "the downset DP runs where the graph has at most this many ideals"),
         Option("msr_fiddle_dir", str, MSR_FIDDLE_OPERATORS, "folder of the msr-fiddle operator graphs"),
     ),
 )

@@ -140,12 +140,14 @@ def pipeline_bounds(
     return parts
 
 
-def downset_bound(problem: Problem, deadline_at: float) -> Plan | None:
+def downset_bound(
+    problem: Problem, deadline_at: float, max_ideals: int = DP_IDEALS, upper_s: float = math.inf
+) -> Plan | None:
     """The downset DP's plan, whose ``lower_bound_s`` is the DP's value (the optimum where the plan is
-    ``optimal``); None where the ideals exceed ``DP_IDEALS``, the DP passes ``deadline_at`` or finds
-    no split (then the plan's own checks say why)."""
+    ``optimal``); None where the ideals exceed ``max_ideals``, the DP passes ``deadline_at`` or finds
+    no split (then the plan's own checks say why). ``upper_s``: a known plan's period, if any."""
     try:
-        return downset_plan(problem, DP_IDEALS, deadline_at)
+        return downset_plan(problem, max_ideals, deadline_at, upper_s)
     except (TooManyIdeals, TimeoutError, DivimlInputError) as stop:
         log.info("pipeline bounds: no downset DP (%s)", stop)
         return None
