@@ -1,11 +1,12 @@
-"""The window_load latency bound: by hand where contention and precedence both bind, and never above
-the brute-force optimum."""
+"""The window_load latency bound: by hand where contention and precedence both bind; it and
+overlap_load never above the brute-force optimum."""
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tvm_diviml.bounds import lower_bounds
+from tvm_diviml.bounds.overlap_load import overlap_load_bound
 from tvm_diviml.bounds.window_load import class_weights, fractional_load, window_load_bound
 from tvm_diviml.solvers import Problem
 
@@ -42,9 +43,10 @@ def test_device_weights_sum_to_one_over_devices():
     assert np.allclose(weights @ np.array([1, 2, 4]), 1.0)
 
 
+@pytest.mark.parametrize("bound", [window_load_bound, overlap_load_bound])
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dag_problems(max_kernels=7))
-def test_window_load_never_exceeds_the_optimum(case):
+@given(case=dag_problems(max_kernels=7))
+def test_the_window_bounds_never_exceed_the_optimum(bound, case):
     graph, platform, costs = case
     optimum, _ = best_latency(graph, platform, costs)
-    assert window_load_bound(Problem(graph, platform, costs)) <= optimum * (1 + 1e-9) + 1e-12
+    assert bound(Problem(graph, platform, costs)) <= optimum * (1 + 1e-9) + 1e-12

@@ -3,7 +3,8 @@
 Each part is a valid bound on its own and the reported bound is their maximum; kernels are priced
 at their fastest feasible device, so no bound depends on a plan. Latency gets the critical path
 (also with transfers priced), the largest kernel, the average load, the LP load bound and the window
-load bound (heads, tails and the load between them); period modes the load bounds that stay valid
+load bound (heads, tails and the load between them) and the overlap load bound (one placement for
+every window, each kernel's least overlap with it); period modes the load bounds that stay valid
 with replicas; pipelines (``stage_serial``) the MTPP bounds of ``bounds.pipeline.pipeline_bounds``,
 with MIP bounds when given ``mip_time_limit_s``; every mode the largest co-location group. Reports
 print the gap value / bound - 1 with every plan.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ..problem import Problem
 from .common import fastest_times, largest_group
 from .latency import critical_path_bound, series_bound, transfer_path_bound
+from .overlap_load import overlap_load_bound
 from .pipeline import pipeline_bounds
 from .throughput import lp_load_bound
 from .window_load import window_load_bound
@@ -43,6 +45,7 @@ def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, f
         parts["critical_path"] = critical_path_bound(problem)
         parts["transfer_path"] = transfer_path_bound(problem)
         parts["window_load"] = window_load_bound(problem)
+        parts["overlap_load"] = overlap_load_bound(problem)
         series = series_bound(problem, mip_time_limit_s) if mip_time_limit_s > 0 else None
         if series is not None:
             parts["series"] = series
@@ -61,6 +64,7 @@ __all__ = [
     "lower_bound",
     "lower_bounds",
     "lp_load_bound",
+    "overlap_load_bound",
     "pipeline_bounds",
     "transfer_path_bound",
     "window_load_bound",
