@@ -20,7 +20,8 @@ from tvm_diviml.msr_fiddle import read_msr_fiddle
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.toolkit.downsets import MaxLoadInstance, downset_plan, enumerate_ideals, polish_pipeline
+from tvm_diviml.toolkit.downsets import MaxLoadInstance, TooManyIdeals, downset_plan, enumerate_ideals
+from tvm_diviml.toolkit.pipeline_polish import polish_pipeline, recut_along_orders
 
 from .conftest import examples
 from .strategies import dag_problems
@@ -149,6 +150,29 @@ def test_ideals_are_closed_under_colour_groups():
     assert len(enumerate_ideals([[], [0], [0], [1, 2]], [[1, 2], [3], [3], []], [], 10)) == 6
 
 
+def test_a_family_keeps_the_ideals_that_hold_groups_whole_and_both_ends():
+    from tvm_diviml.toolkit.downsets import build_ideals
+
+    # a -> c, b -> c, a and b grouped: {a} splits the group; the empty and the full ideal are added
+    chain = ([[], [], [0, 1]], [[2], [2], []], [[0, 1]], [(0, [2]), (1, [2])], [])
+    ideals = build_ideals(*chain, max_ideals=10, family=[0b001, 0b011])
+    assert [int(sum(1 << i for i in map(int, row.nonzero()[0]))) for row in ideals.members] == [0, 0b011, 0b111]
+    with pytest.raises(TooManyIdeals, match="a family of more than 2 ideals"):
+        build_ideals(*chain, max_ideals=2, family=[0b011])
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(pipeline_problems())
+def test_the_dp_over_a_family_of_every_ideal_is_the_full_dp(problem):
+    full = MaxLoadInstance.of(problem, 10_000)
+    graph = problem.graph
+    index = {k: i for i, k in enumerate(graph.topo_order)}
+    predecessors = [[index[e.src] for e in graph.pred[k]] for k in graph.topo_order]
+    successors = [[index[e.dst] for e in graph.succ[k]] for k in graph.topo_order]
+    every = enumerate_ideals(predecessors, successors, [], 10_000)
+    assert close(MaxLoadInstance.of(problem, 10_000, family=every).search()[0].value_s, full.search()[0].value_s)
+
+
 def test_past_the_cap_it_falls_back_to_slicegraph():
     problem = throughput(*read_msr_fiddle(hand_file()))
     plan = get_solver("downsets", max_ideals=2, fallback_options={"generations": 3}).solve(problem)
@@ -246,6 +270,39 @@ def test_polishing_never_loses_and_a_window_of_every_device_reaches_the_optimum(
         assert close(polished.value_s, best_pipeline(problem))
 
 
+@settings(max_examples=examples(30), deadline=None)
+@given(pipeline_problems(), st.integers(0, 2))
+def test_a_recut_along_orders_is_better_or_nothing(problem, seed):
+    import random
+    import time
+
+    rough = get_solver("slicegraph", seed=seed, time_limit_s=5, generations=1).solve(problem)
+    sim = simulate(problem.graph, problem.platform, problem.costs, rough)
+    step = recut_along_orders(problem, rough, sim, time.perf_counter() + 30, random.Random(seed), 0.7)
+    if step is not None:
+        better, trial = step
+        assert trial.feasible and trial.value_s <= sim.value_s and len(better.stages) <= problem.stages
+        assert trial.value_s == simulate(problem.graph, problem.platform, problem.costs, better).value_s
+
+
+def test_orders_find_what_windows_alone_miss(monkeypatch):
+    """randwire_ws:nodes=12 on gpu8 as 8 stages, from a one-generation SliceGraph plan: no window of
+    1-3 stages helps; re-cuts along orders do, never below the DP's optimum."""
+    import time
+
+    from tvm_diviml.toolkit import pipeline_polish
+    from tvm_diviml.workload import load_workload
+
+    workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu8", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=8)
+    optimum = get_solver("downsets").solve(problem).value_s
+    rough = get_solver("slicegraph", generations=1, time_limit_s=5).solve(problem)
+    with_orders = polish_pipeline(problem, rough, time.perf_counter() + 60)
+    monkeypatch.setattr(pipeline_polish, "STALE_ROUNDS", 0)
+    windows_only = polish_pipeline(problem, rough, time.perf_counter() + 60)
+    assert optimum * (1 - 1e-9) <= with_orders.value_s < windows_only.value_s * (1 - 1e-6)
+
+
 def test_the_fallback_polishes_slicegraph_past_the_cap():
     from tvm_diviml.workload import load_workload
 
@@ -273,7 +330,6 @@ def test_a_known_plans_period_spares_passes_not_the_optimum(problem, slack):
 
 def test_a_dp_table_past_its_cells_is_refused(monkeypatch):
     import tvm_diviml.toolkit.downsets as downsets_module
-    from tvm_diviml.toolkit.downsets import TooManyIdeals
 
     monkeypatch.setattr(downsets_module, "MAX_DP_CELLS", 10)
     with pytest.raises(TooManyIdeals, match="a DP table of more than 10 cells"):

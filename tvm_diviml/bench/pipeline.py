@@ -20,7 +20,7 @@ from ..platform import Device, Link, Platform
 from ..presets import gpu_k
 from ..solvers import Problem, get_solver
 from ..solvers.pipeline_mip import solve_pipeline_mip
-from ..toolkit.downsets import polish_pipeline
+from ..toolkit.pipeline_polish import polish_pipeline
 from ..workload import load_graph
 from .common import MSR_FIDDLE_DIR, geomean, log, progress
 from .suite import QUICK, Option, Row, Suite, time_limit
@@ -98,9 +98,9 @@ def suite_pipeline(
     networks, and the msr-fiddle operator graphs on K accelerators priced by their own profiles.
 
     Per row: SliceGraph (``time_limit_s``) and its plan polished (``polish_pipeline``: windows of
-    stages re-cut by the DP, ``time_limit_s`` more); the downset DP where the graph has at most
-    ``dp_ideals`` ideals, within ``bound_time_limit_s`` (its value bounds every plan; where its plan is
-    proven optimal nothing more runs); the exact MIP
+    stages, then every cut along orders, re-cut by the DP, ``time_limit_s`` more); the downset DP
+    where the graph has at most ``dp_ideals`` ideals, within ``bound_time_limit_s`` (its value bounds
+    every plan; where its plan is proven optimal nothing more runs); the exact MIP
     warm-started from SliceGraph's plan, whose plan, when better, is the best partition found and
     whose proven bound counts; the three-superblock and guess-the-bottleneck relaxations; LB0 and the
     LP bound. Each MIP stops at ``mip_nodes`` branch-and-bound nodes, the exact

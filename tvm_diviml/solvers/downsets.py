@@ -1,6 +1,6 @@
 """The ``downsets`` solver: the exact DP over downsets (``toolkit/downsets.py``) for ``host_staged`` max
 load (msr-fiddle) and ``stage_serial`` pipelines; past ``max_ideals`` downsets or the time limit it
-falls back to SliceGraph (for pipelines, then re-cuts windows of stages by the DP) and says so in
+falls back to SliceGraph (for pipelines, then re-cuts its cuts by the DP: ``pipeline_polish``) and says so in
 ``plan.attrs``. docs/solvers.md#downsets.
 """
 
@@ -13,7 +13,8 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
-from ..toolkit.downsets import TooManyIdeals, downset_plan, polish_pipeline
+from ..toolkit.downsets import TooManyIdeals, downset_plan
+from ..toolkit.pipeline_polish import polish_pipeline
 from .base import Solver
 from .slicegraph import SliceGraph
 
@@ -62,16 +63,18 @@ class Downsets(Solver):
     def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
         """SliceGraph in the time left; for pipelines 70% of it, then ``polish_pipeline`` in the rest."""
         left = max(deadline.left(), 1.0)
-        then = ", then windows of stages re-cut by the DP," if problem.mode == "stage_serial" else ""
+        then = ", then its cuts re-cut by the DP (windows of stages, orders)," if problem.mode == "stage_serial" else ""
         log.warning("downsets: %s; falling back to SliceGraph%s for %.0f s (not proven optimal)", reason, then, left)
         share = 0.7 * left if problem.mode == "stage_serial" else left
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
         plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(share))
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
         if problem.mode == "stage_serial":
-            polished = polish_pipeline(problem, plan, time.perf_counter() + max(deadline.left(), 0.3 * left))
+            polished = polish_pipeline(
+                problem, plan, time.perf_counter() + max(deadline.left(), 0.3 * left), seed=self.seed
+            )
             if polished.value_s < plan.value_s:
-                polished.attrs.update(plan.attrs, method="slicegraph (fallback), windows re-cut by the DP")
+                polished.attrs.update(plan.attrs, method="slicegraph (fallback), cuts re-cut by the DP")
                 polished.attrs["slicegraph_value_s"] = plan.value_s
                 polished.lower_bound_s = plan.lower_bound_s
                 plan = polished

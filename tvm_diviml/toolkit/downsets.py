@@ -28,7 +28,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
-from ..tolerances import improves, within_slack
+from ..tolerances import within_slack
 from .device_classes import identical_devices
 from .pipeline_model import candidate_devices, link_prices, stage_work
 
@@ -147,11 +147,21 @@ def build_ideals(
     tensors: list[tuple[int, list[int]]],
     input_consumers: list[list[int]],
     max_ideals: int,
+    family: list[int] | None = None,
 ) -> Ideals:
     """Enumerate the group-closed ideals and the arrays the DP reads; ``tensors``: (producer, consumers),
-    where a consumer n (one past the kernels) is one that no ideal holds: the tensor always leaves."""
+    where a consumer n (one past the kernels) is one that no ideal holds: the tensor always leaves.
+    ``family``: ideals (bitmasks) to take instead of every one; those that split a group are dropped,
+    the empty and the full ideal added (the DP then finds the best chain within the family)."""
     n, g, L = len(predecessors), len(input_consumers), len(tensors)
-    masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
+    if family is None:
+        masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
+    else:
+        group_masks = [sum(1 << m for m in members) for members in groups]
+        whole = {mask for mask in family if all(mask & gm in (0, gm) for gm in group_masks)}
+        masks = sorted(whole | {0, (1 << n) - 1}, key=int.bit_count)
+        if len(masks) > max_ideals:
+            raise TooManyIdeals(f"a family of more than {max_ideals} ideals")
     width_bytes = (n + 7) // 8
     packed = np.frombuffer(b"".join(m.to_bytes(width_bytes, "little") for m in masks), dtype=np.uint8)
     members = np.unpackbits(packed.reshape(len(masks), width_bytes), axis=1, count=n, bitorder="little").astype(bool)
@@ -472,9 +482,11 @@ class MaxLoadInstance:
         kernels: set[str] | None = None,
         devices: list[str] | None = None,
         max_sets: int | None = None,
+        family: list[int] | None = None,
     ) -> MaxLoadInstance:
         """The whole problem, or (pipelines) only ``kernels``, closed under paths, as at most
-        ``max_sets`` stages on ``devices`` with the rest of the graph where it is."""
+        ``max_sets`` stages on ``devices`` with the rest of the graph where it is; over every ideal,
+        or over ``family`` (bitmasks over the kernels in topological order: ``build_ideals``)."""
         graph = problem.graph
         names = [k for k in graph.topo_order if kernels is None or k in kernels]
         index = {k: i for i, k in enumerate(names)}
@@ -486,7 +498,7 @@ class MaxLoadInstance:
             if graph.kernels[k].colocate is not None:
                 grouped[graph.kernels[k].colocate].append(index[k])
         groups = [m for m in grouped.values() if len(m) > 1]
-        ideals = build_ideals(predecessors, successors, groups, tensors, inputs, max_ideals)
+        ideals = build_ideals(predecessors, successors, groups, tensors, inputs, max_ideals, family)
         cells = len(ideals) * math.prod(len(c.devices) + 1 for c in classes)
         if cells > MAX_DP_CELLS:
             raise TooManyIdeals(
@@ -609,65 +621,6 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
         "" if plan.optimal else ", not proven optimal",
     )
     return plan
-
-
-def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals: int = 20_000) -> Plan:
-    """``plan`` (stage_serial) with windows of 1-3 consecutive stages around a bottleneck re-cut exactly
-    by the DP on the window's devices and any device no stage uses (the rest of the plan where it is):
-    SliceGraph's moves shift one cut along one order, a window moves any kernels across its cuts. A
-    change is kept only where the simulator's period, or the number of stages at it, drops; a window
-    of too many ideals is skipped."""
-    graph, platform, costs = problem.graph, problem.platform, problem.costs
-    best = plan.copy()
-    sim = simulate(graph, platform, costs, best)
-    tried: set[tuple] = set()
-    while sim.feasible and time.perf_counter() < deadline_at:
-        period = sim.value_s
-        worst = [b for b, c in enumerate(sim.stage_cost_s) if c >= period * (1 - 1e-9)]
-        windows = sorted(
-            {
-                (max(0, b - back), min(len(best.stages), b - back + size))
-                for b in worst
-                for size in (1, 2, 3)
-                for back in range(size)
-            }
-        )
-        # devices no stage uses may take new stages, up to the stages asked for
-        spare = [d for d in candidate_devices(problem) if d not in best.stage_devices]
-        spare = spare[: max(0, (problem.stages or len(platform.devices)) - len(best.stages))]
-        improved = False
-        for first, end in windows:
-            kernels = frozenset(k for stage in best.stages[first:end] for k in stage)
-            if end - first + len(spare) < 2 or (kernels, tuple(best.stage_devices[first:end])) in tried:
-                continue
-            tried.add((kernels, tuple(best.stage_devices[first:end])))
-            try:
-                window = best.stage_devices[first:end] + spare
-                instance = MaxLoadInstance.of(problem, max_ideals, set(kernels), window, end - first + len(spare))
-                split, _ = instance.search(deadline_at)
-            except (TooManyIdeals, TimeoutError):
-                continue
-            if not split.value_s < period * (1 - 1e-9):
-                continue
-            stages, devices = instance.stages_of(split)
-            candidate = Plan(
-                {**best.assignment, **{k: d for stage, d in zip(stages, devices) for k in stage}},
-                objective=problem.objective,
-                mode=problem.mode,
-                stages=best.stages[:first] + stages + best.stages[end:],
-                stage_devices=best.stage_devices[:first] + devices + best.stage_devices[end:],
-            )
-            trial = simulate(graph, platform, costs, candidate)
-            at_peak = sum(c >= trial.value_s * (1 - 1e-9) for c in trial.stage_cost_s)
-            if trial.feasible and (
-                improves(trial.value_s, period) or (trial.value_s <= period and at_peak < len(worst))
-            ):
-                best, sim, improved = candidate, trial, True
-                break
-        if not improved:
-            break
-    best.value_s = sim.value_s
-    return best
 
 
 def _memory_is_additive(graph) -> bool:
