@@ -336,3 +336,29 @@ def test_a_dp_table_past_its_cells_is_refused(monkeypatch):
         MaxLoadInstance.of(hand_chain(), 10_000)
     fallback = get_solver("downsets", fallback_options={"generations": 1}).solve(hand_chain())
     assert "DP table" in fallback.attrs["fallback_reason"] and fallback.value_s >= 7.0
+
+
+def test_the_pair_count_of_a_pass_and_a_pass_that_cannot_end_in_time(monkeypatch):
+    import time
+
+    import numpy as np
+
+    import tvm_diviml.toolkit.downsets as downsets_module
+    from tvm_diviml.workload import load_workload
+
+    workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    instance = MaxLoadInstance.of(problem, 10_000)
+    bound = 0.5 * instance.quantum * instance.key[-1]
+    members = instance.ideals.members
+    within = instance.key[:, None] - instance.key[None, :] <= bound / instance.quantum
+    subset = ~(members[None, :, :] & ~members[:, None, :]).any(axis=2)  # [i, j]: J within I
+    exact = int(np.count_nonzero(np.tril(subset & within, k=-1)))
+    assert instance.pairs_within(bound, every=1) == exact > 0
+    monkeypatch.setattr(downsets_module, "PAIRS_PER_S", 1.0)  # a pair a second: nothing fits in 60 s
+    began = time.perf_counter()
+    with pytest.raises(TimeoutError, match="pairs of ideals"):
+        instance.search(deadline=began + 60)
+    assert time.perf_counter() - began < 5
+    fallback = get_solver("downsets", time_limit_s=5, fallback_options={"generations": 1}).solve(problem)
+    assert "pairs of ideals" in fallback.attrs["fallback_reason"]

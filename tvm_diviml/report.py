@@ -60,7 +60,7 @@ def solve_and_report(
     # a proven optimum that carries its bound needs no MIP bound
     series_solved = problem.objective == "latency" and "series" in plan.attrs
     proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
-    parts = lower_bounds(problem, mip_time_limit_s=0.0 if proven else bound_time_limit_s)
+    parts = lower_bounds(problem, mip_time_limit_s=0.0 if proven else bound_time_limit_s, upper_s=sim.value_s)
     if plan.lower_bound_s is not None:
         parts["solver"] = plan.lower_bound_s
     row = report_row(problem, plan, sim, parts, baselines, model, cost_source)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from ..bounds import lower_bounds
-from ..bounds.pipeline import downset_bound, pipeline_bounds
+from ..bounds.pipeline import DP_IDEALS, downset_bound, pipeline_bounds
 from ..cost.roofline import RooflineCostModel
 from ..cost.table import TableCostModel
 from ..graph import OpGraph
@@ -33,7 +33,6 @@ TIME_LIMIT_S = 10.0
 BOUND_TIME_LIMIT_S = 300.0  # a ceiling: the node limit stops the MIPs first on every graph of the suite
 MIP_NODES = 50  # branch-and-bound nodes per MIP: bounds that do not change with the machine's load
 MIP_UP_TO = 20_000  # kernels x stages; beyond, the MIPs take longer to build than to help
-DP_IDEALS = 150_000  # the downset DP bounds graphs of up to this many ideals (randwire nodes=32: 99,026)
 SMALL_GRAPH = 256  # kernels: the summaries report SliceGraph's slowest run up to this size
 
 

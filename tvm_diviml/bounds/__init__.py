@@ -15,6 +15,8 @@ docs/design.md#lower-bounds.
 
 from __future__ import annotations
 
+import math
+
 from ..problem import Problem
 from .common import fastest_times, largest_group
 from .latency import critical_path_bound, series_bound, transfer_path_bound
@@ -24,15 +26,16 @@ from .throughput import lp_load_bound
 from .window_load import window_load_bound
 
 
-def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0) -> dict[str, float]:
+def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0, upper_s: float = math.inf) -> dict[str, float]:
     """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
     adds the MIP bounds of pipelines (seconds shared among them) and, for latency, the series
-    decomposition's bound (CP-SAT per segment, where it is exact); 0 keeps every bound cheap."""
+    decomposition's bound (CP-SAT per segment, where it is exact); 0 keeps every bound cheap.
+    ``upper_s``: a known plan's value (pipelines: it spares the downset DP a pass)."""
     mode = problem.mode
     fastest = fastest_times(problem)
     parts: dict[str, float] = {}
     if mode == "stage_serial":
-        parts.update(pipeline_bounds(problem, mip_time_limit_s))
+        parts.update(pipeline_bounds(problem, mip_time_limit_s, upper_s=upper_s))
     else:
         parts["average_load"] = sum(fastest.values()) / len(problem.platform.devices)
         if mode != "period_overlap":

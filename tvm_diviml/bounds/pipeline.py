@@ -31,7 +31,7 @@ from ..toolkit.pipeline_model import (
 )
 
 log = logging.getLogger(__name__)
-DP_IDEALS = 20_000  # the downset DP runs where the graph has at most this many ideals (seconds at most)
+DP_IDEALS = 150_000  # the downset DP runs where the graph has at most this many ideals, if in time
 
 
 def pipeline_bounds(
@@ -45,12 +45,14 @@ def pipeline_bounds(
     downsets: bool = True,
     max_nodes: int | None = None,
     stats: dict | None = None,
+    upper_s: float = math.inf,
 ) -> dict[str, float]:
     """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
 
     With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise first the downset DP
-    (if ``downsets``; where at most ``DP_IDEALS`` ideals, within half the time; where it proves its
-    plan optimal nothing more is run), then the MIP bounds, in this order, each MIP with a share of the
+    (if ``downsets``; where at most ``DP_IDEALS`` ideals and its pairs can be priced within half the
+    time, given ``upper_s``, a known plan's period, if any; where it proves its plan optimal nothing
+    more is run), then the MIP bounds, in this order, each MIP with a share of the
     time still left: three_superblock (at most
     ``superblock_positions`` positions, spread evenly), guess_bottleneck (all K positions) and, if
     ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
@@ -69,7 +71,7 @@ def pipeline_bounds(
     parts = combinatorial_bounds(problem, data, cheap, stages)
     if time_limit_s <= 0 or not parts or not math.isfinite(parts["largest_kernel"]):
         return parts
-    solved = downset_bound(problem, began + time_limit_s / 2) if downsets else None
+    solved = downset_bound(problem, began + time_limit_s / 2, upper_s=upper_s) if downsets else None
     if solved is not None:
         parts["downsets"] = solved.lower_bound_s
         if solved.optimal:

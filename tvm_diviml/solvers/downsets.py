@@ -27,7 +27,8 @@ class Downsets(Solver):
 
     Options: ``max_ideals`` (the most group-closed ideals to enumerate before falling back to
     SliceGraph, whose options go in ``fallback_options``) and ``time_limit_s`` (for the whole solve:
-    the DP falls back when it has used ``DP_SHARE`` of it, so that SliceGraph still gets the rest).
+    the DP falls back when it has used ``DP_SHARE`` of it, or at once where a pass's pairs would take
+    longer, so that SliceGraph still gets the rest).
     """
 
     name = "downsets"
@@ -40,7 +41,7 @@ class Downsets(Solver):
         *,
         time_limit_s: float = 60.0,
         seed: int = 0,
-        max_ideals: int = 20_000,
+        max_ideals: int = 150_000,
         fallback_options: dict | None = None,
     ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)

@@ -35,6 +35,8 @@ from .pipeline_model import candidate_devices, link_prices, stage_work
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 10.0
 MAX_DP_CELLS = 20_000_000  # ideals x device-count states: the DP's tables take 17 bytes a cell
+PAIRS_PER_S = 6e6  # (ideal, sub-ideal) pairs the DP prices a second (7.8e6 measured here, two classes)
+SAMPLE_EVERY = 64  # ideals: the pair count of a pass is estimated from every 64th
 
 
 class TooManyIdeals(Exception):
@@ -449,7 +451,9 @@ def _outside(words: list[np.ndarray], row: np.ndarray, lowest: int, end: int) ->
     return outside
 
 
-def _frontier_prices(enter: np.ndarray, leave: np.ndarray, nodes: np.ndarray, gains: np.ndarray, stays: np.ndarray):
+def _frontier_prices(
+    enter: np.ndarray, leave: np.ndarray, nodes: np.ndarray, gains: np.ndarray, stays: np.ndarray
+) -> np.ndarray:
     """Per sub-ideal J (a row of ``nodes``, its frontier): the tensors of J's frontier that enter the set
     (``gains``) less those that stay on the frontier (``stays``, per tensor), which the ideal's own
     ``leaving`` counted: one gather from a two-row price table, summed by a matrix product."""
@@ -541,18 +545,39 @@ class MaxLoadInstance:
             stages.append([self.names[i] for i in kernel_ids])
         return stages, devices
 
+    def pairs_within(self, bound_s: float, every: int = SAMPLE_EVERY) -> int:
+        """About how many (ideal, sub-ideal) pairs a DP pass at ``bound_s`` prices, its time being
+        their pricing: the sub-ideals within reach of every ``every``-th ideal, counted."""
+        key, packed = self.key, self.ideals.packed
+        reach = bound_s / self.quantum
+        words = [np.ascontiguousarray(packed[:, w]) for w in range(packed.shape[1])]
+        counted = 0
+        for i in range(every - 1, len(key), every):
+            lowest = int(np.searchsorted(key, key[i] - reach)) if reach < key[-1] else 0
+            counted += int(np.count_nonzero(_outside(words, packed[i], lowest, i) == 0))
+        return counted * every
+
     def search(self, deadline: float = math.inf, upper_s: float = math.inf) -> tuple[Partition, int]:
         """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
         raised until the DP's value lies within it (then no skipped set could have helped): start at
         1.25 x the average-load bound and grow by 1.5 (or to the value found, if less) each time.
         ``upper_s``, a known plan's period, where it lies within that first growth, is the first bound
-        instead: one pass at it (whose value no plan's undercuts) saves a pass that would fail."""
+        instead: one pass at it (whose value no plan's undercuts) saves a pass that would fail. With a
+        ``deadline`` (perf_counter), a pass whose pairs (``pairs_within``) would take past it at
+        ``PAIRS_PER_S`` is not begun: TimeoutError at once."""
         total = self.quantum * self.key[-1]
         bound = 1.25 * total / self.max_sets
         if upper_s <= 1.5 * bound:
             bound = upper_s
         passes = 0
         while True:
+            if math.isfinite(deadline):  # refuse at once a pass that cannot end in time
+                pairs = self.pairs_within(bound)
+                if time.perf_counter() + pairs / PAIRS_PER_S > deadline:
+                    raise TimeoutError(
+                        f"the DP would price about {pairs:.3g} pairs of ideals, "
+                        f"{pairs / PAIRS_PER_S:.0f} s at {PAIRS_PER_S:.2g} a second: past the time limit"
+                    )
             split = self.dp(bound, deadline)
             passes += 1
             if split.value_s <= bound or bound >= total:
