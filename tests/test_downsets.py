@@ -362,3 +362,32 @@ def test_the_pair_count_of_a_pass_and_a_pass_that_cannot_end_in_time(monkeypatch
     assert time.perf_counter() - began < 5
     fallback = get_solver("downsets", time_limit_s=5, fallback_options={"generations": 1}).solve(problem)
     assert "pairs of ideals" in fallback.attrs["fallback_reason"]
+
+
+def test_a_dp_stopped_after_an_unproven_pass_keeps_that_pass_s_plan(monkeypatch):
+    """randwire_ws:nodes=12 on gpu8 as 8 stages: the first pass (1.25 x the average load) finds a split
+    above its bound; the clock stops the second. The solver starts from that split where it beats
+    SliceGraph, and never ends above it."""
+    from tvm_diviml.toolkit.downsets import DpStopped
+    from tvm_diviml.workload import load_workload
+
+    workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu8", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=8)
+    real_dp, calls = MaxLoadInstance.dp, []
+
+    def stopped_on_the_second_pass(instance, bound_s=math.inf, deadline=math.inf):
+        calls.append(bound_s)
+        if len(calls) > 1:
+            raise TimeoutError("stopped for the test")
+        return real_dp(instance, bound_s, deadline)
+
+    monkeypatch.setattr(MaxLoadInstance, "dp", stopped_on_the_second_pass)
+    with pytest.raises(DpStopped, match="stopped for the test") as stop:
+        downset_plan(problem, 10_000)
+    first = stop.value.plan
+    assert first is not None and first.value_s > calls[0] and first.attrs["method"] == "downset DP, stopped"
+    assert first.value_s == simulate(problem.graph, problem.platform, problem.costs, first).value_s
+    calls.clear()
+    solved = get_solver("downsets", time_limit_s=10, fallback_options={"generations": 1}).solve(problem)
+    assert "stopped for the test" in solved.attrs["fallback_reason"]
+    assert solved.value_s <= first.value_s * (1 + 1e-9) and not solved.optimal

@@ -12,8 +12,9 @@ import time
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
+from ..simulator import simulate
 from ..toolkit.deadline import Deadline
-from ..toolkit.downsets import TooManyIdeals, downset_plan
+from ..toolkit.downsets import DpStopped, TooManyIdeals, downset_plan
 from ..toolkit.pipeline_polish import polish_pipeline
 from .base import Solver
 from .slicegraph import SliceGraph
@@ -53,7 +54,9 @@ class Downsets(Solver):
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         try:
             plan = downset_plan(problem, self.max_ideals, deadline.at - (1 - self.DP_SHARE) * self.time_limit_s)
-        except (TooManyIdeals, TimeoutError) as stop:
+        except DpStopped as stop:
+            return self._fall_back(problem, deadline, str(stop), stop.plan)
+        except TooManyIdeals as stop:
             return self._fall_back(problem, deadline, str(stop))
         if plan.attrs.get("infeasible"):  # pipelines: the DP's plan breaks a constraint it relaxes
             fallback = self._fall_back(problem, deadline, plan.attrs["infeasible"])
@@ -61,8 +64,9 @@ class Downsets(Solver):
             return fallback
         return plan
 
-    def _fall_back(self, problem: Problem, deadline: Deadline, reason: str) -> Plan:
-        """SliceGraph in the time left; for pipelines 70% of it, then ``polish_pipeline`` in the rest."""
+    def _fall_back(self, problem: Problem, deadline: Deadline, reason: str, stopped: Plan | None = None) -> Plan:
+        """SliceGraph in the time left (for pipelines 70% of it), or the split of a DP pass that proved
+        nothing (``stopped``) where that is better; for pipelines then ``polish_pipeline`` in the rest."""
         left = max(deadline.left(), 1.0)
         then = ", then its cuts re-cut by the DP (windows of stages, orders)," if problem.mode == "stage_serial" else ""
         log.warning("downsets: %s; falling back to SliceGraph%s for %.0f s (not proven optimal)", reason, then, left)
@@ -70,13 +74,21 @@ class Downsets(Solver):
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
         plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(share))
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
+        if stopped is not None and stopped.value_s < plan.value_s and self._feasible(problem, stopped):
+            stopped.attrs.update(fallback_reason=reason, slicegraph_value_s=plan.value_s)
+            stopped.lower_bound_s = plan.lower_bound_s
+            plan = stopped
         if problem.mode == "stage_serial":
             polished = polish_pipeline(
                 problem, plan, time.perf_counter() + max(deadline.left(), 0.3 * left), seed=self.seed
             )
             if polished.value_s < plan.value_s:
-                polished.attrs.update(plan.attrs, method="slicegraph (fallback), cuts re-cut by the DP")
-                polished.attrs["slicegraph_value_s"] = plan.value_s
+                polished.attrs.update(plan.attrs, method=plan.attrs["method"] + ", cuts re-cut by the DP")
+                polished.attrs.setdefault("slicegraph_value_s", plan.value_s)
                 polished.lower_bound_s = plan.lower_bound_s
                 plan = polished
         return plan
+
+    @staticmethod
+    def _feasible(problem: Problem, plan: Plan) -> bool:
+        return simulate(problem.graph, problem.platform, problem.costs, plan).feasible

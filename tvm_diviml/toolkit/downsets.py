@@ -43,6 +43,16 @@ class TooManyIdeals(Exception):
     """The DAG has more (group-closed) ideals than the cap."""
 
 
+class DpStopped(TimeoutError):
+    """The DP stopped for the clock. ``plan``: the split of a pass that ended without proof (its bound
+    too low), as a plan, where one did (``downset_plan`` sets it); else None."""
+
+    def __init__(self, message: str, partition: Partition | None = None):
+        super().__init__(message)
+        self.partition = partition
+        self.plan: Plan | None = None
+
+
 # ---------------------------------------------------------------------- the ideals
 @dataclass
 class Ideals:
@@ -564,24 +574,29 @@ class MaxLoadInstance:
         ``upper_s``, a known plan's period, where it lies within that first growth, is the first bound
         instead: one pass at it (whose value no plan's undercuts) saves a pass that would fail. With a
         ``deadline`` (perf_counter), a pass whose pairs (``pairs_within``) would take past it at
-        ``PAIRS_PER_S`` is not begun: TimeoutError at once."""
+        ``PAIRS_PER_S`` is not begun: DpStopped at once, with the last finished pass's split."""
         total = self.quantum * self.key[-1]
         bound = 1.25 * total / self.max_sets
         if upper_s <= 1.5 * bound:
             bound = upper_s
-        passes = 0
+        passes, found = 0, None
         while True:
             if math.isfinite(deadline):  # refuse at once a pass that cannot end in time
                 pairs = self.pairs_within(bound)
                 if time.perf_counter() + pairs / PAIRS_PER_S > deadline:
-                    raise TimeoutError(
+                    raise DpStopped(
                         f"the DP would price about {pairs:.3g} pairs of ideals, "
-                        f"{pairs / PAIRS_PER_S:.0f} s at {PAIRS_PER_S:.2g} a second: past the time limit"
+                        f"{pairs / PAIRS_PER_S:.0f} s at {PAIRS_PER_S:.2g} a second: past the time limit",
+                        found,
                     )
-            split = self.dp(bound, deadline)
+            try:
+                split = self.dp(bound, deadline)
+            except TimeoutError as stop:
+                raise DpStopped(str(stop), found) from None
             passes += 1
             if split.value_s <= bound or bound >= total:
                 return split, passes
+            found = split if math.isfinite(split.value_s) else found
             log.info("downsets: pass %d with bound %.6g s found %.6g s; again", passes, bound, split.value_s)
             bound = min(split.value_s, 1.5 * bound)
 
@@ -593,7 +608,8 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
     """The DP's plan (solver ``downsets``), scored by the simulator. For pipelines ``lower_bound_s`` is the
     DP's value, and ``attrs["infeasible"]`` says why, where the plan breaks what the DP relaxes.
     ``upper_s``: a known plan's value, which spares the DP a pass (``MaxLoadInstance.search``).
-    Raises TooManyIdeals past ``max_ideals``, TimeoutError past ``deadline_at`` (perf_counter)."""
+    Raises TooManyIdeals past ``max_ideals``, DpStopped (a TimeoutError) past ``deadline_at``
+    (perf_counter), with the plan of a finished pass that proved nothing, if any."""
     began = time.perf_counter()
     graph = problem.graph
     instance = MaxLoadInstance.of(problem, max_ideals)
@@ -604,7 +620,13 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
         len(instance.ideals),
         ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes),
     )
-    split, passes = instance.search(deadline_at, upper_s)
+    try:
+        split, passes = instance.search(deadline_at, upper_s)
+    except DpStopped as stop:
+        if stop.partition is not None:
+            stop.plan = _plan_of(problem, instance, stop.partition)
+            stop.plan.attrs.update({"method": "downset DP, stopped", "ideals": len(instance.ideals)})
+        raise
     if not math.isfinite(split.value_s):
         raise DivimlInputError(
             "no ordered split into contiguous sets keeps every kernel on a device it may run "
@@ -612,18 +634,8 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
             field="platform",
             hint="allow more devices, or devices with more memory",
         )
-    stages, stage_devices = instance.stages_of(split)
-    assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
-    plan = Plan(
-        {k: assignment[k] for k in graph.kernels},
-        objective=problem.objective,
-        mode=problem.mode,
-        stages=stages,
-        stage_devices=stage_devices,
-        solver="downsets",
-    )
+    plan = _plan_of(problem, instance, split)
     sim = simulate(graph, problem.platform, problem.costs, plan)
-    plan.value_s = sim.value_s
     plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes})
     plan.attrs.update({"dp_value_s": split.value_s, "prices_exact": instance.prices_exact})
     if problem.mode == "stage_serial":  # the DP relaxes the simulator: its value bounds every plan
@@ -640,11 +652,27 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
         "downsets: %s %.6g s over %d sets, %d ideals, %.2f s (exact DP%s)",
         "period" if problem.mode == "stage_serial" else "max load",
         sim.value_s,
-        len(stages),
+        len(plan.stages),
         len(instance.ideals),
         time.perf_counter() - began,
         "" if plan.optimal else ", not proven optimal",
     )
+    return plan
+
+
+def _plan_of(problem: Problem, instance: MaxLoadInstance, split: Partition) -> Plan:
+    """The DP's split as a plan of the whole graph, its value the simulator's."""
+    stages, stage_devices = instance.stages_of(split)
+    assignment = {k: d for stage, d in zip(stages, stage_devices) for k in stage}
+    plan = Plan(
+        {k: assignment[k] for k in problem.graph.kernels},
+        objective=problem.objective,
+        mode=problem.mode,
+        stages=stages,
+        stage_devices=stage_devices,
+        solver="downsets",
+    )
+    plan.value_s = simulate(problem.graph, problem.platform, problem.costs, plan).value_s
     return plan
 
 
