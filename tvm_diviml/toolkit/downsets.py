@@ -35,7 +35,9 @@ from .pipeline_model import candidate_devices, link_prices, stage_work
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 10.0
 MAX_DP_CELLS = 20_000_000  # ideals x device-count states: the DP's tables take 17 bytes a cell
-PAIRS_PER_S = 6e6  # (ideal, sub-ideal) pairs the DP prices a second (7.8e6 measured here, two classes)
+# (ideal, sub-ideal) pairs the DP prices a second, taken low so that a pass begun ends in time on a
+# busy machine: 7.8e6 measured here quiet at K = 8 with two device classes, 3.5e6 busy at K = 2
+PAIRS_PER_S = 3e6
 SAMPLE_EVERY = 64  # ideals: the pair count of a pass is estimated from every 64th
 
 
