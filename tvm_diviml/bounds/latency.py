@@ -115,6 +115,17 @@ def tails(problem: Problem, times: TransferTimes, compute: dict[str, np.ndarray]
     return after
 
 
+def work_heads_tails(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(work, head, tail) as (kernels, devices) arrays, kernels in ``graph.kernels`` order: compute
+    time (inf where the kernel may not run), earliest start and least time to the end on each device;
+    what the window bounds read."""
+    times = TransferTimes(problem)
+    compute = compute_times(problem)
+    start, after = heads(problem, times, compute), tails(problem, times, compute)
+    kernels = list(problem.graph.kernels)
+    return tuple(np.array([table[k] for k in kernels]) for table in (compute, start, after))
+
+
 def affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
     """(latency, seconds per byte) of every link, when each transfer costs latency + bytes x rate
     (checked at a third size); None otherwise. A graph with thousands of distinct tensor sizes on

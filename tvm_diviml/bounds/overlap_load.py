@@ -20,7 +20,7 @@ import numpy as np
 from ..problem import Problem
 from ..tolerances import SOLVER_SLACK
 from ..toolkit.mip_backend import new_model
-from .latency import TransferTimes, compute_times, heads, tails
+from .latency import work_heads_tails
 from .window_load import thresholds
 
 THRESHOLDS = 64  # head and tail thresholds each, fewer where the overlap table would pass CELLS
@@ -36,16 +36,10 @@ def overlap_load_bound(problem: Problem) -> float:
     graph = problem.graph
     if not graph.kernels or len(graph.kernels) * len(problem.platform.devices) > PLACEMENTS:
         return 0.0
-    times = TransferTimes(problem)
-    compute = compute_times(problem)
-    start, after = heads(problem, times, compute), tails(problem, times, compute)
-    kernels = list(graph.kernels)
-    work = np.array([compute[k] for k in kernels])  # (n, devices); inf where k may not run
+    work, head, tail = work_heads_tails(problem)  # (n, devices); work inf where k may not run
     usable = np.isfinite(work)
     if not usable.any(axis=1).all():
         return 0.0
-    head = np.array([start[k] for k in kernels])
-    tail = np.array([after[k] for k in kernels])
     count = max(2, min(THRESHOLDS, int(np.sqrt(CELLS / work.size))))
     from_a, from_b = thresholds(head[usable], count), thresholds(tail[usable], count)
     unit = float(work[usable].max()) or 1.0
@@ -62,7 +56,7 @@ def overlap_load_bound(problem: Problem) -> float:
     model = new_model("overlap_load", "highs")
     span = model.add_var(lb=0.0)
     share = {(k, d): model.add_var(lb=0.0, ub=1.0) for k, d in zip(*np.nonzero(usable))}
-    for k in range(len(kernels)):
+    for k in range(len(work)):
         model += mip.xsum(share[k, d] for d in np.flatnonzero(usable[k])) == 1
     model.objective = mip.minimize(span)
     placed = np.where(usable, 1.0 / usable.sum(axis=1, keepdims=True), 0.0)

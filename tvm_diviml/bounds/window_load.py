@@ -19,7 +19,7 @@ from ..problem import Problem
 from ..tolerances import SOLVER_SLACK
 from ..toolkit.device_classes import identical_devices
 from ..toolkit.mip_backend import new_model
-from .latency import TransferTimes, compute_times, heads, tails
+from .latency import work_heads_tails
 
 THRESHOLDS = 64  # head and tail thresholds each (more kernels: evenly spaced among their values)
 SCREEN_WORK = 2e8  # multiply-adds for screening every window by the dual grid: well under a second
@@ -33,14 +33,10 @@ def window_load_bound(problem: Problem) -> float:
     graph = problem.graph
     if not graph.kernels:
         return 0.0
-    times = TransferTimes(problem)
-    compute = compute_times(problem)
-    start, after = heads(problem, times, compute), tails(problem, times, compute)
-    kernels = list(graph.kernels)
-    work = np.array([compute[k] for k in kernels])
+    work, start, after = work_heads_tails(problem)
     usable = np.isfinite(work)
-    head = np.where(usable, np.array([start[k] for k in kernels]), np.inf).min(axis=1)
-    tail = np.where(usable, np.array([after[k] for k in kernels]), np.inf).min(axis=1)
+    head = np.where(usable, start, np.inf).min(axis=1)
+    tail = np.where(usable, after, np.inf).min(axis=1)
     classes = [members for members, _ in identical_devices(list(range(work.shape[1])), lambda d: (work[:, d],))]
     class_work = np.stack([work[:, members].min(axis=1) for members in classes], axis=1)
     dearest = 2.0 * class_work[np.isfinite(class_work)].sum() + 1.0  # a relaxation: dear, not closed
