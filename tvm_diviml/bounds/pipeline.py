@@ -2,7 +2,7 @@
 ones (average load, the dearest kernel, a kernel's neighbourhood), the downset DP's value where the
 graph's ideals fit (the optimum, or a relaxation of it), and the MIP relaxations of Archer et al.
 (three superblocks; guess the bottleneck block), each from a time-limited MIP's proven bound only
-(docs/solvers.md#mtpp).
+(docs/solvers.md#mtpp), and the stage cover (``stage_cover.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import mip
+import numpy as np
 
 from ..errors import DivimlInputError
 from ..plan import Plan
@@ -29,6 +30,7 @@ from ..toolkit.pipeline_model import (
     optimize,
     time_unit,
 )
+from .stage_cover import block_cost, stage_cover_bound
 
 log = logging.getLogger(__name__)
 DP_IDEALS = 150_000  # the downset DP runs where the graph has at most this many ideals, if in time
@@ -43,6 +45,7 @@ def pipeline_bounds(
     superblock_positions: int = 16,
     exact_mip: bool = True,
     downsets: bool = True,
+    stage_cover: bool = True,
     max_nodes: int | None = None,
     stats: dict | None = None,
     upper_s: float = math.inf,
@@ -52,12 +55,13 @@ def pipeline_bounds(
     With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise first the downset DP
     (if ``downsets``; where at most ``DP_IDEALS`` ideals and its pairs can be priced within half the
     time, given ``upper_s``, a known plan's period, if any; where it proves its plan optimal nothing
-    more is run), then the MIP bounds, in this order, each MIP with a share of the
+    more is run), then the stage cover (``stage_cover``: a third of the time left), then the MIP
+    bounds, in this order, each MIP with a share of the
     time still left: three_superblock (at most
     ``superblock_positions`` positions, spread evenly), guess_bottleneck (all K positions) and, if
     ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
-    kernel at its cheapest, three_superblock), the exact MIP every one.
+    kernel at its cheapest, stage_cover, three_superblock), the exact MIP every one.
 
     ``max_nodes``: each MIP also stops after that many branch-and-bound nodes and may use all the
     time left, so that, where no MIP reaches ``time_limit_s`` first, the bounds are the same on every
@@ -86,9 +90,29 @@ def pipeline_bounds(
     ]
     runs += [("exact_mip", 0, float(len(positions)))] * exact_mip
     relaxed = max(parts["average_load"], float(cheap.work.max()), parts["neighbourhood"])
+    timed_out = 0
+    if stage_cover:
+        mark, cover_stats = time.perf_counter(), {}
+        left = time_limit_s - (mark - began)
+        whole = block_cost(data, cheap, np.ones(data.n, dtype=bool))
+        covered = stage_cover_bound(
+            data,
+            cheap,
+            stages,
+            max(parts.values()),
+            min(upper_s, whole),
+            mark + (left if max_nodes is not None else left / 3),
+            seed=seed,
+            backend=backend,
+            stats=cover_stats,
+        )
+        timed_out += cover_stats["stopped_by_time"]
+        if covered is not None:
+            parts["stage_cover"] = covered
+            relaxed = max(relaxed, covered)
+        log.info("pipeline bounds: stage cover %s in %.2f s", covered, time.perf_counter() - mark)
     found: dict[str, list[float]] = defaultdict(list)
     spent: dict[str, float] = defaultdict(float)
-    timed_out = 0
     for done, (name, i, weight) in enumerate(runs):
         relaxed = max([relaxed, *found["three_superblock"]])
         mark = time.perf_counter()

@@ -1,0 +1,112 @@
+"""The stage-cover bound: its interval prices against the MIP's block cost, validity against the
+brute-force optimum, and the transfers between stages that the superblock relaxations drop."""
+
+from __future__ import annotations
+
+import math
+
+import mip
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tvm_diviml.bounds.pipeline import pipeline_bounds
+from tvm_diviml.bounds.stage_cover import (
+    StageCover,
+    block_cost,
+    interval_costs,
+    random_topological_orders,
+    stage_cover_bound,
+)
+from tvm_diviml.toolkit.pipeline_model import MipBuilder, PipelineData, cheapest_pricing
+
+from .conftest import examples, graph_of, table, unit_platform
+from .strategies import dag_problems
+from .test_mtpp import TOLERANCE, best_pipeline, pipeline_problems
+from .test_slicegraph import pipeline
+
+
+def mip_block_cost(data, pricing, inside) -> float:
+    """The pipeline MIPs' price of the block ``inside``: their cost expression at fixed membership,
+    every indicator as low as its constraints allow."""
+    builder = MipBuilder("fixed block", "highs", 1.0)
+    builder.m.add_var()  # a block without transfers has no indicator: the model still needs a column
+    builder.m.objective = mip.minimize(builder.block_cost([int(bit) for bit in inside], data, pricing))
+    builder.m.optimize()
+    return builder.m.objective_value
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(dag_problems(max_kernels=7), st.integers(0, 3))
+def test_interval_prices_are_the_mips_block_costs(case, seed):
+    graph, platform, costs = case
+    problem = pipeline(graph, platform, costs, 2)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    order = random_topological_orders(data, 1, seed)[0]
+    prices = interval_costs(data, pricing, order)
+    for a in range(data.n):
+        for b in range(a + 1, data.n + 1):
+            inside = np.zeros(data.n, dtype=bool)
+            inside[order[a:b]] = True
+            assert math.isclose(prices[a, b], block_cost(data, pricing, inside), rel_tol=1e-12, abs_tol=1e-12)
+            assert math.isclose(prices[a, b], mip_block_cost(data, pricing, inside), rel_tol=1e-6, abs_tol=1e-9)
+    assert np.isinf(prices[np.tril_indices(data.n + 1)]).all()
+
+
+def test_random_orders_are_topological_repeatable_and_differ():
+    platform = unit_platform()
+    graph = graph_of([(a, b, 0) for a, b in ("ab", "ac", "bd", "cd")])
+    data = PipelineData.of(pipeline(graph, platform, table(platform, dict.fromkeys("abcd", 1.0)), 2))
+    orders = random_topological_orders(data, 12, seed=5)
+    for order in orders:
+        position = {v: i for i, v in enumerate(order.tolist())}
+        assert sorted(position) == list(range(data.n)) and all(position[u] < position[v] for u, v in data.edges)
+    assert [o.tolist() for o in orders] == [o.tolist() for o in random_topological_orders(data, 12, seed=5)]
+    assert len({tuple(o.tolist()) for o in orders}) == 2  # b and c swap
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(pipeline_problems(max_kernels=5))
+def test_the_cover_never_refutes_the_optimum_and_its_bound_lies_below(problem):
+    optimum = best_pipeline(problem)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    cover = StageCover(data, pricing, problem.stages)
+    assert not cover.refutes(optimum * (1 + TOLERANCE), math.inf)
+    whole = block_cost(data, pricing, np.ones(data.n, dtype=bool))
+    bound = stage_cover_bound(data, pricing, problem.stages, 0.0, whole, math.inf)
+    assert bound is None or bound <= optimum * (1 + TOLERANCE)
+
+
+def chain(length, work=1.0, tensor_bytes=4, devices=("A", "B", "C")):
+    """k0 -> k1 -> ... taking ``work`` s each; each tensor 1 + ``tensor_bytes`` s on a link."""
+    platform = unit_platform(devices)
+    names = [f"k{i}" for i in range(length)]
+    graph = graph_of([(a, b, tensor_bytes) for a, b in zip(names, names[1:])])
+    return graph, platform, table(platform, {k: work for k in names})
+
+
+def test_each_stage_pays_its_own_transfers_where_the_superblocks_lump_them():
+    # Eight 1 s kernels in a chain, 5 s per cut: a middle stage pays 10 s of transfers and an end
+    # stage 5, so the best of 5 stages is all in one (8 s). A superblock of two stages pays one cut:
+    # [k0] | [k1..k7] as two lumped stages costs 6 | 12 <= 2 x 6.
+    graph, platform, costs = chain(8, devices="ABCDE")
+    problem = pipeline(graph, platform, costs, 5)
+    assert pipeline_bounds(problem, time_limit_s=30)["downsets"] == 8.0  # the DP's optimum
+    lumped = pipeline_bounds(problem, time_limit_s=30, downsets=False, stage_cover=False)
+    assert lumped["three_superblock"] < 7.0 and lumped["guess_bottleneck"] < 7.0
+    parts = pipeline_bounds(problem, time_limit_s=30, downsets=False)
+    assert 7.5 <= parts["stage_cover"] <= 8.0
+
+
+def test_the_same_problem_gets_the_same_bound_and_a_past_deadline_none():
+    graph, platform, costs = chain(8)
+    problem = pipeline(graph, platform, costs, 3)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    runs = [stage_cover_bound(data, pricing, 3, 2.0, 9.0, math.inf) for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0] is not None
+    stats: dict = {}
+    assert stage_cover_bound(data, pricing, 3, 2.0, 9.0, 0.0, stats=stats) is None and stats["stopped_by_time"]
+    assert stage_cover_bound(data, pricing, 3, 9.0, 9.0, math.inf) is None  # nothing between floor and ceiling
