@@ -810,8 +810,8 @@ def _problem_arguments(
         type=_non_negative_float,
         default=bound_time_limit,
         metavar="S",
-        help=f"seconds for the stronger lower bounds: pipelines' MIPs, latency's series decomposition (default "
-        f"{bound_time_limit:g}; 0: combinatorial bounds only)",
+        help="seconds for the stronger lower bounds: pipelines' stage cover and MIPs, latency's series "
+        f"decomposition (default {bound_time_limit:g}; 0: combinatorial bounds only)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 

@@ -66,7 +66,8 @@ def pipeline_bounds(
     ``max_nodes``: each MIP also stops after that many branch-and-bound nodes and may use all the
     time left, so that, where no MIP reaches ``time_limit_s`` first, the bounds are the same on every
     run (one thread, one seed).
-    ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``)."""
+    ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``, the
+    stage cover counting as one)."""
     began = time.perf_counter()
     data = PipelineData.of(problem)
     devices = len(problem.platform.devices)
