@@ -95,13 +95,15 @@ def pipeline_bounds(
     if stage_cover:
         mark, cover_stats = time.perf_counter(), {}
         left = time_limit_s - (mark - began)
+        # Searched up to the whole graph as one block, not to a plan's period: the bound then
+        # depends on the problem alone, not on how good a time-limited plan turned out.
         whole = block_cost(data, cheap, np.ones(data.n, dtype=bool))
         covered = stage_cover_bound(
             data,
             cheap,
             stages,
             max(parts.values()),
-            min(upper_s, whole),
+            whole,
             mark + (left if max_nodes is not None else left / 3),
             seed=seed,
             backend=backend,

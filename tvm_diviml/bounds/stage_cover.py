@@ -288,8 +288,8 @@ def stage_cover_bound(
 ) -> float | None:
     """The largest period in (``floor_s``, ``ceiling_s``) the cover LP refutes within ``PRICINGS``
     MIP pricings (None where it refutes none before ``deadline``). ``floor_s``: a bound already known;
-    ``ceiling_s``: a plan's period, or any cost no bound can pass. ``stats``, if given, receives
-    whether the clock stopped an LP (``stopped_by_time``)."""
+    ``ceiling_s``: any cost no bound can pass (a plan's period, the whole graph as one block).
+    ``stats``, if given, receives whether the clock stopped an LP (``stopped_by_time``)."""
     if stats is not None:
         stats["stopped_by_time"] = False
     if not data.n or not math.isfinite(floor_s) or ceiling_s <= floor_s:
