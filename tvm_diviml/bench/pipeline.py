@@ -168,7 +168,7 @@ def pipeline_solves(
         began = time.perf_counter()
         stats: dict = {}
         options = {"exact_mip": False, "downsets": False, "max_nodes": mip_nodes, "stats": stats}
-        bounds.update(pipeline_bounds(problem, bound_time_limit_s, upper_s=best, **options))
+        bounds.update(pipeline_bounds(problem, bound_time_limit_s, **options))
         bound_s = time.perf_counter() - began
         stopped_by_time += stats.get("stopped_by_time", 0) + exact.attrs["stopped_by_time"]
     else:

@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import mip
-import numpy as np
 
 from ..errors import DivimlInputError
 from ..plan import Plan
@@ -30,7 +29,7 @@ from ..toolkit.pipeline_model import (
     optimize,
     time_unit,
 )
-from .stage_cover import block_cost, stage_cover_bound
+from .stage_cover import stage_cover_bound
 
 log = logging.getLogger(__name__)
 DP_IDEALS = 150_000  # the downset DP runs where the graph has at most this many ideals, if in time
@@ -95,15 +94,11 @@ def pipeline_bounds(
     if stage_cover:
         mark, cover_stats = time.perf_counter(), {}
         left = time_limit_s - (mark - began)
-        # Searched up to the whole graph as one block, not to a plan's period: the bound then
-        # depends on the problem alone, not on how good a time-limited plan turned out.
-        whole = block_cost(data, cheap, np.ones(data.n, dtype=bool))
         covered = stage_cover_bound(
             data,
             cheap,
             stages,
             max(parts.values()),
-            whole,
             mark + (left if max_nodes is not None else left / 3),
             seed=seed,
             backend=backend,

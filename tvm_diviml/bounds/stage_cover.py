@@ -11,8 +11,9 @@ The cover LP is solved by column generation. Intervals of seeded random topologi
 interval of a topological order is convex) price most columns at numpy speed; a MIP over all
 convex blocks prices the rest and certifies the count: for any duals y, Farley's bound
 sum(y) / max{y(S) : S convex, cost(S) <= P} is at most the LP's optimum, and the MIP's proven bound
-on that maximum keeps it valid when the MIP stops early. A bisection over P keeps the largest
-refuted P.
+on that maximum keeps it valid when the MIP stops early. The period is searched first over the
+interval LP alone (cheap, proving nothing, but nothing above where it fits is refutable), then with
+MIP pricing from below that; the largest refuted P is the bound.
 """
 
 from __future__ import annotations
@@ -279,8 +280,8 @@ def stage_cover_bound(
     pricing: BlockPricing,
     stages: int,
     floor_s: float,
-    ceiling_s: float,
     deadline: float,
+    ceiling_s: float | None = None,
     *,
     seed: int = 0,
     backend: str = "highs",
@@ -288,10 +289,13 @@ def stage_cover_bound(
 ) -> float | None:
     """The largest period in (``floor_s``, ``ceiling_s``) the cover LP refutes within ``PRICINGS``
     MIP pricings (None where it refutes none before ``deadline``). ``floor_s``: a bound already known;
-    ``ceiling_s``: any cost no bound can pass (a plan's period, the whole graph as one block).
-    ``stats``, if given, receives whether the clock stopped an LP (``stopped_by_time``)."""
+    ``ceiling_s``: any cost no bound can pass; by default the whole graph as one block, not a plan's
+    period, so that the bound depends on the problem alone and not on how good a time-limited plan
+    turned out. ``stats``, if given, receives whether the clock stopped an LP (``stopped_by_time``)."""
     if stats is not None:
         stats["stopped_by_time"] = False
+    if ceiling_s is None:
+        ceiling_s = block_cost(data, pricing, np.ones(data.n, dtype=bool))
     if not data.n or not math.isfinite(floor_s) or ceiling_s <= floor_s:
         return None
     cover = StageCover(data, pricing, stages, seed=seed, backend=backend)
