@@ -1,13 +1,7 @@
-"""Packaging for tvm-diviml.
-
-The top-level ``passes/`` folder (the TVM Relax side) is installed as the import package
-``tvm_diviml.passes`` through a package_dir mapping, so the library under ``tvm_diviml/`` never
-depends on it while users still import everything from one namespace.
-"""
+"""Packaging for tvm-diviml: every package under ``tvm_diviml/`` (each folder has an ``__init__.py``;
+tests/test_packaging.py checks that a regular wheel ships them all and works installed alone)."""
 
 from setuptools import find_packages, setup
-
-library = find_packages(include=["tvm_diviml", "tvm_diviml.*"])
 
 setup(
     name="tvm-diviml",
@@ -17,8 +11,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=library + ["tvm_diviml.passes"],
-    package_dir={"tvm_diviml.passes": "passes"},
+    packages=find_packages(include=["tvm_diviml", "tvm_diviml.*"]),
     install_requires=[
         "apache-tvm>=0.27,<0.28",
         # 0.1.15.post2 segfaults in tvm.ir.save_json (and MetaSchedule's JSON database); 0.1.14.post0 works.

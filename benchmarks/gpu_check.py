@@ -37,11 +37,11 @@ def prepare(out: str, model_spec: str, python_version: str) -> None:
     os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")  # sm_90 fatbin, nothing compiled on load
     import tvm
 
+    from tvm_diviml.app.load import load_model
     from tvm_diviml.cost.measured import schedule_for_target
     from tvm_diviml.cost.roofline import RooflineCostModel
     from tvm_diviml.modelspec import parse_model_spec
     from tvm_diviml.passes import apply_plan, build
-    from tvm_diviml.passes.load import load_model
     from tvm_diviml.plan import Plan
     from tvm_diviml.presets import load_platform
     from tvm_diviml.solvers import Problem, get_solver

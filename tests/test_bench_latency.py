@@ -9,11 +9,11 @@ import os
 
 import pytest
 
+from tvm_diviml.app.workload import load_workload
 from tvm_diviml.bench import LATENCY_RATIOS, MSR_FIDDLE_LATENCY, suite_latency
 from tvm_diviml.cli import main
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.solvers import SOLVERS
-from tvm_diviml.workload import load_workload
 
 TOLERANCE = 1e-9  # relative: a MILP's dual bound may sit a rounding error above the simulated optimum
 

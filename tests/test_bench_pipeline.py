@@ -70,8 +70,8 @@ def test_an_msr_fiddle_graph_on_k_accelerators_keeps_its_own_prices():
 
 
 def test_past_the_ideal_cap_node_limited_mips_give_the_same_bounds_every_run():
+    from tvm_diviml.app.workload import load_workload
     from tvm_diviml.bench.pipeline import pipeline_solves
-    from tvm_diviml.workload import load_workload
 
     from .test_slicegraph import pipeline
 

@@ -188,7 +188,7 @@ def test_bad_rtol_is_an_argument_error(capsys, rtol):
 
 def test_outputs_beyond_rtol_are_called_different_and_exit_1(capsys, monkeypatch):
     """A reference 1% off: the run reports the outputs DIFFERENT and exits 1; a looser --rtol accepts them."""
-    from tvm_diviml.passes import run as run_module
+    from tvm_diviml.app import run as run_module
 
     real = run_module.run_reference
     monkeypatch.setattr(run_module, "run_reference", lambda *a, **k: [x * 1.01 for x in real(*a, **k)])

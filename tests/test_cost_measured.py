@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from tvm_diviml.app.load import load_model
 from tvm_diviml.cost.base import ExecutorOverheads
 from tvm_diviml.cost.cache import ProfileCache
 from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
-from tvm_diviml.passes.load import load_model
 from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
 
@@ -100,7 +100,7 @@ def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_pat
 
 
 def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path):
-    from tvm_diviml.passes.run import calibrate_in_context
+    from tvm_diviml.passes.timing import calibrate_in_context
 
     platform = get_platform("cpu2")
     loaded = load_model("twin_branch", {"depth": 2, "hidden": 16, "batch": 2})

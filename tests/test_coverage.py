@@ -1,4 +1,4 @@
-"""The model-coverage suite (passes/coverage.py): models from torchvision and Hugging Face, exported as
+"""The model-coverage suite (tvm_diviml/app/coverage.py): models from torchvision and Hugging Face, exported as
 a user exports them, must import, extract, plan, build across two devices, run and match torch.
 
 The default suite checks one CNN and one transformer through both routes; every model of the
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvm_diviml.passes import coverage
+from tvm_diviml.app import coverage
 
 MISSING = coverage.missing_packages()
 needs_models = pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)} (pip install 'tvm-diviml[torch]')")

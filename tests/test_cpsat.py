@@ -12,6 +12,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 
+from tvm_diviml.app.workload import load_workload
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
@@ -19,7 +20,6 @@ from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.cpsat import Cpsat
 from tvm_diviml.solvers.heft import Heft
-from tvm_diviml.workload import load_workload
 
 from .bruteforce import best_latency
 from .conftest import examples, graph_of, table, unit_platform

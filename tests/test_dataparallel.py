@@ -7,9 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tvm_diviml.bounds import lower_bound
-from tvm_diviml.cost.roofline import RooflineCostModel
-from tvm_diviml.dataparallel import (
+from tvm_diviml.app.dataparallel import (
     COPY_ATTR,
     ReplicatedCosts,
     copy_devices,
@@ -18,12 +16,14 @@ from tvm_diviml.dataparallel import (
     split_workload,
     sub_batch_spec,
 )
+from tvm_diviml.app.workload import Workload, load_workload
+from tvm_diviml.bounds import lower_bound
+from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import memory_per_device, simulate
 from tvm_diviml.solvers import Problem
-from tvm_diviml.workload import Workload, load_workload
 
 from .bruteforce import best_latency
 from .conftest import examples, graph_of, table, unit_platform

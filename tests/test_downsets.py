@@ -290,8 +290,8 @@ def test_orders_find_what_windows_alone_miss(monkeypatch):
     1-3 stages helps; re-cuts along orders do, never below the DP's optimum."""
     import time
 
+    from tvm_diviml.app.workload import load_workload
     from tvm_diviml.toolkit import pipeline_polish
-    from tvm_diviml.workload import load_workload
 
     workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu8", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=8)
@@ -304,7 +304,7 @@ def test_orders_find_what_windows_alone_miss(monkeypatch):
 
 
 def test_the_fallback_polishes_slicegraph_past_the_cap():
-    from tvm_diviml.workload import load_workload
+    from tvm_diviml.app.workload import load_workload
 
     workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu4", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
@@ -344,7 +344,7 @@ def test_the_pair_count_of_a_pass_and_a_pass_that_cannot_end_in_time(monkeypatch
     import numpy as np
 
     import tvm_diviml.toolkit.downsets as downsets_module
-    from tvm_diviml.workload import load_workload
+    from tvm_diviml.app.workload import load_workload
 
     workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu4", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
@@ -368,8 +368,8 @@ def test_a_dp_stopped_after_an_unproven_pass_keeps_that_pass_s_plan(monkeypatch)
     """randwire_ws:nodes=12 on gpu8 as 8 stages: the first pass (1.25 x the average load) finds a split
     above its bound; the clock stops the second. The solver starts from that split where it beats
     SliceGraph, and never ends above it."""
+    from tvm_diviml.app.workload import load_workload
     from tvm_diviml.toolkit.downsets import DpStopped
-    from tvm_diviml.workload import load_workload
 
     workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu8", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=8)

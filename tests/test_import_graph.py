@@ -1,5 +1,7 @@
 """The library's import graph, read from the source with ``ast``: module-level and function-level
-imports alike. It has no cycle, and the solvers, bounds, toolkit and simulator reach no TVM."""
+imports alike. It has no cycle, not even between folders; the solvers, bounds, toolkit and simulator
+reach no TVM; and the three floors hold: the library imports neither ``passes`` nor the application,
+``passes`` imports no application module, and only ``cli`` and ``bench`` stand on the application."""
 
 import ast
 from pathlib import Path
@@ -7,19 +9,36 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"tvm_diviml": ROOT / "tvm_diviml", "tvm_diviml.passes": ROOT / "passes"}
+PACKAGE = ROOT / "tvm_diviml"
 TVM_FREE = ("tvm_diviml.solvers", "tvm_diviml.bounds", "tvm_diviml.toolkit", "tvm_diviml.simulator")
+# The floors, lowest first: a module may import its own floor and those below it, never one above.
+FLOORS = ("library", "passes", "app", "top")
+
+
+def floor_of(module: str) -> str:
+    if module.startswith(("tvm_diviml.cli", "tvm_diviml.bench")):
+        return "top"
+    if module.startswith("tvm_diviml.app"):
+        return "app"
+    if module.startswith("tvm_diviml.passes"):
+        return "passes"
+    return "library"
+
+
+def folder_of(module: str) -> str:
+    """A module's folder (``tvm_diviml.cost``), or the module itself for one at the top of the package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else module
 
 
 def module_files() -> dict[str, Path]:
-    """Dotted module name -> file, for the library and the passes package installed inside it."""
+    """Dotted module name -> file, for every module of the package."""
     found = {}
-    for package, folder in PACKAGES.items():
-        for path in folder.rglob("*.py"):
-            parts = list(path.relative_to(folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join([package, *parts])] = path
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(["tvm_diviml", *parts])] = path
     return found
 
 
@@ -59,6 +78,35 @@ def test_the_library_has_no_import_cycle():
     assert len(graph) > 80  # the walk found the library
     cycles = list(nx.simple_cycles(graph.subgraph(n for n in graph if n != "tvm")))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
+
+
+def test_no_folder_imports_another_that_imports_it_back():
+    graph = import_graph()
+    folders = nx.DiGraph()
+    folders.add_edges_from(
+        (folder_of(a), folder_of(b)) for a, b in graph.edges if b != "tvm" and folder_of(a) != folder_of(b)
+    )
+    assert folders.has_edge("tvm_diviml.solvers", "tvm_diviml.toolkit")  # the check sees folders
+    cycles = list(nx.simple_cycles(folders))
+    assert not cycles, "folder cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
+
+
+def test_every_module_imports_only_its_own_floor_and_those_below():
+    graph = import_graph()
+    assert floor_of("tvm_diviml.passes.extract") == "passes" and floor_of("tvm_diviml.app.run") == "app"
+    upward = [
+        f"{a} ({floor_of(a)}) imports {b} ({floor_of(b)})"
+        for a, b in graph.edges
+        if b != "tvm" and FLOORS.index(floor_of(b)) > FLOORS.index(floor_of(a))
+    ]
+    assert not upward, "; ".join(upward)
+
+
+def test_the_simulator_and_the_problem_reach_no_runtime():
+    graph = import_graph()
+    for module in ("tvm_diviml.simulator", "tvm_diviml.problem"):
+        reached = nx.descendants(graph, module)
+        assert not any(name.startswith("tvm_diviml.runtime") for name in reached), module
 
 
 def test_solvers_bounds_toolkit_and_simulator_reach_no_tvm():

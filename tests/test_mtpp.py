@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tvm_diviml.app.workload import load_workload
 from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.bounds.pipeline import pipeline_bounds, superblock_bound
 from tvm_diviml.cost.table import TableCostModel
@@ -27,7 +28,6 @@ from tvm_diviml.solvers import get_solver
 from tvm_diviml.solvers.pipeline_mip import solve_pipeline_mip
 from tvm_diviml.solvers.slicegraph import slice_order
 from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
-from tvm_diviml.workload import load_workload
 
 from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems

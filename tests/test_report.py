@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tvm_diviml.app.report import format_row, list_scheduling_baselines, report_row
 from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.plan import Plan
-from tvm_diviml.report import format_row, list_scheduling_baselines, report_row
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, default_solver
 
@@ -66,7 +66,7 @@ def twin_branches_problem(error: float):
 
 
 def test_auto_keeps_the_single_device_unless_the_split_wins_by_more_than_the_measured_error():
-    from tvm_diviml.report import solve_and_report
+    from tvm_diviml.app.report import solve_and_report
 
     split, _, row = solve_and_report(twin_branches_problem(0.0), "auto", "twins", "table", time_limit_s=5)
     assert len(split.devices_used()) == 2 and row["kept_single_device"] is None
@@ -113,7 +113,7 @@ def forced_split(objective, stages=None):
     ],
 )
 def test_a_model_no_single_device_can_run_is_planned_and_the_missing_baseline_said(objective, solver, stages):
-    from tvm_diviml.report import solve_and_report
+    from tvm_diviml.app.report import solve_and_report
 
     plan, sim, row = solve_and_report(forced_split(objective, stages), solver, "forced", "table", time_limit_s=10)
     assert sim.feasible and plan.assignment["a"] == "B" and plan.assignment["c"] == "C"

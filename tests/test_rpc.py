@@ -18,12 +18,12 @@ import time
 import numpy as np
 import pytest
 
+from tvm_diviml.cost.rpc_hops import DriverHop, driver_hop_platform, measure_driver_hops, network_hop
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Link
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServerTimeoutError
-from tvm_diviml.runtime.rpc_hops import DriverHop, driver_hop_platform, measure_driver_hops, network_hop
 from tvm_diviml.runtime.rpc_servers import connect_servers, parse_addresses, start_local_servers
 
 TWIN = ("twin_branch", {"depth": 2, "hidden": 32, "batch": 2})
@@ -139,7 +139,7 @@ def round_robin(extraction, platform) -> Plan:
 
 def crossings_of(built) -> dict[str, int]:
     """Per server pair, the tensors that the segment graph says cross it (once per reading device)."""
-    from tvm_diviml.passes.servers import crossing_tensors
+    from tvm_diviml.app.rpc_run import crossing_tensors
 
     writer = {key: seg["server"] for seg in built.segments for key in seg["writes"]}
     counts: dict[str, int] = {}
@@ -152,8 +152,8 @@ def crossings_of(built) -> dict[str, int]:
 def test_each_server_builds_only_its_segments(models):
     """servers:2xcpu2: both servers' builds use TVM devices cpu:0 and cpu:1; together they hold every
     segment of the global split once, each with the weights it reads on its own devices."""
-    from tvm_diviml.passes.servers import build_per_server
-    from tvm_diviml.runtime.segments import split_segments
+    from tvm_diviml.app.rpc_run import build_per_server
+    from tvm_diviml.segments import split_segments
     from tvm_diviml.simulator import run_order
 
     model, extraction = models(TWIN)
@@ -175,7 +175,7 @@ def test_each_server_builds_only_its_segments(models):
 
 
 def test_two_servers_give_the_reference_outputs_and_count_the_hops(servers, models):
-    from tvm_diviml.passes.servers import run_plan_rpc
+    from tvm_diviml.app.rpc_run import run_plan_rpc
 
     model, extraction = models(TWIN)
     platform = get_platform("servers:2xcpu1")
@@ -204,7 +204,7 @@ def test_two_servers_give_the_reference_outputs_and_count_the_hops(servers, mode
 
 @pytest.mark.slow
 def test_three_servers_run_a_tiny_llama_and_a_stream(servers, models):
-    from tvm_diviml.passes.servers import run_plan_rpc
+    from tvm_diviml.app.rpc_run import run_plan_rpc
 
     model, extraction = models(TINY_LLAMA)
     platform = get_platform("servers:3xcpu1")
@@ -228,7 +228,7 @@ def test_three_servers_run_a_tiny_llama_and_a_stream(servers, models):
 
 def test_two_devices_per_server_stream_in_input_order(servers, models):
     """servers:2xcpu2: copies inside a server stay there (no hop), the stream keeps input order."""
-    from tvm_diviml.passes.servers import build_per_server
+    from tvm_diviml.app.rpc_run import build_per_server
     from tvm_diviml.zoo.reference import run_reference
 
     model, extraction = models(TWIN)
@@ -266,7 +266,7 @@ def test_driver_hop_is_measured_over_the_sessions(servers):
 def run_until_failure(model, extraction, addresses, act, timeout_s):
     """Stream inputs through a 2-server build until ``act()`` breaks its second server; the error,
     the seconds from the act to the error, and the sessions."""
-    from tvm_diviml.passes.servers import build_per_server
+    from tvm_diviml.app.rpc_run import build_per_server
 
     platform = get_platform("servers:2xcpu1")
     built = build_per_server(model.mod, round_robin(extraction, platform), platform, extraction=extraction)
@@ -410,7 +410,7 @@ def test_cli_starts_local_servers_and_plans_with_the_measured_hops(tmp_path, cap
 
 @pytest.mark.slow
 def test_server_dead_before_setup_is_named(servers, victim, models):
-    from tvm_diviml.passes.servers import build_per_server
+    from tvm_diviml.app.rpc_run import build_per_server
 
     model, extraction = models(TWIN)
     platform = get_platform("servers:2xcpu1")

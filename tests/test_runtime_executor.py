@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.runtime.executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
-from tvm_diviml.runtime.segments import segment_boundaries, split_segments
+from tvm_diviml.segments import segment_boundaries, split_segments
 
 from .conftest import examples
 from .strategies import assignments, dag_problems
@@ -420,7 +420,7 @@ def test_bad_segment_lists_and_inputs_are_refused():
 
 # ---------------------------------------------------------------------- overheads
 def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
-    from tvm_diviml.runtime.measure import fit_executor_overheads
+    from tvm_diviml.cost.executor import fit_executor_overheads
 
     def seconds_per_run(segments, devices):  # 50 us per inference, 10 us per call, 40 us per hand-off
         return 50e-6 + 10e-6 * segments + (40e-6 * (segments - 1) if devices > 1 else 0.0)
@@ -433,7 +433,7 @@ def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
 
 
 def test_the_corun_fit_is_a_ratio_of_medians_never_below_one():
-    from tvm_diviml.runtime.measure import fit_corun_factor
+    from tvm_diviml.cost.executor import fit_corun_factor
 
     assert fit_corun_factor([1.0, 1.0, 9.0], [1.5, 1.5, 2.0]) == 1.5
     assert fit_corun_factor([1.0, 1.0], [0.9, 0.9]) == 1.0
@@ -441,17 +441,18 @@ def test_the_corun_fit_is_a_ratio_of_medians_never_below_one():
 
 def test_the_corun_measurement_sees_two_workers_on_one_core(monkeypatch):
     """Pinned to the same core, the pair takes turns: each call about twice as long."""
-    from tvm_diviml.runtime import measure, vm
+    from tvm_diviml.cost import executor
+    from tvm_diviml.runtime import vm
 
     core = vm.usable_cores()[:1]
     if not core:
         pytest.skip("this OS cannot pin threads")
     monkeypatch.setattr(vm, "usable_cores", lambda: core * 2)
-    assert measure.corun_factor(samples=4, rounds=1) > 1.4
+    assert executor.corun_factor(samples=4, rounds=1) > 1.4
 
 
 def test_the_real_executor_overheads_are_timed():
-    from tvm_diviml.runtime.measure import executor_overheads
+    from tvm_diviml.cost.executor import executor_overheads
 
     measured = executor_overheads(repeats=20, rounds=1)
     assert 0 < measured.run_s < 0.1 and 0 <= measured.segment_s < 0.1 and 0 <= measured.handoff_s < 0.1

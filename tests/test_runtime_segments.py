@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tvm_diviml.errors import DivimlInputError
-from tvm_diviml.runtime.segments import segment_boundaries, segment_graph, split_segments
+from tvm_diviml.segments import segment_boundaries, segment_graph, split_segments
 
 from .conftest import examples, graph_of
 from .strategies import assignments, dag_problems

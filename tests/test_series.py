@@ -4,10 +4,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tvm_diviml.app.report import solve_and_report
 from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.problem import Problem
-from tvm_diviml.report import solve_and_report
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.toolkit.cpsat_session import CpsatSession

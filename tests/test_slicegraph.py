@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tvm_diviml.app.workload import load_workload
 from tvm_diviml.bounds import lower_bound
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
@@ -22,7 +23,6 @@ from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
-from tvm_diviml.workload import load_workload
 
 from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems

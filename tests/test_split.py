@@ -187,7 +187,7 @@ def test_without_ortools_split_says_so_and_uses_highs(monkeypatch, caplog):
     assert "OR-Tools is not installed" in caplog.text
     assert plan.value_s == best_latency(graph, platform, problem.costs)[0]
     # the report says so in one line
-    from tvm_diviml.report import format_row, solve_and_report
+    from tvm_diviml.app.report import format_row, solve_and_report
 
     _, _, row = solve_and_report(problem, "split", "fork", "table")
     assert "split solved its windows with the MILP, not CP-SAT" in format_row(row, platform.device_names)

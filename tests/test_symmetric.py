@@ -309,7 +309,7 @@ def test_the_same_problem_gives_the_same_plan():
     ],
 )
 def test_blocks_of_the_zoo_transformers_are_their_layers(spec, layers):
-    from tvm_diviml.workload import load_workload
+    from tvm_diviml.app.workload import load_workload
     from tvm_diviml.zoo import SMALL_OPTIONS
 
     name, _, given = spec.partition(":")

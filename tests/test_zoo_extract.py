@@ -3,7 +3,7 @@ one reproduces the whole model (small sizes: CPU kernels are unscheduled, see do
 
 import pytest
 
-from tvm_diviml.passes.load import load_model
+from tvm_diviml.app.load import load_model
 from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
 
 from .test_extract import assert_faithful

@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 
+from tvm_diviml.app.workload import load_workload
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.modelspec import format_model_spec
 from tvm_diviml.passes.apply_plan import apply_plan
@@ -40,7 +41,6 @@ from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.workload import load_workload
 from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
 

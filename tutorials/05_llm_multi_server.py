@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tvm_diviml.passes.servers import format_rpc_run, run_plan_rpc
-from tvm_diviml.report import format_seconds
-from tvm_diviml.runtime.rpc_hops import driver_hop_platform, measure_driver_hops
+from tvm_diviml.app.rpc_run import format_rpc_run, run_plan_rpc
+from tvm_diviml.app.workload import load_workload
+from tvm_diviml.cost.rpc_hops import driver_hop_platform, measure_driver_hops
 from tvm_diviml.runtime.rpc_servers import connect_servers, start_local_servers
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.workload import load_workload
+from tvm_diviml.units import format_seconds
 
 # Small enough to run in seconds on an unscheduled CPU, large enough that a layer outweighs a hop.
 RUN_MODEL = "llama:layers=4,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32"

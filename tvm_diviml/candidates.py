@@ -108,7 +108,7 @@ def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], f
 
 def format_selection(selection: Selection) -> str:
     """The candidates' table: predicted and measured side by side, the winner marked."""
-    from .report import format_seconds
+    from .units import format_seconds
 
     lines = [f"candidates, built and timed now ({len(selection.candidates)}; the fastest measured is kept):"]
     for candidate in selection.candidates:

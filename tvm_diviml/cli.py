@@ -13,14 +13,15 @@ import threading
 from typing import Any, NamedTuple
 
 from . import __version__
-from .dataparallel import format_batch_splits, plan_with_batch_splits
+from .app.dataparallel import format_batch_splits, plan_with_batch_splits
+from .app.report import format_row, solve_and_report
+from .app.workload import GENERATORS, load_graph, load_workload
 from .errors import DivimlInputError, ServerFailure
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
-from .report import format_row, format_seconds, solve_and_report
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
-from .workload import GENERATORS, load_graph, load_workload
+from .units import format_seconds
 
 log = logging.getLogger("tvm_diviml")
 
@@ -243,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan, sim, row, problem = _solve(args, workload)
     print(format_row(row, problem.platform.device_names))
     print()
-    from .passes.run import format_run, run_plan
+    from .app.run import format_run, run_plan
 
     loaded = workload.loaded
     options = dict(
@@ -259,8 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             built,
             f"build exported to {args.export} (+ .placement.json)",
         )
+    from .app.run import run_candidates
     from .candidates import format_selection
-    from .passes.run import run_candidates
 
     selection, measured, built = run_candidates(
         loaded.built, loaded.extraction, problem, plan, args.candidates, rtol=args.rtol, **options
@@ -291,8 +292,8 @@ def _run_rpc(args: argparse.Namespace) -> int:
     plan prices cross-server copies as two hops through the driver, at figures measured over the sessions."""
     import contextlib
 
-    from .passes.servers import format_rpc_run, run_plan_rpc
-    from .runtime.rpc_hops import driver_hop_platform, measure_driver_hops
+    from .app.rpc_run import format_rpc_run, run_plan_rpc
+    from .cost.rpc_hops import driver_hop_platform, measure_driver_hops
     from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
     from .servers import server_devices
 
@@ -405,7 +406,7 @@ DEMO_RUN_MODEL = "twin_branch"
 
 def _demo_run(model: str) -> None:
     """The demo's second half: plan with measured costs, build and run for real on cpu2."""
-    from .passes.run import format_run, run_plan
+    from .app.run import format_run, run_plan
 
     print(
         f"== built and run on cpu2 ==\n{model} (two parallel branches of dense layers) is planned on cpu2, "

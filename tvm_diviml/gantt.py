@@ -21,8 +21,8 @@ from .errors import DivimlInputError
 from .graph import OpGraph
 from .plan import Plan
 from .platform import Platform
-from .report import format_seconds
 from .simulator import Simulation
+from .units import format_seconds
 
 MAX_LABELLED_KERNELS = 300  # above this, no kernel names: they would be unreadable and slow
 LABEL_FONT_PT = 7.0

@@ -12,7 +12,7 @@ from .errors import DivimlInputError
 from .graph import OpGraph
 from .plan import OBJECTIVES, Mode, Objective
 from .platform import Platform
-from .simulator import format_bytes
+from .units import format_bytes
 
 
 def mode_for(objective: Objective, platform: Platform) -> Mode:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -342,3 +343,13 @@ def server_platform(platform: Platform, server: str) -> Platform:
         transfer_model=platform.transfer_model,
         description=f"server {server} of {platform.name}",
     )
+
+
+def corun_groups(platform: Platform) -> list[set[str]]:
+    """The CPU devices of each server: the devices whose workers share that machine's cores and
+    memory (``executor_overheads.corun_factor`` prices how much they slow each other)."""
+    groups: dict[str, set[str]] = defaultdict(set)
+    for device, server in server_of(platform).items():
+        if platform.device(device).kind == "cpu":
+            groups[server].add(device)
+    return [g for g in groups.values() if len(g) > 1]

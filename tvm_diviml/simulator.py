@@ -29,6 +29,9 @@ from .errors import DivimlInputError
 from .graph import OpGraph
 from .plan import Plan
 from .platform import Platform
+from .segments import segment_boundaries, split_segments
+from .servers import corun_groups
+from .units import format_bytes
 
 
 class PlanError(DivimlInputError):
@@ -328,8 +331,6 @@ def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, p
     Where the CPU devices of one server slow each other (``corun_factor`` > 1), a segment's kernels
     are stretched by the factor over the share of their time that another of those devices computes
     too (that share read from the schedule without the stretch: one correction, not a fixed point)."""
-    from .runtime.segments import segment_boundaries, split_segments
-
     segments = split_segments(graph, plan.assignment, run_order(graph, plan))
     boundaries = segment_boundaries(graph, segments)
     sim, spans = _run_segments(graph, platform, costs, segments, boundaries, {})
@@ -406,18 +407,6 @@ def _run_segments(
         transfers=transfers,
     )
     return sim, spans
-
-
-def corun_groups(platform: Platform) -> list[set[str]]:
-    """The CPU devices of each server: the devices whose workers share that machine's cores and
-    memory (``executor_overheads.corun_factor`` prices how much they slow each other)."""
-    from .servers import server_of
-
-    groups: dict[str, set[str]] = defaultdict(set)
-    for device, server in server_of(platform).items():
-        if platform.device(device).kind == "cpu":
-            groups[server].add(device)
-    return [g for g in groups.values() if len(g) > 1]
 
 
 def _corun_shares(platform: Platform, spans: dict[str, tuple[str, float, float]]) -> dict[str, float]:
@@ -529,8 +518,6 @@ def _segment_charges(graph: OpGraph, costs: CostModel, plan: Plan) -> dict[str, 
     stream always runs on that executor, one device or several."""
     if not costs.executor_segments or costs.executor_overheads.segment_s <= 0:
         return {}
-    from .runtime.segments import split_segments
-
     charges: dict[str, float] = defaultdict(float)
     for seg in split_segments(graph, plan.assignment, run_order(graph, plan)):
         charges[seg.device] += costs.executor_overheads.segment_s
@@ -653,13 +640,6 @@ def _check_constraints(graph: OpGraph, platform: Platform, costs: CostModel, pla
         if capacity is not None and used > capacity:
             sim.problems.append(f"device '{device}' needs {format_bytes(used)}, has {format_bytes(capacity)}")
     sim.feasible = not sim.problems and not math.isinf(sim.value_s)
-
-
-def format_bytes(nbytes: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 def memory_per_device(

@@ -30,9 +30,9 @@ def suite_costs(
     per-kernel error after fitting it to those measurements, and untuned against tuned times."""
     import tvm  # TVM: only when this suite runs
 
+    from ..app.load import load_model
     from ..passes.interpret import transformed_weights
-    from ..passes.load import load_model
-    from ..passes.run import calibrate_in_context, runner_overhead_s
+    from ..passes.timing import calibrate_in_context, runner_overhead_s
 
     platform = get_platform(PLATFORM)
     device = platform.devices[0]

@@ -10,7 +10,7 @@ from .suite import Option, Row, Suite
 
 def suite_extract(models: list[str] | None = None) -> Iterator[Row]:
     """Extraction time and kernel count per zoo model at its default size."""
-    from ..passes.load import load_model  # imports TVM: only when this suite runs
+    from ..app.load import load_model  # imports TVM: only when this suite runs
 
     for name in models or zoo_names():
         loaded = load_model(name, {})

@@ -6,10 +6,10 @@ import glob
 import os
 from collections.abc import Iterator
 
+from ..app.workload import load_workload
 from ..bounds import lower_bounds
 from ..errors import DivimlInputError
 from ..solvers import SOLVERS, Problem
-from ..workload import load_workload
 from .common import MSR_FIDDLE_DIR, geomean, log, progress, timed_solve
 from .suite import QUICK, Option, Row, Suite, time_limit
 

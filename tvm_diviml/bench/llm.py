@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..app.workload import load_graph
 from ..cost.roofline import RooflineCostModel
 from ..modelspec import parse_model_spec
 from ..presets import get_platform
 from ..solvers import Problem
-from ..workload import load_graph
 from .common import progress, timed_solve
 from .suite import QUICK, Option, Row, Suite, time_limit
 

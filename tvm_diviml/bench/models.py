@@ -15,7 +15,7 @@ def suite_models(quick: bool = False, time_limit_s: float = TIME_LIMIT_S) -> Ite
     """Models from torchvision and Hugging Face, exported with torch.export and through ONNX, each
     imported, extracted, planned on cpu2 and paper-node, built across cpu0/cpu1, run and compared
     with torch (``passes/coverage.py``); quick: one CNN and one transformer."""
-    from ..passes.coverage import ROUTES, catalogue, check_model, missing_packages  # imports TVM
+    from ..app.coverage import ROUTES, catalogue, check_model, missing_packages  # imports TVM
 
     missing = missing_packages()
     if missing:

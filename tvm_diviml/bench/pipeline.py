@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from ..app.workload import load_graph
 from ..bounds import lower_bounds
 from ..bounds.pipeline import DP_IDEALS, downset_bound, pipeline_bounds
 from ..cost.roofline import RooflineCostModel
@@ -21,7 +22,6 @@ from ..presets import gpu_k
 from ..solvers import Problem, get_solver
 from ..solvers.pipeline_mip import solve_pipeline_mip
 from ..toolkit.pipeline_polish import polish_pipeline
-from ..workload import load_graph
 from .common import MSR_FIDDLE_DIR, geomean, log, progress
 from .suite import QUICK, Option, Row, Suite, time_limit
 

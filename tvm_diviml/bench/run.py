@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..app.report import solve_and_report
+from ..app.workload import load_workload
 from ..candidates import plan_key
 from ..modelspec import format_model_spec
-from ..report import solve_and_report
 from ..solvers import Problem
-from ..workload import load_workload
 from ..zoo import SMALL_OPTIONS
 from .common import log
 from .suite import QUICK, Option, Row, Suite, time_limit
@@ -49,7 +49,8 @@ def suite_run(
     from the profile cache; each model is timed whole again here (``calibrate_in_context(fresh=True)``)
     so that a prediction and its measurement see the machine alike: this VM's speed drifts by up to
     40% between runs minutes apart, more than the error the targets allow."""
-    from ..passes.run import calibrate_in_context, run_candidates, run_plan  # import TVM: only when it runs
+    from ..app.run import run_candidates, run_plan  # import TVM: only when it runs
+    from ..passes.timing import calibrate_in_context
 
     for case, model, objective, stages in run_workloads(quick):
         workload = load_workload(model, platform, "measured")

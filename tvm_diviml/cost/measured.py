@@ -378,8 +378,8 @@ class MeasuredCostModel(CostModel):
         kept its speed)."""
         import tvm
 
-        from ..runtime.measure import corun_factor, executor_overheads
-        from ..simulator import corun_groups
+        from ..servers import corun_groups
+        from .executor import corun_factor, executor_overheads
 
         names = [f.name for f in dataclasses.fields(ExecutorOverheads) if f.name != "corun_factor"]
         where = f"python{sys.version_info.major}.{sys.version_info.minor}/{host_platform.node()}"

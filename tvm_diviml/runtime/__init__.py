@@ -1,10 +1,10 @@
 """Running a placed build: its kernels cut into per-device segments, run by one worker thread per
 device (or whole, in one VM). Only ``tvm.runtime`` is used, so a runtime-only TVM suffices."""
 
+from ..segments import Boundary, Segment, segment_boundaries, segment_graph, split_segments
 from .concurrent import ConcurrentRunner
 from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
 from .placement import Placement
-from .segments import Boundary, Segment, segment_boundaries, segment_graph, split_segments
 from .vm import PlacedExecutable, SingleVMRunner
 
 __all__ = [

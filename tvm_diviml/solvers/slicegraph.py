@@ -28,12 +28,13 @@ from ..bounds import lower_bound
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
-from ..simulator import format_bytes, simulate
+from ..simulator import simulate
 from ..tolerances import meets
 from ..toolkit.constraints import activation_overflow
 from ..toolkit.deadline import Deadline
 from ..toolkit.device_classes import identical_devices
 from ..toolkit.pipeline_model import TensorLayers, tensor_layers
+from ..units import format_bytes
 from .base import Solver
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,8 @@ from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..plan import Plan
 from ..problem import Problem
-from ..simulator import Simulation, format_bytes, simulate
+from ..simulator import Simulation, simulate
+from ..units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 from tvm import relax
 
 from tvm_diviml.errors import DivimlInputError
-from tvm_diviml.runtime.segments import Segment
+from tvm_diviml.segments import Segment
 
 from .emit import FunctionEmitter, Param, base_ref
 from .extract import Extraction, Ref

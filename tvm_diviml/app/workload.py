@@ -16,17 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .cost.base import CostModel
-from .cost.roofline import RooflineCostModel
-from .cost.table import TableCostModel
-from .errors import DivimlInputError
-from .graph import OpGraph
-from .jsonio import read_json
-from .modelspec import check_counts, parse_model_spec
-from .msr_fiddle import is_msr_fiddle, read_msr_fiddle
-from .platform import Platform
-from .presets import load_platform
-from .synthetic import branchy, random_dag
+from ..cost.base import CostModel
+from ..cost.roofline import RooflineCostModel
+from ..cost.table import TableCostModel
+from ..errors import DivimlInputError
+from ..graph import OpGraph
+from ..jsonio import read_json
+from ..modelspec import check_counts, parse_model_spec
+from ..msr_fiddle import is_msr_fiddle, read_msr_fiddle
+from ..platform import Platform
+from ..presets import load_platform
+from ..synthetic import branchy, random_dag
 
 DEFAULT_PLATFORM = "paper-node"
 IMPORTED_SUFFIXES = (".onnx", ".pt2")  # files a TVM importer reads
@@ -61,7 +61,7 @@ class ModelGraph:
 
 def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity: str = "fused") -> ModelGraph:
     if model.endswith(IMPORTED_SUFFIXES):
-        from .passes.load import load_model  # TVM enters here, and only for TVM models
+        from .load import load_model  # TVM enters here, and only for TVM models
 
         loaded = load_model(model, {}, shapes=shapes, fused=granularity == "fused", path=model)
         return ModelGraph(loaded.extraction.graph, loaded)
@@ -89,65 +89,10 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
             raise DivimlInputError(
                 f"bad options for '{name}': {error}", field="MODEL", hint=GENERATORS[name][1]
             ) from None
-    from .passes.load import load_model
+    from .load import load_model
 
     loaded = load_model(name, options, shapes=shapes, fused=granularity == "fused")
     return ModelGraph(loaded.extraction.graph, loaded)
-
-
-def measured_costs(
-    graph: OpGraph,
-    platform: Platform,
-    loaded: Any,
-    *,
-    tune: int = 0,
-    tuning_db: str | None = None,
-    progress: bool = True,
-    calibrate: bool = True,
-):
-    """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
-    as built, after ``tune`` MetaSchedule trials per kernel, or with a user's MetaSchedule database
-    (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
-    (the whole model timed once per present device, ``passes.run.calibrate_in_context``)."""
-    from .cost.cache import ProfileCache, default_cache_dir
-    from .cost.measured import MeasuredCostModel, MeasureOptions, tune_for_devices
-
-    if loaded is None:
-        raise DivimlInputError(
-            "measured costs need a model that TVM builds",
-            field="--cost",
-            hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE",
-        )
-    extraction = loaded.extraction
-    tuning = {}
-    if tuning_db and tune:
-        raise DivimlInputError(
-            "--tune and --tuning-db both choose the schedules", field="--tuning-db", hint="give one of them"
-        )
-    if tuning_db:
-        from .cost.measured import existing_tuning
-
-        tuning = existing_tuning(tuning_db, platform.devices)
-    if tune:
-        funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
-        tuning = tune_for_devices(
-            funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"), progress=progress
-        )
-    costs = MeasuredCostModel(
-        graph,
-        platform,
-        extraction.mod,
-        extraction.kernel_func,
-        cache=ProfileCache(),
-        options=MeasureOptions(progress=progress),
-        tuning=tuning,
-    )
-    if calibrate and costs.times:
-        from .passes.run import calibrate_in_context
-
-        databases = [t.database for t in tuning.values()]
-        calibrate_in_context(costs, loaded.built, extraction, database=databases[0] if databases else None)
-    return costs
 
 
 def load_workload(
@@ -179,7 +124,12 @@ def load_workload(
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":
-        costs = measured_costs(graph, plat, found.loaded, tune=tune, tuning_db=tuning_db)
+        from ..passes.timing import measured_costs  # imports TVM: only for measured costs
+
+        loaded = found.loaded
+        costs = measured_costs(
+            graph, plat, loaded and loaded.built, loaded and loaded.extraction, tune=tune, tuning_db=tuning_db
+        )
     else:
         costs = TableCostModel.load(cost, plat, graph)
     return Workload(graph, plat, costs, model, cost, loaded=found.loaded)

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..cost.fit import fit_link
 from ..errors import DivimlInputError
 from ..platform import Link, Platform
+from ..runtime.rpc_servers import RemoteServer, within
 from ..servers import server_devices, server_of
-from .rpc_servers import RemoteServer, within
+from .fit import fit_link
 
 log = logging.getLogger(__name__)
 

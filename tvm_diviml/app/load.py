@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.zoo import BuiltModel, build_model
 
-from .extract import Extraction, extract
+from ..passes.extract import Extraction, extract
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def load_model(
     kernel graph."""
     began = time.perf_counter()
     if path is not None:
-        from .frontends import load_onnx, load_torch_program
+        from ..passes.frontends import load_onnx, load_torch_program
 
         built = (load_torch_program if path.endswith(".pt2") else load_onnx)(path, shapes)
     else:

@@ -27,7 +27,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.placement import Placement
-from tvm_diviml.runtime.segments import split_segments
+from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import server_platform
 from tvm_diviml.simulator import PlanError, run_order
 

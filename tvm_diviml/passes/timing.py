@@ -1,11 +1,10 @@
-"""Plan, build and really run a model on this machine's devices; measured against predicted.
+"""Build plans and time them on this machine: the measurements that placement decisions rest on.
 
-What ``diviml run`` and the ``run`` benchmark suite do: solve the placement, build it (``apply_plan``
-+ ``build``), check its outputs against the single-device reference build, time it — one inference
-at a time on the concurrent executor for latency, a stream with several inputs in flight for
-throughput and pipelines — and time the same model on each single-device configuration, so that
-the speed-up is measured side by side in one run. ``run_candidates`` does the same for several
-candidate plans and keeps the fastest measured (``tvm_diviml.candidates``).
+Kernel costs timed with TVM and priced as they run inside the whole model (``measured_costs``,
+``calibrate_in_context``), one build timed as it runs best (``time_build``: the concurrent executor,
+or one VM), the single-device configurations of a platform, and several candidate plans built and
+timed side by side so that the fastest measured is kept (``choose_by_measurement``). ``diviml run``
+(``tvm_diviml.app.run``) and ``PartitionForDevices(candidates=N)`` both rest on these.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ import statistics
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from tvm_diviml.candidates import Candidate, Selection, candidate_plans, plan_key, select_fastest
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Device, Platform
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
@@ -46,73 +45,55 @@ log = logging.getLogger(__name__)
 SETTLE_S = 0.25
 
 
-@dataclass(kw_only=True)
-class MeasuredRun:
-    """What any real run of a plan measured, here or across servers: what ``headline`` reports, its
-    outputs against the reference and its time against the simulator's."""
+def measured_costs(
+    graph: OpGraph,
+    platform: Platform,
+    model: BuiltModel | None,
+    extraction: Extraction | None,
+    *,
+    tune: int = 0,
+    tuning_db: str | None = None,
+    progress: bool = True,
+    calibrate: bool = True,
+):
+    """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
+    as built, after ``tune`` MetaSchedule trials per kernel, or with a user's MetaSchedule database
+    (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
+    (the whole model timed once per present device, ``calibrate_in_context``)."""
+    from tvm_diviml.cost.cache import ProfileCache, default_cache_dir
+    from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, existing_tuning, tune_for_devices
 
-    objective: str
-    predicted_s: float | None  # the simulator's latency or period (None: a configuration it has no device for)
-    measured_s: float  # median latency, or seconds per inference of the stream
-    max_abs_diff: float  # against the single-device reference
-    max_rel_diff: float
-    device_busy_s: dict[str, float]  # per inference
-    build_s: float
-    in_flight: int = 1
-    samples_s: list[float] = field(default_factory=list)
-
-    @property
-    def measured_over_predicted(self) -> float | None:
-        return self.measured_s / self.predicted_s if self.predicted_s else None
-
-    def headline_json(self) -> dict[str, Any]:
-        """The keys that open both reports' JSON, in their order."""
-        return {
-            "objective": self.objective,
-            "predicted_s": self.predicted_s,
-            "measured_s": self.measured_s,
-            "measured_over_predicted": self.measured_over_predicted,
-            "max_abs_diff": self.max_abs_diff,
-            "max_rel_diff": self.max_rel_diff,
-        }
-
-
-@dataclass(kw_only=True)
-class RunMeasurement(MeasuredRun):
-    """What one real run of a plan on this machine measured, with the single-device configurations."""
-
-    single_device_s: dict[str, float]  # configuration -> measured seconds per inference, one at a time
-    one_worker: str  # the configuration that is "one worker" (the fastest device alone)
-    executor: str = "concurrent"  # "concurrent" (a worker per device) or "single VM" (a one-device plan)
-
-    @property
-    def best_single_device(self) -> tuple[str, float]:
-        name = min(self.single_device_s, key=self.single_device_s.__getitem__)
-        return name, self.single_device_s[name]
-
-    @property
-    def speedup_over_best_single(self) -> float:
-        return self.best_single_device[1] / self.measured_s
-
-    @property
-    def speedup_over_one_worker(self) -> float:
-        return self.single_device_s[self.one_worker] / self.measured_s
-
-    def to_json(self) -> dict[str, Any]:
-        best_name, best_s = self.best_single_device
-        return {
-            **self.headline_json(),
-            "device_busy_s": self.device_busy_s,
-            "single_device_s": self.single_device_s,
-            "best_single_device": best_name,
-            "speedup_over_best_single_device": self.speedup_over_best_single,
-            "one_worker": self.one_worker,
-            "speedup_over_one_worker": self.speedup_over_one_worker,
-            "build_s": self.build_s,
-            "in_flight": self.in_flight,
-            "samples_s": self.samples_s,
-            "executor": self.executor,
-        }
+    if extraction is None:
+        raise DivimlInputError(
+            "measured costs need a model that TVM builds",
+            field="--cost",
+            hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE",
+        )
+    tuning = {}
+    if tuning_db and tune:
+        raise DivimlInputError(
+            "--tune and --tuning-db both choose the schedules", field="--tuning-db", hint="give one of them"
+        )
+    if tuning_db:
+        tuning = existing_tuning(tuning_db, platform.devices)
+    if tune:
+        funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
+        tuning = tune_for_devices(
+            funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"), progress=progress
+        )
+    costs = MeasuredCostModel(
+        graph,
+        platform,
+        extraction.mod,
+        extraction.kernel_func,
+        cache=ProfileCache(),
+        options=MeasureOptions(progress=progress),
+        tuning=tuning,
+    )
+    if calibrate and costs.times:
+        databases = [t.database for t in tuning.values()]
+        calibrate_in_context(costs, model, extraction, database=databases[0] if databases else None)
+    return costs
 
 
 def single_device_configurations(platform: Platform) -> dict[str, tuple[Device, int | None]]:
@@ -203,44 +184,6 @@ def build_runnable(
         f"({len(built.placement.segments)} segments, {built.placement.copies_per_run} device copies per run)"
     )
     return built, build_s
-
-
-def run_plan(
-    model: BuiltModel,
-    extraction: Extraction,
-    platform: Platform,
-    plan: Plan,
-    predicted_s: float | None,
-    *,
-    repeats: int = 5,
-    stream_inputs: int = 16,
-    in_flight: int | None = None,
-    database=None,
-    progress=print,
-    threads: int | None = None,
-    built: tuple[PlacedExecutable, float] | None = None,
-) -> tuple[RunMeasurement, PlacedExecutable]:
-    """Build ``plan`` (unless ``built`` gives the build and its seconds), check it against the reference,
-    and time it and the single-device configurations. ``threads``: a one-device plan's CPU pool."""
-    built, build_s = built or build_runnable(model, extraction, platform, plan, database=database, progress=progress)
-    inputs = model.sample_inputs()
-    reference = run_reference(model, inputs)
-    configurations = time_single_devices(model, extraction, platform, inputs, repeats, database)
-    as_platform_has_them = [
-        n for n, (device, threads) in single_device_configurations(platform).items() if threads == device.num_threads
-    ]
-    one_worker = min(as_platform_has_them, key=configurations.__getitem__)
-    timing = time_build(
-        built,
-        model,
-        plan.objective,
-        reference,
-        repeats=repeats,
-        stream_inputs=stream_inputs,
-        in_flight=in_flight,
-        threads=threads,
-    )
-    return _measurement(plan.objective, predicted_s, timing, configurations, one_worker, build_s), built
 
 
 @dataclass
@@ -429,7 +372,7 @@ def choose_by_measurement(
         timings = _time_side_by_side(candidates, builds, model, reference, repeats)
     else:
         for candidate in candidates:
-            timings[_timing_key(candidate)] = time_build(
+            timings[timing_key(candidate)] = time_build(
                 builds[plan_key(candidate.plan)][0],
                 model,
                 problem.objective,
@@ -440,17 +383,17 @@ def choose_by_measurement(
                 threads=candidate.threads,
             )
     for candidate in candidates:
-        timing = timings[_timing_key(candidate)]
+        timing = timings[timing_key(candidate)]
         progress(f"candidate {candidate.label}: {timing.measured_s * 1e3:.3f} ms per inference")
 
     def measure(candidate: Candidate) -> float:
-        timing = timings[_timing_key(candidate)]
+        timing = timings[timing_key(candidate)]
         return timing.measured_s if timing.max_rel_diff <= rtol else math.inf  # wrong outputs never win
 
     return select_fastest(candidates, measure), builds, timings
 
 
-def _timing_key(candidate: Candidate) -> tuple:
+def timing_key(candidate: Candidate) -> tuple:
     return plan_key(candidate.plan), candidate.threads
 
 
@@ -466,7 +409,7 @@ def _time_side_by_side(
     with contextlib.ExitStack() as stack:
         runners, checks, busy = {}, {}, {}
         for candidate in candidates:
-            key = _timing_key(candidate)
+            key = timing_key(candidate)
             built = builds[plan_key(candidate.plan)][0]
             if len(built.placement.devices) == 1:
                 runners[key] = SingleVMRunner(built, params, num_threads=candidate.threads)
@@ -499,72 +442,6 @@ def _time_side_by_side(
     return out
 
 
-def run_candidates(
-    model: BuiltModel,
-    extraction: Extraction,
-    problem,
-    chosen: Plan,
-    count: int,
-    *,
-    repeats: int = 5,
-    stream_inputs: int = 16,
-    in_flight: int | None = None,
-    database=None,
-    rtol: float = 1e-4,
-    progress=print,
-) -> tuple[Selection, RunMeasurement, PlacedExecutable]:
-    """``choose_by_measurement``, and the winner's run as ``run_plan`` reports one, from the same
-    measurements: its time and the single-device configurations' come from one side-by-side run."""
-    selection, builds, timings = choose_by_measurement(
-        model,
-        extraction,
-        problem,
-        chosen,
-        count,
-        repeats=repeats,
-        stream_inputs=stream_inputs,
-        in_flight=in_flight,
-        database=database,
-        rtol=rtol,
-        progress=progress,
-    )
-    winner = selection.winner
-    built, build_s = builds[plan_key(winner.plan)]
-    timing = timings[_timing_key(winner)]
-    configurations = single_device_configurations(problem.platform)
-    single = {c.label: c.measured_s for c in selection.candidates if c.label in configurations}
-    one_worker = min(
-        (n for n in single if configurations[n][1] == configurations[n][0].num_threads), key=single.__getitem__
-    )
-    run = _measurement(problem.objective, winner.predicted_s, timing, single, one_worker, build_s)
-    return selection, run, built
-
-
-def _measurement(
-    objective: str,
-    predicted_s: float | None,
-    timing: BuildTiming,
-    single_device_s: dict[str, float],
-    one_worker: str,
-    build_s: float,
-) -> RunMeasurement:
-    """A build's timing as the run report has it, beside the single-device configurations'."""
-    return RunMeasurement(
-        objective=objective,
-        predicted_s=predicted_s,
-        measured_s=timing.measured_s,
-        max_abs_diff=timing.max_abs_diff,
-        max_rel_diff=timing.max_rel_diff,
-        device_busy_s=timing.busy_s,
-        single_device_s=single_device_s,
-        one_worker=one_worker,
-        build_s=build_s,
-        in_flight=timing.in_flight,
-        samples_s=timing.samples_s,
-        executor=timing.executor,
-    )
-
-
 def with_random_weights(mod, entry: str, seed: int = 0) -> BuiltModel:
     """``mod`` with seeded random weights for its entry's weight parameters: enough to time it."""
     from tvm_diviml.zoo import init_weights
@@ -590,54 +467,3 @@ def _concurrent_latency(
 
     samples = time_calls(run_once, inputs, repeats, SETTLE_S)
     return statistics.median(samples), samples, {d: s / (len(samples) + 1) for d, s in busy_total.items()}
-
-
-def headline(run: MeasuredRun, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:
-    """The first lines of a run's report: the outputs against ``reference``, then measured against
-    predicted (``how`` after the objective, e.g. " over RPC"; ``detail`` after the sample count)."""
-    from tvm_diviml.report import format_seconds
-
-    verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
-    lines = [
-        f"outputs against {reference}: max abs diff {run.max_abs_diff:.3g}, "
-        f"max rel diff {run.max_rel_diff:.3g}: {verdict}"
-    ]
-    if run.predicted_s is None:
-        predicted = "not predicted (the platform has no device with these threads)"
-    elif run.objective == "latency":
-        predicted = f"predicted {format_seconds(run.predicted_s)}: measured/predicted {run.measured_over_predicted:.2f}"
-    else:
-        predicted = (
-            f"predicted {1 / run.predicted_s:.2f} /s (period {format_seconds(run.predicted_s)}): "
-            f"measured/predicted {run.measured_over_predicted:.2f}"
-        )
-    if run.objective == "latency":
-        lines.append(
-            f"latency{how}: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}"
-            f"{detail}), {predicted}"
-        )
-    else:
-        lines.append(
-            f"throughput{how}: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
-            f"inference, {run.in_flight} in flight), {predicted}"
-        )
-    return lines
-
-
-def format_run(run: RunMeasurement, rtol: float) -> str:
-    """The measured-against-predicted report of one run."""
-    from tvm_diviml.report import format_seconds
-
-    lines = headline(run, rtol, "the single-device build", detail=f", {run.executor} executor")
-    lines.append("busy per inference: " + ", ".join(f"{d} {format_seconds(s)}" for d, s in run.device_busy_s.items()))
-    lines.append("single-device configurations, measured now (one inference at a time):")
-    for name, seconds in run.single_device_s.items():
-        lines.append(
-            f"  {name:<40}{format_seconds(seconds):>14}" + ("   (one worker)" if name == run.one_worker else "")
-        )
-    best_name, _ = run.best_single_device
-    lines.append(
-        f"speed-up over the best single-device configuration ({best_name}): {run.speedup_over_best_single:.2f}x"
-    )
-    lines.append(f"speed-up over one worker ({run.one_worker}): {run.speedup_over_one_worker:.2f}x")
-    return "\n".join(lines)

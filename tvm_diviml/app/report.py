@@ -11,14 +11,15 @@ import math
 from collections import Counter
 from typing import Any
 
-from .bounds import lower_bounds
-from .errors import DivimlInputError
-from .plan import Plan
-from .problem import Problem
-from .simulator import Simulation, simulate
-from .solvers import default_solver, get_solver
-from .tolerances import SOLVER_SLACK
-from .toolkit.single_device import single_device_values
+from ..bounds import lower_bounds
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..problem import Problem
+from ..simulator import Simulation, simulate
+from ..solvers import default_solver, get_solver
+from ..tolerances import SOLVER_SLACK
+from ..toolkit.single_device import single_device_values
+from ..units import format_seconds
 
 log = logging.getLogger(__name__)
 
@@ -156,17 +157,6 @@ def report_row(
         "symmetric": plan.attrs.get("symmetric"),
         "weaker_method": plan.attrs.get("weaker_method"),  # a solver that fell back says so
     }
-
-
-def format_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if math.isinf(seconds):
-        return "inf"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3f} {unit}"
-    return f"{seconds * 1e9:.1f} ns"
 
 
 def _proof(row: dict[str, Any]) -> str:

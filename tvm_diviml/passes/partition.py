@@ -98,7 +98,7 @@ class PartitionForDevices:
         candidates: int | None = None,
     ):
         """``candidates``: build and time that many best plans and the single-device configurations
-        here (seeded random weights) and keep the fastest measured (``passes.run.choose_by_measurement``);
+        here (seeded random weights) and keep the fastest measured (``passes.timing.choose_by_measurement``);
         ``.selection`` then says which won and what each measured."""
         if objective not in OBJECTIVES:
             raise DivimlInputError(
@@ -134,16 +134,14 @@ class PartitionForDevices:
         if self.cost == "roofline":
             return RooflineCostModel(extraction.graph, self.platform)
         if self.cost == "measured":
-            from tvm_diviml.workload import measured_costs
-
-            from .load import LoadedModel
-            from .run import with_random_weights
+            from .timing import measured_costs, with_random_weights
 
             built = None if mod is None else with_random_weights(mod, extraction.entry, self.seed)
             return measured_costs(
                 extraction.graph,
                 self.platform,
-                LoadedModel(built, extraction, 0.0),
+                built,
+                extraction,
                 progress=False,
                 calibrate=mod is not None,
             )
@@ -183,7 +181,7 @@ class PartitionForDevices:
             solve_s,
         )
         if self.candidates:
-            from .run import choose_by_measurement, with_random_weights
+            from .timing import choose_by_measurement, with_random_weights
 
             if mod is None:
                 raise DivimlInputError(

@@ -23,16 +23,17 @@ import os
 import time
 from typing import Any
 
-from .bounds import lower_bound
-from .cost.base import CostModel
-from .errors import DivimlInputError
-from .graph import Edge, GraphInput, Kernel, OpGraph
-from .modelspec import format_model_spec, parse_model_spec
-from .plan import Plan
-from .report import format_seconds, solve_and_report
-from .simulator import Simulation
-from .solvers import Problem
-from .tolerances import meets
+from ..bounds import lower_bound
+from ..cost.base import CostModel
+from ..errors import DivimlInputError
+from ..graph import Edge, GraphInput, Kernel, OpGraph
+from ..modelspec import format_model_spec, parse_model_spec
+from ..plan import Plan
+from ..simulator import Simulation
+from ..solvers import Problem
+from ..tolerances import meets
+from ..units import format_seconds
+from .report import solve_and_report
 from .workload import GENERATORS, Workload, load_workload
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ def sub_batch_spec(model_spec: str, copies: int, cost: str | None = None) -> tup
             field="--cost",
             hint="use --cost roofline or --cost measured with --batch-split",
         )
-    from .zoo import ZOO, zoo_names  # imports TVM: only for zoo models
+    from ..zoo import ZOO, zoo_names  # imports TVM: only for zoo models
 
     if name not in zoo_names():
         raise DivimlInputError(f"unknown model '{name}'", field="MODEL", hint=f"zoo models: {', '.join(zoo_names())}")

@@ -28,9 +28,9 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.presets import load_platform
 from tvm_diviml.runtime.measure import compare_outputs
 
-from .apply_plan import apply_plan
-from .build import build
-from .extract import extract
+from ..passes.apply_plan import apply_plan
+from ..passes.build import build
+from ..passes.extract import extract
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def check_model(
     from tvm_diviml.simulator import simulate
     from tvm_diviml.solvers import Problem, default_solver, get_solver
 
-    from .frontends import from_torch_export, load_onnx
+    from ..passes.frontends import from_torch_export, load_onnx
 
     if route not in ROUTES:
         raise DivimlInputError(f"unknown route '{route}'", field="route", hint=f"use one of {', '.join(ROUTES)}")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from ..errors import DivimlInputError
-from ..graph import OpGraph
+from .errors import DivimlInputError
+from .graph import OpGraph
 
 
 @dataclass(frozen=True)

@@ -20,21 +20,21 @@ from typing import Any
 
 import numpy as np
 
+from tvm_diviml.cost.rpc_hops import DriverHop
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.measure import compare_outputs, time_stream
 from tvm_diviml.runtime.rpc import RpcRunner, ServersBuild
-from tvm_diviml.runtime.rpc_hops import DriverHop
 from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
-from tvm_diviml.runtime.segments import split_segments
+from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import server_devices, server_of
 from tvm_diviml.simulator import run_order
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
-from .apply_plan import apply_plan
-from .build import build
-from .extract import Extraction
+from ..passes.apply_plan import apply_plan
+from ..passes.build import build
+from ..passes.extract import Extraction
 from .run import MeasuredRun, headline
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ def _latency(runner: RpcRunner, inputs: list[np.ndarray], repeats: int):
 
 def format_rpc_run(run: RpcRunMeasurement, rtol: float) -> str:
     """The measured-against-predicted report of a run across servers."""
-    from tvm_diviml.report import format_seconds
+    from tvm_diviml.units import format_seconds
 
     lines = headline(run, rtol, "the single-device reference", how=" over RPC")
     lines.append("per server, busy per inference (measured / predicted):")

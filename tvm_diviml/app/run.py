@@ -1,0 +1,256 @@
+"""Plan, build and really run a model on this machine's devices; measured against predicted.
+
+What ``diviml run`` and the ``run`` benchmark suite do: build the placement, check its outputs against
+the single-device reference build, time it — one inference at a time on the concurrent executor for
+latency, a stream with several inputs in flight for throughput and pipelines — and time the same model
+on each single-device configuration, so that the speed-up is measured side by side in one run.
+``run_candidates`` does the same for several candidate plans and keeps the fastest measured
+(``tvm_diviml.passes.timing.choose_by_measurement``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm_diviml.candidates import Selection, plan_key
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Platform
+from tvm_diviml.runtime.vm import PlacedExecutable
+from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.zoo.reference import run_reference
+
+from ..passes.extract import Extraction
+from ..passes.timing import (
+    BuildTiming,
+    build_runnable,
+    choose_by_measurement,
+    single_device_configurations,
+    time_build,
+    time_single_devices,
+    timing_key,
+)
+
+
+@dataclass(kw_only=True)
+class MeasuredRun:
+    """What any real run of a plan measured, here or across servers: what ``headline`` reports, its
+    outputs against the reference and its time against the simulator's."""
+
+    objective: str
+    predicted_s: float | None  # the simulator's latency or period (None: a configuration it has no device for)
+    measured_s: float  # median latency, or seconds per inference of the stream
+    max_abs_diff: float  # against the single-device reference
+    max_rel_diff: float
+    device_busy_s: dict[str, float]  # per inference
+    build_s: float
+    in_flight: int = 1
+    samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        return self.measured_s / self.predicted_s if self.predicted_s else None
+
+    def headline_json(self) -> dict[str, Any]:
+        """The keys that open both reports' JSON, in their order."""
+        return {
+            "objective": self.objective,
+            "predicted_s": self.predicted_s,
+            "measured_s": self.measured_s,
+            "measured_over_predicted": self.measured_over_predicted,
+            "max_abs_diff": self.max_abs_diff,
+            "max_rel_diff": self.max_rel_diff,
+        }
+
+
+@dataclass(kw_only=True)
+class RunMeasurement(MeasuredRun):
+    """What one real run of a plan on this machine measured, with the single-device configurations."""
+
+    single_device_s: dict[str, float]  # configuration -> measured seconds per inference, one at a time
+    one_worker: str  # the configuration that is "one worker" (the fastest device alone)
+    executor: str = "concurrent"  # "concurrent" (a worker per device) or "single VM" (a one-device plan)
+
+    @property
+    def best_single_device(self) -> tuple[str, float]:
+        name = min(self.single_device_s, key=self.single_device_s.__getitem__)
+        return name, self.single_device_s[name]
+
+    @property
+    def speedup_over_best_single(self) -> float:
+        return self.best_single_device[1] / self.measured_s
+
+    @property
+    def speedup_over_one_worker(self) -> float:
+        return self.single_device_s[self.one_worker] / self.measured_s
+
+    def to_json(self) -> dict[str, Any]:
+        best_name, best_s = self.best_single_device
+        return {
+            **self.headline_json(),
+            "device_busy_s": self.device_busy_s,
+            "single_device_s": self.single_device_s,
+            "best_single_device": best_name,
+            "speedup_over_best_single_device": self.speedup_over_best_single,
+            "one_worker": self.one_worker,
+            "speedup_over_one_worker": self.speedup_over_one_worker,
+            "build_s": self.build_s,
+            "in_flight": self.in_flight,
+            "samples_s": self.samples_s,
+            "executor": self.executor,
+        }
+
+
+def run_plan(
+    model: BuiltModel,
+    extraction: Extraction,
+    platform: Platform,
+    plan: Plan,
+    predicted_s: float | None,
+    *,
+    repeats: int = 5,
+    stream_inputs: int = 16,
+    in_flight: int | None = None,
+    database=None,
+    progress=print,
+    threads: int | None = None,
+    built: tuple[PlacedExecutable, float] | None = None,
+) -> tuple[RunMeasurement, PlacedExecutable]:
+    """Build ``plan`` (unless ``built`` gives the build and its seconds), check it against the reference,
+    and time it and the single-device configurations. ``threads``: a one-device plan's CPU pool."""
+    built, build_s = built or build_runnable(model, extraction, platform, plan, database=database, progress=progress)
+    inputs = model.sample_inputs()
+    reference = run_reference(model, inputs)
+    configurations = time_single_devices(model, extraction, platform, inputs, repeats, database)
+    as_platform_has_them = [
+        n for n, (device, threads) in single_device_configurations(platform).items() if threads == device.num_threads
+    ]
+    one_worker = min(as_platform_has_them, key=configurations.__getitem__)
+    timing = time_build(
+        built,
+        model,
+        plan.objective,
+        reference,
+        repeats=repeats,
+        stream_inputs=stream_inputs,
+        in_flight=in_flight,
+        threads=threads,
+    )
+    return _measurement(plan.objective, predicted_s, timing, configurations, one_worker, build_s), built
+
+
+def run_candidates(
+    model: BuiltModel,
+    extraction: Extraction,
+    problem,
+    chosen: Plan,
+    count: int,
+    *,
+    repeats: int = 5,
+    stream_inputs: int = 16,
+    in_flight: int | None = None,
+    database=None,
+    rtol: float = 1e-4,
+    progress=print,
+) -> tuple[Selection, RunMeasurement, PlacedExecutable]:
+    """``choose_by_measurement``, and the winner's run as ``run_plan`` reports one, from the same
+    measurements: its time and the single-device configurations' come from one side-by-side run."""
+    selection, builds, timings = choose_by_measurement(
+        model,
+        extraction,
+        problem,
+        chosen,
+        count,
+        repeats=repeats,
+        stream_inputs=stream_inputs,
+        in_flight=in_flight,
+        database=database,
+        rtol=rtol,
+        progress=progress,
+    )
+    winner = selection.winner
+    built, build_s = builds[plan_key(winner.plan)]
+    timing = timings[timing_key(winner)]
+    configurations = single_device_configurations(problem.platform)
+    single = {c.label: c.measured_s for c in selection.candidates if c.label in configurations}
+    one_worker = min(
+        (n for n in single if configurations[n][1] == configurations[n][0].num_threads), key=single.__getitem__
+    )
+    run = _measurement(problem.objective, winner.predicted_s, timing, single, one_worker, build_s)
+    return selection, run, built
+
+
+def _measurement(
+    objective: str,
+    predicted_s: float | None,
+    timing: BuildTiming,
+    single_device_s: dict[str, float],
+    one_worker: str,
+    build_s: float,
+) -> RunMeasurement:
+    """A build's timing as the run report has it, beside the single-device configurations'."""
+    return RunMeasurement(
+        objective=objective,
+        predicted_s=predicted_s,
+        measured_s=timing.measured_s,
+        max_abs_diff=timing.max_abs_diff,
+        max_rel_diff=timing.max_rel_diff,
+        device_busy_s=timing.busy_s,
+        single_device_s=single_device_s,
+        one_worker=one_worker,
+        build_s=build_s,
+        in_flight=timing.in_flight,
+        samples_s=timing.samples_s,
+        executor=timing.executor,
+    )
+
+
+def headline(run: MeasuredRun, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:
+    """The first lines of a run's report: the outputs against ``reference``, then measured against
+    predicted (``how`` after the objective, e.g. " over RPC"; ``detail`` after the sample count)."""
+    from tvm_diviml.units import format_seconds
+
+    verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
+    lines = [
+        f"outputs against {reference}: max abs diff {run.max_abs_diff:.3g}, "
+        f"max rel diff {run.max_rel_diff:.3g}: {verdict}"
+    ]
+    if run.predicted_s is None:
+        predicted = "not predicted (the platform has no device with these threads)"
+    elif run.objective == "latency":
+        predicted = f"predicted {format_seconds(run.predicted_s)}: measured/predicted {run.measured_over_predicted:.2f}"
+    else:
+        predicted = (
+            f"predicted {1 / run.predicted_s:.2f} /s (period {format_seconds(run.predicted_s)}): "
+            f"measured/predicted {run.measured_over_predicted:.2f}"
+        )
+    if run.objective == "latency":
+        lines.append(
+            f"latency{how}: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}"
+            f"{detail}), {predicted}"
+        )
+    else:
+        lines.append(
+            f"throughput{how}: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
+            f"inference, {run.in_flight} in flight), {predicted}"
+        )
+    return lines
+
+
+def format_run(run: RunMeasurement, rtol: float) -> str:
+    """The measured-against-predicted report of one run."""
+    from tvm_diviml.units import format_seconds
+
+    lines = headline(run, rtol, "the single-device build", detail=f", {run.executor} executor")
+    lines.append("busy per inference: " + ", ".join(f"{d} {format_seconds(s)}" for d, s in run.device_busy_s.items()))
+    lines.append("single-device configurations, measured now (one inference at a time):")
+    for name, seconds in run.single_device_s.items():
+        lines.append(
+            f"  {name:<40}{format_seconds(seconds):>14}" + ("   (one worker)" if name == run.one_worker else "")
+        )
+    best_name, _ = run.best_single_device
+    lines.append(
+        f"speed-up over the best single-device configuration ({best_name}): {run.speedup_over_best_single:.2f}x"
+    )
+    lines.append(f"speed-up over one worker ({run.one_worker}): {run.speedup_over_one_worker:.2f}x")
+    return "\n".join(lines)
