@@ -194,6 +194,7 @@ def check(directory: str, out: str, repeats: int) -> dict:
     from tvm_diviml.graph import OpGraph
     from tvm_diviml.plan import Plan
     from tvm_diviml.platform import Link, Platform
+    from tvm_diviml.problem import Problem
     from tvm_diviml.runtime.concurrent import ConcurrentRunner
     from tvm_diviml.runtime.measure import compare_outputs, time_calls
     from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, tvm_device
@@ -239,8 +240,8 @@ def check(directory: str, out: str, repeats: int) -> dict:
             "devices": sorted(set(plan.assignment.values())),
             "kernels_per_device": {d: sum(v == d for v in plan.assignment.values()) for d in platform.device_names},
             "copies_per_run": built.placement.copies_per_run,
-            "predicted_measured_costs_s": simulate(graph, platform, measured_costs, plan).value_s,
-            "predicted_roofline_s": simulate(graph, platform, roofline, plan).value_s,
+            "predicted_measured_costs_s": simulate(Problem(graph, platform, measured_costs), plan).value_s,
+            "predicted_roofline_s": simulate(Problem(graph, platform, roofline), plan).value_s,
         }
         runner = SingleVMRunner(built, params)
         outputs = runner(inputs)

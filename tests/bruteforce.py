@@ -28,6 +28,7 @@ from tvm_diviml.cost.base import CostModel
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import PlanError, remote_sends, simulate
 
 
@@ -49,7 +50,7 @@ def best_latency(graph: OpGraph, platform: Platform, costs: CostModel) -> tuple[
         for order in device_order_choices(graph, assignment, ancestors):
             plan = Plan(assignment, order=order)
             try:
-                sim = simulate(graph, platform, costs, plan)
+                sim = simulate(Problem(graph, platform, costs), plan)
             except PlanError:  # the per-device orders deadlock across devices
                 continue
             value = sim.value_s if sim.feasible else math.inf
@@ -69,7 +70,7 @@ def best_period(graph: OpGraph, platform: Platform, costs: CostModel, fixed: dic
     for assignment in feasible_assignments(graph, platform, costs):
         if fixed and any(assignment[k] != d for k, d in fixed.items()):
             continue
-        sim = simulate(graph, platform, costs, Plan(assignment, objective="throughput", mode="period_overlap"))
+        sim = simulate(Problem(graph, platform, costs), Plan(assignment, objective="throughput", mode="period_overlap"))
         if sim.feasible:
             best = min(best, sim.value_s)
     return best

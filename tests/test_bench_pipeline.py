@@ -11,6 +11,7 @@ import pytest
 from tvm_diviml.bench import PAPER_PIPELINE_RATIOS, fiddle_accelerators, suite_pipeline
 from tvm_diviml.msr_fiddle import read_msr_fiddle
 from tvm_diviml.plan import Plan
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 
 from .test_msr_fiddle import hand_file
@@ -64,7 +65,7 @@ def test_an_msr_fiddle_graph_on_k_accelerators_keeps_its_own_prices():
         stages=[["1", "2"], ["3", "4"]],
         stage_devices=["acc0", "acc1"],
     )
-    sim = simulate(free, platform, priced, plan)
+    sim = simulate(Problem(free, platform, priced), plan)
     assert sim.stage_cost_s == pytest.approx([11e-3 + 0.75e-3, 7e-3 + 0.75e-3])
     assert not math.isinf(sim.value_s)
 

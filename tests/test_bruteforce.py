@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tvm_diviml.graph import Kernel, OpGraph
 from tvm_diviml.plan import Plan
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 
 from .bruteforce import best_latency
@@ -27,7 +28,7 @@ def test_order_on_a_device_matters():
     value, plan = best_latency(graph, platform, costs)
     assert value == 8 and plan.value_s == 8
     assert plan.order["A"] == ["a", "b"]
-    assert simulate(graph, platform, costs, Plan(plan.assignment)).value_s == 13  # graph order: b first
+    assert simulate(Problem(graph, platform, costs), Plan(plan.assignment)).value_s == 13  # graph order: b first
 
 
 def test_a_tensor_crosses_once_with_its_largest_edge():
@@ -75,7 +76,7 @@ def every_plan_latency(graph, platform, costs) -> float:
             if per_device not in seen:
                 seen.add(per_device)
                 plan = Plan(assignment, order={d: list(ks) for d, ks in zip(DEVICES, per_device) if ks})
-                best = min(best, simulate(graph, platform, costs, plan).value_s)
+                best = min(best, simulate(Problem(graph, platform, costs), plan).value_s)
     return best
 
 
@@ -85,7 +86,7 @@ def test_pruned_search_equals_every_plan(problem):
     graph, platform, costs = problem
     value, plan = best_latency(graph, platform, costs)
     assert value == every_plan_latency(graph, platform, costs)
-    assert simulate(graph, platform, costs, plan).value_s == value
+    assert simulate(Problem(graph, platform, costs), plan).value_s == value
 
 
 @settings(max_examples=examples(20), deadline=None)
@@ -93,6 +94,6 @@ def test_pruned_search_equals_every_plan(problem):
 def test_no_plan_beats_the_oracle(data):
     graph, platform, costs = data.draw(dag_problems(max_kernels=7))
     value, plan = best_latency(graph, platform, costs)
-    assert simulate(graph, platform, costs, plan).value_s == value
+    assert simulate(Problem(graph, platform, costs), plan).value_s == value
     other = Plan(data.draw(assignments(graph)))
-    assert simulate(graph, platform, costs, other).value_s >= value
+    assert simulate(Problem(graph, platform, costs), other).value_s >= value

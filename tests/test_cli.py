@@ -11,6 +11,7 @@ from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 
@@ -81,9 +82,10 @@ def test_plan_on_an_opgraph_with_a_cost_table(graph_and_costs):
     assert row["value_s"] >= sum(t[device] for t in times.values())  # all its kernels, one after another
     graph, platform = OpGraph.load(str(graph_path)), get_platform("paper-node")
     costs = TableCostModel.load(str(cost_path), platform, graph)
-    assert row["value_s"] == simulate(graph, platform, costs, Plan(row["assignment"])).value_s
+    assert row["value_s"] == simulate(Problem(graph, platform, costs), Plan(row["assignment"])).value_s
     assert row["value_s"] == min(
-        simulate(graph, platform, costs, Plan({k: d for k in graph.kernels})).value_s for d in platform.device_names
+        simulate(Problem(graph, platform, costs), Plan({k: d for k in graph.kernels})).value_s
+        for d in platform.device_names
     )
     assert row["baselines"]["fastest_single_device"] == row["value_s"]
     assert row["lower_bound_s"] <= row["value_s"] and row["gap"] >= 0

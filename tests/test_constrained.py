@@ -37,9 +37,7 @@ def best_single_device(problem: Problem) -> float:
     """The fastest feasible plan that runs everything on one device (inf where none can)."""
     values = [
         simulate(
-            problem.graph,
-            problem.platform,
-            problem.costs,
+            problem,
             Plan(dict.fromkeys(problem.graph.kernels, device), objective=problem.objective, mode=problem.mode),
         )
         for device in problem.platform.device_names
@@ -68,10 +66,10 @@ def check_against(optimum: float, problem: Problem, name: str) -> None:
         except DivimlInputError as refused:
             assert "\n" not in str(refused), name
             return
-        assert not simulate(problem.graph, problem.platform, problem.costs, plan).feasible, name
+        assert not simulate(problem, plan).feasible, name
         return
     plan = solver.solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     assert sim.feasible, (name, sim.problems)
     assert plan.value_s == pytest.approx(sim.value_s, rel=1e-12), name
     assert plan.value_s >= optimum * (1 - RELATIVE), name

@@ -29,7 +29,7 @@ from .strategies import dag_problems
 def solve_checked(graph, platform, costs, **options) -> Plan:
     """Solve, and check what every cpsat plan promises: the claim is the simulator's, the bound is below it."""
     plan = Cpsat(**options).solve(Problem(graph, platform, costs))
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     assert plan.solver == "cpsat" and plan.mode == "latency"
     assert plan.value_s == sim.value_s and sim.feasible
     assert plan.lower_bound_s <= plan.value_s

@@ -91,8 +91,10 @@ def test_colocation_binds_within_a_copy_only():
     costs = ReplicatedCosts(table(platform, {k: 1.0 for k in "abcd"}), 2)
     split_groups = {k: "A" for k in copies.kernels} | {"b0/c": "B"}
     copies_apart = {k: "A" if k.startswith("b0/") else "B" for k in copies.kernels}
-    assert any("co-location group 'b0/g'" in p for p in simulate(copies, platform, costs, Plan(split_groups)).problems)
-    assert simulate(copies, platform, costs, Plan(copies_apart)).feasible
+    assert any(
+        "co-location group 'b0/g'" in p for p in simulate(Problem(copies, platform, costs), Plan(split_groups)).problems
+    )
+    assert simulate(Problem(copies, platform, costs), Plan(copies_apart)).feasible
 
 
 # ---------------------------------------------------------------------- ReplicatedCosts
@@ -117,12 +119,13 @@ def test_copies_apart_take_the_slowest_copy_and_together_on_the_host_the_sum(dat
     graph, platform, base = data.draw(dag_problems(max_kernels=5))
     replicated, costs = replicate(graph, copies), ReplicatedCosts(base, copies)
     alone = [
-        simulate(graph, platform, base, Plan({k: DEVICES[i] for k in graph.kernels})).value_s for i in range(copies)
+        simulate(Problem(graph, platform, base), Plan({k: DEVICES[i] for k in graph.kernels})).value_s
+        for i in range(copies)
     ]
     apart = Plan({k: DEVICES[int(k[1])] for k in replicated.kernels})
-    assert simulate(replicated, platform, costs, apart).value_s == pytest.approx(max(alone))
+    assert simulate(Problem(replicated, platform, costs), apart).value_s == pytest.approx(max(alone))
     on_host = Plan({k: platform.host for k in replicated.kernels})  # no transfers: work, one copy after another
-    assert simulate(replicated, platform, costs, on_host).value_s == pytest.approx(copies * alone[0])
+    assert simulate(Problem(replicated, platform, costs), on_host).value_s == pytest.approx(copies * alone[0])
 
 
 def test_copy_devices_says_which_copy_ran_where():
@@ -164,7 +167,7 @@ def test_the_reported_bound_holds_for_every_split_and_the_best_plan_wins(data, s
     plan, sim, row, problem = solve_batch_splits({1: unsplit, 2: split}, "fastest_single_device")
     values = {r: entry["value_s"] for r, entry in row["batch_splits_tried"].items()}
     assert row["value_s"] == min(values.values()) == values[row["batch_split"]]
-    assert simulate(problem.graph, platform, problem.costs, plan).value_s == row["value_s"]
+    assert simulate(Problem(problem.graph, platform, problem.costs), plan).value_s == row["value_s"]
     assert row["lower_bound_s"] == min(lower_bound(Problem(w.graph, platform, w.costs)) for w in (unsplit, split))
     assert row["lower_bound_s"] <= min(optimum(unsplit), optimum(split)) + 1e-9
 

@@ -40,7 +40,7 @@ def brute_force(problem):
     best = math.inf
     for devices in itertools.product(*(problem.feasible_devices(k) for k in names)):
         plan = Plan(dict(zip(names, devices)), objective="throughput", mode="host_staged")
-        sim = simulate(graph, problem.platform, problem.costs, plan)
+        sim = simulate(Problem(graph, problem.platform, problem.costs), plan)
         if sim.feasible and sim.device_graph_acyclic:
             best = min(best, sim.value_s)
     return best
@@ -95,7 +95,7 @@ def test_dp_equals_brute_force_on_msr_files(data):
             solver.solve(problem)
         return
     plan = solver.solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     assert sim.feasible and sim.device_graph_acyclic
     assert plan.value_s == sim.value_s and close(plan.attrs["dp_value_s"], sim.value_s)
     assert close(plan.value_s, best) and plan.optimal
@@ -125,7 +125,7 @@ def staged_problems(draw):
 @given(staged_problems())
 def test_dp_equals_brute_force_with_model_inputs_outputs_and_unlike_devices(problem):
     plan = get_solver("downsets").solve(problem)
-    assert plan.value_s == simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+    assert plan.value_s == simulate(problem, plan).value_s
     assert close(plan.value_s, brute_force(problem)) and plan.optimal
 
 
@@ -177,7 +177,7 @@ def test_past_the_cap_it_falls_back_to_slicegraph():
     problem = throughput(*read_msr_fiddle(hand_file()))
     plan = get_solver("downsets", max_ideals=2, fallback_options={"generations": 3}).solve(problem)
     assert plan.attrs["method"] == "slicegraph (fallback)" and "more than 2 ideals" in plan.attrs["fallback_reason"]
-    assert plan.value_s == simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+    assert plan.value_s == simulate(problem, plan).value_s
     assert plan.value_s >= 7.75e-3 * (1 - 1e-12)
 
 
@@ -202,7 +202,7 @@ def test_real_files_solve_exactly(msr_fiddle_dir):
         graph, platform, costs = read_msr_fiddle(json.load(open(path)))
         problem = throughput(graph, platform, costs)
         plan = get_solver("downsets").solve(problem)
-        sim = simulate(graph, platform, costs, plan)
+        sim = simulate(Problem(graph, platform, costs), plan)
         assert plan.optimal and sim.feasible and plan.value_s == sim.value_s
         single = get_solver("fastest_single_device").solve(problem)
         assert plan.value_s <= single.value_s
@@ -214,7 +214,7 @@ def test_real_files_solve_exactly(msr_fiddle_dir):
 def test_pipeline_dp_is_the_brute_force_optimum(problem):
     optimum = best_pipeline(problem)
     plan = get_solver("downsets").solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     assert sim.feasible and plan.value_s == sim.value_s and (plan.objective, plan.mode) == ("pipeline", "stage_serial")
     assert plan.optimal and close(plan.value_s, optimum) and close(plan.lower_bound_s, optimum)
     assert len(plan.stages) <= problem.stages and len(set(plan.stage_devices)) == len(plan.stage_devices)
@@ -238,7 +238,7 @@ def test_pipeline_dp_bounds_every_plan_where_it_relaxes_links_and_memory(problem
     if plan.optimal:
         assert close(plan.value_s, optimum)
     solved = get_solver("downsets").solve(problem)
-    assert simulate(problem.graph, problem.platform, problem.costs, solved).feasible
+    assert simulate(problem, solved).feasible
     assert solved.lower_bound_s <= optimum * (1 + 1e-9) <= solved.value_s * (1 + 2e-9)
 
 
@@ -263,7 +263,7 @@ def test_polishing_never_loses_and_a_window_of_every_device_reaches_the_optimum(
 
     rough = get_solver("slicegraph", seed=seed, time_limit_s=5, generations=1).solve(problem)
     polished = polish_pipeline(problem, rough, time.perf_counter() + 30)
-    sim = simulate(problem.graph, problem.platform, problem.costs, polished)
+    sim = simulate(problem, polished)
     assert sim.feasible and polished.value_s == sim.value_s <= rough.value_s
     assert len(polished.stages) <= problem.stages and len(set(polished.stage_devices)) == len(polished.stages)
     if problem.stages == len(problem.platform.devices):  # one window holds every stage and device
@@ -277,12 +277,12 @@ def test_a_recut_along_orders_is_better_or_nothing(problem, seed):
     import time
 
     rough = get_solver("slicegraph", seed=seed, time_limit_s=5, generations=1).solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, rough)
+    sim = simulate(problem, rough)
     step = recut_along_orders(problem, rough, sim, time.perf_counter() + 30, random.Random(seed), 0.7)
     if step is not None:
         better, trial = step
         assert trial.feasible and trial.value_s <= sim.value_s and len(better.stages) <= problem.stages
-        assert trial.value_s == simulate(problem.graph, problem.platform, problem.costs, better).value_s
+        assert trial.value_s == simulate(problem, better).value_s
 
 
 def test_orders_find_what_windows_alone_miss(monkeypatch):
@@ -386,7 +386,7 @@ def test_a_dp_stopped_after_an_unproven_pass_keeps_that_pass_s_plan(monkeypatch)
         downset_plan(problem, 10_000)
     first = stop.value.plan
     assert first is not None and first.value_s > calls[0] and first.attrs["method"] == "downset DP, stopped"
-    assert first.value_s == simulate(problem.graph, problem.platform, problem.costs, first).value_s
+    assert first.value_s == simulate(problem, first).value_s
     calls.clear()
     solved = get_solver("downsets", time_limit_s=10, fallback_options={"generations": 1}).solve(problem)
     assert "stopped for the test" in solved.attrs["fallback_reason"]

@@ -17,6 +17,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.gantt import _shorten, draw_schedule, link_label
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 
@@ -33,7 +34,7 @@ def assert_is_a_picture(path):
 
 
 def draw(graph, platform, costs, plan, path):
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     return sim, draw_schedule(graph, platform, costs, plan, sim, str(path))
 
 

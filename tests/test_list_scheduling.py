@@ -25,7 +25,7 @@ BOTH = ("greedy", "heft")
 
 def solve(name, graph, platform, costs, **options):
     plan = get_solver(name, **options).solve(Problem(graph, platform, costs))
-    return plan, simulate(graph, platform, costs, plan)
+    return plan, simulate(Problem(graph, platform, costs), plan)
 
 
 # ---------------------------------------------------------------------- hand-computed schedules
@@ -225,7 +225,7 @@ def test_a_default_reserve_that_leaves_no_room_gives_way_to_the_working_sets():
     for reserve in (None, {"A": 0}):
         plan = get_solver("greedy", reserve=reserve).solve(Problem(graph, platform, costs))
         assert plan.assignment == {"a": "A", "big": "B"}
-        assert simulate(graph, platform, costs, plan).feasible
+        assert simulate(Problem(graph, platform, costs), plan).feasible
     small = unit_platform(memory=80)
     with pytest.raises(DivimlInputError, match="kernel 'a' needs 90 B of weights"):
         get_solver("greedy").solve(Problem(graph, small, table(small, {"a": 1, "big": 1})))
@@ -248,7 +248,7 @@ def skip_connection(memory=100):
 def test_activations_above_the_reserve_are_repaired():
     graph, platform, costs = skip_connection()
     assert set(default_reserve(Problem(graph, platform, costs)).values()) == {21}
-    everything_on_a = simulate(graph, platform, costs, Plan({k: "A" for k in graph.kernels}))
+    everything_on_a = simulate(Problem(graph, platform, costs), Plan({k: "A" for k in graph.kernels}))
     assert everything_on_a.memory_bytes["A"] == 75 + 30  # greedy's first attempt
     plan, sim = solve("greedy", graph, platform, costs)
     # second attempt, A reserving 30 B: a (75 B of weights) moves to B, the rest stays on A
@@ -333,7 +333,7 @@ def test_claims_equal_the_simulator(data, name):
     graph, platform, costs = data.draw(dag_problems())
     problem = Problem(graph, platform, costs)
     plan = get_solver(name).solve(problem)
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     assert (plan.solver, plan.mode, plan.optimal) == (name, "latency", False)
     assert plan.value_s == sim.value_s and sim.feasible
     assert sorted(k for run in plan.order.values() for k in run) == sorted(graph.kernels)

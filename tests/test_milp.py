@@ -26,7 +26,7 @@ from .strategies import dag_problems
 def solve(problem, solver="milp", **options):
     """Solve and check the promise every plan makes: its claim is the simulator's value of it."""
     plan = get_solver(solver, **options).solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     assert plan.value_s == pytest.approx(sim.value_s, rel=1e-12)
     assert sim.feasible, sim.problems
     return plan, sim
@@ -134,7 +134,7 @@ def test_a_default_reserve_that_leaves_no_plan_gives_way_to_the_weights(objectiv
     names = ("milp", "split") + (("cpsat",) if objective == "latency" else ())
     for name in names:
         plan = get_solver(name, time_limit_s=20).solve(problem)
-        assert simulate(graph, platform, problem.costs, plan).feasible, name
+        assert simulate(Problem(graph, platform, problem.costs), plan).feasible, name
         assert plan.assignment == {"p": "A", "q": "B", "r": "A"}, name
 
 
@@ -152,7 +152,7 @@ def test_an_overflow_excludes_its_kernel_set_not_the_device(objective):
     platform = unit_platform(memory=100, latency=0.0)
     problem = Problem(graph, platform, table(platform, {"a": 1, "b": 1, "c": 1, "d": 1}), objective=objective)
     plan = get_solver("milp", time_limit_s=20, warm_start=False).solve(problem)
-    sim = simulate(graph, platform, problem.costs, plan)
+    sim = simulate(Problem(graph, platform, problem.costs), plan)
     assert sim.feasible, sim.problems
     assert len(set(plan.assignment.values())) > 1 and not plan.optimal  # memory binds: no proof claimed
 

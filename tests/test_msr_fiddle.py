@@ -44,7 +44,7 @@ def hand_file(**overrides):
 def price(data, assignment):
     graph, platform, costs = read_msr_fiddle(data)
     plan = Plan(assignment, objective="throughput", mode="host_staged")
-    return simulate(graph, platform, costs, plan)
+    return simulate(Problem(graph, platform, costs), plan)
 
 
 def test_split_max_load_matches_hand_computation():
@@ -136,7 +136,7 @@ def test_fastest_single_device_on_inference_files(msr_fiddle_dir):
         for objective in ("latency", "throughput"):
             problem = Problem(graph, platform, costs, objective=objective)
             plan = get_solver("fastest_single_device").solve(problem)
-            sim = simulate(graph, platform, costs, plan)
+            sim = simulate(Problem(graph, platform, costs), plan)
             assert sim.feasible and plan.value_s == sim.value_s
             feasible = [v["value_s"] for v in plan.attrs["per_device"].values() if v["value_s"] is not None]
             assert plan.value_s == min(feasible)
@@ -171,7 +171,7 @@ def test_expert_split_is_read_and_scored_by_the_simulator():
     plan = read_expert_split(expert([[1, 2], [3, 4]]), graph, platform)
     assert plan.assignment == {"1": "acc0", "2": "acc0", "3": "acc1", "4": "acc1"}
     assert plan.mode == "host_staged" and plan.solver == "human-expert"
-    assert simulate(graph, platform, costs, plan).value_s == pytest.approx(7.75e-3)
+    assert simulate(Problem(graph, platform, costs), plan).value_s == pytest.approx(7.75e-3)
     plan = read_expert_split(expert([[], [1, 2]], cpus=[[3, 4]]), graph, platform)
     assert plan.assignment == {"1": "acc1", "2": "acc1", "3": "cpu0", "4": "cpu0"}
 
@@ -202,7 +202,7 @@ def test_real_expert_splits_place_every_node_of_their_layer_graph(msr_fiddle_dir
         graph, platform, costs = read_msr_fiddle(
             json.load(open(os.path.join(msr_fiddle_dir, "throughput-inputs", "LayerGraphs", name)))
         )
-        sim = simulate(graph, platform, costs, read_expert_split(json.load(open(path)), graph, platform))
+        sim = simulate(Problem(graph, platform, costs), read_expert_split(json.load(open(path)), graph, platform))
         assert sim.feasible and sim.value_s > 0
 
 

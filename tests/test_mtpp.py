@@ -262,7 +262,8 @@ def test_lp_load_bounds_host_staged_plans(case):
     parts = lower_bounds(problem)
     best = min(
         simulate(
-            graph, platform, costs, Plan(dict(zip(graph.kernels, devices)), objective="throughput", mode="host_staged")
+            Problem(graph, platform, costs),
+            Plan(dict(zip(graph.kernels, devices)), objective="throughput", mode="host_staged"),
         ).value_s
         for devices in itertools.product(DEVICES, repeat=len(graph))
     )

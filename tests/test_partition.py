@@ -60,7 +60,7 @@ def solved(model):
     graph = extract(model.mod, model.entry).graph
     problem = Problem(graph, platform, RooflineCostModel(graph, platform))
     plan = get_solver("heft", time_limit_s=2.0, seed=0).solve(problem)
-    return plan, simulate(graph, platform, problem.costs, plan).value_s
+    return plan, simulate(Problem(graph, platform, problem.costs), plan).value_s
 
 
 def test_pipeline_places_as_the_solver_does_and_runs_like_the_reference(model, reference, solved):

@@ -25,7 +25,7 @@ def critical_path_at_fastest(graph, costs):
 def test_latency_between_critical_path_and_total_work(data, contention):
     graph, platform, costs = data.draw(dag_problems())
     assignment = data.draw(assignments(graph))
-    sim = simulate(graph, platform, costs, Plan(assignment), link_contention=contention)
+    sim = simulate(Problem(graph, platform, costs), Plan(assignment), link_contention=contention)
     work = sum(costs.compute_s(k, d) for k, d in assignment.items())
     moved = sum(t.end_s - t.start_s for t in sim.transfers)
     assert critical_path_at_fastest(graph, costs) - 1e-9 <= sim.value_s <= work + moved + 1e-9
@@ -41,8 +41,8 @@ def test_latency_between_critical_path_and_total_work(data, contention):
 def test_contention_never_makes_latency_shorter(data):
     graph, platform, costs = data.draw(dag_problems())
     plan = Plan(data.draw(assignments(graph)))
-    free = simulate(graph, platform, costs, plan).value_s
-    assert simulate(graph, platform, costs, plan, link_contention=True).value_s >= free - 1e-9
+    free = simulate(Problem(graph, platform, costs), plan).value_s
+    assert simulate(Problem(graph, platform, costs), plan, link_contention=True).value_s >= free - 1e-9
 
 
 def _random_stage_plan(data, graph):
@@ -73,6 +73,6 @@ def test_every_lower_bound_is_below_every_plan(data, objective):
         plan = _random_stage_plan(data, graph)
     else:
         plan = Plan(data.draw(assignments(graph)), objective=objective, mode=problem.mode)
-    value = simulate(graph, platform, costs, plan).value_s
+    value = simulate(Problem(graph, platform, costs), plan).value_s
     for name, bound in lower_bounds(problem).items():
         assert bound <= value + 1e-9, name

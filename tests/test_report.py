@@ -19,7 +19,7 @@ def throughput_report(assignment):
     costs = table(platform, {"a": 1.0, "b": 1.0, "c": 1.0})
     problem = Problem(graph, platform, costs, objective="throughput")
     plan = Plan(assignment, objective="throughput", mode="period_overlap", solver="hand")
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     row = report_row(problem, plan, sim, lower_bounds(problem), {}, "chain", "table")
     return row, format_row(row, platform.device_names)
 

@@ -82,7 +82,7 @@ def test_the_series_dp_finds_the_brute_force_optimum_and_a_bound_below_it(case):
     optimum, _ = best_latency(graph, platform, costs)
     with CpsatSession(seed=0) as session:
         plan = series_plan(problem, session, Deadline.after(60), segment_time_limit_s=10)
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     assert plan.value_s == sim.value_s and sim.feasible
     assert plan.value_s == pytest.approx(optimum, rel=1e-9, abs=1e-12)
     assert plan.lower_bound_s <= optimum * (1 + 1e-9) and plan.optimal

@@ -13,6 +13,7 @@ from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Network, Platform, Server
 from tvm_diviml.presets import get_platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.servers import identical_servers, server_of, server_platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
@@ -273,7 +274,7 @@ def test_simulator_charges_the_network_between_servers_by_hand():
     b = Kernel("b", flops=2e9, bytes_moved=1e6, output_bytes=5e5)
     graph = OpGraph([a, b], [Edge("a", "b", 3e6)], inputs=[GraphInput("x", 1e6, ("a",))])
     plan = Plan({"a": "s0.rtx2080ti", "b": "s1.rtx2080ti"})
-    sim = simulate(graph, platform, RooflineCostModel(graph, platform), plan)
+    sim = simulate(Problem(graph, platform, RooflineCostModel(graph, platform)), plan)
     rtx = platform.device("s0.rtx2080ti")
     # PCIe in; a; PCIe + network + PCIe to b; b; PCIe + network back to the host (PCIe's 12 GB/s binds)
     expected = (
@@ -281,7 +282,7 @@ def test_simulator_charges_the_network_between_servers_by_hand():
     )
     assert sim.value_s == pytest.approx(expected)
     one_server = simulate(
-        graph, platform, RooflineCostModel(graph, platform), Plan({"a": "s0.rtx2080ti", "b": "s0.gtx1080ti"})
+        Problem(graph, platform, RooflineCostModel(graph, platform)), Plan({"a": "s0.rtx2080ti", "b": "s0.gtx1080ti"})
     )
     assert sim.value_s - one_server.value_s == pytest.approx(
         (30e-6 - 10e-6) + (20e-6 - 10e-6) + _roofline_s(b, rtx) - _roofline_s(b, platform.device("s0.gtx1080ti"))
@@ -294,7 +295,7 @@ def test_simulator_prices_every_crossing_of_a_random_graph_with_the_network():
     costs = RooflineCostModel(graph, platform)
     half = graph.topo_order[: len(graph) // 2]
     plan = Plan({k: "s0.rtx2080ti" if k in half else "s1.gtx1080ti" for k in graph.kernels})
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     owner = server_of(platform)
     crossings = [t for t in sim.transfers if owner[t.src] != owner[t.dst]]
     assert any(t.dst != platform.host for t in crossings), "the split must send tensors between the GPUs"
@@ -307,7 +308,7 @@ def test_simulator_prices_every_crossing_of_a_random_graph_with_the_network():
         assert transfer.end_s - transfer.start_s == pytest.approx(latency + sent / 1.25e9)
     # same kernels on one server's two GPUs (identical hardware to s1's): only the links differ
     local = Plan({k: "s0.rtx2080ti" if k in half else "s0.gtx1080ti" for k in graph.kernels})
-    local_sim = simulate(graph, platform, costs, local)
+    local_sim = simulate(Problem(graph, platform, costs), local)
     assert {k: costs.compute_s(k, d) for k, d in plan.assignment.items()} == {
         k: costs.compute_s(k, local.assignment[k]) for k in graph.kernels
     }

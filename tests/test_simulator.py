@@ -8,6 +8,7 @@ import pytest
 from tvm_diviml.cost.base import ExecutorOverheads
 from tvm_diviml.plan import Plan, ReplicaGroup
 from tvm_diviml.platform import Device, Link, Platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import PlanError, simulate
 
 from .conftest import graph_of, table, unit_platform
@@ -16,7 +17,7 @@ from .conftest import graph_of, table, unit_platform
 def run(graph, platform, costs, assignment, **plan_fields):
     contention = plan_fields.pop("link_contention", False)
     plan = Plan(assignment, **plan_fields)
-    return simulate(graph, platform, costs, plan, link_contention=contention)
+    return simulate(Problem(graph, platform, costs), plan, link_contention=contention)
 
 
 def test_chain_on_one_device_is_the_sum_of_its_kernels():

@@ -33,7 +33,7 @@ def pipeline(graph, platform, costs, stages):
 
 
 def simulated(problem, plan):
-    return simulate(problem.graph, problem.platform, problem.costs, plan)
+    return simulate(problem, plan)
 
 
 def period(problem, order, devices, cuts):

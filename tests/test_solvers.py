@@ -20,7 +20,7 @@ def test_fastest_single_device_is_the_best_device_alone(data, objective):
     problem = Problem(graph, platform, costs, objective=objective, stages=3)
     plan = get_solver("fastest_single_device").solve(problem)
     assert plan.mode == problem.mode and plan.solver == "fastest_single_device"
-    assert plan.value_s == simulate(graph, platform, costs, plan).value_s
+    assert plan.value_s == simulate(Problem(graph, platform, costs), plan).value_s
     alone = []
     for device in DEVICES:
         candidate = Plan(
@@ -30,7 +30,7 @@ def test_fastest_single_device_is_the_best_device_alone(data, objective):
             stages=[graph.topo_order] if objective == "pipeline" else None,
             stage_devices=[device] if objective == "pipeline" else None,
         )
-        alone.append(simulate(graph, platform, costs, candidate).value_s)
+        alone.append(simulate(Problem(graph, platform, costs), candidate).value_s)
     assert plan.value_s == min(alone)
     assert [plan.attrs["per_device"][d]["value_s"] for d in DEVICES] == alone
 

@@ -27,7 +27,7 @@ from .strategies import DEVICES, dag_problems
 def solve(problem, **options):
     """Split, and check what every plan promises: its claim is the simulator's value, and it fits."""
     plan = Split(**options).solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     assert plan.value_s == pytest.approx(sim.value_s, rel=1e-12, abs=1e-15)
     assert sim.feasible, sim.problems
     return plan
@@ -103,7 +103,7 @@ def test_plan_tails_charge_successors_and_the_next_kernel_on_each_device():
     platform = unit_platform()
     problem = Problem(graph, platform, table(platform, {"w": 1, "s1": 4, "s2": 3}))
     plan = Plan({"w": "A", "s1": "A", "s2": "B"}, order={"A": ["w", "s1"], "B": ["s2"]})
-    sim = simulate(graph, platform, problem.costs, plan)
+    sim = simulate(Problem(graph, platform, problem.costs), plan)
     assert plan_tails(problem, plan, sim, ["w"], ["s1", "s2"]) == {"w": {"A": 5.0, "B": 3.0, "C": 5.0}}
 
 

@@ -87,7 +87,7 @@ def brute_force(problem: Problem) -> float:
     best = math.inf
     for devices in itertools.product(problem.platform.device_names, repeat=len(graph.kernels)):
         plan = Plan(dict(zip(graph.kernels, devices)), objective=problem.objective, mode=problem.mode)
-        sim = simulate(graph, problem.platform, problem.costs, plan)
+        sim = simulate(Problem(graph, problem.platform, problem.costs), plan)
         if sim.feasible:
             best = min(best, sim.value_s)
     return best
@@ -150,7 +150,7 @@ def test_memory_spreads_blocks_over_identical_servers_as_brute_force_does():
     graph = stacked(2, weight_bytes=3.0)
     problem = Problem(graph, platform, costs_for(graph, platform, {"A": 10.0, "B": 1.0}))
     plan = Symmetric().solve(problem)
-    assert plan.value_s == pytest.approx(simulate(graph, platform, problem.costs, plan).value_s)
+    assert plan.value_s == pytest.approx(simulate(Problem(graph, platform, problem.costs), plan).value_s)
     assert plan.value_s == pytest.approx(brute_force(problem))
     assert [plan.assignment[f"{p}{b}"] for b in range(2) for p in "xy"] == ["s0.B", "s0.B", "s1.B", "s1.B"]
     assert plan.lower_bound_s <= plan.value_s
@@ -254,7 +254,7 @@ def test_symmetric_is_within_a_known_factor_of_the_full_solver(data):
     problem = Problem(graph, platform, table(platform, times), objective=objective)
     full = get_solver("split" if objective == "latency" else "milp", time_limit_s=30).solve(problem)
     plan = Symmetric().solve(problem)
-    assert plan.value_s == pytest.approx(simulate(graph, platform, problem.costs, plan).value_s)
+    assert plan.value_s == pytest.approx(simulate(Problem(graph, platform, problem.costs), plan).value_s)
     assert plan.lower_bound_s <= full.value_s * (1 + 1e-9)
     assert plan.value_s <= full.value_s * SLACK_OVER_FULL[objective]
 

@@ -30,7 +30,7 @@ def period_optimum(problem, fixed=None):
 def solve(problem, solver, **options):
     """Solve and check the promise every plan makes: its claim is the simulator's value of it."""
     plan = get_solver(solver, **options).solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     assert (plan.objective, plan.mode) == ("throughput", "period_overlap")
     assert plan.value_s == pytest.approx(sim.value_s, rel=1e-12)
     assert sim.feasible, sim.problems
@@ -154,7 +154,7 @@ def test_window_model_with_the_rest_fixed_equals_brute_force():
     found = model.solve(30)
     assert found.optimal and set(found.assignment) == set(window)
     plan = Plan({**fixed, **found.assignment}, objective="throughput", mode="period_overlap")
-    value = simulate(graph, platform, problem.costs, plan).value_s
+    value = simulate(Problem(graph, platform, problem.costs), plan).value_s
     assert found.period_s == pytest.approx(value, rel=1e-6)
     assert value == pytest.approx(period_optimum(problem, fixed), rel=1e-6)
 

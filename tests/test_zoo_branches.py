@@ -8,6 +8,7 @@ from tvm_diviml.cost import RooflineCostModel
 from tvm_diviml.passes.extract import extract
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.zoo import build_model
 from tvm_diviml.zoo.reference import run_reference
@@ -70,8 +71,8 @@ def test_one_device_per_branch_halves_the_estimated_latency():
     costs = RooflineCostModel(graph, platform)
     total, chains = chains_into_sum(graph)
     split = {k: f"cpu{i}" for i, chain in enumerate(chains) for k in chain} | {total: "cpu0"}
-    alone = simulate(graph, platform, costs, Plan({k: "cpu0" for k in graph.kernels})).value_s
-    together = simulate(graph, platform, costs, Plan(split)).value_s
+    alone = simulate(Problem(graph, platform, costs), Plan({k: "cpu0" for k in graph.kernels})).value_s
+    together = simulate(Problem(graph, platform, costs), Plan(split)).value_s
     branch_s = sum(costs.compute_s(k, "cpu0") for k in chains[0])
     assert together < 0.6 * alone
     assert together >= branch_s

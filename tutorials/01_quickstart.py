@@ -93,10 +93,11 @@ def main() -> int:
     print(f"   kernels per device: {per_device}")
 
     step("score the plan with the simulator")
-    sim = simulate(graph, platform, costs, plan)
+    sim = simulate(Problem(graph, platform, costs), plan)
     alone = min(
         simulate(
-            graph, platform, costs, Plan(dict.fromkeys(graph.kernels, d), objective=plan.objective, mode=plan.mode)
+            Problem(graph, platform, costs),
+            Plan(dict.fromkeys(graph.kernels, d), objective=plan.objective, mode=plan.mode),
         ).value_s
         for d in platform.device_names
     )

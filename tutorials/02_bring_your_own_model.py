@@ -158,7 +158,7 @@ def place_build_run(model: BuiltModel, args: argparse.Namespace, outside_tvm: tu
     problem = Problem(graph, platform, costs, objective="latency")
     plan = get_solver(default_solver(problem), time_limit_s=10.0).solve(problem)
     placed_on = sorted(set(plan.assignment.values()))
-    estimate_s = simulate(graph, platform, costs, plan).value_s
+    estimate_s = simulate(Problem(graph, platform, costs), plan).value_s
     print(
         f"   {model.name}: inputs {[(n, s) for n, s, _ in model.inputs]}, {len(model.params)} weights, "
         f"{len(graph)} kernels on {placed_on}, estimated latency {estimate_s * 1e3:.2f} ms"

@@ -146,7 +146,7 @@ def main() -> int:
         step(f"{number}. {objective}" + (f" in {stages} stages" if stages else "") + f", solved by {solver}")
         problem = Problem(graph, platform, costs, objective=objective, stages=stages)
         plan = get_solver(solver, time_limit_s=args.time_limit, seed=args.seed).solve(problem)
-        sim = simulate(graph, platform, costs, plan)
+        sim = simulate(Problem(graph, platform, costs), plan)
         predicted = sim.value_s
         built = build(apply_plan(model.mod, plan, platform, extraction=extraction))
         print(describe(built, sim.device_graph_acyclic))

@@ -100,7 +100,7 @@ def run_across_servers(model: str, count: int, time_limit_s: float, rtol: float)
             workload.platform = workload.costs.platform = driver_hop_platform(workload.platform, hops)
             problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
             plan = get_solver("symmetric", time_limit_s=time_limit_s).solve(problem)
-            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+            sim = simulate(problem, plan)
             per_device = {d: sum(1 for v in plan.assignment.values() if v == d) for d in problem.platform.device_names}
             print(
                 f"   predicted period {format_seconds(sim.value_s)}; kernels per device: "

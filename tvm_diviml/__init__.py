@@ -8,6 +8,7 @@ from .graph import Edge, GraphInput, Kernel, OpGraph
 from .plan import Plan, ReplicaGroup
 from .platform import Device, Link, Platform
 from .presets import get_platform, load_platform
+from .problem import Problem
 from .simulator import Simulation, simulate
 
 __version__ = "0.1.0"
@@ -21,6 +22,7 @@ __all__ = [
     "OpGraph",
     "Plan",
     "Platform",
+    "Problem",
     "ReplicaGroup",
     "Simulation",
     "get_platform",

@@ -83,7 +83,7 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
     plans += [(f"{device} alone", single_device_plan(problem, device)) for device in problem.platform.device_names]
     scored: dict[tuple, Candidate] = {}
     for label, plan in plans:
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         if not sim.feasible or plan_key(plan) in scored:
             continue
         scored[plan_key(plan)] = Candidate(label, plan, sim.value_s)

@@ -29,6 +29,7 @@ from .errors import DivimlInputError
 from .graph import OpGraph
 from .plan import Plan
 from .platform import Platform
+from .problem import Problem
 from .segments import segment_boundaries, split_segments
 from .servers import corun_groups
 from .units import format_bytes
@@ -67,10 +68,11 @@ class Simulation:
         return 1.0 / self.value_s if self.value_s > 0 else math.inf
 
 
-def simulate(
-    graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan, *, link_contention: bool = False
-) -> Simulation:
-    """Score ``plan`` in its own cost mode. Raises PlanError when the plan does not fit."""
+def simulate(problem: Problem, plan: Plan, *, link_contention: bool = False) -> Simulation:
+    """Score ``plan`` on ``problem``'s graph, platform and costs in the plan's own cost mode (not the
+    problem's objective: a latency plan of a throughput problem is scored as latency). Raises
+    PlanError when the plan does not fit."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
     _check_assignment(graph, platform, plan)
     if plan.replicas and plan.mode != "period_overlap":
         raise PlanError(f"replicas are priced only in mode period_overlap, not '{plan.mode}'", field="replicas")

@@ -299,7 +299,7 @@ def check_model(
             began = time.perf_counter()
             plan = get_solver(default_solver(problem), time_limit_s=time_limit_s).solve(problem)
             row[f"plan_{name}_s"] = time.perf_counter() - began
-            if not simulate(problem.graph, platform, problem.costs, plan).feasible:
+            if not simulate(Problem(problem.graph, platform, problem.costs), plan).feasible:
                 raise DivimlInputError(f"the plan on {name} is infeasible", field="plan")
         stage, began = "build", time.perf_counter()
         executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"), extraction=extraction))

@@ -42,7 +42,7 @@ def solve_and_report(
     if automatic:
         solver = default_solver(problem)
     plan = get_solver(solver, time_limit_s=time_limit_s, seed=seed).solve(problem)
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     baselines: dict[str, float | None] = {}
     single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
     baselines["fastest_single_device"] = single.value_s if single else None
@@ -53,7 +53,7 @@ def solve_and_report(
         )
         if kept_single:
             single.solver = "fastest_single_device"
-            plan, sim = single, simulate(problem.graph, problem.platform, problem.costs, single)
+            plan, sim = single, simulate(problem, single)
     for device, entry in per_device.items():
         baselines[f"single:{device}"] = entry["value_s"]
     baselines.update(list_scheduling_baselines(problem, plan if solver in ("heft", "greedy") else None))
@@ -101,7 +101,7 @@ def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> d
             latency = Problem(problem.graph, problem.platform, problem.costs, objective="latency")
             placed = get_solver(name, exact_fallback=False).solve(latency)
             plan = Plan(placed.assignment, objective=problem.objective, mode=problem.mode)
-        values[name] = simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+        values[name] = simulate(problem, plan).value_s
     return values
 
 

@@ -58,7 +58,7 @@ def timed_solve(name: str, problem, time_limit_s: float, notes: list[str]):
         notes.append(f"{name} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
         return None, time.perf_counter() - began
     seconds = time.perf_counter() - began
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     if not sim.feasible:
         notes.append(f"{name}: infeasible plan ({'; '.join(sim.problems[:1])})")
         return None, seconds

@@ -97,7 +97,7 @@ def expert_rows(msr_fiddle_dir: str, ours: dict[frozenset, tuple[str, float, obj
             )
             continue
         name, best, (graph, platform, costs) = ours[ids]
-        sim = simulate(graph, platform, costs, read_expert_split(split, graph, platform))
+        sim = simulate(Problem(graph, platform, costs), read_expert_split(split, graph, platform))
         yield {
             "suite": "msr-fiddle",
             "model": os.path.basename(path),

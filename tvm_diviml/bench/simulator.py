@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
+from tvm_diviml.problem import Problem
+
 from ..cost.roofline import RooflineCostModel
 from ..plan import Plan
 from ..presets import get_platform
@@ -43,7 +45,7 @@ def suite_simulator(kernels: int = KERNELS, repeats: int = REPEATS) -> Iterator[
         for mode, (plan, contention) in plans.items():
 
             def run(plan=plan, contention=contention, graph=graph, costs=costs):
-                return simulate(graph, platform, costs, plan, link_contention=contention)
+                return simulate(Problem(graph, platform, costs), plan, link_contention=contention)
 
             seconds = best_time(run, repeats)
             yield {"suite": "simulator", "mode": mode, "kernels": size, "edges": len(graph.edges), "time_s": seconds}

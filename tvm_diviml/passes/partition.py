@@ -162,7 +162,7 @@ class PartitionForDevices:
         began = time.perf_counter()
         plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
         solve_s = time.perf_counter() - began
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         if not sim.feasible or math.isinf(sim.value_s):
             raise DivimlInputError(
                 f"solver {name} found no feasible placement of {len(problem.graph)} kernels on "
@@ -194,7 +194,7 @@ class PartitionForDevices:
                 model, extraction, problem, plan, self.candidates, progress=log.info
             )
             plan = self.selection.winner.plan
-            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+            sim = simulate(problem, plan)
             plan.attrs["simulated_value_s"] = sim.value_s
         return plan, sim
 

@@ -246,7 +246,7 @@ def candidate_set(problem, chosen: Plan, count: int) -> list[Candidate]:
         if same:
             same[0].label = label
         else:
-            predicted = simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+            predicted = simulate(problem, plan).value_s
             candidates.append(
                 Candidate(
                     label,

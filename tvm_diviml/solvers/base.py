@@ -88,7 +88,7 @@ class Solver(ABC):
 
     def finish(self, problem: Problem, plan: Plan, began: float) -> Plan:
         """Name the solver, time the solve and make the claim the simulator's value of the plan."""
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         claim = plan.value_s
         if (
             sim.feasible

@@ -79,11 +79,11 @@ class Cpsat(Solver):
 
     def _whole_graph(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan:
         """CP-SAT over the whole graph at once, from ``hint`` (or HEFT's plan)."""
-        graph, platform, costs = problem.graph, problem.platform, problem.costs
+        graph = problem.graph
         fallback = self._starting_plan(problem, hint, deadline)
         warm = horizon = None
         if fallback is not None:
-            hinted = simulate(graph, platform, costs, fallback)
+            hinted = simulate(problem, fallback)
             warm = WindowSolution(fallback.assignment, hinted.start_s, hinted.finish_s, hinted.value_s, 0.0, False)
             horizon = hinted.value_s if hinted.feasible else None  # the optimum is no longer than a feasible plan
         combinatorial = lower_bound(problem)
@@ -112,9 +112,9 @@ class Cpsat(Solver):
                 field="time_limit",
                 hint="raise --time-limit or use --solver heft",
             )
-        sim = simulate(graph, platform, costs, plan)
+        sim = simulate(problem, plan)
         if fallback is not None:
-            sim_fallback = simulate(graph, platform, costs, fallback)
+            sim_fallback = simulate(problem, fallback)
             if sim_fallback.feasible and sim_fallback.value_s < sim.value_s:  # rounding can lose a tie
                 plan, sim = Plan(dict(fallback.assignment), order=fallback.order), sim_fallback
         bound_s = answer["bound"] / model.scale
@@ -141,7 +141,7 @@ class Cpsat(Solver):
 
     def _starting_plan(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan | None:
         if hint is not None:
-            simulate(problem.graph, problem.platform, problem.costs, hint)  # a plan for another graph fails here
+            simulate(problem, hint)  # a plan for another graph fails here
             return hint
         if not self.warm_start:
             return None

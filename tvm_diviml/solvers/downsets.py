@@ -91,4 +91,4 @@ class Downsets(Solver):
 
     @staticmethod
     def _feasible(problem: Problem, plan: Plan) -> bool:
-        return simulate(problem.graph, problem.platform, problem.costs, plan).feasible
+        return simulate(problem, plan).feasible

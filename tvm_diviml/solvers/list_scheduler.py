@@ -44,7 +44,7 @@ class ListScheduler(Solver):
             if error.field != "memory_bytes" or not self.exact_fallback:
                 raise
             return self._exact(problem, deadline, error.detail)
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         if not sim.feasible and self.exact_fallback:
             return self._exact(problem, deadline, "; ".join(sim.problems))
         return plan

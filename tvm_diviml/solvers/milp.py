@@ -82,7 +82,7 @@ class Milp(Solver):
         upper = incumbent.value_s if incumbent is not None and math.isfinite(incumbent.value_s) else None
         model = LatencyModel(problem, backend=self.backend, upper_bound_s=upper, reserve=reserve, cuts=cuts)
         if incumbent is not None:
-            sim = simulate(graph, problem.platform, problem.costs, incumbent)
+            sim = simulate(problem, incumbent)
             model.warm_start(incumbent.assignment, sim.start_s, sim.value_s)
         found = model.solve(time_limit_s, seed=self.seed, threads=self.threads)
         if found is None:
@@ -99,10 +99,10 @@ class Milp(Solver):
             order=order_by_start(graph, found.assignment, found.start_s),
             solver=self.name,
         )
-        sim = simulate(graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         if incumbent is not None and incumbent.value_s < sim.value_s:
             plan = incumbent.copy(self.name)
-            sim = simulate(graph, problem.platform, problem.costs, plan)
+            sim = simulate(problem, plan)
         plan.value_s = sim.value_s
         # No bound can exceed a value reached; the solver's may, by its tolerance.
         plan.lower_bound_s = None if found.bound_s is None else min(found.bound_s, sim.value_s)

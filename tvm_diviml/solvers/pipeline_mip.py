@@ -76,7 +76,6 @@ def solve_pipeline_mip(
         )
     stages = stage_count(problem)
     problem.validate()
-    graph, platform, costs = problem.graph, problem.platform, problem.costs
     warm_start, incumbent_s = usable_warm_start(problem, warm_start, stages)
     model = PipelineModel(problem, stages, backend, max(floor_s, lower_bound(problem)), incumbent_s)
     if warm_start is not None:
@@ -90,7 +89,7 @@ def solve_pipeline_mip(
     solved = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
     plan = model.plan() if solved else None
     claim = model.builder.m.objective_value * model.builder.unit if solved else math.inf
-    sim = simulate(graph, platform, costs, plan) if plan is not None else None
+    sim = simulate(problem, plan) if plan is not None else None
     # The warm start wins ties, and whenever the MIP's plan overflows a memory with its activations.
     weaker = None
     if warm_start is not None and (sim is None or not sim.feasible or incumbent_s <= sim.value_s):
@@ -100,7 +99,7 @@ def solve_pipeline_mip(
                 "only): the plan is its warm start's"
             )
         plan = warm_start.copy()
-        sim = simulate(graph, platform, costs, plan)
+        sim = simulate(problem, plan)
     if plan is None:
         raise DivimlInputError(
             "the pipeline MIP found no plan within its time limit",
@@ -148,7 +147,7 @@ def usable_warm_start(problem: Problem, warm_start: Plan | None, stages: int) ->
         raise DivimlInputError(
             f"the warm start must be a stage_serial plan of at most {stages} stages", field="warm_start"
         )
-    sim = simulate(problem.graph, problem.platform, problem.costs, warm_start)
+    sim = simulate(problem, warm_start)
     if sim.feasible:
         return warm_start, sim.value_s
     log.warning("the warm start breaks a constraint (%s); solving without it", "; ".join(sim.problems))

@@ -31,7 +31,7 @@ def whole_model_replicas(problem: Problem, solver: str = "replicas") -> Plan | N
     then carry share x its own period, so the period is 1 / sum(1 / t_d). None below two devices."""
     alone: dict[str, float] = {}
     for device in problem.platform.device_names:
-        sim = simulate(problem.graph, problem.platform, problem.costs, single_device_plan(problem, device))
+        sim = simulate(problem, single_device_plan(problem, device))
         if sim.feasible and sim.value_s > 0:
             alone[device] = sim.value_s
     if len(alone) < 2:

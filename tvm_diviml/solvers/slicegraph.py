@@ -520,7 +520,7 @@ class SliceGraph(Solver):
                 )
             order = [costs.names[i] for i in best.order]
             plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
-            sim = simulate(problem.graph, platform, problem.costs, plan)
+            sim = simulate(problem, plan)
             overflow = activation_overflow(problem, plan, sim)
             if not overflow:
                 break

@@ -299,7 +299,7 @@ class Split(Solver):
         """Each module in turn, with those before it fixed; the plan and its simulated latency."""
         graph = problem.graph
         bottom = bottom_levels(problem)
-        fallback_start = simulate(graph, problem.platform, problem.costs, fallback).start_s
+        fallback_start = simulate(problem, fallback).start_s
         assignment: dict[str, str] = {}
         finish: dict[str, float] = {}
         start: dict[str, float] = {}
@@ -324,7 +324,7 @@ class Split(Solver):
             order=order_by_start(graph, assignment, start, phase),
             solver=self.name,
         )
-        sim = simulate(graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         return plan, sim.value_s if sim.feasible else float("inf")
 
     def _improve(self, problem: Problem, plan: Plan, value: float, windows: WindowSolver) -> tuple[Plan, float, int]:
@@ -334,7 +334,7 @@ class Split(Solver):
         graph = problem.graph
         spans = improvement_windows(len(graph), self.module_size)
         improved = 0
-        sim = simulate(graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         while True:
             before_sweep = improved
             for index, (first, last) in enumerate(spans):
@@ -371,7 +371,7 @@ class Split(Solver):
                     order=order_by_start(graph, assignment, start, phase),
                     solver=self.name,
                 )
-                candidate_sim = simulate(graph, problem.platform, problem.costs, candidate)
+                candidate_sim = simulate(problem, candidate)
                 if candidate_sim.feasible and improves(candidate_sim.value_s, value):
                     plan, sim, value, improved = candidate, candidate_sim, candidate_sim.value_s, improved + 1
             if improved == before_sweep:
@@ -384,7 +384,7 @@ def throughput_start(problem: Problem, deadline: Deadline, *, seed: int, backend
     greedy = None
     with contextlib.suppress(DivimlInputError):
         greedy = greedy_throughput(problem)
-    if greedy is None or not simulate(problem.graph, problem.platform, problem.costs, greedy).feasible:
+    if greedy is None or not simulate(problem, greedy).feasible:
         log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
         greedy = exact_throughput(
             problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend, solver=solver

@@ -158,7 +158,7 @@ class Symmetric(Solver):
             allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
             plan = self._assemble(problem, blocks, allocation)
             self._place_ends(problem, blocks, plan, allocation)
-            sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+            sim = simulate(problem, plan)
             if best is None or sim.value_s < best[0].value_s:
                 best = (sim, plan, allocation)
             if problem.objective == "latency" and not memory_binds:
@@ -246,7 +246,7 @@ class Symmetric(Solver):
                     plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
                 solved = None
                 for plan in plans:
-                    sim = simulate(sub.graph, sub.platform, sub.costs, plan)
+                    sim = simulate(sub, plan)
                     if not sim.feasible or any(plan.assignment == c.plan.assignment for c in found):
                         continue
                     cand = _candidate(devices[first], group, plan, sub, sim)
@@ -499,7 +499,7 @@ def _end_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[str, tuple[
 
 
 def _score(problem: Problem, plan: Plan) -> float:
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     return sim.value_s if sim.feasible else math.inf
 
 

@@ -217,7 +217,7 @@ def place_within_memory(
             log.warning("a larger activation reserve leaves no placement (%s); keeping the plan that overflows", error)
             break
         attempt += 1
-        plan, sim = candidate, simulate(problem.graph, problem.platform, problem.costs, candidate)
+        plan, sim = candidate, simulate(problem, candidate)
         overflow = activation_overflow(problem, plan, sim)
         if not overflow:
             break

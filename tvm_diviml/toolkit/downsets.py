@@ -637,7 +637,7 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
             hint="allow more devices, or devices with more memory",
         )
     plan = _plan_of(problem, instance, split)
-    sim = simulate(graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes})
     plan.attrs.update({"dp_value_s": split.value_s, "prices_exact": instance.prices_exact})
     if problem.mode == "stage_serial":  # the DP relaxes the simulator: its value bounds every plan
@@ -674,7 +674,7 @@ def _plan_of(problem: Problem, instance: MaxLoadInstance, split: Partition) -> P
         stage_devices=stage_devices,
         solver="downsets",
     )
-    plan.value_s = simulate(problem.graph, problem.platform, problem.costs, plan).value_s
+    plan.value_s = simulate(problem, plan).value_s
     return plan
 
 

@@ -33,7 +33,7 @@ def best_heuristic(problem: Problem) -> Plan | None:
             plan = heuristic()
         except DivimlInputError:
             continue
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         if sim.feasible and (best is None or sim.value_s < best.value_s):
             plan.value_s = sim.value_s
             if plan.order is None and problem.objective == "latency":

@@ -33,7 +33,7 @@ def solve_within_memory(
         reserve = dict.fromkeys(reserve, 0.0)
         plan = solve_once(reserve, cuts)
     for _ in range(attempts - 1):
-        overflow = activation_overflow(problem, plan, simulate(problem.graph, problem.platform, problem.costs, plan))
+        overflow = activation_overflow(problem, plan, simulate(problem, plan))
         new = {
             PeakCut(device, frozenset(k for k, d in plan.assignment.items() if d == device), peak)
             for device, peak in overflow.items()

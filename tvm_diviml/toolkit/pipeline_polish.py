@@ -29,7 +29,7 @@ def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals
     helps, every cut along orders (``recut_along_orders``, seeded by ``seed``). A change is kept only
     where the simulator's period, or the number of stages at it, drops."""
     best = plan.copy()
-    sim = simulate(problem.graph, problem.platform, problem.costs, best)
+    sim = simulate(problem, best)
     rng = random.Random(seed)
     tried: set[tuple] = set()
     rounds = stale = 0
@@ -143,7 +143,7 @@ def recut_along_orders(
 
 def _if_better(problem: Problem, candidate: Plan, sim: Simulation) -> tuple[Plan, Simulation] | None:
     """``candidate`` with its simulation where it lowers the period, or keeps it with fewer stages at it."""
-    trial = simulate(problem.graph, problem.platform, problem.costs, candidate)
+    trial = simulate(problem, candidate)
     at_peak = sum(c >= trial.value_s * (1 - 1e-9) for c in trial.stage_cost_s)
     worst = sum(c >= sim.value_s * (1 - 1e-9) for c in sim.stage_cost_s)
     if trial.feasible and (improves(trial.value_s, sim.value_s) or (trial.value_s <= sim.value_s and at_peak < worst)):

@@ -257,7 +257,7 @@ def series_plan(
         log.info("series decomposition: a segment found no schedule in time")
         return None
     plan = found.plan
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     plan.value_s = sim.value_s
     plan.lower_bound_s = min(found.bound_s, sim.value_s)
     plan.optimal = sim.feasible and within_slack(sim.value_s, found.bound_s)

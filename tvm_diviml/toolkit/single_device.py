@@ -31,7 +31,7 @@ def single_device_values(problem: Problem) -> tuple[Plan | None, dict[str, dict]
     best: tuple[float, int, Plan] | None = None
     for index, device in enumerate(problem.platform.device_names):
         plan = single_device_plan(problem, device)
-        sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+        sim = simulate(problem, plan)
         per_device[device] = {"value_s": sim.value_s if sim.feasible else None, "problems": sim.problems[:3]}
         if sim.feasible and (best is None or sim.value_s < best[0]):
             best = (sim.value_s, index, plan)

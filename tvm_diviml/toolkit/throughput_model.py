@@ -34,7 +34,7 @@ def throughput_plan(assignment: dict[str, str], solver: str, replicas: list[Repl
 
 def score(problem: Problem, plan: Plan) -> Simulation:
     """Simulate ``plan`` and make its claim the simulator's value."""
-    sim = simulate(problem.graph, problem.platform, problem.costs, plan)
+    sim = simulate(problem, plan)
     plan.value_s = sim.value_s
     return sim
 
