@@ -201,3 +201,21 @@ def test_reimport_keeps_one_working_registration():
         assert relax.get_pipeline("diviml") is not None and active.platform.name == "cpu2"
     with pytest.raises(DivimlInputError, match="partition_options"):
         relax.get_pipeline("diviml")
+
+
+@pytest.mark.parametrize("name", ["twin_branch", "resnet18", "bert_base"])
+def test_diviml_plan_and_the_pass_place_a_zoo_model_alike(name, tmp_path):
+    """Both go through planning.plan_model: ``--solver auto`` means the same in the CLI and in TVM."""
+    from tvm_diviml.cli import main
+    from tvm_diviml.modelspec import format_model_spec
+
+    spec = format_model_spec(name, SMALL_OPTIONS[name])
+    assert (
+        main(["plan", spec, "--platform", "paper-node", "--time-limit", "10", "--json", str(tmp_path / "p.json")]) == 0
+    )
+    row = json.loads((tmp_path / "p.json").read_text())
+    partition = PartitionForDevices("paper-node", time_limit_s=10.0)
+    partition(build_model(name, SMALL_OPTIONS[name]).mod)
+    assert partition.plan.solver == row["solver"]
+    assert partition.plan.assignment == row["assignment"]
+    assert partition.simulation.value_s == pytest.approx(row["value_s"], rel=1e-12)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tvm_diviml.app.report import format_row, list_scheduling_baselines, report_row
+from tvm_diviml.app.report import format_row, report_row
 from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.plan import Plan
+from tvm_diviml.planning import list_scheduling_baselines
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, default_solver
 

@@ -263,8 +263,8 @@ def check_model(
 ) -> dict[str, Any]:
     """One row: export, import, extract, plan on each platform, build, run, compare with torch."""
     from tvm_diviml.cost.roofline import RooflineCostModel
-    from tvm_diviml.simulator import simulate
-    from tvm_diviml.solvers import Problem, default_solver, get_solver
+    from tvm_diviml.planning import plan_model
+    from tvm_diviml.problem import Problem
 
     from ..passes.frontends import from_torch_export, load_onnx
 
@@ -297,9 +297,9 @@ def check_model(
             platform = load_platform(name)
             problem = Problem(extraction.graph, platform, RooflineCostModel(extraction.graph, platform))
             began = time.perf_counter()
-            plan = get_solver(default_solver(problem), time_limit_s=time_limit_s).solve(problem)
+            solved = plan_model(problem, time_limit_s=time_limit_s)
             row[f"plan_{name}_s"] = time.perf_counter() - began
-            if not simulate(Problem(problem.graph, platform, problem.costs), plan).feasible:
+            if not solved.simulation.feasible:
                 raise DivimlInputError(f"the plan on {name} is infeasible", field="plan")
         stage, began = "build", time.perf_counter()
         executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"), extraction=extraction))

@@ -11,98 +11,25 @@ import math
 from collections import Counter
 from typing import Any
 
-from ..bounds import lower_bounds
-from ..errors import DivimlInputError
 from ..plan import Plan
+from ..planning import plan_model
 from ..problem import Problem
-from ..simulator import Simulation, simulate
-from ..solvers import default_solver, get_solver
+from ..simulator import Simulation
 from ..tolerances import SOLVER_SLACK
-from ..toolkit.single_device import single_device_values
 from ..units import format_seconds
 
 log = logging.getLogger(__name__)
 
 
 def solve_and_report(
-    problem: Problem,
-    solver: str,
-    model: str,
-    cost_source: str,
-    *,
-    time_limit_s: float = 60.0,
-    seed: int = 0,
-    bound_time_limit_s: float = 0.0,
+    problem: Problem, solver: str, model: str, cost_source: str, **options
 ) -> tuple[Plan, Simulation, dict]:
-    """Run ``solver`` (``auto``: the default for the objective) and the baselines on ``problem``;
-    return the plan, its simulation and the row. ``bound_time_limit_s``: seconds for the pipeline
-    bound MIPs and the latency series bound (0: the combinatorial bounds only)."""
-    problem.validate()
-    automatic = solver == "auto"
-    if automatic:
-        solver = default_solver(problem)
-    plan = get_solver(solver, time_limit_s=time_limit_s, seed=seed).solve(problem)
-    sim = simulate(problem, plan)
-    baselines: dict[str, float | None] = {}
-    single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
-    baselines["fastest_single_device"] = single.value_s if single else None
-    kept_single = None
-    if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
-        kept_single = _keep_single_device(
-            plan.solver, sim.value_s, baselines["fastest_single_device"], problem.costs.prediction_error
-        )
-        if kept_single:
-            single.solver = "fastest_single_device"
-            plan, sim = single, simulate(problem, single)
-    for device, entry in per_device.items():
-        baselines[f"single:{device}"] = entry["value_s"]
-    baselines.update(list_scheduling_baselines(problem, plan if solver in ("heft", "greedy") else None))
-    # a plan found by the series decomposition already carries its bound (no second run of it), and
-    # a proven optimum that carries its bound needs no MIP bound
-    series_solved = problem.objective == "latency" and "series" in plan.attrs
-    proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
-    parts = lower_bounds(problem, mip_time_limit_s=0.0 if proven else bound_time_limit_s, upper_s=sim.value_s)
-    if plan.lower_bound_s is not None:
-        parts["solver"] = plan.lower_bound_s
-    row = report_row(problem, plan, sim, parts, baselines, model, cost_source)
-    row["kept_single_device"] = kept_single
-    return plan, sim, row
-
-
-def _keep_single_device(solver: str, split_s: float, single_s: float | None, error: float) -> str | None:
-    """Why ``--solver auto`` keeps the fastest single device instead of ``solver``'s split plan (None:
-    the split is predicted faster by more than the costs' measured error, so it is kept)."""
-    if single_s is None or split_s < single_s * (1.0 - error):
-        return None
-    gain = 100 * (single_s / split_s - 1.0) if split_s > 0 else 0.0
-    return (
-        f"{solver}'s plan across devices is predicted {gain:.1f}% faster than the fastest single device, "
-        f"within the measured error of {100 * error:.1f}%: the single device is kept"
-    )
-
-
-def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> dict[str, float]:
-    """HEFT and greedy: for latency as they are; for throughput, HEFT's latency placement and the
-    throughput greedy, each scored in the problem's mode. Pipelines get none (HEFT's device graph
-    need not be a pipeline). ``solved``: a plan of one of them already made for ``problem``."""
-    if problem.objective == "pipeline":
-        return {}
-    values = {}
-    for name in ("heft", "greedy"):
-        if solved is not None and solved.solver == name:
-            plan = solved
-        elif problem.objective == "latency" or name == "greedy":
-            try:
-                plan = get_solver(name, exact_fallback=False).solve(problem)
-            except DivimlInputError as error:  # greedy does not place for host_staged copies
-                log.debug("baseline %s skipped: %s", name, error)
-                continue
-        else:
-            latency = Problem(problem.graph, problem.platform, problem.costs, objective="latency")
-            placed = get_solver(name, exact_fallback=False).solve(latency)
-            plan = Plan(placed.assignment, objective=problem.objective, mode=problem.mode)
-        values[name] = simulate(problem, plan).value_s
-    return values
+    """``plan_model`` (options: ``time_limit_s``, ``seed``, ``bound_time_limit_s``) and the contract row
+    of what it kept: the plan, its simulation and the row."""
+    solved = plan_model(problem, solver, **options)
+    row = report_row(problem, solved.plan, solved.simulation, solved.bounds, solved.baselines, model, cost_source)
+    row["kept_single_device"] = solved.kept_single_device
+    return solved.plan, solved.simulation, row
 
 
 def report_row(

@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Iterator
 
 import tvm
@@ -34,10 +33,11 @@ from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import OBJECTIVES, Plan
+from tvm_diviml.planning import plan_model
 from tvm_diviml.platform import Platform
 from tvm_diviml.presets import load_platform
 from tvm_diviml.simulator import PlanError, Simulation, simulate
-from tvm_diviml.solvers import SOLVERS, Problem, default_solver, get_solver
+from tvm_diviml.solvers import SOLVERS, Problem
 
 from .apply_plan import PLACEMENT_ATTR, AppliedPlan, apply_plan
 from .build import placed_build_pipeline
@@ -157,29 +157,28 @@ class PartitionForDevices:
             objective=self.objective,
             stages=self.stages,
         )
-        problem.validate()
-        name = default_solver(problem) if self.solver == "auto" else self.solver
-        began = time.perf_counter()
-        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem)
-        solve_s = time.perf_counter() - began
-        sim = simulate(problem, plan)
+        solved = plan_model(problem, self.solver, time_limit_s=self.time_limit_s, seed=self.seed)
+        plan, sim = solved.plan, solved.simulation
         if not sim.feasible or math.isinf(sim.value_s):
             raise DivimlInputError(
-                f"solver {name} found no feasible placement of {len(problem.graph)} kernels on "
+                f"solver {plan.solver} found no feasible placement of {len(problem.graph)} kernels on "
                 f"'{self.platform.name}': {'; '.join(sim.problems) or 'infinite cost'}",
                 field="platform",
                 hint="use devices with more memory, or another solver",
             )
         plan.attrs["simulated_value_s"] = sim.value_s
         log.info(
-            "%s placed %d kernels on %s for %s: %.4g s (simulated), solved in %.2f s",
-            name,
+            "%s placed %d kernels on %s for %s: %.4g s (simulated, lower bound %.4g s), solved in %.2f s",
+            plan.solver,
             len(problem.graph),
             ", ".join(plan.devices_used()),
             self.objective,
             sim.value_s,
-            solve_s,
+            solved.lower_bound_s,
+            plan.solve_s or 0.0,
         )
+        if solved.kept_single_device:
+            log.info("%s", solved.kept_single_device)
         if self.candidates:
             from .timing import choose_by_measurement, with_random_weights
 

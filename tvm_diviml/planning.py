@@ -1,0 +1,110 @@
+"""One orchestration of a solve, shared by ``diviml plan``/``run``, ``PartitionForDevices`` and the
+model-coverage suite, so that ``--solver auto`` places a model the same way everywhere.
+
+``plan_model`` runs the solver (``auto``: the default for the objective), keeps the fastest single
+device where ``auto``'s plan across devices is not predicted faster by more than the costs' measured
+error, scores the kept plan with the simulator, and gathers the baselines (each device alone, HEFT,
+greedy) and the lower bounds that every report prints beside it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .bounds import lower_bounds
+from .errors import DivimlInputError
+from .plan import Plan
+from .problem import Problem
+from .simulator import Simulation, simulate
+from .solvers import default_solver, get_solver
+from .toolkit.single_device import single_device_values
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Solved:
+    """A solved problem: the kept plan, its simulation, the lower bounds by source and the baselines
+    (``fastest_single_device`` None where no device holds the whole model)."""
+
+    plan: Plan
+    simulation: Simulation
+    bounds: dict[str, float]
+    baselines: dict[str, float | None]
+    kept_single_device: str | None = None  # why auto kept the single device instead of the split
+
+    @property
+    def lower_bound_s(self) -> float:
+        return max(self.bounds.values(), default=0.0)
+
+
+def plan_model(
+    problem: Problem,
+    solver: str = "auto",
+    *,
+    time_limit_s: float = 60.0,
+    seed: int = 0,
+    bound_time_limit_s: float = 0.0,
+) -> Solved:
+    """Solve ``problem`` with ``solver`` and gather what a report needs. ``bound_time_limit_s``: seconds
+    for the pipeline bound MIPs and the latency series bound (0: the combinatorial bounds only)."""
+    automatic = solver == "auto"
+    name = default_solver(problem) if automatic else solver
+    plan = get_solver(name, time_limit_s=time_limit_s, seed=seed).solve(problem)
+    sim = simulate(problem, plan)
+    single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
+    baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
+    kept_single = None
+    if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
+        kept_single = _keep_single_device(plan.solver, sim.value_s, single.value_s, problem.costs.prediction_error)
+        if kept_single:
+            single.solver = "fastest_single_device"
+            plan, sim = single, simulate(problem, single)
+    for device, entry in per_device.items():
+        baselines[f"single:{device}"] = entry["value_s"]
+    baselines.update(list_scheduling_baselines(problem, plan if name in ("heft", "greedy") else None))
+    # a plan found by the series decomposition already carries its bound (no second run of it), and
+    # a proven optimum that carries its bound needs no MIP bound
+    series_solved = problem.objective == "latency" and "series" in plan.attrs
+    proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
+    bounds = lower_bounds(problem, mip_time_limit_s=0.0 if proven else bound_time_limit_s, upper_s=sim.value_s)
+    if plan.lower_bound_s is not None:
+        bounds["solver"] = plan.lower_bound_s
+    return Solved(plan, sim, bounds, baselines, kept_single)
+
+
+def _keep_single_device(solver: str, split_s: float, single_s: float, error: float) -> str | None:
+    """Why ``auto`` keeps the fastest single device instead of ``solver``'s split plan (None: the split
+    is predicted faster by more than the costs' measured error, so it is kept)."""
+    if split_s < single_s * (1.0 - error):
+        return None
+    gain = 100 * (single_s / split_s - 1.0) if split_s > 0 else 0.0
+    return (
+        f"{solver}'s plan across devices is predicted {gain:.1f}% faster than the fastest single device, "
+        f"within the measured error of {100 * error:.1f}%: the single device is kept"
+    )
+
+
+def list_scheduling_baselines(problem: Problem, solved: Plan | None = None) -> dict[str, float]:
+    """HEFT and greedy: for latency as they are; for throughput, HEFT's latency placement and the
+    throughput greedy, each scored in the problem's mode. Pipelines get none (HEFT's device graph
+    need not be a pipeline). ``solved``: a plan of one of them already made for ``problem``."""
+    if problem.objective == "pipeline":
+        return {}
+    values = {}
+    for name in ("heft", "greedy"):
+        if solved is not None and solved.solver == name:
+            plan = solved
+        elif problem.objective == "latency" or name == "greedy":
+            try:
+                plan = get_solver(name, exact_fallback=False).solve(problem)
+            except DivimlInputError as error:  # greedy does not place for host_staged copies
+                log.debug("baseline %s skipped: %s", name, error)
+                continue
+        else:
+            latency = Problem(problem.graph, problem.platform, problem.costs, objective="latency")
+            placed = get_solver(name, exact_fallback=False).solve(latency)
+            plan = Plan(placed.assignment, objective=problem.objective, mode=problem.mode)
+        values[name] = simulate(problem, plan).value_s
+    return values
