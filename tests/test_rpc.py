@@ -290,12 +290,12 @@ def run_until_failure(model, extraction, addresses, act, timeout_s):
 def test_killed_server_is_named_at_once(servers, models):
     model, extraction = models(TWIN)
     error, elapsed, remotes = run_until_failure(
-        model, extraction, [servers.addresses[0], servers.addresses[SPARE]], lambda: servers.kill(SPARE), timeout_s=20
+        model, extraction, [servers.addresses[0], servers.addresses[SPARE]], lambda: servers.kill(SPARE), timeout_s=60
     )
     address = f"127.0.0.1:{servers.addresses[SPARE][1]}"
     assert error.server == "s1" and error.address == address
     assert f"server s1 ({address}) failed" in str(error) and error.segment in str(error)
-    assert elapsed < 5  # a dead socket fails at once, not at the timeout
+    assert elapsed < 60 / 2  # a dead socket fails at once, not at the 60 s timeout
     remotes["s0"].close()
 
 
@@ -316,7 +316,7 @@ def test_hung_server_is_named_within_the_timeout(servers, victim, models):
     assert isinstance(error, ServerTimeoutError)
     assert error.server == "s1" and f"server s1 (127.0.0.1:{victim.addresses[0][1]}) did not answer" in str(error)
     assert error.segment and error.segment in str(error)
-    assert elapsed < 2 + 3
+    assert elapsed < 2 + 15  # about the timeout after the stop, not the 30 s more the stream would wait
     remotes["s0"].close()
 
 

@@ -266,10 +266,11 @@ def test_a_wrong_number_of_results_is_an_error_of_that_segment():
 
 @pytest.mark.parametrize("read_by_another", [True, False])
 def test_a_hung_call_hits_the_timeout_with_its_name(read_by_another, caplog):
-    release = threading.Event()
+    release, returned = threading.Event(), threading.Event()
 
     def stuck(x):
         release.wait(10)
+        returned.set()
         return [x]
 
     calls = [SegmentCall("stuck", "B", ["input:x"], ["s"])]
@@ -277,10 +278,9 @@ def test_a_hung_call_hits_the_timeout_with_its_name(read_by_another, caplog):
         calls.append(SegmentCall("after", "A", ["s"], ["t"]))
     before = threading.active_count()
     executor = executor_of({"stuck": stuck, "after": lambda s: [s]}, calls, [calls[-1].writes[0]], timeout_s=0.3)
-    started = time.perf_counter()
     with pytest.raises(SegmentTimeoutError, match="segment 'stuck' on device 'B'") as info:
         executor.run({"input:x": 1})
-    assert time.perf_counter() - started < 3.0 and info.value.segment == "stuck"
+    assert not returned.is_set() and info.value.segment == "stuck"  # raised while the call still hangs
     executor.close()  # does not wait for the hung worker, says so
     assert "diviml-B did not stop" in caplog.text
     release.set()  # the call returns; its worker then ends by itself

@@ -162,7 +162,7 @@ def test_resuming_does_not_search_again(tuned):
     assert (again.tuned, again.reused, again.workloads) == (0, 2, 2)
     assert len(again.database.get_all_tuning_records()) == records
     assert again.digest == result.digest
-    assert again.seconds < 5
+    assert again.seconds < result.seconds  # nothing searched: reading the records back beats tuning
 
 
 def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
