@@ -5,8 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # Extras for the test environment; add torch to test the torch.export importer and the model-coverage
-# suite too (make test EXTRAS=test,onnx,cpsat,torch: what CI runs); without it those tests are skipped.
-EXTRAS ?= test,onnx,cpsat
+# suite too (make test EXTRAS=test,onnx,torch: what CI runs); without it those tests are skipped.
+EXTRAS ?= test,onnx
 comma := ,
 TEST_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 

@@ -40,7 +40,6 @@ setup(
         # torch.export programs and .pt2 files; torchvision, transformers and onnxscript (torch.onnx.export)
         # for the model-coverage suite (`diviml bench --suite models`, tests/test_coverage.py).
         "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],
-        "cpsat": [],  # OR-Tools is a core dependency now; kept so old commands still work
     },
     entry_points={"console_scripts": ["diviml=tvm_diviml.cli:entry"]},
 )

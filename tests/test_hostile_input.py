@@ -1,5 +1,6 @@
-"""Hostile input (issue 17 items 5-10): a clear DivimlInputError naming the field, or a valid result;
-never a traceback, never NaN. Parametrized cases from the issue, then a hypothesis fuzz over fields."""
+"""Hostile input (bad options, sizes, files and platforms): a clear DivimlInputError naming the field,
+or a valid result; never a traceback, never NaN. Parametrized cases found by trying the tool as an
+attacker would, then a hypothesis fuzz over fields."""
 
 from __future__ import annotations
 

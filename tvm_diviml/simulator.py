@@ -324,7 +324,7 @@ def _schedule_result(
 
 def _latency_as_executed(graph: OpGraph, platform: Platform, costs: CostModel, plan: Plan) -> Simulation:
     """Latency as the concurrent executor runs the build: the plan cut into same-device segments
-    (``runtime.segments``), each one call that starts once its device is free and every segment it
+    (``tvm_diviml.segments``), each one call that starts once its device is free and every segment it
     reads has ended (a segment's tensors leave it when its call returns); the destination's worker
     then copies each tensor it lacks (link time, hand-off included) before its kernels run back to
     back. Model inputs come from the host, outputs made elsewhere go back to it. Every segment call

@@ -1,5 +1,5 @@
 """The ``llm`` suite: the symmetric solver against the whole-graph solvers on LLaMA-style models
-across servers (issue 8)."""
+across servers (DiviML's LLM case: identical servers and identical blocks solved once)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def suite_llm(
     platforms: tuple[str, ...] = LLM_PLATFORMS,
     objectives: tuple[str, ...] = LLM_OBJECTIVES,
 ) -> Iterator[Row]:
-    """The symmetric solver against the whole-graph solvers on LLaMA-style models across servers
-    (issue 8): per model, platform and objective, its simulated value, the full problem's lower bound,
+    """The symmetric solver against the whole-graph solvers on LLaMA-style models across servers:
+    per model, platform and objective, its simulated value, the full problem's lower bound,
     its gap and solve time beside each full solver's (``LLM_FULL_SOLVERS``, ``time_limit_s`` each,
     ``timed_out`` when they used it up). Targets (``LLM_TARGETS``): from 24 layers on, within 2% of the
     best full solver's plan and at least 50x faster than that solver. One summary row per objective.

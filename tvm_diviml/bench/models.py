@@ -14,7 +14,7 @@ TIME_LIMIT_S = 10.0
 def suite_models(quick: bool = False, time_limit_s: float = TIME_LIMIT_S) -> Iterator[Row]:
     """Models from torchvision and Hugging Face, exported with torch.export and through ONNX, each
     imported, extracted, planned on cpu2 and paper-node, built across cpu0/cpu1, run and compared
-    with torch (``passes/coverage.py``); quick: one CNN and one transformer."""
+    with torch (``tvm_diviml/app/coverage.py``); quick: one CNN and one transformer."""
     from ..app.coverage import ROUTES, catalogue, check_model, missing_packages  # imports TVM
 
     missing = missing_packages()

@@ -59,7 +59,7 @@ def vdevices_of(platform: Platform, device_names: list[str]) -> dict[str, Any]:
                 f"{device.device}; a build needs one TVM device each",
                 field="devices",
                 hint="give every platform device its own kind:index; a plan across "
-                "servers is built per server (passes.servers.build_per_server)",
+                "servers is built per server (tvm_diviml.app.rpc_run.build_per_server)",
             )
         seen[device.device] = name
         out[name] = relax.VDevice(tvm.target.Target(device.target), device.index, "global")
