@@ -107,9 +107,10 @@ def installed(wheel, tmp_path_factory) -> Path:
     return env
 
 
-def run_installed(env: Path, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_installed(*command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``command`` outside the checkout, with no PYTHONPATH that could reach it."""
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    return subprocess.run([*args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=clean)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=clean)
 
 
 def test_the_installed_wheel_imports_itself_and_not_the_checkout(installed, tmp_path):
@@ -117,7 +118,7 @@ def test_the_installed_wheel_imports_itself_and_not_the_checkout(installed, tmp_
         "import tvm_diviml, tvm_diviml.toolkit.cpsat_worker as w, tvm_diviml.passes as p; "
         "print(tvm_diviml.__file__, w.__file__, p.__file__)"
     )
-    result = run_installed(installed, str(installed / "bin" / "python"), "-c", code, cwd=tmp_path)
+    result = run_installed(str(installed / "bin" / "python"), "-c", code, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     for path in result.stdout.split():
         assert Path(path).resolve().is_relative_to(installed.resolve()), path
@@ -125,35 +126,13 @@ def test_the_installed_wheel_imports_itself_and_not_the_checkout(installed, tmp_
 
 def test_the_installed_wheel_plans_with_cpsat_and_runs_a_split_plan_on_cpu2(installed, tmp_path):
     diviml = str(installed / "bin" / "diviml")
-    planned = run_installed(
-        installed,
-        diviml,
-        "plan",
-        "random:kernels=8,seed=1",
-        "--solver",
-        "cpsat",
-        "--time-limit",
-        "20",
-        "--json",
-        "cpsat.json",
-        cwd=tmp_path,
-    )
+    plan = ["plan", "random:kernels=8,seed=1", "--solver", "cpsat", "--time-limit", "20", "--json", "cpsat.json"]
+    planned = run_installed(diviml, *plan, cwd=tmp_path)
     assert planned.returncode == 0, planned.stdout[-2000:] + planned.stderr[-2000:]
     row = json.loads((tmp_path / "cpsat.json").read_text())
     assert row["solver"] == "cpsat" and row["feasible"] and row["value_s"] >= row["lower_bound_s"] > 0
-    ran = run_installed(
-        installed,
-        diviml,
-        "run",
-        "twin_branch",
-        "--platform",
-        "cpu2",
-        "--solver",
-        "split",
-        "--json",
-        "run.json",
-        cwd=tmp_path,
-    )
+    run = ["run", "twin_branch", "--platform", "cpu2", "--solver", "split", "--json", "run.json"]
+    ran = run_installed(diviml, *run, cwd=tmp_path)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["solver"] == "split" and set(report["assignment"].values()) <= {"cpu0", "cpu1"}
