@@ -20,7 +20,14 @@ from tvm_diviml.msr_fiddle import read_msr_fiddle
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
-from tvm_diviml.toolkit.downsets import MaxLoadInstance, TooManyIdeals, downset_plan, enumerate_ideals
+from tvm_diviml.toolkit.deadline import Deadline
+from tvm_diviml.toolkit.downsets import (
+    NO_DEADLINE,
+    MaxLoadInstance,
+    TooManyIdeals,
+    downset_plan,
+    enumerate_ideals,
+)
 from tvm_diviml.toolkit.pipeline_polish import polish_pipeline, recut_along_orders
 
 from .conftest import examples
@@ -259,10 +266,8 @@ def test_pipeline_stage_count_caps_the_sets():
 @settings(max_examples=examples(40), deadline=None)
 @given(pipeline_problems(), st.integers(0, 2))
 def test_polishing_never_loses_and_a_window_of_every_device_reaches_the_optimum(problem, seed):
-    import time
-
     rough = get_solver("slicegraph", seed=seed, time_limit_s=5, generations=1).solve(problem)
-    polished = polish_pipeline(problem, rough, time.perf_counter() + 30)
+    polished = polish_pipeline(problem, rough, Deadline.after(30))
     sim = simulate(problem, polished)
     assert sim.feasible and polished.value_s == sim.value_s <= rough.value_s
     assert len(polished.stages) <= problem.stages and len(set(polished.stage_devices)) == len(polished.stages)
@@ -274,11 +279,10 @@ def test_polishing_never_loses_and_a_window_of_every_device_reaches_the_optimum(
 @given(pipeline_problems(), st.integers(0, 2))
 def test_a_recut_along_orders_is_better_or_nothing(problem, seed):
     import random
-    import time
 
     rough = get_solver("slicegraph", seed=seed, time_limit_s=5, generations=1).solve(problem)
     sim = simulate(problem, rough)
-    step = recut_along_orders(problem, rough, sim, time.perf_counter() + 30, random.Random(seed), 0.7)
+    step = recut_along_orders(problem, rough, sim, Deadline.after(30), random.Random(seed), 0.7)
     if step is not None:
         better, trial = step
         assert trial.feasible and trial.value_s <= sim.value_s and len(better.stages) <= problem.stages
@@ -288,8 +292,6 @@ def test_a_recut_along_orders_is_better_or_nothing(problem, seed):
 def test_orders_find_what_windows_alone_miss(monkeypatch):
     """randwire_ws:nodes=12 on gpu8 as 8 stages, from a one-generation SliceGraph plan: no window of
     1-3 stages helps; re-cuts along orders do, never below the DP's optimum."""
-    import time
-
     from tvm_diviml.app.workload import load_workload
     from tvm_diviml.toolkit import pipeline_polish
 
@@ -297,9 +299,9 @@ def test_orders_find_what_windows_alone_miss(monkeypatch):
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=8)
     optimum = get_solver("downsets").solve(problem).value_s
     rough = get_solver("slicegraph", generations=1, time_limit_s=5).solve(problem)
-    with_orders = polish_pipeline(problem, rough, time.perf_counter() + 60)
+    with_orders = polish_pipeline(problem, rough, Deadline.after(60))
     monkeypatch.setattr(pipeline_polish, "STALE_ROUNDS", 0)
-    windows_only = polish_pipeline(problem, rough, time.perf_counter() + 60)
+    windows_only = polish_pipeline(problem, rough, Deadline.after(60))
     assert optimum * (1 - 1e-9) <= with_orders.value_s < windows_only.value_s * (1 - 1e-6)
 
 
@@ -339,8 +341,8 @@ def test_a_dp_table_past_its_cells_is_refused(monkeypatch):
 
 
 def test_the_pair_count_of_a_pass_and_a_pass_that_cannot_end_in_time(monkeypatch):
-    import time
-
+    """A pass whose pairs would take past the deadline is refused before it begins: no DP pass runs
+    (counted, not timed, so that a loaded machine cannot fail it)."""
     import numpy as np
 
     import tvm_diviml.toolkit.downsets as downsets_module
@@ -356,10 +358,17 @@ def test_the_pair_count_of_a_pass_and_a_pass_that_cannot_end_in_time(monkeypatch
     exact = int(np.count_nonzero(np.tril(subset & within, k=-1)))
     assert instance.pairs_within(bound, every=1) == exact > 0
     monkeypatch.setattr(downsets_module, "PAIRS_PER_S", 1.0)  # a pair a second: nothing fits in 60 s
-    began = time.perf_counter()
+    real_dp, passes = MaxLoadInstance.dp, []
+
+    def counted_pass(instance, *args, **kwargs):
+        passes.append(args)
+        return real_dp(instance, *args, **kwargs)
+
+    monkeypatch.setattr(MaxLoadInstance, "dp", counted_pass)
     with pytest.raises(TimeoutError, match="pairs of ideals"):
-        instance.search(deadline=began + 60)
-    assert time.perf_counter() - began < 5
+        instance.search(deadline=Deadline.after(60))
+    assert not passes  # refused at once: the DP never began
+    assert len(instance.search()[0].sets) and passes  # without a deadline the same search runs its passes
     fallback = get_solver("downsets", time_limit_s=5, fallback_options={"generations": 1}).solve(problem)
     assert "pairs of ideals" in fallback.attrs["fallback_reason"]
 
@@ -375,7 +384,7 @@ def test_a_dp_stopped_after_an_unproven_pass_keeps_that_pass_s_plan(monkeypatch)
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=8)
     real_dp, calls = MaxLoadInstance.dp, []
 
-    def stopped_on_the_second_pass(instance, bound_s=math.inf, deadline=math.inf):
+    def stopped_on_the_second_pass(instance, bound_s=math.inf, deadline=NO_DEADLINE):
         calls.append(bound_s)
         if len(calls) > 1:
             raise TimeoutError("stopped for the test")

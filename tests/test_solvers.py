@@ -55,3 +55,17 @@ def test_unknown_solver_and_objective_are_named():
         mode_for("speed", unit_platform())
     assert mode_for("throughput", unit_platform(transfer_model="host_staged")) == "host_staged"
     assert mode_for("throughput", unit_platform()) == "period_overlap"
+
+
+def test_a_call_hands_its_inputs_only_to_the_solvers_that_declare_them():
+    # heft declares none: a hint and a session pass it by (a place(problem, deadline) would refuse
+    # them); cpsat declares both and starts from the hint where it finds nothing better.
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 1), ("a", "c", 1)])
+    problem = Problem(graph, platform, table(platform, {"a": 1, "b": 2, "c": 2}))
+    hint = Plan({"a": "A", "b": "A", "c": "B"})
+    assert get_solver("heft").inputs == () and set(get_solver("cpsat").inputs) == {"hint", "session"}
+    heft = get_solver("heft").solve(problem, hint=hint, session=object())
+    assert heft.assignment == get_solver("heft").solve(problem).assignment
+    with pytest.raises(DivimlInputError, match="unassigned"):  # the hint reached cpsat, which checked it
+        get_solver("cpsat").solve(problem, hint=Plan({"a": "A"}))

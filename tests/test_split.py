@@ -13,10 +13,11 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem
 from tvm_diviml.solvers.heft import Heft
-from tvm_diviml.solvers.split import Split, plan_tails
+from tvm_diviml.solvers.split import Split
 from tvm_diviml.synthetic import random_dag
 from tvm_diviml.toolkit.cpsat_session import CpsatSession
 from tvm_diviml.toolkit.latency_model import LatencyModel
+from tvm_diviml.toolkit.window_solver import plan_tails
 from tvm_diviml.toolkit.windows import Context, list_schedule
 
 from .bruteforce import best_latency
@@ -174,20 +175,3 @@ def test_split_is_deterministic_for_a_seed_and_never_worse_than_heft():
     assert (first.assignment, first.order, first.value_s) == (again.assignment, again.order, again.value_s)
     assert first.value_s <= Heft().solve(problem).value_s
     assert first.attrs["modules"] >= 4 and first.attrs["split_backend"] == "cpsat"
-
-
-def test_without_ortools_split_says_so_and_uses_highs(monkeypatch, caplog):
-    graph = graph_of([("a", "b", 1), ("a", "c", 1)])
-    platform = unit_platform()
-    problem = Problem(graph, platform, table(platform, {"a": 1, "b": 2, "c": 2}))
-    monkeypatch.setattr("tvm_diviml.solvers.split.importlib.util.find_spec", lambda name: None)
-    with caplog.at_level("INFO", logger="tvm_diviml.solvers.split"):
-        plan = solve(problem)
-    assert plan.attrs["split_backend"] == "highs"
-    assert "OR-Tools is not installed" in caplog.text
-    assert plan.value_s == best_latency(graph, platform, problem.costs)[0]
-    # the report says so in one line
-    from tvm_diviml.app.report import format_row, solve_and_report
-
-    _, _, row = solve_and_report(problem, "split", "fork", "table")
-    assert "split solved its windows with the MILP, not CP-SAT" in format_row(row, platform.device_names)

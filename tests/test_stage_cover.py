@@ -18,6 +18,7 @@ from tvm_diviml.bounds.stage_cover import (
     random_topological_orders,
     stage_cover_bound,
 )
+from tvm_diviml.toolkit.deadline import Deadline
 from tvm_diviml.toolkit.pipeline_model import MipBuilder, PipelineData, cheapest_pricing
 
 from .conftest import examples, graph_of, table, unit_platform
@@ -73,8 +74,8 @@ def test_the_cover_never_refutes_the_optimum_and_its_bound_lies_below(problem):
     data = PipelineData.of(problem)
     pricing = cheapest_pricing(problem, data)
     cover = StageCover(data, pricing, problem.stages)
-    assert not cover.refutes(optimum * (1 + TOLERANCE), math.inf)
-    bound = stage_cover_bound(data, pricing, problem.stages, 0.0, math.inf)
+    assert not cover.refutes(optimum * (1 + TOLERANCE), Deadline.never())
+    bound = stage_cover_bound(data, pricing, problem.stages, 0.0, Deadline.never())
     assert bound is None or bound <= optimum * (1 + TOLERANCE)
 
 
@@ -104,8 +105,9 @@ def test_the_same_problem_gets_the_same_bound_and_a_past_deadline_none():
     problem = pipeline(graph, platform, costs, 3)
     data = PipelineData.of(problem)
     pricing = cheapest_pricing(problem, data)
-    runs = [stage_cover_bound(data, pricing, 3, 2.0, math.inf, 9.0) for _ in range(2)]
+    runs = [stage_cover_bound(data, pricing, 3, 2.0, Deadline.never(), 9.0) for _ in range(2)]
     assert runs[0] == runs[1] and runs[0] is not None
     stats: dict = {}
-    assert stage_cover_bound(data, pricing, 3, 2.0, 0.0, 9.0, stats=stats) is None and stats["stopped_by_time"]
-    assert stage_cover_bound(data, pricing, 3, 9.0, math.inf, 9.0) is None  # nothing between floor and ceiling
+    passed = Deadline.after(0.0)
+    assert stage_cover_bound(data, pricing, 3, 2.0, passed, 9.0, stats=stats) is None and stats["stopped_by_time"]
+    assert stage_cover_bound(data, pricing, 3, 9.0, Deadline.never(), 9.0) is None  # nothing between the two

@@ -6,8 +6,6 @@ and tails of that pricing (earliest start, least time to the end) are what ``win
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from ..problem import Problem
@@ -147,8 +145,8 @@ def affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | N
 def series_bound(problem: Problem, time_limit_s: float) -> float | None:
     """The series decomposition's bound: its DP over the segments' proven CP-SAT bounds, within
     ``time_limit_s``; None where the decomposition is not exact (no cut kernel, co-location, memory
-    that can bind, executor-charging costs) or OR-Tools is missing."""
-    if importlib.util.find_spec("ortools") is None or series_obstacle(problem, series_decomposition(problem.graph)):
+    that can bind, executor-charging costs)."""
+    if series_obstacle(problem, series_decomposition(problem.graph)):
         return None
     with CpsatSession(seed=0, workers=2) as session:
         plan = series_plan(problem, session, Deadline.after(time_limit_s), segment_time_limit_s=time_limit_s)

@@ -18,6 +18,7 @@ import mip
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
+from ..toolkit.deadline import Deadline
 from ..toolkit.downsets import TooManyIdeals, downset_plan
 from ..toolkit.mip_backend import check_backend
 from ..toolkit.pipeline_model import (
@@ -55,10 +56,9 @@ def pipeline_bounds(
     (if ``downsets``; where at most ``DP_IDEALS`` ideals and its pairs can be priced within half the
     time, given ``upper_s``, a known plan's period, if any; where it proves its plan optimal nothing
     more is run), then the stage cover (``stage_cover``: a third of the time left), then the MIP
-    bounds, in this order, each MIP with a share of the
-    time still left: three_superblock (at most
-    ``superblock_positions`` positions, spread evenly), guess_bottleneck (all K positions) and, if
-    ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
+    bounds (``mip_runs``), in this order, each MIP with a share of the time still left:
+    three_superblock (at most ``superblock_positions`` positions, spread evenly), guess_bottleneck
+    (all K positions) and, if ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
     kernel at its cheapest, three_superblock), the exact MIP every one.
 
@@ -68,6 +68,7 @@ def pipeline_bounds(
     ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``, the
     stage cover counting as one)."""
     began = time.perf_counter()
+    deadline = Deadline(began + time_limit_s)
     data = PipelineData.of(problem)
     devices = len(problem.platform.devices)
     stages = min(problem.stages or devices, devices)
@@ -75,45 +76,96 @@ def pipeline_bounds(
     parts = combinatorial_bounds(problem, data, cheap, stages)
     if time_limit_s <= 0 or not parts or not math.isfinite(parts["largest_kernel"]):
         return parts
-    solved = downset_bound(problem, began + time_limit_s / 2, upper_s=upper_s) if downsets else None
+    solved = downset_bound(problem, Deadline(began + time_limit_s / 2), upper_s=upper_s) if downsets else None
     if solved is not None:
         parts["downsets"] = solved.lower_bound_s
         if solved.optimal:
             return parts
-    # Middle positions first: they tend to give the best bound, which the later MIPs may then assume.
+    timed_out = 0
+    if stage_cover:
+        until = deadline if max_nodes is not None else deadline.within(deadline.left() / 3)
+        covered, timed_out = timed_stage_cover(data, cheap, stages, max(parts.values()), until, backend, seed)
+        if covered is not None:  # not the superblock MIPs' floor: it changed their node-limited
+            parts["stage_cover"] = covered  # search, and lowered their bound (514 -> 495 us on one graph)
+    runs = mip_runs(stages, superblock_positions, exact_mip)
+    found, spent, mips_timed_out = mip_bounds(
+        problem, data, cheap, stages, runs, parts, deadline, backend=backend, seed=seed, max_nodes=max_nodes
+    )
+    timed_out += mips_timed_out
+    if found["guess_bottleneck"] and math.isfinite(min(found["guess_bottleneck"])):
+        parts["guess_bottleneck"] = min(found["guess_bottleneck"])
+    for name in ("three_superblock", "exact_mip"):
+        if found[name]:
+            parts[name] = max(found[name])
+    log.info(
+        "pipeline bounds in %.2f s: %s",
+        time.perf_counter() - began,
+        ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
+    )
+    if max_nodes is not None and timed_out:
+        log.warning(
+            "pipeline bounds: %d of %d MIPs stopped at the time limit before %d nodes: not repeatable",
+            timed_out,
+            len(runs),
+            max_nodes,
+        )
+    if stats is not None:
+        stats.update({"mips": len(runs), "stopped_by_time": timed_out})
+    return parts
+
+
+def timed_stage_cover(
+    data: PipelineData, cheap: BlockPricing, stages: int, floor_s: float, deadline: Deadline, backend: str, seed: int
+) -> tuple[float | None, int]:
+    """The stage cover's bound above ``floor_s`` (None where it refutes nothing), and 1 where the
+    clock stopped it (else 0)."""
+    mark, cover_stats = time.perf_counter(), {}
+    covered = stage_cover_bound(data, cheap, stages, floor_s, deadline, seed=seed, backend=backend, stats=cover_stats)
+    log.info("pipeline bounds: stage cover %s in %.2f s", covered, time.perf_counter() - mark)
+    return covered, int(cover_stats["stopped_by_time"])
+
+
+MipRun = tuple[str, int, float]  # (bound, superblock position, weight of its time share)
+
+
+def mip_runs(stages: int, superblock_positions: int, exact_mip: bool) -> list[MipRun]:
+    """The MIPs in the order they run: three_superblock at up to ``superblock_positions`` positions
+    (middle ones first: they tend to give the best bound, which the later MIPs may then assume),
+    guess_bottleneck at every position (weighing least: they add to the three-superblock bound only
+    when every one of them does), then the exact MIP."""
     step = max(1, math.ceil(stages / superblock_positions))
     positions = sorted(set(range(1, stages + 1, step)) | {stages}, key=lambda i: (abs(2 * i - stages - 1), i))
-    # (name, position, weight): time shares in proportion to the weights, the guesses (which add to
-    # the three-superblock bound only when every one of them does) weighing least.
     runs = [("three_superblock", i, 4.0) for i in positions] + [
         ("guess_bottleneck", i, 1.0) for i in range(1, stages + 1)
     ]
-    runs += [("exact_mip", 0, float(len(positions)))] * exact_mip
+    return runs + [("exact_mip", 0, float(len(positions)))] * exact_mip
+
+
+def mip_bounds(
+    problem: Problem,
+    data: PipelineData,
+    cheap: BlockPricing,
+    stages: int,
+    runs: list[MipRun],
+    parts: dict[str, float],
+    deadline: Deadline,
+    *,
+    backend: str,
+    seed: int,
+    max_nodes: int | None,
+) -> tuple[dict[str, list[float]], dict[str, float], int]:
+    """Each MIP of ``runs`` with its weight's share of the time left before ``deadline`` (all of it
+    with a node limit: then the time is a ceiling): the bounds found per name, the seconds spent per
+    name, and how many MIPs the clock stopped. Each may assume the bounds found before it: the
+    superblock MIPs those of the cheapest-priced problem, the exact MIP every one (``parts`` too)."""
     relaxed = max(parts["average_load"], float(cheap.work.max()), parts["neighbourhood"])
-    timed_out = 0
-    if stage_cover:
-        mark, cover_stats = time.perf_counter(), {}
-        left = time_limit_s - (mark - began)
-        covered = stage_cover_bound(
-            data,
-            cheap,
-            stages,
-            max(parts.values()),
-            mark + (left if max_nodes is not None else left / 3),
-            seed=seed,
-            backend=backend,
-            stats=cover_stats,
-        )
-        timed_out += cover_stats["stopped_by_time"]
-        if covered is not None:  # not the superblock MIPs' floor: it changed their node-limited
-            parts["stage_cover"] = covered  # search, and lowered their bound (514 -> 495 us on one graph)
-        log.info("pipeline bounds: stage cover %s in %.2f s", covered, time.perf_counter() - mark)
     found: dict[str, list[float]] = defaultdict(list)
     spent: dict[str, float] = defaultdict(float)
+    timed_out = 0
     for done, (name, i, weight) in enumerate(runs):
         relaxed = max([relaxed, *found["three_superblock"]])
         mark = time.perf_counter()
-        left = time_limit_s - (mark - began)  # with a node limit every MIP may use all of it: a ceiling
+        left = deadline.left()
         share = left if max_nodes is not None else left * weight / sum(w for *_, w in runs[done:])
         if name == "exact_mip":
             known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
@@ -141,36 +193,17 @@ def pipeline_bounds(
         elif bound is not None and math.isfinite(bound):
             found[name].append(bound)
         spent[name] += took
-    if found["guess_bottleneck"] and math.isfinite(min(found["guess_bottleneck"])):
-        parts["guess_bottleneck"] = min(found["guess_bottleneck"])
-    for name in ("three_superblock", "exact_mip"):
-        if found[name]:
-            parts[name] = max(found[name])
-    log.info(
-        "pipeline bounds in %.2f s: %s",
-        time.perf_counter() - began,
-        ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
-    )
-    if max_nodes is not None and timed_out:
-        log.warning(
-            "pipeline bounds: %d of %d MIPs stopped at the time limit before %d nodes: not repeatable",
-            timed_out,
-            len(runs),
-            max_nodes,
-        )
-    if stats is not None:
-        stats.update({"mips": len(runs), "stopped_by_time": timed_out})
-    return parts
+    return found, spent, timed_out
 
 
 def downset_bound(
-    problem: Problem, deadline_at: float, max_ideals: int = DP_IDEALS, upper_s: float = math.inf
+    problem: Problem, deadline: Deadline, max_ideals: int = DP_IDEALS, upper_s: float = math.inf
 ) -> Plan | None:
     """The downset DP's plan, whose ``lower_bound_s`` is the DP's value (the optimum where the plan is
-    ``optimal``); None where the ideals exceed ``max_ideals``, the DP passes ``deadline_at`` or finds
+    ``optimal``); None where the ideals exceed ``max_ideals``, the DP passes ``deadline`` or finds
     no split (then the plan's own checks say why). ``upper_s``: a known plan's period, if any."""
     try:
-        return downset_plan(problem, max_ideals, deadline_at, upper_s)
+        return downset_plan(problem, max_ideals, deadline, upper_s)
     except (TooManyIdeals, TimeoutError, DivimlInputError) as stop:
         log.info("pipeline bounds: no downset DP (%s)", stop)
         return None

@@ -21,12 +21,12 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import time
 
 import mip
 import numpy as np
 
 from ..tolerances import SOLVER_SLACK
+from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import new_model
 from ..toolkit.pipeline_model import BlockPricing, MipBuilder, PipelineData, optimize, time_unit
 
@@ -121,7 +121,7 @@ class StageCover:
         self.stopped_by_time = False
         self.pricings = 0  # MIP pricings run
 
-    def refutes(self, period_s: float, deadline: float, exact: bool = True) -> bool:
+    def refutes(self, period_s: float, deadline: Deadline, exact: bool = True) -> bool:
         """Whether no pipeline of at most ``stages`` blocks has every block's cost at most
         ``period_s``: proven where Farley's bound on the cover LP exceeds the stage count. With
         ``exact`` False, only whether the LP over interval columns needs more than ``stages``
@@ -155,7 +155,7 @@ class StageCover:
                 return True
             pricer = pricer or _BlockPricer(data, self.pricing, period_s, self.backend)
             self.pricings += 1
-            block, best, ceiling = pricer.best_block(duals, deadline - time.perf_counter(), self.seed)
+            block, best, ceiling = pricer.best_block(duals, deadline.left(), self.seed)
             log.debug("stage cover at %.6g s: LP %.4f, block %.4f, ceiling %s", period_s, duals.sum(), best, ceiling)
             if ceiling is not None and ceiling > 0 and duals.sum() / ceiling > self.stages * (1 + SOLVER_SLACK):
                 return True
@@ -182,7 +182,7 @@ class StageCover:
             *random_topological_orders(self.data, AROUND, seed + 1, np.where(after, 2, np.where(inside, 1, 0))),
         ]
 
-    def _interval_rounds(self, model, cover, fits, add, deadline) -> np.ndarray | None:
+    def _interval_rounds(self, model, cover, fits, add, deadline: Deadline) -> np.ndarray | None:
         """Solve the LP, adding the best interval block of each order while one prices in; the final
         duals (None where the LP fails or the deadline passes)."""
         for _ in range(MAX_COLUMN_ROUNDS):
@@ -201,7 +201,7 @@ class StageCover:
                         added = True
             if not added:
                 return duals
-            if time.perf_counter() >= deadline:
+            if deadline.passed():
                 self.stopped_by_time = True
                 return None
         return duals
@@ -280,7 +280,7 @@ def stage_cover_bound(
     pricing: BlockPricing,
     stages: int,
     floor_s: float,
-    deadline: float,
+    deadline: Deadline,
     ceiling_s: float | None = None,
     *,
     seed: int = 0,
@@ -302,21 +302,21 @@ def stage_cover_bound(
     # Above the least period the interval columns alone cover with K blocks nothing is refuted: a
     # tight ceiling, found without a MIP.
     low, high = floor_s, ceiling_s
-    while high - low > PRECISION * high and time.perf_counter() < deadline:
+    while high - low > PRECISION * high and not deadline.passed():
         middle = (low + high) / 2
         low, high = (middle, high) if cover.refutes(middle, deadline, exact=False) else (low, middle)
     # Refuted periods lie nearer the floor: first where the interval LP needs about FIRST_STEP x K
     # blocks (what the first MIP ceilings tend to certify), then a third of the way up.
     low, proven = floor_s, None
     trial = max(low + (high - low) / 3, high / FIRST_STEP)
-    while high - low > PRECISION * high and cover.pricings < PRICINGS and time.perf_counter() < deadline:
+    while high - low > PRECISION * high and cover.pricings < PRICINGS and not deadline.passed():
         if cover.refutes(trial, deadline):
             low = proven = trial
         else:
             high = trial
         trial = low + (high - low) / 3
     if stats is not None:
-        stats["stopped_by_time"] = cover.stopped_by_time or time.perf_counter() >= deadline
+        stats["stopped_by_time"] = cover.stopped_by_time or deadline.passed()
     if proven is not None:
         log.info("stage cover: no pipeline of %d stages has a period of %.6g s or less", stages, proven)
     return None if proven is None else proven * (1 - SOLVER_SLACK)

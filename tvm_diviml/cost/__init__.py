@@ -1,11 +1,13 @@
 """Cost models: seconds per (kernel, device) and per (tensor, link).
 
 ``base`` holds the interface, ``table`` the JSON-backed table, ``roofline`` the estimate for
-absent devices. The measured (TVM) model implements the same interface.
+absent devices, ``remembered`` any of them asked once per figure. The measured (TVM) model implements
+the same interface.
 """
 
 from .base import CostModel
+from .remembered import RememberedCosts
 from .roofline import RooflineCostModel
 from .table import TableCostModel
 
-__all__ = ["CostModel", "RooflineCostModel", "TableCostModel"]
+__all__ = ["CostModel", "RememberedCosts", "RooflineCostModel", "TableCostModel"]

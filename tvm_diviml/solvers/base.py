@@ -4,7 +4,8 @@
 problems no plan can satisfy, sets one ``Deadline`` for the whole solve (sub-solves get it too), calls
 the solver's ``place`` and ends with ``finish``, which names the solver, times the solve and makes the
 claimed value the simulator's. Options are keyword arguments with defaults; every random choice takes
-a seed.
+a seed. What belongs to one call rather than to the solver (a plan to start from, an open CP-SAT
+process) is an argument of ``solve``, handed to ``place`` where the solver declares it in ``inputs``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import DivimlInputError
 from ..plan import MODES, OBJECTIVES, Mode, Objective, Plan
@@ -24,6 +25,9 @@ from ..toolkit.deadline import Deadline
 from ..toolkit.pipeline_model import stage_count
 from .catalog import solvers_for
 
+if TYPE_CHECKING:
+    from ..toolkit.cpsat_session import CpsatSession
+
 log = logging.getLogger(__name__)
 
 
@@ -31,18 +35,32 @@ class Solver(ABC):
     name: ClassVar[str] = ""
     objectives: ClassVar[tuple[Objective, ...]] = OBJECTIVES  # the objectives this solver places for
     modes: ClassVar[tuple[Mode, ...]] = MODES  # the simulator's cost modes it places in
+    # The per-call inputs of ``solve`` that its ``place`` takes as keyword arguments ("hint",
+    # "session"); a solver that takes none keeps ``place(problem, deadline)`` and solves without them.
+    inputs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
         self.time_limit_s = time_limit_s
         self.seed = seed
 
-    def solve(self, problem: Problem, *, deadline: Deadline | None = None) -> Plan:
+    def solve(
+        self,
+        problem: Problem,
+        *,
+        deadline: Deadline | None = None,
+        hint: Plan | None = None,
+        session: CpsatSession | None = None,
+    ) -> Plan:
         """A plan for ``problem`` within ``time_limit_s`` of wall time (and ``deadline``, when a caller
-        solving a larger problem passes its own)."""
+        solving a larger problem passes its own). This call's inputs, for the solvers that declare them
+        in ``inputs``: ``hint``, a plan to start from; ``session``, an open CP-SAT process to solve in
+        (a caller that solves many small problems saves OR-Tools' start-up for each)."""
         began = time.perf_counter()
         self.check(problem)
-        own = Deadline.after(self.time_limit_s)
-        plan = self.place(problem, own if deadline is None else Deadline(min(own.at, deadline.at)))
+        given = {"hint": hint, "session": session}
+        inputs = {name: value for name, value in given.items() if name in self.inputs}
+        own = Deadline.after(self.time_limit_s) if deadline is None else deadline.within(self.time_limit_s)
+        plan = self.place(problem, own, **inputs)
         return self.finish(problem, plan, began)
 
     def check(self, problem: Problem) -> None:
@@ -84,7 +102,8 @@ class Solver(ABC):
 
     @abstractmethod
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
-        """A plan in ``problem.mode``, with ``lower_bound_s``, ``optimal`` and ``attrs`` as known."""
+        """A plan in ``problem.mode``, with ``lower_bound_s``, ``optimal`` and ``attrs`` as known (and
+        the keyword arguments named in ``inputs``, where the solver declares any)."""
 
     def finish(self, problem: Problem, plan: Plan, began: float) -> Plan:
         """Name the solver, time the solve and make the claim the simulator's value of the plan."""

@@ -9,7 +9,6 @@ restriction: its bound is then no bound, and where it leaves no plan the MILP pl
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 
 from ..bounds import lower_bound
@@ -23,61 +22,44 @@ from ..toolkit.deadline import Deadline
 from ..toolkit.series import series_plan
 from ..toolkit.windows import WindowSolution, order_by_start
 from .base import Solver
+from .exact_fallback import exact_instead
 from .heft import Heft
-from .milp import exact_instead
 
 log = logging.getLogger(__name__)
 
 
 class Cpsat(Solver):
-    """Proven-optimal latency plans for graphs of tens of kernels (CP-SAT, interval variables)."""
+    """Proven-optimal latency plans for graphs of tens of kernels (CP-SAT, interval variables);
+    ``workers``: CP-SAT's threads; ``warm_start``: from HEFT's plan where the call gives no hint."""
 
     name = "cpsat"
     objectives = ("latency",)
     modes = ("latency",)
+    inputs = ("hint", "session")
 
-    def __init__(
-        self,
-        *,
-        time_limit_s: float = 60.0,
-        seed: int = 0,
-        workers: int = 2,
-        hint: Plan | None = None,
-        warm_start: bool = True,
-        session: CpsatSession | None = None,
-    ):
+    def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, workers: int = 2, warm_start: bool = True):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
-        self.session = session  # an open OR-Tools process to solve in (else one per solve)
         if workers < 1:
             raise DivimlInputError("workers must be at least 1", field="workers")
-        self.workers, self.hint, self.warm_start = workers, hint, warm_start
-        self.call_hint: Plan | None = None
+        self.workers, self.warm_start = workers, warm_start
 
-    def solve(self, problem: Problem, hint: Plan | None = None, *, deadline: Deadline | None = None) -> Plan:
-        """The best plan CP-SAT finds in the time limit; ``hint`` (else ``self.hint``, else HEFT's plan
-        when ``warm_start``) seeds the search and stands in if CP-SAT finds nothing in time."""
-        self.call_hint = hint
-        return super().solve(problem, deadline=deadline)
-
-    def check(self, problem: Problem) -> None:
-        super().check(problem)
-        if importlib.util.find_spec("ortools") is None:
-            raise DivimlInputError(
-                "solver cpsat needs OR-Tools, which is not installed",
-                field="solver",
-                hint="pip install ortools (a dependency of tvm-diviml: reinstall it)",
-            )
-
-    def place(self, problem: Problem, deadline: Deadline) -> Plan:
-        hint = self.call_hint if self.call_hint is not None else self.hint
-        if hint is None:  # a model of blocks joined by cut kernels: proven block by block
-            with self._session() as session:
-                in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.time_limit_s)
+    def place(
+        self, problem: Problem, deadline: Deadline, *, hint: Plan | None = None, session: CpsatSession | None = None
+    ) -> Plan:
+        """The best plan CP-SAT finds in the time limit. ``hint`` (else HEFT's plan when ``warm_start``)
+        seeds the search and stands in if CP-SAT finds nothing in time; without one, a model of blocks
+        joined by cut kernels is first proven block by block. ``session``: an open OR-Tools process to
+        solve in (else one per solve)."""
+        if hint is None:
+            with self._session(session) as opened:
+                in_series = series_plan(problem, opened, deadline, segment_time_limit_s=self.time_limit_s)
             if in_series is not None and in_series.optimal:
                 return in_series
-        return self._whole_graph(problem, hint, deadline)
+        return self._whole_graph(problem, hint, deadline, session)
 
-    def _whole_graph(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan:
+    def _whole_graph(
+        self, problem: Problem, hint: Plan | None, deadline: Deadline, session: CpsatSession | None
+    ) -> Plan:
         """CP-SAT over the whole graph at once, from ``hint`` (or HEFT's plan)."""
         graph = problem.graph
         fallback = self._starting_plan(problem, hint, deadline)
@@ -88,8 +70,8 @@ class Cpsat(Solver):
             horizon = hinted.value_s if hinted.feasible else None  # the optimum is no longer than a feasible plan
         combinatorial = lower_bound(problem)
         model = tick_model(problem, hint=warm, horizon_s=horizon, lower_bound_s=combinatorial)
-        with self._session() as session:
-            answer = session.solve(model, deadline.left())
+        with self._session(session) as opened:
+            answer = opened.solve(model, deadline.left())
         status = answer["status"]
         if status == "INFEASIBLE":  # memory held every activation at once: a restriction
             return exact_instead(
@@ -133,10 +115,10 @@ class Cpsat(Solver):
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
         return plan
 
-    def _session(self):
+    def _session(self, session: CpsatSession | None):
         """The caller's session, or a new OR-Tools process for this solve."""
-        if self.session is not None:
-            return contextlib.nullcontext(self.session)
+        if session is not None:
+            return contextlib.nullcontext(session)
         return CpsatSession(workers=self.workers, seed=self.seed)
 
     def _starting_plan(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan | None:

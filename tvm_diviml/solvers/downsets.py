@@ -7,7 +7,6 @@ falls back to SliceGraph (for pipelines, then re-cuts its cuts by the DP: ``pipe
 from __future__ import annotations
 
 import logging
-import time
 
 from ..errors import DivimlInputError
 from ..plan import Plan
@@ -28,8 +27,8 @@ class Downsets(Solver):
 
     Options: ``max_ideals`` (the most group-closed ideals to enumerate before falling back to
     SliceGraph, whose options go in ``fallback_options``) and ``time_limit_s`` (for the whole solve:
-    the DP falls back when it has used ``DP_SHARE`` of it, or at once where a pass's pairs would take
-    longer, so that SliceGraph still gets the rest).
+    the DP falls back when it has used ``DP_SHARE`` of the time the solve has, or at once where a
+    pass's pairs would take longer, so that SliceGraph still gets the rest).
     """
 
     name = "downsets"
@@ -53,7 +52,7 @@ class Downsets(Solver):
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         try:
-            plan = downset_plan(problem, self.max_ideals, deadline.at - (1 - self.DP_SHARE) * self.time_limit_s)
+            plan = downset_plan(problem, self.max_ideals, deadline.within(self.DP_SHARE * deadline.left()))
         except DpStopped as stop:
             return self._fall_back(problem, deadline, str(stop), stop.plan)
         except TooManyIdeals as stop:
@@ -65,23 +64,22 @@ class Downsets(Solver):
         return plan
 
     def _fall_back(self, problem: Problem, deadline: Deadline, reason: str, stopped: Plan | None = None) -> Plan:
-        """SliceGraph in the time left (for pipelines 70% of it), or the split of a DP pass that proved
-        nothing (``stopped``) where that is better; for pipelines then ``polish_pipeline`` in the rest."""
-        left = max(deadline.left(), 1.0)
+        """SliceGraph in the time left before ``deadline`` (for pipelines 70% of it), or the split of a
+        DP pass that proved nothing (``stopped``) where that is better; for pipelines then
+        ``polish_pipeline`` until ``deadline``. Neither outlives it."""
+        left = deadline.left()
         then = ", then its cuts re-cut by the DP (windows of stages, orders)," if problem.mode == "stage_serial" else ""
         log.warning("downsets: %s; falling back to SliceGraph%s for %.0f s (not proven optimal)", reason, then, left)
         share = 0.7 * left if problem.mode == "stage_serial" else left
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
-        plan = SliceGraph(**options).solve(problem, deadline=Deadline.after(share))
+        plan = SliceGraph(**options).solve(problem, deadline=deadline.within(share))
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
         if stopped is not None and stopped.value_s < plan.value_s and self._feasible(problem, stopped):
             stopped.attrs.update(fallback_reason=reason, slicegraph_value_s=plan.value_s)
             stopped.lower_bound_s = plan.lower_bound_s
             plan = stopped
         if problem.mode == "stage_serial":
-            polished = polish_pipeline(
-                problem, plan, time.perf_counter() + max(deadline.left(), 0.3 * left), seed=self.seed
-            )
+            polished = polish_pipeline(problem, plan, deadline, seed=self.seed)
             if polished.value_s < plan.value_s:
                 polished.attrs.update(plan.attrs, method=plan.attrs["method"] + ", cuts re-cut by the DP")
                 polished.attrs.setdefault("slicegraph_value_s", plan.value_s)

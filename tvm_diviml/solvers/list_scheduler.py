@@ -14,7 +14,7 @@ from ..toolkit.constraints import DeviceBudget
 from ..toolkit.deadline import Deadline
 from ..toolkit.list_scheduling import list_schedule_plan
 from .base import Solver
-from .milp import exact_instead
+from .exact_fallback import exact_instead
 
 
 class ListScheduler(Solver):

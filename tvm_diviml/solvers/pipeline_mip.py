@@ -15,7 +15,7 @@ from ..bounds import lower_bound
 from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
-from ..simulator import simulate
+from ..simulator import Simulation, simulate
 from ..tolerances import ABSOLUTE_SLACK, PIPELINE_AGREEMENT
 from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import check_backend
@@ -58,7 +58,8 @@ def solve_pipeline_mip(
     floor_s: float = 0.0,
     max_nodes: int | None = None,
 ) -> Plan:
-    """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial``.
+    """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial`` within
+    ``time_limit_s`` of wall time, the model's build included.
 
     ``value_s`` is the simulator's value, ``lower_bound_s`` the MIP's certified bound (never above
     the value), ``optimal`` only when the MIP proved its optimum and the simulator agrees with it.
@@ -68,6 +69,7 @@ def solve_pipeline_mip(
     branch-and-bound nodes too (the same bound on every run where the time limit is not reached;
     ``attrs["stopped_by_time"]`` says whether it was)."""
     began = time.perf_counter()
+    deadline = Deadline(began + time_limit_s)
     if problem.objective != "pipeline":
         raise DivimlInputError(
             f"the pipeline MIP places for objective 'pipeline', not '{problem.objective}'",
@@ -80,26 +82,15 @@ def solve_pipeline_mip(
     model = PipelineModel(problem, stages, backend, max(floor_s, lower_bound(problem)), incumbent_s)
     if warm_start is not None:
         model.warm_start(warm_start)
-    solving = time.perf_counter()
-    status = optimize(model.builder, time_limit_s, seed, max_nodes)
+    solving, solving_s = time.perf_counter(), deadline.left()
+    status = optimize(model.builder, solving_s, seed, max_nodes)
     stopped_by_time = status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.INFEASIBLE) and (
-        time.perf_counter() - solving >= 0.95 * time_limit_s
+        time.perf_counter() - solving >= 0.95 * solving_s
     )
     bound = model.builder.bound_s()
     solved = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
-    plan = model.plan() if solved else None
     claim = model.builder.m.objective_value * model.builder.unit if solved else math.inf
-    sim = simulate(problem, plan) if plan is not None else None
-    # The warm start wins ties, and whenever the MIP's plan overflows a memory with its activations.
-    weaker = None
-    if warm_start is not None and (sim is None or not sim.feasible or incumbent_s <= sim.value_s):
-        if sim is not None and not sim.feasible:
-            weaker = (
-                "the pipeline MIP's own plan overflows a memory with its activations (it counts weights "
-                "only): the plan is its warm start's"
-            )
-        plan = warm_start.copy()
-        sim = simulate(problem, plan)
+    plan, sim, weaker = mip_or_warm_start(problem, model.plan() if solved else None, warm_start, incumbent_s)
     if plan is None:
         raise DivimlInputError(
             "the pipeline MIP found no plan within its time limit",
@@ -136,6 +127,25 @@ def solve_pipeline_mip(
         plan.solve_s,
     )
     return plan
+
+
+def mip_or_warm_start(
+    problem: Problem, plan: Plan | None, warm_start: Plan | None, incumbent_s: float | None
+) -> tuple[Plan | None, Simulation | None, str | None]:
+    """The MIP's plan or the warm start, with its simulation and, where the warm start replaced a MIP
+    plan that overflows a memory, why: the warm start wins ties, and whenever the MIP's plan overflows
+    a memory with its activations (the MIP counts weights only)."""
+    sim = simulate(problem, plan) if plan is not None else None
+    if warm_start is None or (sim is not None and sim.feasible and incumbent_s > sim.value_s):
+        return plan, sim, None
+    weaker = None
+    if sim is not None and not sim.feasible:
+        weaker = (
+            "the pipeline MIP's own plan overflows a memory with its activations (it counts weights "
+            "only): the plan is its warm start's"
+        )
+    plan = warm_start.copy()
+    return plan, simulate(problem, plan), weaker
 
 
 def usable_warm_start(problem: Problem, warm_start: Plan | None, stages: int) -> tuple[Plan | None, float | None]:

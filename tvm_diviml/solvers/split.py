@@ -1,16 +1,14 @@
 """DiviML's splitting heuristic: Louvain communities cut into modules of at most ``module_size`` kernels
 in topological order, each solved exactly with the modules before it fixed (latency: CP-SAT windows, or
-the latency MILP; throughput: the period MILP), then sweeps of overlapping windows re-solved while the
-simulator says the whole plan improves. It never returns worse than the best heuristic it started
-from (docs/solvers.md#split).
+the latency MILP, ``toolkit.window_solver``; throughput: the period MILP, ``toolkit.split_throughput``),
+then sweeps of overlapping windows re-solved while the simulator says the whole plan improves. It never
+returns worse than the best heuristic it started from (docs/solvers.md#split).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
-import time
 
 from ..errors import DivimlInputError
 from ..plan import Plan, better_of
@@ -18,150 +16,47 @@ from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import improves
 from ..toolkit.communities import communities, improvement_windows, modules
-from ..toolkit.constraints import default_reserve
 from ..toolkit.cpsat_session import CpsatSession
 from ..toolkit.deadline import Deadline
 from ..toolkit.heuristics import best_heuristic
-from ..toolkit.latency_model import LatencyModel
-from ..toolkit.list_scheduling import greedy_throughput
 from ..toolkit.mip_backend import BACKENDS as MILP_BACKENDS
 from ..toolkit.series import devices_short_of_the_model, series_plan
-from ..toolkit.throughput_model import ThroughputModel, score, throughput_plan
-from ..toolkit.windows import Context, WindowSolution, list_schedule, order_by_start, reachability
+from ..toolkit.split_throughput import split_throughput
+from ..toolkit.window_solver import (
+    WindowSolver,
+    bottom_levels,
+    by_start,
+    fixed_context,
+    plan_tails,
+    window_tails,
+)
+from ..toolkit.windows import WindowSolution, list_schedule, order_by_start
 from .base import Solver
 from .cpsat import Cpsat
-from .milp import Milp, exact_throughput
+from .milp import Milp
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("cpsat", *MILP_BACKENDS)
 IMPROVEMENT_SHARE = 0.5  # of the window time limit, for a window of the improvement sweeps
-# Split's windows stop after this many branch-and-bound nodes. On inception_v3 (paper-node, roofline)
-# windows cut by the clock alone made plans that differed from run to run (periods within 0.03%);
-# with 200 nodes (or 1,000) every run made the same plan, within 0.03% of the best clock-cut run, in
-# 17-26 s against 26-30 s (a shared two-core machine).
-WINDOW_NODES = 200
-
-
-def bottom_levels(problem: Problem) -> dict[str, float]:
-    """Per kernel: the longest path from it to the end, at fastest-device times, communication free."""
-    graph, level = problem.graph, {}
-    for kernel in reversed(graph.topo_order):
-        fastest = min(problem.costs.compute_s(kernel, d) for d in problem.feasible_devices(kernel))
-        level[kernel] = fastest + max((level[e.dst] for e in graph.succ[kernel]), default=0.0)
-    return level
-
-
-def tails(problem: Problem, window: list[str], bottom: dict[str, float]) -> dict[str, float]:
-    """Per window kernel: the least work that must follow it outside the window."""
-    inside = set(window)
-    return {k: max((bottom[e.dst] for e in problem.graph.succ[k] if e.dst not in inside), default=0.0) for k in window}
-
-
-def by_start(graph, kernels: list[str], start_s: dict[str, float]) -> list[str]:
-    """``kernels`` in the order a schedule ran them (ties by position): a topological order, and the
-    order in which a list schedule of that schedule's devices comes closest to it."""
-    return sorted(kernels, key=lambda k: (start_s[k], graph.position[k]))
-
-
-def fixed_context(
-    problem: Problem, assignment: dict[str, str], start_s: dict[str, float], finish_s: dict[str, float], kernels
-) -> tuple[Context, dict[str, float]]:
-    """``kernels`` fixed where and when they run: a Context (each device ready after its last one)
-    and their start times (their busy intervals, for the cpsat backend)."""
-    context = Context({k: assignment[k] for k in kernels}, {k: finish_s[k] for k in kernels})
-    for kernel in kernels:
-        device = assignment[kernel]
-        context.device_ready_s[device] = max(context.device_ready_s.get(device, 0.0), finish_s[kernel])
-    return context, {k: start_s[k] for k in kernels}
-
-
-class WindowSolver:
-    """Solves the windows of one split run with one backend, sharing the time left among them."""
-
-    def __init__(
-        self,
-        problem: Problem,
-        backend: str,
-        session: CpsatSession | None,
-        *,
-        deadline: float,
-        window_time_limit_s: float,
-        seed: int,
-    ):
-        self.problem, self.backend, self.session = problem, backend, session
-        self.deadline, self.window_time_limit_s, self.seed = deadline, window_time_limit_s, seed
-        self.descendants = reachability(problem) if backend != "cpsat" else None
-        self.solved = self.proven = 0
-
-    def solve(
-        self,
-        window: list[str],
-        context: Context,
-        fixed_start_s: dict[str, float],
-        tail: dict[str, float | dict[str, float]],
-        hint: WindowSolution,
-        windows_left: int,
-        share: float = 1.0,
-    ) -> WindowSolution | None:
-        """The window's best schedule found, or None (no time left, or the backend found none), in at
-        most ``share`` of the window time limit and an even share of the time left."""
-        remaining = self.deadline - time.perf_counter()
-        if remaining <= 0:
-            return None
-        limit = min(share * self.window_time_limit_s, remaining / max(windows_left, 1))
-        try:
-            if self.session is not None:
-                solution = self.session.solve_window(
-                    self.problem,
-                    window,
-                    context,
-                    fixed_start_s=fixed_start_s,
-                    tail_s=tail,
-                    hint=hint,
-                    time_limit_s=limit,
-                )
-            else:
-                model = LatencyModel(
-                    self.problem,
-                    window,
-                    context,
-                    backend=self.backend,
-                    descendants=self.descendants,
-                    upper_bound_s=hint.objective_s,
-                    tie_break=True,
-                    tail_s=tail,
-                )
-                model.warm_start(hint.assignment, hint.start_s, hint.objective_s)
-                solution = model.solve(limit, seed=self.seed)
-        except DivimlInputError as error:  # e.g. a co-location group left without a device
-            log.debug("split: window of %d kernels skipped: %s", len(window), error)
-            return None
-        self.solved += 1
-        self.proven += bool(solution is not None and solution.optimal)
-        return solution
-
-    @property
-    def sees_gaps(self) -> bool:
-        """Whether window kernels may run in gaps between fixed ones (then order by start alone)."""
-        return self.session is not None
 
 
 class Split(Solver):
     """The splitting heuristic (module docstring). ``module_size``: kernels per module and window;
     ``module_time_limit_s``: solver seconds per module (half that per improvement window), never
     more than an even share of the time left; ``improve``: run the improvement sweeps; ``backend``:
-    cpsat, highs or cbc; ``workers``: CP-SAT's threads; ``session``: an open CP-SAT session to solve
-    in (a caller that solves many small problems saves OR-Tools' start-up for each); ``series``: with
-    CP-SAT, first solve latency by the series decomposition where it is exact (cut kernels), keeping
-    modules and windows for graphs without cuts or where a segment stays unproven; ``whole_up_to``:
+    cpsat, highs or cbc; ``workers``: CP-SAT's threads; ``series``: with CP-SAT, first solve latency
+    by the series decomposition where it is exact (cut kernels), keeping modules and windows for
+    graphs without cuts or where a segment stays unproven; ``whole_up_to``:
     graphs of at most this many kernels are then solved whole by CP-SAT from split's plan, in the time
     left (its proof or bound, and any better plan it finds), where its model is exact (memory cannot
-    bind, costs without the executor's overheads)."""
+    bind, costs without the executor's overheads). A call's ``session`` (an open CP-SAT process) is
+    solved in instead of a process of its own."""
 
     name = "split"
     objectives = ("latency", "throughput")
     modes = ("latency", "period_overlap")
+    inputs = ("session",)
 
     def __init__(
         self,
@@ -173,12 +68,11 @@ class Split(Solver):
         improve: bool = True,
         backend: str = "cpsat",
         workers: int = 2,
-        session: CpsatSession | None = None,
         series: bool = True,
         whole_up_to: int = 64,
     ):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
-        self.session, self.series, self.whole_up_to = session, series, whole_up_to
+        self.series, self.whole_up_to = series, whole_up_to
         if module_size < 2:
             raise DivimlInputError("module_size must be at least 2", field="module_size")
         if backend not in BACKENDS:
@@ -190,7 +84,7 @@ class Split(Solver):
         self.module_size, self.module_time_limit_s = module_size, module_time_limit_s
         self.improve, self.backend, self.workers = improve, backend, workers
 
-    def place(self, problem: Problem, deadline: Deadline) -> Plan:
+    def place(self, problem: Problem, deadline: Deadline, *, session: CpsatSession | None = None) -> Plan:
         if problem.objective == "throughput":  # windows of the throughput MILP (HiGHS unless cbc)
             return split_throughput(
                 problem,
@@ -200,38 +94,25 @@ class Split(Solver):
                 module_time_limit_s=self.module_time_limit_s,
                 backend="cbc" if self.backend == "cbc" else "highs",
             )
-        backend = self.backend
-        weaker = None
-        if backend == "cpsat" and importlib.util.find_spec("ortools") is None:
-            weaker = (
-                "OR-Tools is not installed: split solved its windows with the MILP, not CP-SAT (plans up "
-                "to 13% worse on 32-kernel DAGs); pip install ortools"
-            )
-            log.warning("split: %s", weaker)
-            backend = "highs"
-        if backend != "cpsat":
+        if self.backend != "cpsat":
             opened = contextlib.nullcontext()
-        elif self.session is not None:
-            opened = contextlib.nullcontext(self.session)
+        elif session is not None:
+            opened = contextlib.nullcontext(session)
         else:
             opened = CpsatSession(workers=self.workers, seed=self.seed)
-        with opened as session:
-            plan, solved, proven = self._latency(problem, deadline, backend, session)
+        with opened as cpsat_session:
+            plan, solved, proven = self._latency(problem, deadline, cpsat_session)
         plan.attrs.update(
             {
                 "module_size": self.module_size,
-                "split_backend": backend,
+                "split_backend": self.backend,
                 "windows_solved": solved,
                 "windows_proven": proven,
             }
         )
-        if weaker:
-            plan.attrs["weaker_method"] = weaker
         return plan
 
-    def _latency(
-        self, problem: Problem, deadline: Deadline, backend: str, session: CpsatSession | None
-    ) -> tuple[Plan, int, int]:
+    def _latency(self, problem: Problem, deadline: Deadline, session: CpsatSession | None) -> tuple[Plan, int, int]:
         """The series decomposition where it is exact and proves the optimum, else modules and windows
         (the better of both where a segment stayed unproven); a graph of at most ``whole_up_to`` kernels
         is then solved whole by CP-SAT from that plan. Also the windows solved and proven (a series
@@ -241,9 +122,9 @@ class Split(Solver):
             in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.module_time_limit_s)
         windows = WindowSolver(
             problem,
-            backend,
+            self.backend,
             session,
-            deadline=deadline.at,
+            deadline=deadline,
             window_time_limit_s=self.module_time_limit_s,
             seed=self.seed,
         )
@@ -252,9 +133,9 @@ class Split(Solver):
             plan = better_of(plan, in_series)
         exact_model = not problem.costs.executor_segments and not devices_short_of_the_model(problem)
         if session is not None and exact_model and not plan.optimal and len(problem.graph) <= self.whole_up_to:
-            whole = Cpsat(
-                time_limit_s=deadline.left(), seed=self.seed, workers=self.workers, hint=plan, session=session
-            ).solve(problem, deadline=deadline)
+            whole = Cpsat(time_limit_s=deadline.left(), seed=self.seed, workers=self.workers).solve(
+                problem, deadline=deadline, hint=plan, session=session
+            )
             plan = better_of(plan, whole)
             plan.attrs["whole_graph"] = whole.attrs.get("cpsat_status")
         segments = in_series.attrs["series"] if in_series is not None else {}
@@ -268,8 +149,8 @@ class Split(Solver):
         fallback = best_heuristic(problem)
         if fallback is None:  # the list schedules found no room: the exact model (or its proof) starts it
             log.info("split: no heuristic plan fits memory; the MILP gives the starting plan")
-            fallback = Milp(time_limit_s=max(windows.deadline - time.perf_counter(), 1.0), seed=self.seed).solve(
-                problem
+            fallback = Milp(time_limit_s=windows.deadline.left(), seed=self.seed).solve(
+                problem, deadline=windows.deadline
             )
         improving = self.improve and len(graph) > self.module_size
         sweep = len(improvement_windows(len(graph), self.module_size)) if improving else 0
@@ -305,7 +186,7 @@ class Split(Solver):
         start: dict[str, float] = {}
         for index, piece in enumerate(pieces):
             context, fixed_start = fixed_context(problem, assignment, start, finish, list(assignment))
-            tail = tails(problem, piece, bottom)
+            tail = window_tails(problem, piece, bottom)
             piece = by_start(graph, piece, fallback_start)
             heuristic = list_schedule(problem, piece, context, fallback.assignment, tail)
             solution = windows.solve(
@@ -338,7 +219,7 @@ class Split(Solver):
         while True:
             before_sweep = improved
             for index, (first, last) in enumerate(spans):
-                if time.perf_counter() >= windows.deadline:
+                if windows.deadline.passed():
                     return plan, value, improved
                 order = by_start(graph, list(graph.kernels), sim.start_s)
                 before, window, after = order[:first], order[first:last], order[last:]
@@ -376,145 +257,3 @@ class Split(Solver):
                     plan, sim, value, improved = candidate, candidate_sim, candidate_sim.value_s, improved + 1
             if improved == before_sweep:
                 return plan, value, improved
-
-
-# ---------------------------------------------------------------------- splitting heuristic
-def throughput_start(problem: Problem, deadline: Deadline, *, seed: int, backend: str, solver: str) -> Plan:
-    """The greedy throughput plan, or the throughput MILP's where greedy's does not fit memory."""
-    greedy = None
-    with contextlib.suppress(DivimlInputError):
-        greedy = greedy_throughput(problem)
-    if greedy is None or not simulate(problem, greedy).feasible:
-        log.info("split: the greedy plan does not fit memory; the throughput MILP gives the starting plan")
-        greedy = exact_throughput(
-            problem, Deadline.after(max(deadline.left(), 1.0)), seed=seed, backend=backend, solver=solver
-        )
-    return greedy
-
-
-def split_throughput(
-    problem: Problem,
-    deadline: Deadline,
-    *,
-    seed: int = 0,
-    module_size: int = 32,
-    module_time_limit_s: float = 2.0,
-    window_nodes: int | None = WINDOW_NODES,
-    backend: str = "highs",
-    solver: str = "split",
-) -> Plan:
-    """Modules forward, then improvement sweeps (module docstring). Each window stops at
-    ``window_nodes`` branch-and-bound nodes or its share of the clock, whichever comes first; the
-    node limit keeps the run deterministic for a seed wherever the clock does not cut in first."""
-    graph = problem.graph
-    greedy = throughput_start(problem, deadline, seed=seed, backend=backend, solver=solver)
-    reserve = default_reserve(problem)
-    pieces = modules(problem, communities(problem, seed), module_size)
-    spans = improvement_windows(len(graph), module_size) if len(graph) > module_size else []
-    solved = proven = 0
-
-    def solve_window(window: list[str], fixed: dict[str, str], hint: dict[str, str], windows_left: int):
-        nonlocal solved, proven
-        remaining = deadline.left()
-        if remaining <= 0:
-            return None
-        try:
-            model = ThroughputModel(problem, window, fixed, backend=backend, reserve=reserve, tie_break=True)
-        except DivimlInputError as error:  # e.g. a co-location group left without a device
-            log.debug("split: window of %d kernels skipped: %s", len(window), error)
-            return None
-        model.warm_start(hint)
-        found = model.solve(
-            min(module_time_limit_s, remaining / max(windows_left, 1)), seed=seed, max_nodes=window_nodes
-        )
-        solved += 1
-        proven += bool(found is not None and found.optimal)
-        return None if found is None else found.assignment
-
-    assignment: dict[str, str] = {}
-    for index, piece in enumerate(pieces):
-        found = solve_window(piece, assignment, greedy.assignment, len(pieces) - index + len(spans))
-        assignment.update(found or {k: greedy.assignment[k] for k in piece})
-    plan = throughput_plan(assignment, solver)
-    sim = score(problem, plan)
-    started_from = "modules"
-    if not sim.feasible or greedy.value_s < plan.value_s:
-        plan, started_from = throughput_plan(greedy.assignment, solver), "greedy"
-        score(problem, plan)
-    improvements = 0
-    while spans and not deadline.passed():
-        before = improvements
-        for index, (first, last) in enumerate(spans):
-            window = graph.topo_order[first:last]
-            fixed = {k: d for k, d in plan.assignment.items() if k not in set(window)}
-            found = solve_window(window, fixed, plan.assignment, len(spans) - index)
-            if found is None:
-                continue
-            candidate = throughput_plan({**plan.assignment, **found}, solver)
-            candidate_sim = score(problem, candidate)
-            if candidate_sim.feasible and improves(candidate.value_s, plan.value_s):
-                plan, improvements = candidate, improvements + 1
-        if improvements == before:
-            break
-    plan.attrs.update(
-        {
-            "modules": len(pieces),
-            "module_size": module_size,
-            "windows_solved": solved,
-            "windows_proven": proven,
-            "improvements": improvements,
-            "started_from": started_from,
-            "greedy_value_s": greedy.value_s,
-        }
-    )
-    return plan
-
-
-def plan_tails(problem: Problem, plan: Plan, sim, window: list[str], after: list[str]) -> dict[str, dict[str, float]]:
-    """Per window kernel and device it may run on: the least time from its end to the plan's end,
-    when the kernels ``after`` the window keep their devices and run order. A successor s costs
-    the transfer to it plus q(s), the longest path from s's start to the end through its graph
-    successors, the next kernel on its device and its output's trip home; on a device, a window
-    kernel also precedes the first kernel of ``after`` there."""
-    graph, costs, host = problem.graph, problem.costs, problem.platform.host
-    where = plan.assignment
-    later = set(after)
-    ordered = by_start(graph, after, sim.start_s)
-    next_on: dict[str, str] = {}
-    first_on: dict[str, str] = {}
-    for kernel in reversed(ordered):
-        device = where[kernel]
-        if device in first_on:
-            next_on[kernel] = first_on[device]
-        first_on[device] = kernel
-    q: dict[str, float] = {}
-    for kernel in reversed(ordered):  # successors and device successors start later
-        device = where[kernel]
-        out = graph.kernels[kernel].output_bytes
-        home = costs.transfer_s(out, device, host) if kernel in graph.output_set and out > 0 and device != host else 0.0
-        q[kernel] = costs.compute_s(kernel, device) + max(
-            [
-                home,
-                q.get(next_on.get(kernel), 0.0),
-                *(
-                    q[e.dst] + (costs.transfer_s(e.bytes, device, where[e.dst]) if where[e.dst] != device else 0.0)
-                    for e in graph.succ[kernel]
-                    if e.dst in later
-                ),
-            ]
-        )
-    out: dict[str, dict[str, float]] = {}
-    for kernel in window:
-        out[kernel] = {}
-        for device in problem.feasible_devices(kernel):
-            out[kernel][device] = max(
-                [
-                    q[first_on[device]] if device in first_on else 0.0,
-                    *(
-                        q[e.dst] + (costs.transfer_s(e.bytes, device, where[e.dst]) if where[e.dst] != device else 0.0)
-                        for e in graph.succ[kernel]
-                        if e.dst in later
-                    ),
-                ]
-            )
-    return out

@@ -15,7 +15,6 @@ The steps and the integer program: docs/solvers.md#symmetric.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import math
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import mip
 
 from ..bounds import lower_bound
 from ..cost.base import CostModel
+from ..cost.remembered import RememberedCosts
 from ..errors import DivimlInputError
 from ..graph import Edge, Kernel, OpGraph
 from ..plan import Plan, better_of
@@ -37,10 +37,9 @@ from ..toolkit.blocks import Blocks, find_blocks
 from ..toolkit.cpsat_session import CpsatSession
 from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import new_model
+from ..toolkit.throughput_exact import exact_throughput
 from . import full_graph_solver, get_solver
 from .base import Solver
-from .milp import exact_throughput
-from .split import Split
 
 log = logging.getLogger(__name__)
 
@@ -51,31 +50,6 @@ MAX_GROUP = 4  # throughput groups: at most this many blocks solved together
 MIN_GROUP_GAIN = 0.02
 FEWER_RUNS = 1e-4  # throughput program: a run costs this much of a block's time
 ROUNDS = 2  # server programs: the first guesses where head and tail go, the second knows
-
-
-class _RememberedCosts(CostModel):
-    """The model's costs, each asked once (the solver scores many plans of one graph), with the
-    zero-time entry and exit kernels of group problems."""
-
-    def __init__(self, base: CostModel, platform: Platform):
-        super().__init__(platform)
-        self.base = base
-        self._compute: dict[tuple[str, str], float] = {}
-        self._transfer: dict[tuple[float, str, str], float] = {}
-
-    def compute_s(self, kernel: str, device: str) -> float:
-        if kernel in (ENTRY, EXIT):
-            return 0.0
-        key = (kernel, device)
-        if key not in self._compute:
-            self._compute[key] = self.base.compute_s(kernel, device)
-        return self._compute[key]
-
-    def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
-        key = (nbytes, src, dst)
-        if key not in self._transfer:
-            self._transfer[key] = self.base.transfer_s(nbytes, src, dst)
-        return self._transfer[key]
 
 
 @dataclass
@@ -143,7 +117,7 @@ class Symmetric(Solver):
         problem = Problem(
             problem.graph,
             problem.platform,
-            _RememberedCosts(problem.costs, problem.platform),
+            RememberedCosts(problem.costs, problem.platform, free=(ENTRY, EXIT)),
             objective=problem.objective,
         )
         candidates = self._candidates(problem, blocks, deadline)
@@ -202,19 +176,16 @@ class Symmetric(Solver):
     def _candidates(self, problem: Problem, blocks: Blocks, deadline: Deadline) -> dict[str, list[Candidate]]:
         """Kind -> its candidates (every anchor and group size that gave a plan)."""
         out: dict[str, list[Candidate]] = {}
-        with contextlib.ExitStack() as stack:  # one OR-Tools process for all latency groups
-            session = (
-                stack.enter_context(CpsatSession(seed=self.seed, workers=2))
-                if problem.objective == "latency" and importlib.util.find_spec("ortools")
-                else None
-            )
+        latency = problem.objective == "latency"
+        opened = CpsatSession(seed=self.seed, workers=2) if latency else contextlib.nullcontext()
+        with opened as session:  # one OR-Tools process for all latency groups
             for servers in identical_servers(problem.platform):
                 kind, found = self._kind_candidates(problem, blocks, servers[0], session, deadline)
                 out[kind] = found
         return out
 
     def _kind_candidates(
-        self, problem: Problem, blocks: Blocks, first: str, session, deadline: Deadline
+        self, problem: Problem, blocks: Blocks, first: str, session: CpsatSession | None, deadline: Deadline
     ) -> tuple[str, list[Candidate]]:
         """The candidates of the kind of server ``first``, each group solve within the whole deadline."""
         devices = server_devices(problem.platform)
@@ -235,13 +206,8 @@ class Symmetric(Solver):
                 except DivimlInputError as error:  # this server cannot hold the group: no candidate
                     log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
                     continue
-                name = full_graph_solver(sub)
-                solver = (
-                    Split(time_limit_s=self.group_time_limit_s, seed=self.seed, session=session)
-                    if name == "split"
-                    else get_solver(name, time_limit_s=self.group_time_limit_s, seed=self.seed)
-                )
-                plans = [solver.solve(sub, deadline=deadline)]
+                solver = get_solver(full_graph_solver(sub), time_limit_s=self.group_time_limit_s, seed=self.seed)
+                plans = [solver.solve(sub, deadline=deadline, session=session)]
                 if group == 1:  # the block whole on the anchor: it spares the other devices' memory
                     plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
                 solved = None
@@ -308,13 +274,7 @@ class Symmetric(Solver):
         n, y, used = _run_variables(model, {server: runs(server) for server in kinds}, total)
         for server in kinds:
             _fit_memory(model, platform, devices[server], runs(server), n, y, server, fixed)
-        for servers in identical_servers(platform):  # servers alike down to the ends they carry: in order
-            alike: dict[tuple, list[str]] = {}
-            for server in servers:
-                alike.setdefault(tuple(fixed(d) for d in devices[server]), []).append(server)
-            for twins in alike.values():
-                for a, b in zip(twins, twins[1:]):
-                    model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
+        _order_alike_servers(model, platform, devices, n, runs, fixed)
         # Each run enters its anchor from the server's host; each server used is one network hop.
         if problem.objective == "latency":
             model.objective = mip.minimize(
@@ -424,6 +384,25 @@ def _run_variables(
             model += used[server] >= y[server, i]
     model += mip.xsum(n.values()) == total
     return n, y, used
+
+
+def _order_alike_servers(
+    model: mip.Model,
+    platform: Platform,
+    devices: dict[str, list[str]],
+    n: dict,
+    runs: Callable[[str], list[tuple[int, Candidate]]],
+    fixed: Callable[[str], tuple[float, float]],
+) -> None:
+    """Servers alike down to the head and tail they carry take blocks in order, most first: one of
+    their many equal allocations, so that the program does not search them all."""
+    for servers in identical_servers(platform):
+        alike: dict[tuple, list[str]] = {}
+        for server in servers:
+            alike.setdefault(tuple(fixed(d) for d in devices[server]), []).append(server)
+        for twins in alike.values():
+            for a, b in zip(twins, twins[1:]):
+                model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
 
 
 def _bound_period(
@@ -583,7 +562,8 @@ def _group_problem(problem: Problem, blocks: Blocks, group: int, platform: Platf
         weights={w: graph.weights[w] for w in used},
         name=f"{graph.name}/{group} block(s)",
     )
-    return Problem(sub, platform, _RememberedCosts(problem.costs, platform), objective=problem.objective)
+    costs = RememberedCosts(problem.costs, platform, free=(ENTRY, EXIT))
+    return Problem(sub, platform, costs, objective=problem.objective)
 
 
 def _candidate(devices: list[str], group: int, plan: Plan, sub: Problem, sim) -> Candidate:

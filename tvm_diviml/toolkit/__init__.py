@@ -1,13 +1,15 @@
 """What the solvers are built from (TVM-free; imports nothing from ``solvers/`` or ``bounds/``).
 
 Exact models (python-mip, HiGHS or CBC):
-  ``mip_backend``       the backend every MIP and LP shares, gaps and time limits
+  ``mip_backend``       the backend every MIP and LP shares, gaps and time limits, the no-plan error
   ``latency_model``     the latency MILP (makespan, per-edge transfers, order variables)
   ``throughput_model``  the ``period_overlap`` throughput MILP (device and link loads, price layers)
   ``throughput_exact``  the throughput MILP as a step of other solvers, warm-started, with its bound
   ``pipeline_model``    MTPP in ids: block costs, price layers, the exact pipeline MIP
   ``windows``           a window of kernels solved with the rest of the graph fixed
-  ``window_solver``     split's windows solved in turn (MILP or CP-SAT), each with the deadline left
+  ``window_solver``     latency windows solved in turn (CP-SAT or the MILP) within one deadline, and
+                        what they are cut from: fixed kernels, tails, start orders (split's latency)
+  ``split_throughput``  split's throughput: modules, then sweeps, of throughput-MILP windows
   ``memory``            the exact models' activation reserve and the kernel sets seen to overflow
 CP-SAT (OR-Tools, in a subprocess of its own: OR-Tools and CBC clash in one process):
   ``cpsat_session``     tick models of latency windows, one worker process for many solves

@@ -39,6 +39,7 @@ PROOF_GAP = 1e-10  # CP-SAT stops here: closing the last ticks of a 2**40-tick g
 
 
 WORKER_STARTUP_S = 60.0  # import of OR-Tools and model building, beyond CP-SAT's own limit
+FINISH_ANSWER_S = 10.0  # a closing session waits this long for a solve under way, unless stopped at once
 
 
 @dataclass
@@ -362,16 +363,19 @@ class CpsatSession:
         self._pending = b""
 
     def close(self, at_once: bool = False) -> None:
-        """End the CP-SAT process: let it finish its answer (up to 10 s), or kill it ``at_once``."""
+        """End the CP-SAT process: let it finish its answer (up to ``FINISH_ANSWER_S``), or kill it
+        ``at_once``; the log says which (what a stopped run is checked by)."""
         process, self._process = self._process, None
         if process is None:
             return
         try:
             process.stdin.close()
-            process.wait(timeout=0 if at_once else 10)
+            process.wait(timeout=0 if at_once else FINISH_ANSWER_S)
         except (OSError, subprocess.TimeoutExpired):
             process.kill()
             process.wait()
+            when = "at once" if at_once else f"after waiting {FINISH_ANSWER_S:g} s for its answer"
+            log.debug("cpsat: stopped the CP-SAT process %s", when)
         process.stdout.close()
         self._errors.close()
 
@@ -380,23 +384,23 @@ class CpsatSession:
         OR-Tools' start-up and the model's building) for its answer."""
         if self._process is None:
             self._start()
-        deadline = time.monotonic() + timeout_s + WORKER_STARTUP_S
+        give_up_at = time.monotonic() + timeout_s + WORKER_STARTUP_S  # a wait on a pipe, not a solve's Deadline
         try:
             self._process.stdin.write(json.dumps(data).encode() + b"\n")
         except BrokenPipeError:
             self._failed()
-        line = self._read_line(deadline)
+        line = self._read_line(give_up_at)
         if line is None:
             log.warning("cpsat: the CP-SAT process ran past %.3g s and was stopped", timeout_s)
             self._process.kill()
             self.close()
             return {"status": "TIMEOUT", "bound": 0, "wall_s": timeout_s}
         answer = json.loads(line)
-        if answer["status"] == "NO_ORTOOLS":
+        if answer["status"] == "NO_ORTOOLS":  # installed (a dependency) but broken, e.g. a protobuf clash
             raise DivimlInputError(
-                f"solver cpsat needs OR-Tools: {answer['error']}",
+                f"the CP-SAT process cannot import OR-Tools: {answer['error']}",
                 field="solver",
-                hint="pip install ortools (a dependency of tvm-diviml: reinstall it)",
+                hint="reinstall ortools (a dependency of tvm-diviml), e.g. pip install --force-reinstall ortools",
             )
         return answer
 
@@ -436,10 +440,11 @@ class CpsatSession:
         )
         return model.solution(problem, self.solve(model, time_limit_s))
 
-    def _read_line(self, deadline: float) -> bytes | None:
+    def _read_line(self, give_up_at: float) -> bytes | None:
+        """The worker's next line, or None where none came by ``give_up_at`` (``time.monotonic``)."""
         stdout = self._process.stdout
         while b"\n" not in self._pending:
-            remaining = deadline - time.monotonic()
+            remaining = give_up_at - time.monotonic()
             if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
                 return None
             chunk = os.read(stdout.fileno(), 1 << 16)

@@ -29,6 +29,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import within_slack
+from .deadline import Deadline
 from .device_classes import identical_devices
 from .pipeline_model import candidate_devices, link_prices, stage_work
 
@@ -39,6 +40,7 @@ MAX_DP_CELLS = 20_000_000  # ideals x device-count states: the DP's tables take 
 # busy machine: 7.8e6 measured here quiet at K = 8 with two device classes, 3.5e6 busy at K = 2
 PAIRS_PER_S = 3e6
 SAMPLE_EVERY = 64  # ideals: the pair count of a pass is estimated from every 64th
+NO_DEADLINE = Deadline.never()  # the default: the DP runs to its end
 
 
 class TooManyIdeals(Exception):
@@ -354,13 +356,12 @@ def max_load_dp(
     key: np.ndarray,
     quantum: float,
     bound_s: float = math.inf,
-    deadline: float = math.inf,
+    deadline: Deadline = NO_DEADLINE,
     max_sets: int | None = None,
 ) -> Partition:
     """The DP over ``ideals`` (ordered by ``by_cheapest_work``). Sets whose cheapest work exceeds
     ``bound_s`` are skipped, so the value is exact when it is at most ``bound_s``. At most
-    ``max_sets`` sets (all devices where None). ``deadline`` (perf_counter seconds) raises
-    TimeoutError when passed."""
+    ``max_sets`` sets (all devices where None). Raises TimeoutError once ``deadline`` passes."""
     counts = [len(c.devices) for c in classes]
     shape = tuple(k + 1 for k in counts)
     states = int(np.prod(shape))
@@ -368,27 +369,8 @@ def max_load_dp(
     strides = [int(np.prod(shape[c + 1 :])) for c in range(len(shape))]
     target = [np.flatnonzero(grid[c] >= 1) for c in range(len(shape))]
     source = [t - strides[c] for c, t in enumerate(target)]
-
-    members = ideals.members
+    prices = _SetPrices.of(ideals, classes, weight_bytes)
     N = len(ideals)
-    work = np.stack([members @ c.work for c in classes])  # (k, N)
-    bad = np.stack([members @ c.infeasible.astype(np.int64) for c in classes])
-    memory = members @ weight_bytes
-    leave = np.stack([c.leave for c in classes])  # (k, P)
-    enter = np.stack([c.enter for c in classes])
-    leaving = np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))])  # (k, N)
-    pays = bool(leave.any() or enter.any())
-    # a class prices the frontier as class 0 does but on a few columns (a device's own host link):
-    # price class 0's once per pair, and those columns apart
-    width = ideals.frontier.shape[1]
-    own = [np.flatnonzero((enter[c] != enter[0]) | (leave[c] != leave[0])) for c in range(len(classes))]
-    apart = {  # class: its own columns, whether each is on an ideal's frontier, its consumers inside
-        c: (columns, (ideals.frontier[:, :, None] == columns).any(axis=1), ideals.consumers_inside[:, columns])
-        for c, columns in enumerate(own)
-        if 0 < len(columns) <= width
-    }
-    capacity = np.array([c.memory_bytes for c in classes])
-    degree = ideals.degree
     reach = int(bound_s / quantum) if bound_s / quantum < key[-1] else None
     words = [np.ascontiguousarray(ideals.packed[:, w]) for w in range(ideals.packed.shape[1])]
 
@@ -398,9 +380,9 @@ def max_load_dp(
     via = np.full((N, states), -1, dtype=np.int8)
     began = last_report = time.perf_counter()
     for i in range(1, N):
-        now = time.perf_counter()
-        if now > deadline:
+        if deadline.passed():
             raise TimeoutError(f"downset DP stopped at ideal {i} of {N}")
+        now = time.perf_counter()
         if now - last_report > _PROGRESS_EVERY_S:
             log.info("downsets: %d of %d ideals after %.0f s", i, N, now - began)
             last_report = now
@@ -408,30 +390,8 @@ def max_load_dp(
         sub = lowest + np.flatnonzero(_outside(words, ideals.packed[i], lowest, i) == 0)
         if not len(sub):
             continue
-        # np.take: several times faster than fancy indexing on these shapes
-        nodes = np.take(ideals.frontier, sub, axis=0)  # (m, width)
-        inside_now = ideals.consumers_inside[i]
-        gains = np.take(inside_now, nodes) > np.take(ideals.frontier_inside, sub, axis=0)
-        stays = inside_now < degree  # a tensor of J's frontier with a reader outside I stays on it
-        dp_sub = np.take(dp, sub, axis=0)
-        shared = _frontier_prices(enter[0], leave[0], nodes, gains, stays) if pays else 0.0
-        for c in range(len(classes)):
-            load = work[c, i] - np.take(work[c], sub) + leaving[c, i]
-            if c in apart:
-                columns, on_frontier, inside = apart[c]
-                held = np.take(on_frontier, sub, axis=0)
-                gained = held & (inside[i] > np.take(inside, sub, axis=0))
-                stayed = held & stays[columns]
-                load += shared + gained @ (enter[c, columns] - enter[0, columns])
-                load -= stayed @ (leave[c, columns] - leave[0, columns])
-            elif c == 0 or not len(own[c]):
-                load += shared
-            else:
-                load += _frontier_prices(enter[c], leave[c], nodes, gains, stays)
-            if bad[c, -1]:
-                load[bad[c, i] > np.take(bad[c], sub)] = np.inf
-            if memory[-1] > capacity[c]:
-                load[memory[i] - np.take(memory, sub) > capacity[c]] = np.inf
+        dp_sub = np.take(dp, sub, axis=0)  # np.take: several times faster than fancy indexing here
+        for c, load in enumerate(prices.loads(ideals, i, sub)):
             candidates = np.maximum(np.take(dp_sub, source[c], axis=1), load[:, None])  # (m, targets)
             pick = candidates.argmin(axis=0)
             value = candidates[pick, np.arange(len(pick))]
@@ -448,9 +408,81 @@ def max_load_dp(
     i = final
     while i != 0 and math.isfinite(value):
         j, c = int(came_from[i, state]), int(via[i, state])
-        sets.append((np.flatnonzero(members[i] & ~members[j]), c))
+        sets.append((np.flatnonzero(ideals.members[i] & ~ideals.members[j]), c))
         i, state = j, state - strides[c]
     return Partition(value, sets[::-1])
+
+
+@dataclass
+class _SetPrices:
+    """What a set I \\ J costs each device class, from tables over the ideals (the DP's inner step)."""
+
+    work: np.ndarray  # (k, N) each ideal's work per class
+    bad: np.ndarray  # (k, N) each ideal's kernels the class may not run
+    memory: np.ndarray  # (N,) each ideal's weight bytes
+    leave: np.ndarray  # (k, P) per class and tensor
+    enter: np.ndarray  # (k, P)
+    leaving: np.ndarray  # (k, N) the tensors leaving each ideal
+    pays: bool  # whether any tensor costs anything to move
+    own: list[np.ndarray]  # per class, the tensor columns it prices unlike class 0
+    apart: dict[int, tuple]  # class: its own columns, whether each is on a frontier, its consumers inside
+    capacity: np.ndarray  # (k,) memory bytes
+
+    @classmethod
+    def of(cls, ideals: Ideals, classes: list[DeviceClass], weight_bytes: np.ndarray) -> _SetPrices:
+        members = ideals.members
+        leave = np.stack([c.leave for c in classes])
+        enter = np.stack([c.enter for c in classes])
+        # a class prices the frontier as class 0 does but on a few columns (a device's own host link):
+        # price class 0's once per pair, and those columns apart
+        width = ideals.frontier.shape[1]
+        own = [np.flatnonzero((enter[c] != enter[0]) | (leave[c] != leave[0])) for c in range(len(classes))]
+        return cls(
+            work=np.stack([members @ c.work for c in classes]),
+            bad=np.stack([members @ c.infeasible.astype(np.int64) for c in classes]),
+            memory=members @ weight_bytes,
+            leave=leave,
+            enter=enter,
+            leaving=np.stack([leave[c][ideals.frontier].sum(axis=1) for c in range(len(classes))]),
+            pays=bool(leave.any() or enter.any()),
+            own=own,
+            apart={
+                c: (columns, (ideals.frontier[:, :, None] == columns).any(axis=1), ideals.consumers_inside[:, columns])
+                for c, columns in enumerate(own)
+                if 0 < len(columns) <= width
+            },
+            capacity=np.array([c.memory_bytes for c in classes]),
+        )
+
+    def loads(self, ideals: Ideals, i: int, sub: np.ndarray) -> list[np.ndarray]:
+        """Per class, the cost of ideal ``i`` less each sub-ideal in ``sub`` (inf where the class may
+        not take that set: a kernel it may not run, or past its memory)."""
+        work, bad, memory, enter, leave, apart = self.work, self.bad, self.memory, self.enter, self.leave, self.apart
+        nodes = np.take(ideals.frontier, sub, axis=0)  # (m, width)
+        inside_now = ideals.consumers_inside[i]
+        gains = np.take(inside_now, nodes) > np.take(ideals.frontier_inside, sub, axis=0)
+        stays = inside_now < ideals.degree  # a tensor of J's frontier with a reader outside I stays on it
+        shared = _frontier_prices(enter[0], leave[0], nodes, gains, stays) if self.pays else 0.0
+        loads = []
+        for c in range(len(work)):
+            load = work[c, i] - np.take(work[c], sub) + self.leaving[c, i]
+            if c in apart:
+                columns, on_frontier, inside = apart[c]
+                held = np.take(on_frontier, sub, axis=0)
+                gained = held & (inside[i] > np.take(inside, sub, axis=0))
+                stayed = held & stays[columns]
+                load += shared + gained @ (enter[c, columns] - enter[0, columns])
+                load -= stayed @ (leave[c, columns] - leave[0, columns])
+            elif c == 0 or not len(self.own[c]):
+                load += shared
+            else:
+                load += _frontier_prices(enter[c], leave[c], nodes, gains, stays)
+            if bad[c, -1]:
+                load[bad[c, i] > np.take(bad[c], sub)] = np.inf
+            if memory[-1] > self.capacity[c]:
+                load[memory[i] - np.take(memory, sub) > self.capacity[c]] = np.inf
+            loads.append(load)
+        return loads
 
 
 def _outside(words: list[np.ndarray], row: np.ndarray, lowest: int, end: int) -> np.ndarray:
@@ -535,7 +567,7 @@ class MaxLoadInstance:
         sets = min(max_sets or problem.stages or len(names), sum(len(c.devices) for c in classes))
         return cls(names, ideals, key, quantum, classes, prices_exact, weight_bytes, sets)
 
-    def dp(self, bound_s: float = math.inf, deadline: float = math.inf) -> Partition:
+    def dp(self, bound_s: float = math.inf, deadline: Deadline = NO_DEADLINE) -> Partition:
         return max_load_dp(
             self.ideals,
             self.classes,
@@ -569,23 +601,23 @@ class MaxLoadInstance:
             counted += int(np.count_nonzero(_outside(words, packed[i], lowest, i) == 0))
         return counted * every
 
-    def search(self, deadline: float = math.inf, upper_s: float = math.inf) -> tuple[Partition, int]:
+    def search(self, deadline: Deadline = NO_DEADLINE, upper_s: float = math.inf) -> tuple[Partition, int]:
         """The DP with a guessed bound on the answer (sets whose cheapest work exceeds it are skipped),
         raised until the DP's value lies within it (then no skipped set could have helped): start at
         1.25 x the average-load bound and grow by 1.5 (or to the value found, if less) each time.
         ``upper_s``, a known plan's period, where it lies within that first growth, is the first bound
         instead: one pass at it (whose value no plan's undercuts) saves a pass that would fail. With a
-        ``deadline`` (perf_counter), a pass whose pairs (``pairs_within``) would take past it at
-        ``PAIRS_PER_S`` is not begun: DpStopped at once, with the last finished pass's split."""
+        ``deadline``, a pass whose pairs (``pairs_within``) would take past it at ``PAIRS_PER_S`` is
+        not begun: DpStopped at once, with the last finished pass's split."""
         total = self.quantum * self.key[-1]
         bound = 1.25 * total / self.max_sets
         if upper_s <= 1.5 * bound:
             bound = upper_s
         passes, found = 0, None
         while True:
-            if math.isfinite(deadline):  # refuse at once a pass that cannot end in time
+            if math.isfinite(deadline.at):  # refuse at once a pass that cannot end in time
                 pairs = self.pairs_within(bound)
-                if time.perf_counter() + pairs / PAIRS_PER_S > deadline:
+                if pairs / PAIRS_PER_S > deadline.left():
                     raise DpStopped(
                         f"the DP would price about {pairs:.3g} pairs of ideals, "
                         f"{pairs / PAIRS_PER_S:.0f} s at {PAIRS_PER_S:.2g} a second: past the time limit",
@@ -606,12 +638,14 @@ class MaxLoadInstance:
 # ---------------------------------------------------------------------- the solver
 
 
-def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.inf, upper_s: float = math.inf) -> Plan:
+def downset_plan(
+    problem: Problem, max_ideals: int, deadline: Deadline = NO_DEADLINE, upper_s: float = math.inf
+) -> Plan:
     """The DP's plan (solver ``downsets``), scored by the simulator. For pipelines ``lower_bound_s`` is the
     DP's value, and ``attrs["infeasible"]`` says why, where the plan breaks what the DP relaxes.
     ``upper_s``: a known plan's value, which spares the DP a pass (``MaxLoadInstance.search``).
-    Raises TooManyIdeals past ``max_ideals``, DpStopped (a TimeoutError) past ``deadline_at``
-    (perf_counter), with the plan of a finished pass that proved nothing, if any."""
+    Raises TooManyIdeals past ``max_ideals``, DpStopped (a TimeoutError) past ``deadline``, with the
+    plan of a finished pass that proved nothing, if any."""
     began = time.perf_counter()
     graph = problem.graph
     instance = MaxLoadInstance.of(problem, max_ideals)
@@ -623,7 +657,7 @@ def downset_plan(problem: Problem, max_ideals: int, deadline_at: float = math.in
         ", ".join(f"{len(c.devices)} x {c.devices[0]}" for c in classes),
     )
     try:
-        split, passes = instance.search(deadline_at, upper_s)
+        split, passes = instance.search(deadline, upper_s)
     except DpStopped as stop:
         if stop.partition is not None:
             stop.plan = _plan_of(problem, instance, stop.partition)

@@ -1,4 +1,5 @@
-"""The MIP backend every exact model and LP bound shares: python-mip with HiGHS (or CBC), set up once.
+"""The MIP backend every exact model and LP bound shares: python-mip with HiGHS (or CBC), set up once;
+and the error an exact solve raises when it ends with no plan.
 
 HiGHS comes from highsbox: python-mip would first try highspy, whose library lacks the C API on some
 builds and says so on every run.
@@ -12,6 +13,7 @@ import os
 import mip
 
 from ..errors import DivimlInputError
+from ..problem import no_plan_exists
 from ..tolerances import MIP_ABSOLUTE_GAP, MIP_RELATIVE_GAP
 
 BACKENDS = ("highs", "cbc")  # HiGHS first: 1.4-9x faster than CBC on our 16-20 kernel DAGs
@@ -53,3 +55,14 @@ def proven_bound(model: mip.Model, unit: float) -> float | None:
     """The solver's certified lower bound on the objective, in seconds (None before it has one)."""
     bound = model.objective_bound
     return None if bound is None or not math.isfinite(bound) else max(bound, 0.0) * unit
+
+
+def nothing_found(status: mip.OptimizationStatus, method: str, heuristic: str) -> DivimlInputError:
+    """The error for an exact solve with no plan and no incumbent: proven infeasible, or out of time."""
+    if status == mip.OptimizationStatus.INFEASIBLE:
+        return no_plan_exists(method)
+    return DivimlInputError(
+        f"the {method} found no plan within its time limit",
+        field="time_limit",
+        hint=f"raise --time-limit or use --solver {heuristic}",
+    )

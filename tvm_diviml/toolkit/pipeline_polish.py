@@ -8,12 +8,12 @@ docs/solvers.md#downsets.
 from __future__ import annotations
 
 import random
-import time
 
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import Simulation, simulate
 from ..tolerances import improves
+from .deadline import Deadline
 from .downsets import MaxLoadInstance, TooManyIdeals
 from .pipeline_model import candidate_devices
 
@@ -23,8 +23,8 @@ STAGE_PREFERENCE = (0.9, 0.7, 0.5)  # per round in turn: chance an order's next 
 STALE_ROUNDS = 3  # re-cuts along orders in a row that find nothing: stop
 
 
-def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals: int = 20_000, seed: int = 0) -> Plan:
-    """``plan`` improved until ``deadline_at`` (perf_counter) or until neither move finds anything:
+def polish_pipeline(problem: Problem, plan: Plan, deadline: Deadline, max_ideals: int = 20_000, seed: int = 0) -> Plan:
+    """``plan`` improved until ``deadline`` passes or neither move finds anything:
     first windows of 1-3 consecutive stages around a bottleneck (``recut_window``), then, where none
     helps, every cut along orders (``recut_along_orders``, seeded by ``seed``). A change is kept only
     where the simulator's period, or the number of stages at it, drops."""
@@ -33,13 +33,13 @@ def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals
     rng = random.Random(seed)
     tried: set[tuple] = set()
     rounds = stale = 0
-    while sim.feasible and time.perf_counter() < deadline_at:
-        step = recut_window(problem, best, sim, deadline_at, max_ideals, tried)
+    while sim.feasible and not deadline.passed():
+        step = recut_window(problem, best, sim, deadline, max_ideals, tried)
         if step is None:
             if stale >= STALE_ROUNDS:
                 break
             preference = STAGE_PREFERENCE[rounds % len(STAGE_PREFERENCE)]
-            step = recut_along_orders(problem, best, sim, deadline_at, rng, preference)
+            step = recut_along_orders(problem, best, sim, deadline, rng, preference)
             rounds += 1
             stale = 0 if step is not None else stale + 1
         if step is not None:
@@ -49,7 +49,7 @@ def polish_pipeline(problem: Problem, plan: Plan, deadline_at: float, max_ideals
 
 
 def recut_window(
-    problem: Problem, plan: Plan, sim: Simulation, deadline_at: float, max_ideals: int, tried: set[tuple]
+    problem: Problem, plan: Plan, sim: Simulation, deadline: Deadline, max_ideals: int, tried: set[tuple]
 ) -> tuple[Plan, Simulation] | None:
     """The first window of 1-3 consecutive stages around a bottleneck whose exact re-cut (by the DP
     on the window's devices and any device no stage uses, up to the stages asked for; the rest of the
@@ -75,7 +75,7 @@ def recut_window(
         try:
             window = plan.stage_devices[first:end] + spare
             instance = MaxLoadInstance.of(problem, max_ideals, set(kernels), window, end - first + len(spare))
-            split, _ = instance.search(deadline_at)
+            split, _ = instance.search(deadline)
         except (TooManyIdeals, TimeoutError):
             continue
         if not split.value_s < period * (1 - 1e-9):
@@ -95,7 +95,7 @@ def recut_window(
 
 
 def recut_along_orders(
-    problem: Problem, plan: Plan, sim: Simulation, deadline_at: float, rng: random.Random, preference: float
+    problem: Problem, plan: Plan, sim: Simulation, deadline: Deadline, rng: random.Random, preference: float
 ) -> tuple[Plan, Simulation] | None:
     """The DP over the plan's own cuts and the prefixes of random topological orders that take their
     next kernel from the earliest stage ready with chance ``preference`` (otherwise any ready kernel),
@@ -127,7 +127,7 @@ def recut_along_orders(
                     ready.append(w)
     try:
         instance = MaxLoadInstance.of(problem, FAMILY_SIZE + len(graph) + 2, family=sorted(family))
-        split, _ = instance.search(deadline_at, upper_s=sim.value_s)
+        split, _ = instance.search(deadline, upper_s=sim.value_s)
     except (TooManyIdeals, TimeoutError):
         return None
     stages, devices = instance.stages_of(split)

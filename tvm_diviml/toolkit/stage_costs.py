@@ -1,0 +1,286 @@
+"""Every segment of a topological order priced at once, on every device (numpy), for SliceGraph's
+DP over cuts: a stage in the simulator's ``stage_serial`` mode, or (throughput on a host_staged
+platform) in ``host_staged``. Prefix sums price the work; tensors entering and leaving a segment are
+a 2-D difference array over (start, end) of price layers, integrated by two cumulative sums, so
+that pricing one more order takes milliseconds (docs/solvers.md#slicegraph).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..problem import Problem
+from .device_classes import identical_devices
+from .pipeline_model import TensorLayers, tensor_layers
+
+
+def _leaving_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers):
+    """(x, y, w) difference entries for [x <= a < y <= last consumer of the layer]."""
+    last = np.maximum.reduceat(pos[layers.consumer], layers.start)
+    after, w, zero = producer_pos + 1, layers.weight, np.zeros_like(producer_pos)
+    return (
+        np.concatenate([zero, after, zero, after]),
+        np.concatenate([after, after, last + 1, last + 1]),
+        np.concatenate([w, -w, -w, w]),
+    )
+
+
+def _entering_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers):
+    """(x, y, w) difference entries for [a < x and a consumer of the layer lies in [x, y)]."""
+    at = pos[layers.consumer]
+    sort = np.lexsort((at, layers.layer))
+    layer, at = layers.layer[sort], at[sort]
+    previous = np.empty_like(at)
+    previous[1:] = at[:-1]
+    first = np.ones(len(at), dtype=bool)
+    first[1:] = layer[1:] != layer[:-1]
+    previous[first] = producer_pos[layer[first]]
+    w = layers.weight[layer]
+    return np.concatenate([previous + 1, at + 1]), np.concatenate([at + 1, at + 1]), np.concatenate([w, -w])
+
+
+def _integrate_entries(grid: np.ndarray, entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """grid[y, x] = sum of the weights of entries at (x' <= x, y' <= y): two cumulative sums."""
+    size = len(grid)
+    x, y, w = (np.concatenate(parts) for parts in zip(*entries))
+    if y.max(initial=0) >= size:  # ends past the last segment (a virtual consumer at the end)
+        keep = y < size
+        x, y, w = x[keep], y[keep], w[keep]
+    grid.fill(0.0)
+    np.add.at(grid.reshape(-1), y * size + x, w)
+    np.cumsum(grid, axis=1, out=grid)
+    for row in range(1, size):  # numpy's cumsum down axis 0 is several times slower than this
+        np.add(grid[row - 1], grid[row], out=grid[row])
+    return grid
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What a stage costs on one device, per kernel id; identical devices share one profile."""
+
+    work: np.ndarray  # compute seconds plus the return of model outputs to the host (0 where infeasible)
+    infeasible: np.ndarray  # bool: the device may not run the kernel
+    input_price: np.ndarray  # seconds per model input, from the host
+    memory_bytes: float
+    send: np.ndarray  # host_staged: seconds to copy each distinct tensor size to the host (else empty)
+    receive: np.ndarray  # host_staged: and from the host
+
+
+class StageCosts:
+    """Prices every segment of a topological order on each device, in the ``stage_serial`` mode or,
+    for throughput on a host_staged platform, the ``host_staged`` mode.
+
+    Kernels are numbered by their place in ``graph.topo_order``. Everything that does not depend
+    on the order is computed here once; ``slice`` then takes milliseconds per order.
+    """
+
+    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None):
+        """``reserve``: bytes kept free on a device for its activations (the DP counts weights only)."""
+        graph, platform, costs = problem.graph, problem.platform, problem.costs
+        reserve = reserve or {}
+        self.problem = problem
+        self.names = list(graph.topo_order)
+        self.n = n = len(self.names)
+        index = {name: i for i, name in enumerate(self.names)}
+        self.successors = [[index[e.dst] for e in graph.succ[k]] for k in self.names]
+        self.indegree = [len(graph.pred[k]) for k in self.names]
+        self.devices = platform.device_names
+        self._edge_src = [index[e.src] for e in graph.edges]
+        self._edge_dst = [index[e.dst] for e in graph.edges]
+        self.host_staged = problem.mode == "host_staged"
+        self._byte_values, self._edge_byte = np.unique(
+            np.array([e.bytes for e in graph.edges], dtype=float), return_inverse=True
+        )
+        # host_staged: a model output is a read by a virtual consumer past the end (id n), never in a stage
+        returned = [index[k] for k in self.names if k in graph.output_set and graph.kernels[k].output_bytes > 0]
+        self._returned = (
+            np.array(returned, dtype=np.int64),
+            np.array([graph.kernels[self.names[i]].output_bytes for i in returned], dtype=float),
+        )
+        self._link_prices: dict[tuple[str, str], np.ndarray] = {}
+        self._edge_layers: dict[frozenset, tuple[TensorLayers, bool]] = {}
+        self._profile_layers: dict[int, tuple[TensorLayers, TensorLayers]] = {}
+        self._layers_by_price: dict[bytes, TensorLayers] = {}
+
+        host = platform.host
+        model_inputs = [i for i in graph.inputs if i.consumers]
+        self._input_consumers = [np.array([index[c] for c in set(i.consumers)], dtype=np.int64) for i in model_inputs]
+        self.weight_bytes = np.array([graph.weight_bytes([k]) for k in self.names], dtype=float)
+        feasible = {k: set(problem.feasible_devices(k)) for k in self.names}
+
+        def describe(device: str) -> tuple:
+            infeasible = np.array([device not in feasible[k] for k in self.names], dtype=bool)
+            work = np.array([0.0 if infeasible[i] else costs.compute_s(k, device) for i, k in enumerate(self.names)])
+            pays = not self.host_staged or platform.device(device).kind != "cpu"
+            if not self.host_staged:
+                work += [
+                    costs.transfer_s(graph.kernels[k].output_bytes, device, host) if k in graph.output_set else 0.0
+                    for k in self.names
+                ]
+            sizes = np.concatenate([self._byte_values, self._returned[1]]) if self.host_staged else []
+            capacity = platform.device(device).memory_bytes
+            return (
+                work,
+                infeasible,
+                np.array([costs.transfer_s(i.bytes, host, device) if pays else 0.0 for i in model_inputs], dtype=float),
+                math.inf if capacity is None else float(capacity) - reserve.get(device, 0.0),
+                np.array([costs.transfer_s(b, device, host) if pays else 0.0 for b in sizes]),
+                np.array([costs.transfer_s(b, host, device) if pays else 0.0 for b in sizes]),
+            )
+
+        classes = identical_devices(self.devices, describe)
+        self.profiles = [DeviceProfile(*description) for _, description in classes]
+        self.profile_of = {device: index for index, (devices, _) in enumerate(classes) for device in devices}
+        groups: dict[str, list[int]] = defaultdict(list)
+        for name in self.names:
+            if graph.kernels[name].colocate is not None:
+                groups[graph.kernels[name].colocate].append(index[name])
+        self.groups = list(groups.values())
+        self._group_members = np.array([i for members in groups.values() for i in members], dtype=np.int64)
+        self._group_start = np.cumsum([0] + [len(m) for m in groups.values()])[:-1]
+        self._before_diagonal = np.triu(np.full((n + 1, n + 1), np.inf), k=1)  # grid[y, x] with x > y
+        self._buffers: dict[object, np.ndarray] = {}
+
+    def _buffer(self, key: object) -> np.ndarray:
+        """A reused (n + 1) x (n + 1) array: fresh 8 MB arrays per order cost as much as the arithmetic."""
+        if key not in self._buffers:
+            self._buffers[key] = np.empty((self.n + 1, self.n + 1))
+        return self._buffers[key]
+
+    # ------------------------------------------------------------------ transfers
+    def _link_price(self, src: str, dst: str) -> np.ndarray:
+        """Seconds to send each distinct edge size over one link."""
+        if (src, dst) not in self._link_prices:
+            self._link_prices[(src, dst)] = np.array(
+                [self.problem.costs.transfer_s(b, src, dst) for b in self._byte_values], dtype=float
+            )
+        return self._link_prices[(src, dst)]
+
+    def edge_layers(self, stage_devices: Sequence[str]) -> tuple[TensorLayers, bool]:
+        """Tensor layers priced at the dearest link between two stage devices, and whether every
+        such link prices alike (then the DP is exact)."""
+        key = frozenset(stage_devices)
+        if key not in self._edge_layers:
+            prices = [self._link_price(a, b) for a in key for b in key if a != b]
+            dearest = np.max(prices, axis=0) if prices else np.zeros(len(self._byte_values))
+            exact = all(np.array_equal(p, dearest) for p in prices)
+            edge_price = dearest[self._edge_byte] if len(self._edge_src) else np.zeros(0)
+            cache = edge_price.tobytes()
+            if cache not in self._layers_by_price:
+                self._layers_by_price[cache] = tensor_layers(self._edge_src, self._edge_dst, edge_price.tolist())
+            self._edge_layers[key] = (self._layers_by_price[cache], exact)
+        return self._edge_layers[key]
+
+    # ------------------------------------------------------------------ segment grids
+    def host_staged_layers(self, profile_id: int) -> tuple[TensorLayers, TensorLayers]:
+        """(leaving, entering) tensor layers priced as host_staged charges a device of this profile."""
+        if profile_id not in self._profile_layers:
+            profile, (returned, _) = self.profiles[profile_id], self._returned
+            size_id = np.concatenate([self._edge_byte, len(self._byte_values) + np.arange(len(returned))])
+            leaving = tensor_layers(
+                self._edge_src + returned.tolist(),
+                self._edge_dst + [self.n] * len(returned),
+                profile.send[size_id.astype(np.int64)].tolist(),
+            )
+            entering = tensor_layers(self._edge_src, self._edge_dst, profile.receive[self._edge_byte].tolist())
+            self._profile_layers[profile_id] = (leaving, entering)
+        return self._profile_layers[profile_id]
+
+    def transfer_grid(
+        self, pos: np.ndarray, leaving: TensorLayers, entering: TensorLayers, key: object = "transfers"
+    ) -> np.ndarray:
+        """grid[y, x]: the seconds of tensors (``leaving`` layers) leaving and (``entering`` layers)
+        entering order[x:y] between stages, and inf where x > y (no segment). ``pos`` has one extra
+        entry, n, for the virtual consumer past the end."""
+        grid = self._buffer(key)
+        entries = []
+        if len(leaving.producer):
+            entries.append(_leaving_entries(pos, pos[leaving.producer], leaving))
+        if len(entering.producer):
+            entries.append(_entering_entries(pos, pos[entering.producer], entering))
+        if entries:
+            _integrate_entries(grid, entries)
+            grid += self._before_diagonal
+        else:
+            grid[:] = self._before_diagonal
+        return grid
+
+    def stage_grid(
+        self, order: np.ndarray, pos: np.ndarray, profile_id: int, transfers: np.ndarray, forbidden_cuts: np.ndarray
+    ) -> np.ndarray:
+        """grid[y, x] = f(order[x:y]) on a device of profile ``profile_id`` (inf where x > y or not allowed)."""
+        n, profile = self.n, self.profiles[profile_id]
+        prefix = np.concatenate([[0.0], np.cumsum(profile.work[order])])
+        grid = np.subtract(prefix[:, None], prefix[None, :], out=self._buffer(profile_id))
+        grid += transfers
+        # A model input enters every segment [x, y) that holds one of its consumers: with its
+        # consumers c_1 < c_2 < ... in the order (c_0 = -1), the rectangles x in (c_{k-1}, c_k], y > c_k.
+        for consumers, price in zip(self._input_consumers, profile.input_price):
+            previous = -1
+            for at in np.sort(pos[consumers]).tolist() if price else ():
+                grid[at + 1 :, previous + 1 : at + 1] += price
+                previous = at
+        # The furthest end y of a segment starting at x: before the next kernel the device may not
+        # run, and within its memory.
+        bad = np.where(profile.infeasible[order], np.arange(n), n)
+        furthest = np.append(np.minimum.accumulate(bad[::-1])[::-1], n)
+        if math.isfinite(profile.memory_bytes):
+            weights = np.concatenate([[0.0], np.cumsum(self.weight_bytes[order])])
+            fits = np.searchsorted(weights, weights + profile.memory_bytes, side="right") - 1
+            furthest = np.minimum(furthest, fits)
+        if (furthest < n).any():
+            grid[np.arange(n + 1)[:, None] > furthest[None, :]] = np.inf
+        if forbidden_cuts.any():
+            grid[forbidden_cuts, :] = np.inf
+            grid[:, forbidden_cuts] = np.inf
+        return grid
+
+    def forbidden_cuts(self, pos: np.ndarray) -> np.ndarray:
+        """Cut positions that would split a co-location group (a cut at x ends a stage before order[x])."""
+        forbidden = np.zeros(self.n + 2, dtype=np.int64)
+        if len(self._group_members):
+            at = pos[self._group_members]
+            np.add.at(forbidden, np.minimum.reduceat(at, self._group_start) + 1, 1)
+            np.add.at(forbidden, np.maximum.reduceat(at, self._group_start) + 1, -1)
+        return np.cumsum(forbidden)[: self.n + 1] > 0
+
+    # ------------------------------------------------------------------ the DP
+    def slice(self, order: np.ndarray, stage_devices: Sequence[str]) -> tuple[float, list[int], bool]:
+        """The exact DP over one order of kernel ids: (value, cuts, exact). Stage b is
+        order[cuts[b]:cuts[b + 1]] on stage_devices[b] (maybe empty); value is inf when no slicing
+        is feasible. ``exact``: the value is the simulator's; otherwise it is an upper bound."""
+        n = self.n
+        pos = np.empty(n + 1, dtype=np.int64)
+        pos[order] = np.arange(n)
+        pos[n] = n
+        if self.host_staged:
+            exact = True
+        else:
+            layers, exact = self.edge_layers(stage_devices)
+            transfers = self.transfer_grid(pos, layers, layers)
+        forbidden = self.forbidden_cuts(pos[:n])
+        grids = {}
+        for device in stage_devices:
+            profile = self.profile_of[device]
+            if profile not in grids:
+                if self.host_staged:
+                    transfers = self.transfer_grid(pos, *self.host_staged_layers(profile), key=("transfers", profile))
+                grids[profile] = self.stage_grid(order, pos[:n], profile, transfers, forbidden)
+        ends = np.arange(n + 1)
+        best = np.full(n + 1, np.inf)
+        best[0] = 0.0
+        choice = np.empty((len(stage_devices), n + 1), dtype=np.int64)
+        scratch = self._buffer("scratch")
+        for b, device in enumerate(stage_devices):
+            np.maximum(grids[self.profile_of[device]], best[None, :], out=scratch)
+            choice[b] = scratch.argmin(axis=1)
+            best = scratch[ends, choice[b]]
+        cuts = [n]
+        for b in reversed(range(len(stage_devices))):
+            cuts.append(int(choice[b][cuts[-1]]))
+        return float(best[n]), cuts[::-1], exact
