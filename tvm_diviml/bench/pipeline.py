@@ -21,6 +21,7 @@ from ..platform import Device, Link, Platform
 from ..presets import gpu_k
 from ..solvers import Problem, get_solver
 from ..solvers.pipeline_mip import solve_pipeline_mip
+from ..toolkit.deadline import Deadline
 from ..toolkit.pipeline_polish import polish_pipeline
 from .common import MSR_FIDDLE_DIR, geomean, log, progress
 from .suite import QUICK, Option, Row, Suite, time_limit
@@ -145,11 +146,11 @@ def pipeline_solves(
     every lower bound."""
     graph, count = problem.graph, problem.stages
     sliced = get_solver("slicegraph", time_limit_s=time_limit_s).solve(problem)
-    polished = polish_pipeline(problem, sliced, time.perf_counter() + time_limit_s)
+    polished = polish_pipeline(problem, sliced, Deadline.after(time_limit_s))
     bounds = lower_bounds(problem)
     best, mip_s, notes = polished.value_s, None, ""
     began = time.perf_counter()
-    solved = downset_bound(problem, began + bound_time_limit_s, dp_ideals, polished.value_s)
+    solved = downset_bound(problem, Deadline(began + bound_time_limit_s), dp_ideals, polished.value_s)
     dp_s = time.perf_counter() - began
     stopped_by_time = int(solved is None and dp_s >= bound_time_limit_s)
     if solved is not None:
