@@ -263,6 +263,21 @@ def test_driver_hop_is_measured_over_the_sessions(servers):
         assert hop.seconds(2e6) > hop.seconds(1e6)
 
 
+def test_a_session_with_a_call_inside_is_never_closed(victim):
+    """TVM's CloseRPCConnection frees the channel without the lock a call holds: a session that a
+    thread is still inside (its server hung) stays open; once idle it closes, and refuses calls."""
+    platform = get_platform("servers:1xcpu1")
+    remote = connect_servers(platform, victim.addresses)["s0"]
+    with remote.calling():
+        assert remote.close() is False
+        assert remote.function("ffi.ArraySize")(remote.function("ffi.Array")(1, 2)) == 2  # still open
+    assert remote.close() is True
+    with pytest.raises(RuntimeError, match="is closed"), remote.calling():
+        pass
+    # the server serves one session at a time: it takes a new one only if that one really ended
+    connect_servers(platform, victim.addresses, timeout_s=10)["s0"].close()
+
+
 def run_until_failure(model, extraction, addresses, act, timeout_s):
     """Stream inputs through a 2-server build until ``act()`` breaks its second server; the error,
     the seconds from the act to the error, and the sessions."""

@@ -62,9 +62,25 @@ def measure_driver_hops(
 
 
 def _measure_hop(remote: RemoteServer, sizes: tuple[int, ...], repeats: int) -> DriverHop:
+    with remote.calling():
+        uploads, downloads = _time_hops(remote.session.cpu(0), sizes, repeats)
+    nbytes = np.asarray(sizes, dtype=float)
+    upload, download = fit_link(nbytes, np.asarray(uploads)), fit_link(nbytes, np.asarray(downloads))
+    log.info(
+        "%s: upload %.2f ms + %.1f MB/s, download %.2f ms + %.1f MB/s",
+        remote.name,
+        upload.latency_s * 1e3,
+        upload.bandwidth_Bps / 1e6,
+        download.latency_s * 1e3,
+        download.bandwidth_Bps / 1e6,
+    )
+    return DriverHop(download.latency_s, download.bandwidth_Bps, upload.latency_s, upload.bandwidth_Bps)
+
+
+def _time_hops(device, sizes: tuple[int, ...], repeats: int) -> tuple[list[float], list[float]]:
+    """Median upload and download seconds of a tensor of each size to and from ``device``."""
     import tvm
 
-    device = remote.session.cpu(0)
     uploads, downloads = [], []
     for nbytes in sizes:
         data = np.zeros(nbytes // 4, dtype="float32")
@@ -78,17 +94,7 @@ def _measure_hop(remote: RemoteServer, sizes: tuple[int, ...], repeats: int) -> 
             down.append(time.perf_counter() - began)
         uploads.append(float(np.median(up[1:])))
         downloads.append(float(np.median(down[1:])))
-    nbytes = np.asarray(sizes, dtype=float)
-    upload, download = fit_link(nbytes, np.asarray(uploads)), fit_link(nbytes, np.asarray(downloads))
-    log.info(
-        "%s: upload %.2f ms + %.1f MB/s, download %.2f ms + %.1f MB/s",
-        remote.name,
-        upload.latency_s * 1e3,
-        upload.bandwidth_Bps / 1e6,
-        download.latency_s * 1e3,
-        download.bandwidth_Bps / 1e6,
-    )
-    return DriverHop(download.latency_s, download.bandwidth_Bps, upload.latency_s, upload.bandwidth_Bps)
+    return uploads, downloads
 
 
 def network_hop(platform: Platform) -> DriverHop:

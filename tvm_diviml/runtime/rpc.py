@@ -184,15 +184,22 @@ class RpcRunner:
         """Upload the library, load it, size the session's thread pool, upload the weights, make the VM."""
         # a fresh name per upload: the server's loader would reuse a library already loaded under that name
         path = built.export(os.path.join(scratch, f"diviml-{remote.server}-{next(_UPLOADS)}.so"))
-        remote.session.upload(path)
-        placement = built.placement
-        loaded = PlacedExecutable(remote.session.load_module(os.path.basename(path)), placement)
-        threads = max((n for n in placement.num_threads if n), default=None)
-        if threads:  # the session serves every call from one thread: size its pool
-            remote.session.get_function("runtime.config_threadpool")(0, threads)
-        devices = [remote.device(spec) for spec in placement.tvm_devices]
-        vm = loaded.new_vm(devices)
-        uploaded = loaded.upload_weights(vm, params, devices, pack=remote.pack, unpack=remote.unpack)
+        with remote.calling():
+            remote.session.upload(path)
+            placement = built.placement
+            loaded = PlacedExecutable(remote.session.load_module(os.path.basename(path)), placement)
+            threads = max((n for n in placement.num_threads if n), default=None)
+            if threads:  # the session serves every call from one thread: size its pool
+                remote.function("runtime.config_threadpool")(0, threads)
+            devices = [remote.device(spec) for spec in placement.tvm_devices]
+            vm = loaded.new_vm(devices)
+            uploaded = loaded.upload_weights(
+                vm,
+                params,
+                devices,
+                pack=lambda tensors: remote.pack(tensors, keep=self._kept),
+                unpack=lambda result: remote.unpack(result, keep=self._kept),
+            )
         for seg in placement.segments:
             self._functions[seg["name"]] = vm[seg["name"]]
             self._weights[seg["name"]] = [uploaded[tuple(key)] for key in seg["weights"]]
@@ -200,11 +207,13 @@ class RpcRunner:
 
     def _make_caller(self, device: str):
         server = self.build.server_of[device]
-        functions, weights, unpack = self._functions, self._weights, self.remotes[server].unpack
+        functions, weights, remote = self._functions, self._weights, self.remotes[server]
 
         def call(segment: str, args: list) -> list:
-            results = self._kept(functions[segment](*(held.tensor for held in args), *weights[segment]))
-            return [self._kept(_Held(tensor, server)) for tensor in unpack(results)]
+            with remote.calling():
+                results = self._kept(functions[segment](*(held.tensor for held in args), *weights[segment]))
+                tensors = remote.unpack(results, keep=self._kept)
+            return [self._kept(_Held(tensor, server)) for tensor in tensors]
 
         return call
 
@@ -246,7 +255,8 @@ class RpcRunner:
         with self._lock:
             self._remote_ops[thread] = (server, what)
         try:
-            yield
+            with self.remotes[server].calling():
+                yield
         except Exception as error:
             raise _RemoteOpFailed(server, what, error) from error
         finally:
@@ -266,7 +276,11 @@ class RpcRunner:
         out = []
         for value in values:
             try:
-                out.append(value.tensor.numpy() if isinstance(value, _Held) else np.asarray(value))
+                if isinstance(value, _Held):
+                    with self.remotes[value.server].calling():
+                        out.append(value.tensor.numpy())
+                else:
+                    out.append(np.asarray(value))
             except Exception as error:  # noqa: BLE001 (named like a segment's failure)
                 raise self._server_error(
                     SegmentError(f"downloading an output failed: {error}", segment="", device="", input_index=-1),

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DivimlInputError
@@ -194,12 +194,20 @@ def _wait_listening(process: subprocess.Popen, address: tuple[str, int], deadlin
 # ---------------------------------------------------------------------- sessions
 @dataclass
 class RemoteServer:
-    """One server of the platform and its RPC session."""
+    """One server of the platform and its RPC session.
+
+    Every call through the session goes inside ``calling()``: TVM's ``CloseRPCConnection`` frees the
+    session's channel without taking the lock its calls hold, so a thread still inside a call (one
+    waiting on a hung server) would wake on freed memory; ``close`` leaves such a session open."""
 
     server: str  # "s0", "s1", ...
     host: str
     port: int
     session: Any  # tvm.rpc.RPCSession
+    _guard: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _calls: int = field(default=0, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
+    _functions: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -214,32 +222,63 @@ class RemoteServer:
         kind, index = spec.split(":")
         return self.session.device(kind, int(index))
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """End the session, so that the server takes its next one (a dead or hung server: nothing to do)."""
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """A call through the session is under way (refused once the session is closed)."""
+        with self._guard:
+            if self._closed:
+                raise RuntimeError(f"the session with {self.name} is closed")
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._calls -= 1
+
+    def function(self, name: str):
+        """The server's global function ``name``, fetched once: a remote function handle freed sends
+        its server a message from a destructor that holds the interpreter lock (a hung server would
+        freeze every thread of the driver)."""
+        with self._guard:
+            if name not in self._functions:
+                self._functions[name] = self.session.get_function(name)
+            return self._functions[name]
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """End the session, so that the server takes its next one (a dead or hung server: nothing to
+        do); False, and the session left open, while a call is still inside it (its server hung)."""
+        with self._guard:
+            if self._calls:
+                log.warning("%s: a call is still waiting on it; its session is left open", self.name)
+                return False
+            if self._closed:
+                return True
+            self._closed = True
         with contextlib.suppress(Exception):
             within(timeout_s, f"closing {self.name}", self.session.get_function("CloseRPCConnection"))
+        return True
 
-    def pack(self, tensors: list) -> Any:
+    def pack(self, tensors: list, keep: Callable[[Any], Any] = lambda handle: handle) -> Any:
         """Tensors of this server as one tuple argument there (an RPC call takes no lists): through the
-        server's tensor cache, which holds proper tensors."""
-        update = self.session.get_function("vm.builtin.tensor_cache.update")
-        remove = self.session.get_function("vm.builtin.tensor_cache.remove")
+        server's tensor cache, which holds proper tensors. ``keep`` takes the remote handle made."""
+        update = self.function("vm.builtin.tensor_cache.update")
+        remove = self.function("vm.builtin.tensor_cache.remove")
         prefix = f"diviml_pack_{threading.get_ident()}"
         names = [f"{prefix}_{i}" for i in range(len(tensors))]
         for name, tensor in zip(names, tensors, strict=True):
             update(name, tensor, True)
-        packed = self.session.get_function("vm.builtin.param_array_from_cache")(prefix, len(tensors))
+        packed = keep(self.function("vm.builtin.param_array_from_cache")(prefix, len(tensors)))
         for name in names:
             remove(name)
         return packed
 
-    def unpack(self, result) -> list:
-        """A VM result of this server (a tensor, or a handle to nested tuples of them) as a flat list."""
+    def unpack(self, result, keep: Callable[[Any], Any] = lambda handle: handle) -> list:
+        """A VM result of this server (a tensor, or a handle to nested tuples of them) as a flat list;
+        ``keep`` takes every remote handle met on the way (so that none is freed in the caller)."""
         if hasattr(result, "numpy"):
             return [result]
-        size = self.session.get_function("ffi.ArraySize")
-        item = self.session.get_function("ffi.ArrayGetItem")
-        return [t for i in range(size(result)) for t in self.unpack(item(result, i))]
+        size, item = self.function("ffi.ArraySize"), self.function("ffi.ArrayGetItem")
+        return [t for i in range(size(result)) for t in self.unpack(keep(item(result, i)), keep)]
 
 
 def connect_servers(
