@@ -27,6 +27,9 @@ setup(
         # CP-SAT: split's windows and the cpsat solver; with the MILP instead, split's plans were 1-13%
         # worse on 32-kernel DAGs. It runs in a subprocess (OR-Tools and CBC clash in one process).
         "ortools>=9.10,<10",
+        # MetaSchedule's LocalBuilder and LocalRunner send candidates to worker processes with it: tuning
+        # builds on every core, and a candidate that crashes fails its trial, not the process.
+        "cloudpickle>=2",
     ],
     extras_require={
         "test": [
@@ -37,6 +40,10 @@ setup(
             "ruff==0.17.6",  # `make lint`; pinned: a new release adds rules and reformats
         ],
         "onnx": ["onnx>=1.14"],
+        # MetaSchedule's XGBoost cost model for --tune/--tune-minutes (without it, candidates are ranked at
+        # random); onnxruntime is a baseline of `diviml bench --suite frameworks`.
+        "tune": ["xgboost>=1.6"],
+        "onnxruntime": ["onnxruntime>=1.17"],
         # torch.export programs and .pt2 files; torchvision, transformers and onnxscript (torch.onnx.export)
         # for the model-coverage suite (`diviml bench --suite models`, tests/test_coverage.py).
         "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],

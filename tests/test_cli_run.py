@@ -18,7 +18,9 @@ from tvm_diviml.runtime.vm import PlacedExecutable
 from .conftest import graph_of
 
 MODEL = "twin_branch:depth=2,hidden=32,batch=2"
+# --candidates 0: the plan as planned (tests of --candidates give their own count, which wins)
 FAST = ["--platform", "cpu2", "--cost", "roofline", "--repeats", "2", "--inputs", "4", "--time-limit", "5"]
+FAST += ["--candidates", "0"]
 
 
 def diviml_run(capsys, *args: str) -> tuple[int, str, str]:
@@ -199,3 +201,34 @@ def test_outputs_beyond_rtol_are_called_different_and_exit_1(capsys, monkeypatch
     ), out
     code, out, err = diviml_run(capsys, "--objective", "latency", "--rtol", "0.02")
     assert code == 0 and ": equal" in out, out + err
+
+
+@pytest.mark.parametrize("after_s", [3.0, 6.0])
+def test_ctrl_c_during_a_run_exits_130_at_once(tmp_path, after_s):
+    """TVM turns a KeyboardInterrupt raised inside its calls into a RuntimeError, which a handler for a
+    kernel that does not build would take for one: the run then went on and exited 0. It stops now."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tvm_diviml.cli", "run", "twin_branch", "--platform", "cpu2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DIVIML_CACHE_DIR": str(tmp_path / "cache")},  # profiling, then builds and runs
+        # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(after_s)
+        assert driver.poll() is None, driver.communicate()
+        sent = time.monotonic()
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=30)
+        answered_s = time.monotonic() - sent
+    finally:
+        driver.kill()
+    assert driver.returncode == 130 and err.strip().endswith("diviml: interrupted"), err[-2000:]
+    assert answered_s < 10.0, answered_s  # it ran on for 20 s to exit 0; loose for a loaded machine

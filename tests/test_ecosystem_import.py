@@ -14,7 +14,7 @@ from tvm import relax
 from tvm_diviml.cli import main
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes import apply_plan, build, extract
-from tvm_diviml.passes.frontends import from_relax, load_torch_program
+from tvm_diviml.passes.frontends import from_relax, load_torch_program, register_pytree_types
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
@@ -186,3 +186,123 @@ def test_pt2_without_torch_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     with pytest.raises(DivimlInputError, match=r"reading .pt2 files needs torch \(pip install 'tvm-diviml\[torch\]'\)"):
         load_torch_program(str(tmp_path / "model.pt2"))
+
+
+def test_a_hugging_face_pt2_program_loads_and_matches_torch(tmp_path):
+    """Hugging Face models return a ModelOutput, which torch reads back only once its module registered
+    it as a pytree node: the module the program names is imported (from transformers only)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'tvm-diviml[torch]')")
+    hf = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'tvm-diviml[torch]')")
+    config = hf.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=64
+    )
+    torch.manual_seed(0)
+    model, ids = hf.BertModel(config).eval(), torch.randint(0, 64, (1, 8))
+    path = str(tmp_path / "bert.pt2")
+    torch.export.save(torch.export.export(model, (ids,)), path)
+    built = load_torch_program(path)
+    got = run_placed(built.mod, [w for _, w in built.params], [ids.numpy()])
+    want = model(ids)
+    np.testing.assert_allclose(got[0], want.last_hidden_state.detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_pt2_program_naming_a_module_outside_the_allowed_packages_imports_nothing(tmp_path, monkeypatch):
+    """A file's type names are data: only transformers' modules are ever imported to read it."""
+    import importlib
+    import json
+    import zipfile
+
+    spec = json.dumps([1, {"type": "os.path.Evil", "context": "null", "children_spec": []}])
+    program = {"graph_module": {"module_call_graph": [{"fqn": "", "signature": {"in_spec": spec, "out_spec": spec}}]}}
+    path = tmp_path / "named.pt2"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("named/models/model.json", json.dumps(program))
+    imported = []
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name))
+    register_pytree_types(str(path))
+    assert imported == []
+
+
+class _RunsCommand:
+    """Unpickled, it runs a shell command: what a crafted .pt2 would hide in its payload."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (self.command,)
+
+
+def _with_member(source: str, target, member_suffix: str, content: bytes) -> str:
+    """A copy of the archive ``source`` at ``target`` whose member ending in ``member_suffix`` holds
+    ``content``."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(target, "w") as copy:
+        for name in original.namelist():
+            copy.writestr(name, content if name.endswith(member_suffix) else original.read(name))
+    return str(target)
+
+
+def test_a_pt2_whose_pickled_payload_runs_code_is_refused_without_running_it(program_file, tmp_path, capsys):
+    """torch.export.load reads sample inputs (and pickled weights) with weights_only=False after a
+    weights-only read fails: the payload would run. Every read is weights-only: one line, exit 2."""
+    import io
+
+    import torch
+
+    path, _, _ = program_file
+    marker = tmp_path / "ran"
+    payload = io.BytesIO()
+    torch.save(_RunsCommand(f"touch {marker}"), payload)
+    evil = _with_member(path, tmp_path / "evil.pt2", "sample_inputs/model.pt", payload.getvalue())
+    assert main(["graph", evil]) == 2
+    err = capsys.readouterr().err
+    assert not marker.exists()
+    assert "not a readable torch.export program" in err and err.count("\n") == 1, err
+
+
+def test_a_pt2_holding_a_pickled_python_object_is_refused_before_torch_reads_it(program_file, tmp_path, capsys):
+    import json
+    import pickle
+
+    path, _, _ = program_file
+    marker = tmp_path / "ran"
+    config = {"config": {"evil": {"path_name": "opaque_obj_0", "is_param": False, "use_pickle": True}}}
+    evil = _with_member(path, tmp_path / "evil.pt2", "_constants_config.json", json.dumps(config).encode())
+    import zipfile
+
+    with zipfile.ZipFile(evil, "a") as archive:
+        archive.writestr("two_branches/data/constants/opaque_obj_0", pickle.dumps(_RunsCommand(f"touch {marker}")))
+    assert main(["graph", evil]) == 2
+    err = capsys.readouterr().err
+    assert not marker.exists()
+    assert "constant 'evil' is a pickled Python object" in err and err.count("\n") == 1, err
+
+
+def test_onnx_external_data_outside_the_model_folder_is_refused_with_onnx_reason(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install 'tvm-diviml[onnx]')")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import set_external_data
+
+    weight = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        [weight],
+    )
+    model = helper.make_model(graph)
+    tensor = model.graph.initializer[0]
+    set_external_data(tensor, location="../../../etc/hostname")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    path = tmp_path / "outside.onnx"
+    onnx.save(model, str(path))
+    assert main(["graph", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not a readable ONNX model (ValidationError" in err and "points outside" in err, err
+    assert err.count("\n") == 1, err

@@ -61,7 +61,7 @@ def test_extracts_fused_kernels_with_sizes_flops_and_weights():
     readers = [k.name for k in graph.kernels.values() if "shared" in k.weights]
     assert len(readers) == 2  # one weight id, read by two kernels
     assert graph.weight_bytes(readers) == 4 * 8 * 8 * 4
-    assert graph.inputs[0].name == "x" and graph.inputs[0].consumers == ("fused_conv2d_add_relu",)
+    assert graph.inputs[0].name == "x" and graph.inputs[0].consumers == ("transpose",)  # to NHWC (passes/layout.py)
     assert len(graph.outputs) == 3 and len(extraction.outputs) == 3
     assert extraction.transform_params == "forward_transform_params"  # bias reshapes run once, at load
     for kernel in graph.kernels.values():  # weight-only kernels were lifted out of the graph

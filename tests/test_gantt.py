@@ -183,6 +183,13 @@ def test_cli_draws_the_schedule(tmp_path):
     assert_is_a_picture(out)
 
 
+def test_cli_names_the_file_it_drew_when_the_path_has_no_suffix(tmp_path):
+    result = diviml("plan", "random:kernels=12,seed=1", "--gantt", tmp_path / "chart")
+    assert result.returncode == 0, result.stderr
+    assert f"schedule drawn to {tmp_path / 'chart.png'}" in result.stdout
+    assert_is_a_picture(tmp_path / "chart.png")
+
+
 def test_cli_keeps_json_on_stdout_when_drawing(tmp_path):
     out = tmp_path / "schedule.png"
     result = diviml("plan", "random:kernels=12,seed=1", "--gantt", out, "--json", "-")

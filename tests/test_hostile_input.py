@@ -142,6 +142,41 @@ def test_json_nested_too_deeply_is_one_line(tmp_path):
         Platform.load(str(path))
 
 
+PLACEHOLDER = 123456.789  # written into a file's JSON, then replaced by a huge integer literal
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+@pytest.mark.parametrize(
+    "kind, field",
+    [("graph", "kernels[k0].flops"), ("platform", "devices[cpu].peak_flops"), ("costs", "kernels.k0.cpu")],
+)
+def test_integers_of_hundreds_of_digits_name_their_file_and_field(tmp_path, kind, field, digits):
+    """Python refuses integers past 4,300 digits and floats past 1e308: one line, file and field."""
+    graph, platform = copy.deepcopy(GRAPH), copy.deepcopy(PLATFORM)
+    graph["kernels"][0]["flops"] = platform["devices"][0]["peak_flops"] = PLACEHOLDER
+    data, load = {
+        "graph": (graph, OpGraph.load),
+        "platform": (platform, Platform.load),
+        "costs": (
+            {"kernels": {"k0": {"cpu": PLACEHOLDER}}},
+            lambda p: TableCostModel.load(p, Platform.from_json(PLATFORM)),
+        ),
+    }[kind]
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(data).replace(repr(PLACEHOLDER), "9" * digits))
+    with pytest.raises(DivimlInputError, match=rf"an integer of {digits} digits") as info:
+        load(str(path))
+    assert info.value.source == str(path) and field in info.value.field
+
+
+def test_a_key_given_twice_in_a_json_object_is_refused(tmp_path):
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps(PLATFORM).replace("{", '{"name": "first", ', 1))
+    with pytest.raises(DivimlInputError, match="key 'name' appears twice in one object") as info:
+        Platform.load(str(path))
+    assert info.value.source == str(path)
+
+
 @pytest.mark.parametrize(
     "spec",
     [

@@ -140,12 +140,20 @@ def test_contexts_nest_and_unwind():
         ({"cost": "/no/such/costs.json"}, "cost"),
         ({"time_limit_s": 0}, "time_limit_s"),
         ({"candidates": 0}, "candidates"),
+        ({"objective": "pipeline", "stages": 0}, "stages"),
+        ({"objective": "pipeline", "stages": 2.5}, "stages"),
     ],
 )
 def test_unknown_options_are_refused_at_construction(options, field):
     with pytest.raises(DivimlInputError) as error:
         PartitionForDevices("cpu2", **options)
     assert error.value.field == field
+
+
+def test_an_entry_the_module_lacks_is_named_with_those_it_has(model):
+    with pytest.raises(DivimlInputError, match="no Relax function 'nope'") as error:
+        PartitionForDevices("cpu2", entry="nope")(model.mod)
+    assert "name one of forward" in str(error.value)
 
 
 def test_unknown_platform_is_refused():

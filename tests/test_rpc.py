@@ -10,6 +10,7 @@ and the segment, within the timeout.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -443,8 +444,26 @@ def test_server_dead_before_setup_is_named(servers, victim, models):
         remotes["s0"].close()
 
 
+LLAMA_CLI = "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32"
+
+
+def slow_kernels_table(path, model: str, platform: str) -> str:
+    """A cost table pricing every kernel at 1 ms on every device: splitting the model across the
+    servers pays whatever the driver's hops cost, so a plan uses both."""
+    from tvm_diviml.app.load import load_model
+    from tvm_diviml.modelspec import parse_model_spec
+
+    name, options = parse_model_spec(model)
+    graph = load_model(name, options).extraction.graph
+    devices = get_platform(platform).device_names
+    path.write_text(json.dumps({"kernels": {k: {d: 1e-3 for d in devices} for k in graph.kernels}}))
+    return str(path)
+
+
 @pytest.mark.parametrize("fault", ["killed", "stopped"])
-def test_cli_names_a_server_that_fails_mid_run_and_releases_the_others(servers, victim, monkeypatch, capsys, fault):
+def test_cli_names_a_server_that_fails_mid_run_and_releases_the_others(
+    servers, victim, monkeypatch, capsys, tmp_path, fault
+):
     """A server killed (SIGKILL) or stopped (SIGSTOP) while a stream runs: one line naming the server, its
     address and the segment, exit status 3, no traceback; the other server takes a new session at once."""
     from tvm_diviml.cli import main
@@ -464,15 +483,15 @@ def test_cli_names_a_server_that_fails_mid_run_and_releases_the_others(servers, 
     code = main(
         [
             "run",
-            "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=128,seq=32",
+            LLAMA_CLI,
             "--platform",
             "servers:2xcpu1",
             "--rpc",
             ",".join(f"{host}:{port}" for host, port in addresses),
             "--objective",
             "throughput",
-            "--cost",
-            "roofline",
+            "--cost",  # the plan uses both servers, the victim too
+            slow_kernels_table(tmp_path / "costs.json", LLAMA_CLI, "servers:2xcpu1"),
             "--solver",
             "greedy",
             "--inputs",

@@ -1,11 +1,12 @@
 """MetaSchedule tuning: records for each distinct kernel, builds that apply them, resuming, the digest.
 
-One small tuning run (a matmul and ResNet-18's stem convolution, 4 trials each) is shared by the
-module; the first tuning in a process also pays ~10 s to import TVM's tensor intrinsics.
+One small tuning run (a matmul and ResNet-18's stem convolution, 2 trials each) is shared by the
+module (about a minute on 2 cores: the worker processes import TVM); searches of their own are slow.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,7 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_diviml.cost import tuning
 from tvm_diviml.errors import DivimlInputError
 
-TRIALS = 4
+TRIALS = 2
 
 
 def matmul(n: int):
@@ -37,8 +38,7 @@ def resnet():
     from tvm_diviml.zoo import build_model
 
     extraction = extract(build_model("resnet18", {"resolution": 32, "classes": 10}).mod)
-    stem = extraction.kernel_func[next(iter(extraction.graph.kernels))]
-    assert stem.startswith("fused_conv2d")
+    stem = next(f for f in extraction.kernel_func.values() if f.startswith("fused_conv2d"))  # after the NHWC input
     return extraction.mod, stem
 
 
@@ -47,7 +47,7 @@ def tuned(tmp_path_factory, resnet):
     mod, stem = resnet
     funcs = {"mm": matmul(64), "mm_again": matmul(64), stem: mod[stem]}
     work_dir = str(tmp_path_factory.mktemp("tuning"))
-    return tuning.tune_primfuncs(funcs, "llvm", TRIALS, work_dir, seed=0), funcs
+    return tuning.tune_primfuncs(funcs, "llvm", tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False), funcs
 
 
 def run_kernel(func, args: list[np.ndarray], out_shape, dtype="float32") -> np.ndarray:
@@ -72,6 +72,7 @@ def records_of(database, func) -> list:
     return [r for r in database.get_all_tuning_records() if tvm_ffi.structural_equal(r.workload.mod, workload)]
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_tuning_records_each_distinct_kernel_once(tuned):
     result, funcs = tuned
     assert (result.workloads, result.tuned, result.reused) == (2, 2, 0)  # mm_again is mm
@@ -79,10 +80,11 @@ def test_tuning_records_each_distinct_kernel_once(tuned):
     for func in funcs.values():
         seconds = tuning.tuned_seconds(result.database, func, "llvm")
         assert seconds is not None and 0 < seconds < 1
-    assert len(result.database.get_all_tuning_records()) <= 2 * TRIALS
+    assert len(result.database.get_all_tuning_records()) <= 2 * (TRIALS + 1)  # + the default schedule's
     assert tuning.tuned_seconds(result.database, matmul(32), "llvm") is None
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_metaschedule_logs_go_to_the_work_dir(tuned):
     result, _ = tuned
     with open(os.path.join(result.work_dir, "logs", "tuning.log")) as file:
@@ -90,6 +92,7 @@ def test_metaschedule_logs_go_to_the_work_dir(tuned):
     assert logging.getLogger("tvm.s_tir.meta_schedule").propagate
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_applied_schedule_changes_the_kernel_not_its_numbers(tuned):
     result, funcs = tuned
     mod = tvm.IRModule({"mm": funcs["mm"]})
@@ -104,6 +107,7 @@ def test_applied_schedule_changes_the_kernel_not_its_numbers(tuned):
     )
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
     result, _ = tuned
     mod, stem = resnet
@@ -123,6 +127,7 @@ def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
     )
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_on_a_lowered_relax_module_it_does_what_metaschedule_does(tuned, resnet):
     result, _ = tuned
     mod, stem = resnet
@@ -134,6 +139,7 @@ def test_on_a_lowered_relax_module_it_does_what_metaschedule_does(tuned, resnet)
     assert tvm_ffi.structural_equal(ours.mod, theirs)
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_kernels_without_a_record_or_for_another_device_are_left_alone(tuned):
     result, funcs = tuned
     workloads = os.path.join(result.work_dir, "database_workload.json")
@@ -146,6 +152,7 @@ def test_kernels_without_a_record_or_for_another_device_are_left_alone(tuned):
     assert os.path.getsize(workloads) == size  # looking up adds no workload
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_a_placed_cpu_kernel_keeps_its_target(tuned):
     result, funcs = tuned
     cpu = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -155,16 +162,18 @@ def test_a_placed_cpu_kernel_keeps_its_target(tuned):
     assert applied.mod["mm"].attrs["target"].kind.name == "llvm"
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_resuming_does_not_search_again(tuned):
     result, funcs = tuned
     records = len(result.database.get_all_tuning_records())
-    again = tuning.tune_primfuncs(funcs, "llvm", TRIALS, result.work_dir, seed=0)
+    again = tuning.tune_primfuncs(funcs, "llvm", tuning.TuningBudget(TRIALS), result.work_dir, seed=0, progress=False)
     assert (again.tuned, again.reused, again.workloads) == (0, 2, 2)
     assert len(again.database.get_all_tuning_records()) == records
     assert again.digest == result.digest
     assert again.seconds < result.seconds  # nothing searched: reading the records back beats tuning
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
     result, funcs = tuned
     work_dir = str(tmp_path / "copy")
@@ -187,6 +196,7 @@ def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
     assert tuning.tuned_seconds(database, funcs["mm"], "llvm") == pytest.approx(1e-9)
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_a_record_that_does_not_replay_leaves_the_kernel_unscheduled(tuned, resnet, tmp_path, caplog):
     result, funcs = tuned
     mod, stem = resnet
@@ -202,12 +212,21 @@ def test_a_record_that_does_not_replay_leaves_the_kernel_unscheduled(tuned, resn
     assert "does not apply" in caplog.text
 
 
+@pytest.mark.slow  # a search of its own: about 2 minutes on 2 cores
 def test_same_seed_same_candidates_and_logs_stay_off_the_terminal(tmp_path, capfd):
     traces = []
     for run in range(2):
-        result = tuning.tune_primfuncs({"mm": matmul(32)}, "llvm", 3, str(tmp_path / f"run{run}"), seed=7)
+        result = tuning.tune_primfuncs(
+            {"mm": matmul(32)},
+            "llvm",
+            tuning.TuningBudget(3),
+            str(tmp_path / f"run{run}"),
+            seed=7,
+            progress=False,
+            cost_model="random",
+        )
         traces.append(sorted(str(r.trace) for r in result.database.get_all_tuning_records()))
-    assert traces[0] == traces[1] and len(traces[0]) == 3
+    assert traces[0] == traces[1] and len(traces[0]) == 3 + 1  # three trials and the default schedule
     out, err = capfd.readouterr()
     assert "Trial" not in out + err
 
@@ -217,10 +236,11 @@ def test_open_database_needs_an_existing_database(tmp_path):
         tuning.open_database(str(tmp_path))
 
 
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_one_work_dir_holds_one_target_kind(tuned):
     result, funcs = tuned
     with pytest.raises(DivimlInputError, match="one work_dir per target"):
-        tuning.tune_primfuncs(funcs, {"kind": "cuda", "arch": "sm_80"}, TRIALS, result.work_dir)
+        tuning.tune_primfuncs(funcs, {"kind": "cuda", "arch": "sm_80"}, tuning.TuningBudget(TRIALS), result.work_dir)
 
 
 def test_tuning_target_states_the_core_count():
@@ -229,11 +249,44 @@ def test_tuning_target_states_the_core_count():
     assert "num-cores" not in tuning.tuning_target({"kind": "cuda", "arch": "sm_80"}).attrs
 
 
+@pytest.mark.slow  # a search of its own: about 2 minutes on 2 cores
 def test_gathers_are_tuned_with_in_bounds_indices(tmp_path):
     """Random integer arguments index out of bounds, and TVM's gathers do not check: tuning an
     embedding lookup used to crash the process (seen with BERT)."""
     table = te.placeholder((8, 4), name="table")
     ids = te.placeholder((64,), name="ids", dtype="int32")
     out = te.compute((64, 4), lambda i, j: table[ids[i], j], name="rows")
-    result = tuning.tune_primfuncs({"lookup": te.create_prim_func([table, ids, out])}, "llvm", 2, str(tmp_path))
+    result = tuning.tune_primfuncs(
+        {"lookup": te.create_prim_func([table, ids, out])},
+        "llvm",
+        tuning.TuningBudget(2),
+        str(tmp_path),
+        progress=False,
+    )
     assert result.workloads == 1
+
+
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
+def test_the_default_schedule_is_the_searchs_first_record(tuned):
+    """A tuned kernel is never slower than the default one: the rules' schedule is a record."""
+    from tvm_diviml.schedules.apply import default_schedule
+
+    result, funcs = tuned
+    target = tuning.tuning_target("llvm")
+    for func in funcs.values():
+        schedule, _ = default_schedule(func.with_attr("global_symbol", "main"), target)
+        workload = result.database.commit_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+        traces = [str(r.trace) for r in result.database.get_top_k(workload, 1000)]
+        assert str(schedule.trace) in traces
+
+
+@pytest.mark.slow  # a search of its own: about 2 minutes on 2 cores
+def test_a_minutes_budget_ends_the_search(tmp_path):
+    """Minutes alone bound the trials (unbounded otherwise); what was searched is kept for a resume."""
+    result = tuning.tune_primfuncs(
+        {"mm": matmul(48)}, "llvm", tuning.TuningBudget(minutes=0.25), str(tmp_path), progress=False
+    )
+    (searched,) = json.loads((tmp_path / "searched.json").read_text())["trials"].values()
+    assert result.workloads == 1 and 0 < searched < 1000
+    with pytest.raises(DivimlInputError, match="finite minutes"):
+        tuning.TuningBudget(minutes=float("inf"))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import math
 import os
 import signal
 import sys
+import tempfile
 import threading
 from typing import Any, NamedTuple
 
@@ -16,7 +18,7 @@ from . import __version__
 from .app.dataparallel import format_batch_splits, plan_with_batch_splits
 from .app.report import format_row, solve_and_report
 from .app.workload import GENERATORS, load_graph, load_workload
-from .errors import DivimlInputError, ServerFailure
+from .errors import DivimlInputError, ServerFailure, forget_interrupt, interrupted, on_interrupt, raise_if_interrupted
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
 from .simulator import Simulation
@@ -58,11 +60,20 @@ OUTPUT_FLAGS = ("json", "gantt", "export", "markdown")  # options that name a fi
 
 def check_output_paths(args: argparse.Namespace) -> None:
     """Every file a command will write can be written, checked before any solving or building (a
-    folder that does not exist or is read-only would otherwise fail after minutes of work)."""
+    folder that does not exist or is read-only would otherwise fail after minutes of work), and no
+    file named by two of them (the second would overwrite the first)."""
+    named: dict[str, str] = {}
     for flag in OUTPUT_FLAGS:
         path = getattr(args, flag, None)
         if not isinstance(path, str) or path == "-":
             continue
+        same = named.setdefault(os.path.realpath(path), flag)
+        if same != flag:
+            raise DivimlInputError(
+                f"--{same} and --{flag} name the same file, and the second would overwrite the first",
+                source=path,
+                hint="give each output a path of its own",
+            )
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise DivimlInputError(
@@ -150,7 +161,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             stages=args.stages,
             shapes=args.shape,
             granularity=args.granularity,
-            tune=args.tune,
+            tune=_budget(args),
             tuning_db=args.tuning_db,
         )
     else:
@@ -160,7 +171,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             args.cost,
             shapes=args.shape,
             granularity=args.granularity,
-            tune=args.tune,
+            tune=_budget(args),
             tuning_db=args.tuning_db,
         )
         plan, sim, row, problem = _solve(args, workload)
@@ -210,7 +221,14 @@ def _solve(args: argparse.Namespace, workload) -> Solved:
 def _runnable_workload(args: argparse.Namespace):
     """The workload of ``run``: a model that TVM builds (not an OpGraph or msr-fiddle file)."""
     workload = load_workload(
-        args.model, args.platform, args.cost, shapes=args.shape, granularity=args.granularity, tuning_db=args.tuning_db
+        args.model,
+        args.platform,
+        args.cost,
+        shapes=args.shape,
+        granularity=args.granularity,
+        tune=_budget(args),
+        tuning_db=args.tuning_db,
+        runs_here=True,
     )
     if workload.loaded is None:
         raise DivimlInputError(
@@ -221,19 +239,21 @@ def _runnable_workload(args: argparse.Namespace):
     return workload
 
 
-def _tuning_database(args: argparse.Namespace):
-    """The MetaSchedule database that ``--tuning-db`` names, for the build to apply (None without it)."""
-    if not args.tuning_db:
-        return None
-    from .cost.tuning import open_database
+def _tuning_database(args: argparse.Namespace, costs=None):
+    """The MetaSchedule database the build applies: the one ``--tuning-db`` names, or the one that
+    ``--tune``/``--tune-minutes`` just tuned into (``costs``' tuning); None without either."""
+    if args.tuning_db:
+        from .cost.tuning import open_database
 
-    return open_database(args.tuning_db)
+        return open_database(args.tuning_db)
+    tuned = [result.database for result in getattr(costs, "tuning", {}).values()]
+    return tuned[0] if tuned else None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Plan, build and execute on this machine's devices; measured against predicted."""
     if args.rpc:
-        if args.candidates:
+        if args.candidates > 1:
             raise DivimlInputError(
                 "--candidates times plans on this machine, not across RPC servers",
                 field="--candidates",
@@ -248,7 +268,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     loaded = workload.loaded
     options = dict(
-        repeats=args.repeats, stream_inputs=args.inputs, in_flight=args.in_flight, database=_tuning_database(args)
+        repeats=args.repeats,
+        stream_inputs=args.inputs,
+        in_flight=args.in_flight,
+        database=_tuning_database(args, workload.costs),
     )
     if not args.candidates:
         measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, **options)
@@ -326,7 +349,7 @@ def _run_rpc(args: argparse.Namespace) -> int:
             stream_inputs=args.inputs,
             in_flight=args.in_flight,
             timeout_s=args.rpc_timeout,
-            database=_tuning_database(args),
+            database=_tuning_database(args, workload.costs),
             driver_hops=hops,
         )
     return _report_run(
@@ -375,8 +398,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     cpu = workload.platform.device("cpu")
     print(
         f"Note: the CPU is priced at {cpu.efficiency:.1%} of its datasheet peak ({cpu.peak_flops / 1e12:.2f} "
-        f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP), because TVM 0.27 leaves CPU "
-        "kernels unscheduled.\n"
+        f"TFLOP/s -> {format_seconds(1e9 / cpu.effective_flops)} per GFLOP): what tvm-diviml's scheduled "
+        "kernels reach on this machine's CPU (presets.py says where the figure comes from).\n"
     )
     _demo_servers(DEMO_LLM, DEMO_SERVERS)
     _demo_run(DEMO_RUN_MODEL)
@@ -401,18 +424,22 @@ def _demo_servers(model: str, platform: str) -> None:
     print()
 
 
-DEMO_RUN_MODEL = "twin_branch"
+DEMO_RUN_MODEL = "twin_branch:hidden=1024"
 
 
 def _demo_run(model: str) -> None:
-    """The demo's second half: plan with measured costs, build and run for real on cpu2."""
-    from .app.run import format_run, run_plan
+    """The demo's second half: plan with measured costs, then build the plan and every single-device
+    configuration (the whole CPU on both cores too) and run them side by side on cpu2."""
+    from .app.run import format_run, run_candidates
+    from .candidates import format_selection
 
     print(
         f"== built and run on cpu2 ==\n{model} (two parallel branches of dense layers) is planned on cpu2, "
-        "this machine's CPU as two single-thread devices, with kernel costs measured here; the plan is built "
-        "into one heterogeneous executable and run by the concurrent executor (one worker thread per device), "
-        "checked against the single-device build, and timed against each single-device configuration.\n"
+        "this machine's CPU as two single-thread devices, with kernel costs measured here (kernels scheduled "
+        "by tvm-diviml's CPU rules); the plan is built into one heterogeneous executable and run by the "
+        "concurrent executor (one worker thread per device), side by side with each single-device "
+        "configuration, the whole CPU with both cores in every kernel among them: model parallelism against "
+        "intra-operator parallelism, decided by measurement. The fastest is kept.\n"
     )
     workload = load_workload(model, "cpu2", "measured")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="latency")
@@ -420,8 +447,45 @@ def _demo_run(model: str) -> None:
     print(format_row(row, workload.platform.device_names))
     print()
     loaded = workload.loaded
-    measured, _ = run_plan(loaded.built, loaded.extraction, workload.platform, plan, sim.value_s)
-    print(format_run(measured, rtol=1e-4))
+    selection, measured, _ = run_candidates(loaded.built, loaded.extraction, problem, plan, 1)
+    print(format_selection(selection))
+    print(f"\nthe kept plan, run:\n{format_run(measured, rtol=1e-4)}")
+    _demo_frameworks(loaded.built, measured.measured_s)
+
+
+def _demo_frameworks(built, kept_s: float) -> None:
+    """The demo's last lines: the kept plan against what a user would run instead, timed here and now:
+    ``tvm.compile``'s own default pipeline always; torch and ONNX Runtime on a torchvision model when
+    they are installed (``diviml bench --suite frameworks`` is the whole comparison)."""
+    from .bench.frameworks import tvm_default_seconds
+
+    default_s = tvm_default_seconds(built, built.sample_inputs())
+    print(
+        f"\nthe same model through tvm.compile's default CPU pipeline (TVM's own, on both cores): "
+        f"{format_seconds(default_s)} per inference; the kept plan is {default_s / kept_s:.1f}x faster"
+    )
+    if importlib.util.find_spec("torchvision") is None:
+        print("(with torch installed, `diviml bench --suite frameworks` times torch and ONNX Runtime beside it)")
+        return
+    from .bench.frameworks import CATALOGUE, framework_row
+
+    print("\nresnet18 at 64x64 (torchvision), seconds per inference on this CPU, one run:")
+    with tempfile.TemporaryDirectory(prefix="diviml-demo-") as scratch:
+        row = framework_row("resnet18_64", CATALOGUE["resnet18_64"], scratch, 0.0)
+    for key, label in FRAMEWORK_COLUMNS:
+        shown = format_seconds(row[key]) if row[key] else "-"
+        print(f"  {label:<34}{shown:>12}")
+    if row["notes"]:
+        print(f"  ({row['notes']})")
+
+
+FRAMEWORK_COLUMNS = (
+    ("diviml_s", "diviml run (default options)"),
+    ("tvm_default_s", "tvm.compile default"),
+    ("torch_1_thread_s", "torch eager, 1 thread"),
+    ("torch_s", "torch eager, every core"),
+    ("onnxruntime_s", "ONNX Runtime, every core"),
+)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -431,7 +495,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         "measured",
         shapes=args.shape,
         granularity=args.granularity,
-        tune=args.tune,
+        tune=_budget(args),
         tuning_db=args.tuning_db,
     )
     costs = workload.costs
@@ -447,12 +511,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
                     "median_us": seconds * 1e6,
                     "spread_us": None if spread is None else spread * 1e6,
                     "source": costs.source(kernel, device),
+                    "schedule": costs.schedule_of(kernel, device),
                 }
             )
-    print(f"{'kernel':<44}{'device':<12}{'median us':>14}{'spread us':>12}  source")
+    print(f"{'kernel':<44}{'device':<12}{'median us':>14}{'spread us':>12}  {'source':<10}schedule")
     for row in rows:
         spread = "-" if row["spread_us"] is None else f"{row['spread_us']:.1f}"
-        print(f"{row['kernel'][:43]:<44}{row['device']:<12}{row['median_us']:>14.1f}{spread:>12}  {row['source']}")
+        print(
+            f"{row['kernel'][:43]:<44}{row['device']:<12}{row['median_us']:>14.1f}{spread:>12}  "
+            f"{row['source']:<10}{row['schedule']}"
+        )
     _print_roofline_fits(costs)
     for (src, dst), link in costs.links.items():
         print(
@@ -564,6 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gantt",
         metavar="PATH",
         default="demo_schedule.png",
+        type=_png_path,
         help="where to draw the latency schedule (default demo_schedule.png; '' for none)",
     )
     demo.set_defaults(run=cmd_demo)
@@ -586,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
     _model_arguments(profile)
     profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
-    _tuning_arguments(profile)
+    _tuning_arguments(profile, "apply an existing MetaSchedule database (its work_dir)")
     profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
     profile.add_argument(
         "--export", metavar="PATH", help="write all costs (kernels and links) as a cost table that --cost PATH reads"
@@ -627,9 +696,14 @@ def _plan_parser(commands) -> None:
         help="roofline (default), measured (time the kernels with TVM on the devices "
         "present, roofline for the rest), or a cost table .json (msr-fiddle files bring their own)",
     )
-    _tuning_arguments(plan)
+    _tuning_arguments(plan, "apply an existing MetaSchedule database (its work_dir)")
     plan.add_argument("--json", metavar="PATH", help="write the plan row as JSON to PATH, or - for stdout")
-    plan.add_argument("--gantt", metavar="PATH", help="draw the plan's schedule (or its loads) as a PNG to PATH")
+    plan.add_argument(
+        "--gantt",
+        metavar="PATH",
+        type=_png_path,
+        help="draw the plan's schedule (or its loads) as a PNG to PATH (.png added where it names no format)",
+    )
     plan.set_defaults(run=cmd_plan)
 
 
@@ -649,7 +723,7 @@ def _run_parser(commands) -> None:
     run.add_argument(
         "--cost", default="measured", help="measured (default: time the kernels here), roofline, or a cost table .json"
     )
-    run.add_argument("--tuning-db", metavar="DIR", help="build and price with an existing MetaSchedule database")
+    _tuning_arguments(run, "build and price with an existing MetaSchedule database (its work_dir)")
     run.add_argument(
         "--repeats",
         type=_positive_int,
@@ -668,10 +742,13 @@ def _run_parser(commands) -> None:
     )
     run.add_argument(
         "--candidates",
-        type=_positive_int,
+        type=_non_negative_int,
+        default=1,
         metavar="N",
         help="build and time the N best distinct plans by prediction, the best single-device plan "
-        "and every single-device configuration (the whole CPU too); keep the fastest measured",
+        "and every single-device configuration (the whole CPU on all its cores too: intra-operator "
+        "against model parallelism), side by side, and keep the fastest measured (default 1: the "
+        "plan and the configurations; 0: run the plan as planned)",
     )
     run.add_argument(
         "--rtol",
@@ -732,7 +809,7 @@ def _bench_parser(commands) -> None:
                 flag, dest=_flag_dest(flag), action="store_true", default=None, help=f"{option.help} (suites {takers})"
             )
             continue
-        defaults = ", ".join(f"{suite.name} {taken.default:g}" for suite, taken in offers)
+        defaults = ", ".join(f"{suite.name} {_shown(taken.default)}" for suite, taken in offers)
         bench.add_argument(
             flag,
             dest=_flag_dest(flag),
@@ -741,6 +818,10 @@ def _bench_parser(commands) -> None:
             help=f"{option.help} (default per suite: {defaults})",
         )
     bench.set_defaults(run=cmd_bench)
+
+
+def _shown(default) -> str:
+    return f"{default:g}" if isinstance(default, int | float) else str(default or "none")
 
 
 def _bench_flag_type(kind: type):
@@ -817,15 +898,33 @@ def _problem_arguments(
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 
 
-def _tuning_arguments(parser: argparse.ArgumentParser) -> None:
+def _tuning_arguments(parser: argparse.ArgumentParser, db_help: str) -> None:
     parser.add_argument(
         "--tune",
         type=_positive_int,
         default=0,
         metavar="TRIALS",
-        help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring",
+        help="tune each kernel with MetaSchedule (TRIALS per kernel) before measuring; the database "
+        "persists under the cache directory and a repeated run resumes",
     )
-    parser.add_argument("--tuning-db", metavar="DIR", help="apply an existing MetaSchedule database (its work_dir)")
+    parser.add_argument(
+        "--tune-minutes",
+        type=lambda text: _seconds(text, allow_zero=False, unit=" of minutes"),
+        default=0.0,
+        metavar="M",
+        help="tune the model's kernels with MetaSchedule for M minutes in all (with --tune: whichever "
+        "ends first), starting from the default schedules, with a progress bar and the time left",
+    )
+    parser.add_argument("--tuning-db", metavar="DIR", help=db_help)
+
+
+def _budget(args: argparse.Namespace):
+    """The ``TuningBudget`` of ``--tune`` and ``--tune-minutes`` (None without either)."""
+    if not (args.tune or args.tune_minutes):
+        return None
+    from .cost.tuning import TuningBudget
+
+    return TuningBudget(args.tune, args.tune_minutes)
 
 
 def _shape_binding(text: str) -> tuple[str, int]:
@@ -843,6 +942,13 @@ def _seconds(text: str, allow_zero: bool, unit: str = " of seconds") -> float:
     if not (value >= 0 if allow_zero else value > 0) or math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be a {'non-negative' if allow_zero else 'positive'} number{unit}")
     return value
+
+
+def _png_path(text: str) -> str:
+    """A picture's path as it will be written: matplotlib adds .png to a name without a suffix."""
+    if not text or os.path.splitext(text)[1] or os.path.isdir(text):
+        return text  # a folder is refused by name when outputs are checked
+    return text + ".png"
 
 
 def _tolerance(text: str) -> float:
@@ -864,15 +970,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def _at_least_two(text: str) -> int:
     value = int(text)
     if value < 2:
         raise argparse.ArgumentTypeError("must be at least 2: a stream's period is timed between its outputs")
     return value
-
-
-def _terminated(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -882,12 +991,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    # SIGTERM unwinds like Ctrl-C, so that subprocesses (CP-SAT, RPC servers) are stopped on the way out
-    signal.signal(signal.SIGTERM, _terminated)
+    # SIGTERM unwinds like Ctrl-C, so that subprocesses (CP-SAT, RPC servers) are stopped on the way out;
+    # both are remembered, so that one TVM turned into another error still ends the command (exit 130)
+    forget_interrupt()
+    signal.signal(signal.SIGTERM, on_interrupt)
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
         check_output_paths(args)
-        return args.run(args)
+        code = args.run(args)
+        raise_if_interrupted()
+        return code
     except DivimlInputError as error:
+        if interrupted():
+            print("diviml: interrupted", file=sys.stderr)
+            return 130
         if args.debug:
             raise
         print(f"diviml: error: {error}", file=sys.stderr)

@@ -1,4 +1,7 @@
-"""The one exception type users see: it names the input, the field and what would fix it."""
+"""The one exception type users see (it names the input, the field and what would fix it), and the
+CLI's memory of an interrupt."""
+
+import threading
 
 
 class DivimlInputError(ValueError):
@@ -37,3 +40,31 @@ class ServerFailure(RuntimeError):
     """A remote server died or stopped answering in the middle of a run: neither bad input nor a bug
     of ours. The CLI prints ``str(error)`` (which names the server, its address and the segment) as
     one line and exits with status 3, after releasing the other servers."""
+
+
+_interrupted = threading.Event()
+
+
+def on_interrupt(signum, frame) -> None:
+    """The CLI's SIGINT and SIGTERM handler: remember the interrupt, then unwind as Ctrl-C does.
+
+    TVM turns a KeyboardInterrupt raised while one of its calls runs into a plain RuntimeError, which
+    a handler for a kernel's failure (a schedule rule refused, a kernel that does not build) would take
+    for one and go on: those handlers call ``raise_if_interrupted`` first."""
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Re-raise an interrupt that a TVM call turned into another error."""
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    return _interrupted.is_set()
+
+
+def forget_interrupt() -> None:
+    """A new command starts uninterrupted (tests run many in one process)."""
+    _interrupted.clear()

@@ -25,6 +25,8 @@ def require_number(
 ) -> float:
     """``value`` as a finite float, at least ``minimum`` / more than ``above``, at most ``maximum``;
     else one clear error."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > maximum:
+        value = math.copysign(math.inf, value)  # too large for a float: beyond any limit below
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise DivimlInputError(f"must be a finite number, got {value!r}", field=field, hint=hint)
     if value > maximum:
@@ -36,11 +38,47 @@ def require_number(
     return float(value)
 
 
+# An integer literal longer than this is read as a float: a 400-digit count is no real figure, and the
+# checks that read it (``require_number``) then name its field; Python refuses past 4,300 digits.
+LONGEST_INTEGER_DIGITS = 20
+
+
+class LongInteger(float):
+    """An integer literal of too many digits, as the float it rounds to (inf past 1e308); its repr
+    says how many digits it had."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.digits = len(text.lstrip("-"))
+        return number
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _integer(text: str) -> int | float:
+    return int(text) if len(text.lstrip("-")) <= LONGEST_INTEGER_DIGITS else LongInteger(text)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members; a key given twice is refused (json would silently keep the last)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DivimlInputError(
+                f"key '{key}' appears twice in one object", field=key, hint="keep one of the two entries"
+            )
+        out[key] = value
+    return out
+
+
 def read_json(path: str) -> Any:
     """Parse a JSON file; a missing or malformed file becomes a DivimlInputError naming it."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            return json.load(handle, parse_int=_integer, object_pairs_hook=_unique_keys)
+    except DivimlInputError as error:
+        raise error.within(path) from None
     except FileNotFoundError:
         raise DivimlInputError("no such file", source=path, hint="check the path") from None
     except json.JSONDecodeError as error:

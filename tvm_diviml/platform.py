@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import DivimlInputError
@@ -197,6 +197,13 @@ class Platform(JsonFile):
     @property
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
+
+    def with_threads(self, name: str, threads: int) -> Platform:
+        """This platform with device ``name`` running ``threads`` threads (the whole CPU as one device):
+        its kernels are built for that many."""
+        self.device(name)
+        devices = [replace(d, num_threads=threads) if d.name == name else d for d in self.devices]
+        return replace(self, devices=devices)
 
     def link(self, src: str, dst: str) -> Link:
         return self.links[(src, dst)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tvm_diviml.candidates import Selection, plan_key
+from tvm_diviml.candidates import Selection
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.vm import PlacedExecutable
@@ -169,7 +169,7 @@ def run_candidates(
         progress=progress,
     )
     winner = selection.winner
-    built, build_s = builds[plan_key(winner.plan)]
+    built, build_s = builds[timing_key(winner)]
     timing = timings[timing_key(winner)]
     configurations = single_device_configurations(problem.platform)
     single = {c.label: c.measured_s for c in selection.candidates if c.label in configurations}

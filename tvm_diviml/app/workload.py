@@ -27,6 +27,7 @@ from ..msr_fiddle import is_msr_fiddle, read_msr_fiddle
 from ..platform import Platform
 from ..presets import load_platform
 from ..synthetic import branchy, random_dag
+from ..units import format_bytes
 
 DEFAULT_PLATFORM = "paper-node"
 IMPORTED_SUFFIXES = (".onnx", ".pt2")  # files a TVM importer reads
@@ -60,6 +61,12 @@ class ModelGraph:
 
 
 def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity: str = "fused") -> ModelGraph:
+    if os.path.isdir(model):
+        raise DivimlInputError(
+            "is a folder, not a model",
+            source=model,
+            hint="give a zoo name, or a model file in it (.onnx, .pt2, or an OpGraph / msr-fiddle .json)",
+        )
     if model.endswith(IMPORTED_SUFFIXES):
         from .load import load_model  # TVM enters here, and only for TVM models
 
@@ -102,9 +109,12 @@ def load_workload(
     *,
     shapes: dict[str, int] | None = None,
     granularity: str = "fused",
-    tune: int = 0,
+    tune=None,
     tuning_db: str | None = None,
+    runs_here: bool = False,
 ) -> Workload:
+    """``runs_here``: the model will be built and run on this machine (``diviml run``), as it is to
+    measure its costs: its memory is checked against this machine's first."""
     found = load_graph(model, shapes=shapes, granularity=granularity)
     if found.platform is not None:
         if platform is not None or cost is not None:
@@ -116,11 +126,16 @@ def load_workload(
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
     plat = load_platform(platform or DEFAULT_PLATFORM)
-    cost = cost or ("measured" if tune or tuning_db else "roofline")
-    if (tune or tuning_db) and cost != "measured":
+    tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
+    cost = cost or ("measured" if tuned else "roofline")
+    if tuned and cost != "measured":
         raise DivimlInputError(
-            "--tune and --tuning-db apply to measured costs", field="--cost", hint="drop --cost or use --cost measured"
+            "--tune, --tune-minutes and --tuning-db apply to measured costs",
+            field="--cost",
+            hint="drop --cost or use --cost measured",
         )
+    if found.loaded is not None and (runs_here or cost == "measured"):
+        require_memory_to_run(graph, model)
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":
@@ -133,3 +148,33 @@ def load_workload(
     else:
         costs = TableCostModel.load(cost, plat, graph)
     return Workload(graph, plat, costs, model, cost, loaded=found.loaded)
+
+
+def require_memory_to_run(graph: OpGraph, model: str) -> None:
+    """Refuse, before anything is allocated, a model whose weights, inputs and largest tensor
+    together exceed the memory this machine has available (numpy would fail deep inside with tens
+    of GiB asked for); a machine that does not say what it has is not checked."""
+    available = available_memory_bytes()
+    largest = max((k.output_bytes for k in graph.kernels.values()), default=0.0)
+    weights, inputs = sum(graph.weights.values()), sum(i.bytes for i in graph.inputs)
+    needed = weights + inputs + largest
+    if available is not None and needed > available:
+        raise DivimlInputError(
+            f"running it here needs at least {format_bytes(needed)} (weights {format_bytes(weights)}, inputs "
+            f"{format_bytes(inputs)}, largest tensor {format_bytes(largest)}); this machine has "
+            f"{format_bytes(available)} available",
+            source=model,
+            hint="choose smaller model options (batch, resolution, seq) or --shape values, or plan it without running",
+        )
+
+
+def available_memory_bytes() -> float | None:
+    """MemAvailable from /proc/meminfo (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

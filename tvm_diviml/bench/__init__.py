@@ -3,13 +3,14 @@
 Speed targets live here, never in unit tests; ratios are measured side by side in one run. One module
 per suite holds its constants, its ``suite_*`` function and its ``SUITE`` declaration (name, one-line
 description, options, from which the command line builds its flags); ``common`` holds what several
-suites share and ``suite`` the declaration types. Importing this package imports no TVM: the suites
-that need it (extract, costs, run, models) import it when they run.
+suites share and ``suite`` the declaration types. Importing this package imports neither TVM nor
+torch: the suites that need them (extract, costs, cpu, run, models, frameworks) import them when they
+run.
 """
 
 from __future__ import annotations
 
-from . import costs, extract, latency, llm, models, msr_fiddle, pipeline, run, simulator
+from . import costs, cpu, extract, frameworks, latency, llm, models, msr_fiddle, pipeline, run, simulator
 from .common import MSR_FIDDLE_DIR, geomean, markdown_table, row_line, timed_solve, write_markdown
 from .costs import suite_costs
 from .extract import suite_extract
@@ -50,7 +51,7 @@ from .suite import Option, Row, Suite, offers_by_flag
 # In the order `diviml bench --help` lists them.
 SUITES: dict[str, Suite] = {
     module.SUITE.name: module.SUITE
-    for module in (simulator, extract, costs, latency, pipeline, msr_fiddle, run, llm, models)
+    for module in (simulator, extract, costs, cpu, latency, pipeline, msr_fiddle, run, llm, models, frameworks)
 }
 
 __all__ = [

@@ -31,6 +31,7 @@ def suite_costs(
     import tvm  # TVM: only when this suite runs
 
     from ..app.load import load_model
+    from ..cost.tuning import TuningBudget
     from ..passes.interpret import transformed_weights
     from ..passes.timing import calibrate_in_context, runner_overhead_s
 
@@ -65,9 +66,8 @@ def suite_costs(
             row.update(_roofline_fit_columns(costs, device.name))
             if name in tune_models:
                 funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
-                tuned = tune_for_devices(funcs, [device], tune_trials, f"{scratch}/{name}-ms", progress=False)[
-                    device.name
-                ]
+                budget = TuningBudget(tune_trials)
+                tuned = tune_for_devices(funcs, [device], budget, f"{scratch}/{name}-ms", progress=False)[device.name]
                 tuned_whole = time_whole_model(
                     extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options, tuned.database
                 )

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DivimlInputError, first_line
+from ..errors import DivimlInputError, first_line, raise_if_interrupted
 from ..graph import OpGraph
 from ..platform import Device, Link, Platform
 from .base import CostModel, ExecutorOverheads
@@ -63,9 +63,9 @@ def device_present(device: Device) -> bool:
 
 
 def tvm_target(device: Device):
-    import tvm
+    from ..schedules.target import device_target
 
-    return tvm.target.Target(device.target)
+    return device_target(device)
 
 
 def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
@@ -79,11 +79,11 @@ def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
     return {d.name: tuned for d in devices if device_present(d)}
 
 
-def tune_for_devices(
-    funcs: dict[str, Any], devices: list[Device], trials: int, work_root: str, progress: bool = True
-) -> dict[str, Any]:
-    """Tune ``funcs`` with MetaSchedule for each present device's target (one database per target,
-    persisted under ``work_root`` so that later runs resume); device name -> TuningResult."""
+def tune_for_devices(funcs: dict[str, Any], devices: list[Device], budget, work_root: str, progress: bool = True):
+    """Tune ``funcs`` with MetaSchedule for each present device's target within ``budget`` (a
+    ``TuningBudget``; one database per target, persisted under ``work_root`` so that later runs
+    resume); device name -> TuningResult. Devices with another thread count share a database: a
+    record is timed on one thread, whatever device applies it."""
     import hashlib
 
     from .tuning import tune_primfuncs
@@ -93,20 +93,27 @@ def tune_for_devices(
     for device in devices:
         if not device_present(device):
             continue
-        key = json.dumps(tvm_target(device).export(), sort_keys=True, default=str)
+        target = tvm_target(device)
+        key = json.dumps({k: v for k, v in target.export().items() if k != "num-cores"}, sort_keys=True, default=str)
         if key not in by_target:
             work_dir = f"{work_root}/{device.kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
             if progress:
-                print(f"tuning {len(funcs)} kernels for {device.name} ({trials} trials each) ...", flush=True)
-            by_target[key] = tune_primfuncs(funcs, tvm_target(device), trials, work_dir)
+                print(f"tuning {len(funcs)} kernels for {device.name} ({budget.describe()}) ...", flush=True)
+            by_target[key] = tune_primfuncs(funcs, target, budget, work_dir, progress=progress)
         results[device.name] = by_target[key]
     return results
 
 
 def schedule_name(device: Device, tuned_digest: str | None = None) -> str:
+    """What schedules a device's kernels, as the profile cache keys it: a tuning database, our CPU
+    rules (their code's digest: a changed rule times its kernels again) or dlight's GPU rules."""
     if tuned_digest:
         return f"tuned:{tuned_digest}"
-    return "default" if device.kind == "cpu" else "dlight"
+    if device.kind == "cpu":
+        from ..schedules.apply import rules_digest
+
+        return f"rules:{rules_digest()}"
+    return "dlight"
 
 
 def profile_device_label(device: Device) -> str:
@@ -115,19 +122,26 @@ def profile_device_label(device: Device) -> str:
 
 
 def schedule_for_target(mod, target, database=None):
-    """The module's PrimFuncs scheduled as the heterogeneous build schedules them on ``target``."""
-    if database is not None:
-        from .tuning import apply_database
+    """The module's PrimFuncs scheduled as the heterogeneous build schedules them on ``target``: a
+    tuning database's records where it has them, the default rules (``schedules/``) for the rest.
+    Each carries what scheduled it (``schedules.apply.schedule_names``): a rule, or "tuned" where the
+    database's best record is not that rule's own schedule."""
+    import tvm_ffi
+    from tvm import tirx
 
-        mod = apply_database(mod, target, database).mod
-    if target.kind.name != "llvm":
-        from tvm.s_tir import dlight as dl
+    from ..schedules.apply import schedule_module
 
-        with target:
-            mod = dl.ApplyDefaultSchedule(
-                dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
-            )(mod)
-    return mod
+    default = schedule_module(mod, target)
+    if database is None:
+        return default
+    from .tuning import apply_database
+
+    tuned = schedule_module(apply_database(mod, target, database).mod, target)
+    for gvar, func in tuned.functions_items():
+        rule = default[gvar]
+        if isinstance(func, tirx.PrimFunc) and tvm_ffi.structural_equal(rule.body, func.body, map_free_vars=True):
+            tuned[gvar] = rule  # the database's best record is the rule's own schedule
+    return tuned
 
 
 def random_arguments(func, device) -> list:
@@ -184,6 +198,17 @@ def time_primfuncs(
         samples = np.asarray(timing.results, dtype=float)
         results[name] = Measurement(float(np.median(samples)), float(samples.std()), len(samples), source)
     return results
+
+
+def kernel_schedules(funcs: dict[str, Any], device: Device, database=None) -> dict[str, str]:
+    """PrimFunc name -> what schedules it on ``device`` as the build does: a rule of ``schedules/``,
+    "tuned", or "unscheduled" (milliseconds: nothing is compiled)."""
+    import tvm
+
+    from ..schedules.apply import schedule_names
+
+    named = {name: func.with_attr("global_symbol", name) for name, func in funcs.items()}
+    return schedule_names(schedule_for_target(tvm.IRModule(named), tvm_target(device), database))
 
 
 def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> LinkMeasurement:
@@ -247,6 +272,7 @@ class MeasuredCostModel(CostModel):
         self.times: dict[str, dict[str, float]] = {}  # device -> PrimFunc name -> seconds
         self.spread: dict[str, dict[str, float]] = {}
         self.origin: dict[str, str] = {}  # device -> "measured" | "tuned"
+        self.schedules: dict[str, dict[str, str]] = {}  # device -> PrimFunc name -> what schedules it
         self.links: dict[tuple[str, str], Link] = {}
         self.measured_now = 0  # kernels timed in this run, not from the cache
         self.in_context_s: dict[str, float] = {}  # device -> per-kernel cost of running inside the model
@@ -298,9 +324,16 @@ class MeasuredCostModel(CostModel):
             if self.cache:
                 self.cache.put_many({keys[name]: m for name, m in fresh.items()})
         by_name = {name: fresh[name] if name in fresh else cached[keys[name]] for name in names}
+        self.schedules[device.name] = kernel_schedules(
+            {name: self.mod[name] for name in names}, device, tuned.database if tuned else None
+        )
         self.times[device.name] = {name: m.median_s for name, m in by_name.items()}
         self.spread[device.name] = {name: m.spread_s for name, m in by_name.items()}
         self.origin[device.name] = source
+
+    def schedule_of(self, kernel: str, device: str) -> str:
+        """What schedules ``kernel`` on ``device``: a rule, "tuned", "unscheduled", or "-" (estimated)."""
+        return self.schedules.get(device, {}).get(self.kernel_func[kernel], "-")
 
     def compute_s(self, kernel: str, device: str) -> float:
         allowed = self.graph.kernels[kernel].allowed_devices
@@ -454,6 +487,7 @@ def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
     compiles by itself."""
     import tvm
 
+    raise_if_interrupted()
     for gvar, func in mod.functions_items():
         own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else None
         if not isinstance(func, tvm.tirx.PrimFunc) or (own or target) is None:
@@ -462,6 +496,7 @@ def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
         try:
             tvm.compile(tvm.IRModule({gvar.name_hint: func}), target=kernel_target)
         except Exception as kernel_error:
+            raise_if_interrupted()
             return DivimlInputError(
                 f"TVM {tvm.__version__} cannot compile kernel '{gvar.name_hint}' ({kernel_signature(func)}) "
                 f"for {kernel_target.kind.name}: {type(kernel_error).__name__}: {first_line(kernel_error)}",

@@ -1,15 +1,18 @@
 """MetaSchedule tuning of a model's distinct PrimFuncs, and builds that apply the result.
 
-TVM's default llvm pipeline leaves conv and matmul kernels unscheduled (scalar, one thread), so a
-measured CPU cost describes an untuned build. Tuning writes a MetaSchedule JSON database
-(``database_workload.json`` and ``database_tuning_record.json`` in a work directory, the format
-MetaSchedule's own tools read); a build is tuned only if it applies that database, and then the
-record's times describe it. A workload is the PrimFunc as the only function of an IRModule under
-the symbol "main", without ``target``, so one record serves every binding of a PrimFunc.
+Tuning writes a MetaSchedule JSON database (``database_workload.json`` and
+``database_tuning_record.json`` in a work directory, the format MetaSchedule's own tools read); a
+build is tuned only if it applies that database, and then the record's times describe it. A
+workload is the PrimFunc as the only function of an IRModule under the symbol "main", without
+``target``, so one record serves every binding of a PrimFunc.
 
-Candidates are built and timed in the calling process (MetaSchedule's ``LocalBuilder`` and
-``LocalRunner`` need ``cloudpickle``), ranked by MetaSchedule's random cost model seeded by ``seed``
-so that a run is reproducible. Why: docs/design.md#tvm-027-traps.
+The search is MetaSchedule's own: ``LocalBuilder`` builds candidates in worker processes on every
+core and ``LocalRunner`` times them in another (a candidate that crashes fails its trial, not the
+process), ranked by the XGBoost cost model (``pip install 'tvm-diviml[tune]'``; MetaSchedule's
+random one without it). Each workload's first record is the default rules' schedule, timed here,
+so a tuned kernel is never slower than the default one. A budget is trials per kernel or minutes
+for the whole model (``TuningBudget``), shown on a progress bar with the time left; searched trials
+are remembered in the work directory, so a run stopped or repeated resumes. Why: docs/design.md.
 """
 
 from __future__ import annotations
@@ -31,24 +34,50 @@ import tvm_ffi
 from tvm import tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner, RunnerFuture, RunnerInput, RunnerResult
-from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common, run_evaluator_common
-from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
+from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 
-from ..errors import DivimlInputError
+from ..errors import DivimlInputError, first_line, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
 _SEARCHED_FILE = "searched.json"  # workload key -> trials searched so far, for resuming
-# One candidate's time: 3 samples of at least 50 ms each, so a record's median is worth keeping.
-_EVALUATOR = EvaluatorConfig(number=1, repeat=3, min_repeat_ms=50, enable_cpu_cache_flush=False)
+# One candidate's time: 3 samples of at least 20 ms each, so a record's median is worth keeping.
+_EVALUATOR = EvaluatorConfig(number=1, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)
 _MAX_TRIALS_PER_ITER = 16  # later rounds start from the best measured candidates of earlier ones
-# MetaSchedule's default population (512, 4 genetic rounds) ranks candidates by a cost model; ours is
-# random, so a large population only costs time (seconds per round on 2 cores).
-_POPULATION = 64
-_GENETIC_ROUNDS = 2
+# A smaller population than MetaSchedule's default (512, 4 genetic rounds): each round of the search
+# then takes about a second on 2 cores, not ten, and a budget of minutes buys more measured trials.
+_POPULATION = 128
+_GENETIC_ROUNDS = 3
+_UNBOUNDED_TRIALS = 100_000  # trials per kernel when only minutes bound the search
+
+
+@dataclass(frozen=True)
+class TuningBudget:
+    """How long tuning searches: ``trials`` per kernel, ``minutes`` for the whole model, or both (the
+    first reached ends it). Nothing set: no tuning."""
+
+    trials: int = 0
+    minutes: float = 0.0
+
+    def __post_init__(self):
+        if self.trials < 0 or not self.minutes >= 0 or self.minutes == float("inf"):
+            raise DivimlInputError(
+                f"a tuning budget needs trials >= 0 and finite minutes >= 0, not {self.trials}, {self.minutes}",
+                field="--tune",
+            )
+
+    @property
+    def active(self) -> bool:
+        return self.trials > 0 or self.minutes > 0
+
+    def describe(self) -> str:
+        parts = ([f"{self.trials} trials per kernel"] if self.trials else []) + (
+            [f"{self.minutes:g} min"] if self.minutes else []
+        )
+        return " or ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -75,18 +104,27 @@ class AppliedDatabase:
 
 
 def tune_primfuncs(
-    funcs: dict[str, tirx.PrimFunc], target, trials_per_func: int, work_dir: str, *, seed: int = 0
+    funcs: dict[str, tirx.PrimFunc],
+    target,
+    budget: TuningBudget,
+    work_dir: str,
+    *,
+    seed: int = 0,
+    progress=True,
+    cost_model: str = "auto",
 ) -> TuningResult:
-    """Search ``trials_per_func`` schedules for each distinct PrimFunc of ``funcs`` on ``target``.
+    """Search schedules for each distinct PrimFunc of ``funcs`` on ``target`` within ``budget``.
 
     Records go to the JSON database in ``work_dir`` (created if absent), and ``work_dir/searched.json``
     remembers how many trials each workload has had, so a repeated run searches only what is missing
     (a workload whose design space is smaller than the trials asked for never reaches that many
     records). MetaSchedule's logs go to ``work_dir/logs/tuning.log``, not to the terminal. One
     work_dir holds one target's records: a build takes a workload's best record whatever its target.
+    ``cost_model``: "auto" (XGBoost where installed), "xgb" or "random" (the same candidates for the
+    same seed; XGBoost learns from measured times, which vary from run to run).
     """
-    if trials_per_func < 1:
-        raise DivimlInputError(f"trials per kernel must be at least 1, not {trials_per_func}", field="trials")
+    if not budget.active:
+        raise DivimlInputError("a tuning budget needs trials per kernel or minutes", field="--tune")
     target = tuning_target(target)
     started = time.perf_counter()
     os.makedirs(work_dir, exist_ok=True)
@@ -94,30 +132,66 @@ def tune_primfuncs(
     _check_one_target_kind(database, target, work_dir)
     searched = _load_searched(work_dir)
     workloads = _distinct_workloads(funcs)
-    missing: dict[int, dict[str, tvm.IRModule]] = {}  # trials still to run -> {task name: workload}
     for name, mod in workloads.items():
-        done = max(searched.get(_workload_key(mod), 0), _record_count(database, mod))
-        if done < trials_per_func:
-            missing.setdefault(trials_per_func - done, {})[name] = mod
-    tuned = sum(len(group) for group in missing.values())
-    if tuned:
+        _seed_with_default_schedule(database, mod, target, name)
+    wanted = budget.trials or _UNBOUNDED_TRIALS
+    missing = {name: mod for name, mod in workloads.items() if max(searched.get(_workload_key(mod), 0), 0) < wanted}
+    if missing:
         log.info(
-            "tuning %d of %d distinct kernels for %s, up to %d trials each (logs in %s)",
-            tuned,
+            "tuning %d of %d distinct kernels for %s within %s (logs in %s)",
+            len(missing),
             len(workloads),
             target.kind.name,
-            max(missing),
+            budget.describe(),
             os.path.join(work_dir, "logs"),
         )
+        deadline = started + budget.minutes * 60 if budget.minutes else None
         with _metaschedule_logs_into(os.path.join(work_dir, "logs")):
-            for trials, group in sorted(missing.items()):
-                _tune(group, target, trials, work_dir, database, seed)
-                searched.update({_workload_key(mod): trials_per_func for mod in group.values()})
-                _save_searched(work_dir, searched)
+            done = _tune(missing, target, searched, wanted, work_dir, database, seed, deadline, progress, cost_model)
+        searched.update({_workload_key(missing[name]): trials for name, trials in done.items()})
+        _save_searched(work_dir, searched)
     recorded = sum(1 for mod in workloads.values() if _best_record(database, mod) is not None)
     seconds = time.perf_counter() - started
-    log.info("tuned %d kernels (%d reused) in %.1f s", tuned, len(workloads) - tuned, seconds)
-    return TuningResult(database, work_dir, recorded, tuned, len(workloads) - tuned, seconds, database_digest(database))
+    log.info("tuned %d kernels (%d reused) in %.1f s", len(missing), len(workloads) - len(missing), seconds)
+    return TuningResult(
+        database, work_dir, recorded, len(missing), len(workloads) - len(missing), seconds, database_digest(database)
+    )
+
+
+def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) -> None:
+    """A workload without records gets the default rules' schedule as its first, timed here: the
+    search starts from it and a build never applies a record slower than it."""
+    from ..schedules.apply import default_schedule
+
+    if _record_count(database, mod):
+        return
+    schedule, _ = default_schedule(mod["main"], target)
+    if schedule is None:
+        return
+    try:
+        seconds = _time_schedule(schedule.mod, target)
+    except Exception as error:  # noqa: BLE001 (a default schedule that does not build: the search has no seed)
+        raise_if_interrupted()
+        log.warning("the default schedule of %s does not run (%s); tuning starts without it", name, first_line(error))
+        return
+    workload = database.commit_workload(mod)
+    record = ms.database.TuningRecord(
+        schedule.trace, workload, [seconds], target, ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    )
+    database.commit_tuning_record(record)
+
+
+def _time_schedule(mod: tvm.IRModule, target) -> float:
+    """Median seconds of a scheduled kernel, timed as the runner times candidates."""
+    import numpy as np
+
+    module = tvm.tirx.build(mod, target=target)
+    device = tvm.cpu(0)
+    args = [tvm.runtime.tensor(np.zeros([int(d) for d in p.shape], str(p.dtype)), device) for p in mod["main"].params]
+    timer = module.time_evaluator(
+        module.entry_name, device, number=1, repeat=_EVALUATOR.repeat, min_repeat_ms=_EVALUATOR.min_repeat_ms
+    )
+    return statistics.median(timer(*args).results)
 
 
 def open_database(work_dir: str):
@@ -204,15 +278,27 @@ def _as_target(target) -> tvm.target.Target:
 
 
 # ---------------------------------------------------------------------- search
-def _tune(pending: dict[str, tvm.IRModule], target, trials: int, work_dir: str, database, seed: int) -> None:
-    """One MetaSchedule run of ``trials`` trials for each of ``pending`` (task name -> workload).
+def _tune(
+    pending: dict[str, tvm.IRModule],
+    target,
+    searched: dict[str, int],
+    wanted: int,
+    work_dir: str,
+    database,
+    seed: int,
+    deadline: float | None,
+    progress,
+    cost_model: str,
+) -> dict[str, int]:
+    """One MetaSchedule run: up to ``wanted`` trials for each of ``pending`` (task name -> workload),
+    less those already searched, until ``deadline``; returns the trials each task has had now.
 
-    Reproducible for a seed: the search runs on one thread (with several, which thread samples which
-    candidate, each with its own random state, varies from run to run), the cost model is random and
-    seeded, and tasks take turns (a gradient scheduler would pick them by measured times).
-    """
+    Tasks take turns (round-robin: a gradient scheduler picks them by measured times, so two runs
+    would differ), and the search runs on one thread, seeded."""
     _import_tensor_intrinsics()
     names = sorted(pending)
+    already = [searched.get(_workload_key(pending[name]), 0) for name in names]
+    trials = [max(1, wanted - done) for done in already]
     contexts = [
         ms.TuneContext(
             mod=pending[name],
@@ -228,22 +314,88 @@ def _tune(pending: dict[str, tvm.IRModule], target, trials: int, work_dir: str, 
         ).clone()
         for name, rand_state in zip(names, ms.utils.fork_seed(seed, n=len(names)))
     ]
-    artifacts = _ArtifactStore()
+    watch = _Progress(len(names), sum(trials), deadline, progress)
     ms.tune_tasks(
         tasks=contexts,
         task_weights=[1.0] * len(contexts),
         work_dir=work_dir,
-        max_trials_global=trials * len(contexts),
-        max_trials_per_task=trials,
-        num_trials_per_iter=min(trials, _MAX_TRIALS_PER_ITER),
-        builder=_InProcessBuilder(artifacts),
-        runner=_InProcessRunner(artifacts, _EVALUATOR),
+        max_trials_global=sum(trials),
+        max_trials_per_task=max(trials),
+        num_trials_per_iter=min(max(trials), _MAX_TRIALS_PER_ITER),
+        builder=ms.builder.LocalBuilder(max_workers=os.cpu_count() or 1),
+        runner=ms.runner.LocalRunner(evaluator_config=_EVALUATOR, f_alloc_argument=alloc_arguments),
         database=database,
-        cost_model=ms.CostModel.create("random", seed=seed),
-        # The default callbacks would also delete each artifact's folder; ours are in memory.
-        measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel()],
+        cost_model=_cost_model(cost_model, seed),
+        measure_callbacks=[
+            ms.measure_callback.AddToDatabase(),
+            ms.measure_callback.RemoveBuildArtifact(),
+            ms.measure_callback.UpdateCostModel(),
+            watch,
+        ],
         task_scheduler="round-robin",
     )
+    watch.close()
+    return {name: done + watch.trials[index] for index, (name, done) in enumerate(zip(names, already))}
+
+
+def _cost_model(kind: str, seed: int):
+    """MetaSchedule's XGBoost cost model ("xgb"; "auto": where xgboost is installed) or its random one."""
+    import importlib.util
+
+    if kind == "auto" and importlib.util.find_spec("xgboost") is None:
+        log.warning("xgboost is not installed: tuning ranks candidates at random (pip install 'tvm-diviml[tune]')")
+        kind = "random"
+    if kind == "random":
+        return ms.CostModel.create("random", seed=seed)
+    return ms.CostModel.create("xgb", num_tuning_cores=os.cpu_count() or 1)
+
+
+@derived_object
+class _Progress(PyMeasureCallback):
+    """A progress bar: over the budget's seconds (with the trials measured so far) when minutes bound
+    the search, else over its trials; at ``deadline`` every task ends."""
+
+    def __init__(self, tasks: int, total_trials: int, deadline: float | None, show):
+        from tqdm import tqdm
+
+        super().__init__()
+        self.trials = [0] * tasks
+        self.deadline, self.started = deadline, time.perf_counter()
+        if deadline is None:
+            self.bar = tqdm(total=total_trials, desc=f"tuning {tasks} kernels", unit="trial", disable=not show)
+        else:
+            seconds = max(0.0, deadline - self.started)
+            self.bar = tqdm(total=round(seconds), desc=f"tuning {tasks} kernels", unit="s", disable=not show)
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        self.trials[task_id] += len(measure_candidates)
+        if self.deadline is None:
+            self.bar.update(len(measure_candidates))
+            return
+        now = time.perf_counter()
+        self.bar.update(min(round(now - self.started), self.bar.total) - self.bar.n)
+        self.bar.set_postfix_str(f"{sum(self.trials)} trials")
+        if now >= self.deadline:
+            for index in range(len(self.trials)):
+                task_scheduler.terminate_task(index)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
+    """The runner's arguments for a candidate: random floats (MetaSchedule's), integer buffers all
+    zero. Integer buffers are indices (a gather's token ids): random ones run out of bounds, and TVM's
+    gathers do not check (a segfault, seen with BERT's embedding). Zeros are always in bounds."""
+    import numpy as np
+
+    random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+    arg_sets = alloc_argument_common(random_fill, device, args_info, alloc_repeat)
+    for arguments in arg_sets:
+        for tensor in arguments:
+            if np.issubdtype(np.dtype(str(tensor.dtype)), np.integer):
+                tensor.copyfrom(np.zeros(tuple(tensor.shape), dtype=str(tensor.dtype)))
+    return arg_sets
 
 
 def _import_tensor_intrinsics() -> None:
@@ -265,84 +417,6 @@ def _import_tensor_intrinsics() -> None:
     for name in frozen:
         inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
     import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics schedules may tensorize with)
-
-
-class _ArtifactStore:
-    """Built candidates by token: the builder's 'artifact path' names a module held in memory."""
-
-    def __init__(self):
-        self.modules: dict[str, Any] = {}
-        self.count = 0
-
-    def put(self, module) -> str:
-        self.count += 1
-        token = f"in-process:{self.count}"
-        self.modules[token] = module
-        return token
-
-    def take(self, token: str):
-        return self.modules.pop(token)
-
-
-@derived_object
-class _InProcessBuilder(PyBuilder):
-    """Builds candidates as MetaSchedule's LocalBuilder does, without its worker processes."""
-
-    def __init__(self, artifacts: _ArtifactStore):
-        super().__init__()
-        self.artifacts = artifacts
-
-    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        results = []
-        for build_input in build_inputs:
-            try:
-                # What LocalBuilder's default_build does, without its deprecated tvm.build call.
-                mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(build_input.mod)
-                module = tvm.tirx.build(mod, target=build_input.target)
-                results.append(BuilderResult(self.artifacts.put(module), None))
-            except Exception as error:  # a candidate that does not compile is a failed trial
-                results.append(BuilderResult(None, f"in-process build failed: {error}"))
-        return results
-
-
-@derived_object
-class _InProcessRunner(PyRunner):
-    """Times candidates the way MetaSchedule's LocalRunner does (random inputs, time_evaluator)."""
-
-    def __init__(self, artifacts: _ArtifactStore, evaluator: EvaluatorConfig):
-        super().__init__()
-        self.artifacts = artifacts
-        self.evaluator = evaluator
-        self.random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
-
-    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
-        futures = []
-        for runner_input in runner_inputs:
-            result = self._run_one(runner_input)
-            futures.append(RunnerFuture(f_done=lambda: True, f_result=lambda result=result: result))
-        return futures
-
-    def _run_one(self, runner_input: RunnerInput) -> RunnerResult:
-        try:
-            module = self.artifacts.take(str(runner_input.artifact_path))
-            device = tvm.runtime.device(str(runner_input.device_type), 0)
-            args_info = [info.as_json() for info in runner_input.args_info]
-            args = alloc_argument_common(self.random_fill, device, args_info, 1)
-            _zero_integer_arguments(args)
-            return RunnerResult(run_evaluator_common(module, device, self.evaluator, args), None)
-        except Exception as error:  # a candidate that fails at run time is a failed trial
-            return RunnerResult(None, f"in-process run failed: {error}")
-
-
-def _zero_integer_arguments(arg_sets: list[list]) -> None:
-    """Integer buffers are indices (a gather's token ids): random ones run out of bounds, and
-    TVM's gathers do not check (a segfault, seen with BERT's embedding). Zeros are always in bounds."""
-    import numpy as np
-
-    for arguments in arg_sets:
-        for tensor in arguments:
-            if np.issubdtype(np.dtype(str(tensor.dtype)), np.integer):
-                tensor.copyfrom(np.zeros(tuple(tensor.shape), dtype=str(tensor.dtype)))
 
 
 @contextmanager
@@ -454,6 +528,7 @@ def _best_schedule(database, mod: tvm.IRModule, target, name: str):
     try:
         record.trace.apply_to_schedule(schedule, remove_postproc=False)
     except Exception as error:  # TVM raises its own error types for every failed step
+        raise_if_interrupted()
         log.warning(
             "the tuning record of %s does not apply (%s); it stays unscheduled",
             name,

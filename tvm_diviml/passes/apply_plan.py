@@ -27,6 +27,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.placement import Placement
+from tvm_diviml.schedules.target import device_target
 from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import server_platform
 from tvm_diviml.simulator import PlanError, run_order
@@ -62,7 +63,7 @@ def vdevices_of(platform: Platform, device_names: list[str]) -> dict[str, Any]:
                 "servers is built per server (tvm_diviml.app.rpc_run.build_per_server)",
             )
         seen[device.device] = name
-        out[name] = relax.VDevice(tvm.target.Target(device.target), device.index, "global")
+        out[name] = relax.VDevice(device_target(device), device.index, "global")
     return out
 
 
@@ -155,7 +156,7 @@ def apply_plan(
     if constants_func:
         placed[tvm.ir.GlobalVar(constants_func)] = _constants_function(extraction, constant_ids)
     placed.update_global_info("vdevice", [vdevices[d] for d in devices])
-    host_target = tvm.target.Target(platform.device(host).target)
+    host_target = device_target(platform.device(host))
     placed = relax.transform.RealizeVDevice()(placed)
     placed = _attach_host_target(placed, host_target)
     placement = _placement(
@@ -274,19 +275,19 @@ def _add_targeted_primfuncs(
     from tvm_diviml.cost.measured import schedule_for_target
 
     targets: dict[str, tvm.target.Target] = {}
-    device_target: dict[str, str] = {}
+    key_of_device: dict[str, str] = {}
     for name in dict.fromkeys(assignment.values()):
-        target = tvm.target.Target(platform.device(name).target)
+        target = device_target(platform.device(name))
         key = _target_key(target)
         targets.setdefault(key, target)
-        device_target[name] = key
+        key_of_device[name] = key
     uses: dict[str, list[str]] = {}
     for kernel, func_name in extraction.kernel_func.items():
         if kernel not in assignment:  # another server's kernel
             continue
         keys_used = uses.setdefault(func_name, [])
-        if device_target[assignment[kernel]] not in keys_used:
-            keys_used.append(device_target[assignment[kernel]])
+        if key_of_device[assignment[kernel]] not in keys_used:
+            keys_used.append(key_of_device[assignment[kernel]])
     keys = list(targets)
     by_target: dict[str, dict[str, Any]] = {key: {} for key in keys}
     names: dict[tuple[str, str], str] = {}
@@ -306,7 +307,7 @@ def _add_targeted_primfuncs(
     return {
         (func_name, device): gvars[names[(func_name, key)]]
         for func_name in uses
-        for device, key in device_target.items()
+        for device, key in key_of_device.items()
         if (func_name, key) in names
     }
 

@@ -17,6 +17,7 @@ comes from, so a plan can be applied to — and the kernels run from — the ver
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +26,11 @@ import tvm
 from tvm import relax
 from tvm.relax import backend
 
-from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.errors import DivimlInputError, raise_if_interrupted
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
+
+from .layout import layout_passes
+from .legalize import legalize_ops
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +66,10 @@ class Extraction:
 def lowering_passes(fused: bool = True) -> list:
     """The passes extraction applies; the heterogeneous build applies the same ones."""
     passes = [
+        *layout_passes(),
         backend.DispatchSampling(),
         backend.DispatchSortScan(),
-        relax.transform.LegalizeOps(),
+        legalize_ops(),
         relax.transform.LiftTransformParams(),
     ]
     if fused:
@@ -102,21 +107,81 @@ def bind_shapes(mod, entry: str, shapes: dict[str, int] | None):
     return mod
 
 
+INT32_ELEMENTS = 2**31 - 1  # TVM's lowering indexes tensors with 32-bit loop variables
+
+
+def refuse_tensors_past_int32(func) -> None:
+    """A tensor of more elements than a 32-bit index reaches (``resnet18:batch=1000000000``) makes
+    TVM's lowering fail deep inside a pass: refuse it first, naming its shape."""
+    for var, info in _tensor_infos(func):
+        elements = math.prod(int(d) for d in info.shape.values)
+        if elements > INT32_ELEMENTS:
+            shape = "x".join(str(int(d)) for d in info.shape.values)
+            raise DivimlInputError(
+                f"tensor '{var}' ({shape}, {elements:.3g} elements) is past the {INT32_ELEMENTS + 1:.3g} elements "
+                "TVM's kernels index",
+                field="MODEL",
+                hint="choose smaller model options (batch, resolution, seq) or --shape values",
+            )
+
+
+def _tensor_infos(func):
+    """(name, TensorType) of every statically shaped tensor ``func`` takes or binds."""
+    bound = [b.var for block in func.body.blocks for b in block.bindings]
+    for var in list(func.params) + bound:
+        for one in var.ty.fields if isinstance(var.ty, relax.TupleType) else [var.ty]:
+            if isinstance(one, relax.TensorType) and isinstance(one.shape, relax.ShapeExpr):
+                if all(isinstance(d, tvm.tirx.IntImm) for d in one.shape.values):
+                    yield var.name, one
+
+
 def extract(
     mod, entry: str | None = None, *, fused: bool = True, shapes: dict[str, int] | None = None, name: str = "model"
 ) -> Extraction:
     """The OpGraph of ``mod``'s function ``entry`` (default: "forward", else "main")."""
-    entry = entry or ("forward" if any(gv.name_hint == "forward" for gv in mod.get_global_vars()) else "main")
+    functions = sorted(gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function))
+    entry = entry or ("forward" if "forward" in functions else "main")
+    if entry not in functions:
+        raise DivimlInputError(
+            f"the module has no Relax function '{entry}'",
+            field="entry",
+            hint=f"name one of {', '.join(functions) or 'none: the module holds no Relax function'}",
+        )
     mod = bind_shapes(mod, entry, shapes)
+    refuse_tensors_past_int32(mod[entry])
     func = mod[entry]
     num_inputs = _num_inputs(func)
     with tvm.target.Target("llvm"):  # the dispatch passes pick kernels by target
         lowered = tvm.transform.Sequential(lowering_passes(fused))(mod)
-    walker = _Walker(lowered, entry, num_inputs)
-    extraction = walker.run(name)
     lifted = f"{entry}_transform_params"
-    extraction.transform_params = lifted if any(gv.name_hint == lifted for gv in lowered.get_global_vars()) else None
+    lifted = lifted if any(gv.name_hint == lifted for gv in lowered.get_global_vars()) else None
+    names = _weight_names(lowered, lifted, func, num_inputs)
+    extraction = _Walker(lowered, entry, num_inputs, names).run(name)
+    extraction.transform_params = lifted
     return extraction
+
+
+def _weight_names(lowered, lifted: str | None, func, num_inputs: int) -> list[str | None]:
+    """For each weight the lowered entry takes: the model parameter it is computed from alone (a
+    transposed or re-laid-out weight keeps its parameter's name), else None (its lifted name)."""
+    if lifted is None:
+        return []
+    transform = lowered[lifted]
+    (packed,) = transform.params
+    names = [param.name for param in func.params[num_inputs:]]
+    sources: dict[Any, frozenset[int]] = {}
+    values = {}
+    for block in transform.body.blocks:
+        for binding in block.bindings:
+            value = values[binding.var] = binding.value
+            if isinstance(value, relax.TupleGetItem) and value.tuple_value.same_as(packed):
+                sources[binding.var] = frozenset([int(value.index)])
+            else:
+                used = [sources.get(var, frozenset()) for var in relax.analysis.free_vars(value)]
+                sources[binding.var] = frozenset().union(*used)
+    returned = values.get(transform.body.body, transform.body.body)
+    fields = returned.fields if isinstance(returned, relax.Tuple) else [returned]
+    return [names[next(iter(sources[f]))] if len(sources.get(f, ())) == 1 else None for f in fields]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -170,6 +235,7 @@ def primfunc_flops(func) -> float:
     try:
         return float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
     except Exception as error:  # TVM raises TVMError subclasses for loops it cannot count
+        raise_if_interrupted()
         log.warning("cannot count FLOPs of a PrimFunc (%s); counting 0", error)
         return 0.0
 
@@ -177,8 +243,8 @@ def primfunc_flops(func) -> float:
 class _Walker:
     """Follows the entry function's bindings, turning call_tir bindings into nodes."""
 
-    def __init__(self, mod, entry: str, num_inputs: int):
-        self.mod, self.entry = mod, entry
+    def __init__(self, mod, entry: str, num_inputs: int, weight_names: list[str | None]):
+        self.mod, self.entry, self.weight_names = mod, entry, weight_names
         self.func = mod[entry]
         self.num_inputs = num_inputs
         self.sources: dict[Any, Any] = {}  # relax.Var -> Ref | tuple of sources | None
@@ -205,8 +271,9 @@ class _Walker:
             self.sources[param] = Ref("input", param.name)
             self.input_consumers[param.name] = []
         weight_ids = []
-        for param in weight_params:
-            wid = self._unique(param.name, self.weights)
+        named = self.weight_names if len(self.weight_names) == len(weight_params) else [None] * len(weight_params)
+        for param, source in zip(weight_params, named, strict=True):
+            wid = self._unique(source or param.name, self.weights)
             self.sources[param] = Ref("weight", wid)
             self.weights[wid] = tensor_bytes(param.ty)
             weight_ids.append(wid)

@@ -8,15 +8,17 @@ see which kernels read which weight and the build can place each weight once per
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import zipfile
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_diviml.errors import DivimlInputError, first_line
+from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
 from tvm_diviml.zoo import BuiltModel
 
 from .extract import bind_shapes, tensor_bytes
@@ -87,7 +89,9 @@ def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
     except FileNotFoundError:
         raise DivimlInputError("no such file", source=path) from None
     except Exception as error:  # onnx raises DecodeError and friends for files that are not ONNX
-        raise DivimlInputError(f"not a readable ONNX model ({type(error).__name__})", source=path) from None
+        raise DivimlInputError(
+            f"not a readable ONNX model ({type(error).__name__}: {first_line(error)})", source=path
+        ) from None
     with importer_errors(path):
         mod = from_onnx(integer_initializers_as_constants(model), keep_params_in_input=True)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import) or "none"
@@ -159,10 +163,13 @@ def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> Built
             source=path,
             hint="save it with torch.export.save(torch.export.export(model, args), path)",
         )
+    refuse_pickled_objects(path)
+    register_pytree_types(path)
     quiet = logging.getLogger("torch.export")  # it logs a traceback before its fallback reader
     level, quiet.level = quiet.level, logging.ERROR
     try:
-        program = torch.export.load(path)
+        with tensors_only_unpickling():
+            program = torch.export.load(path)
     except Exception as error:  # torch raises zip, pickle and schema errors of many kinds
         raise DivimlInputError(
             f"not a readable torch.export program ({type(error).__name__}: {first_line(error)})",
@@ -177,6 +184,90 @@ def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> Built
         raise error.within(path) from None
 
 
+def refuse_pickled_objects(path: str) -> None:
+    """Refuse a program whose constants are pickled Python objects (torchbind or opaque objects):
+    torch.export.load would unpickle them, and unpickling runs whatever code the file names. A file
+    a user gives is data, never code."""
+    from torch.export.pt2_archive.constants import TENSOR_CONSTANT_FILENAME_PREFIX
+
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.namelist():
+            if not member.endswith("_constants_config.json"):
+                continue
+            try:
+                config = json.loads(archive.read(member)).get("config", {})
+            except (ValueError, AttributeError):
+                continue  # torch.export.load names what is wrong with the file
+            for name, payload in config.items():
+                file = str(payload.get("path_name", "")) if isinstance(payload, dict) else ""
+                if not file.startswith(TENSOR_CONSTANT_FILENAME_PREFIX):
+                    raise DivimlInputError(
+                        f"constant '{name}' is a pickled Python object ({file or 'no payload'}), and "
+                        "unpickling it would run code the file chooses; tvm-diviml reads only tensors",
+                        source=path,
+                        hint="export the model without torchbind or opaque objects among its constants",
+                    )
+
+
+@contextlib.contextmanager
+def tensors_only_unpickling():
+    """While torch reads a .pt2, every ``torch.load`` is weights-only: torch itself loads pickled
+    weights, tensor constants and sample inputs with ``weights_only=False`` (and falls back to it when
+    a weights-only load fails), which would run any code a crafted file names. A payload that is not
+    plain tensors and containers then fails to load, naming what it holds."""
+    import torch
+
+    full_load = torch.load
+
+    def weights_only_load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        return full_load(*args, **kwargs)
+
+    torch.load = weights_only_load
+    try:
+        yield
+    finally:
+        torch.load = full_load
+
+
+# Packages whose modules may be imported to read a .pt2's input and output structures: Hugging Face
+# registers each ModelOutput class with torch's pytree when its module is imported. A file names
+# modules; importing any it names would run code it chose.
+PYTREE_PACKAGES = ("transformers",)
+
+
+def register_pytree_types(path: str) -> None:
+    """Import the modules that define the container types of a program's inputs and outputs (a
+    Hugging Face model returns a ``ModelOutput``, which torch can read back only once registered),
+    from ``PYTREE_PACKAGES`` only; a type from another package is left to torch's own error."""
+    import importlib
+    import importlib.util
+
+    with zipfile.ZipFile(path) as archive:
+        members = [name for name in archive.namelist() if name.endswith("models/model.json")]
+        specs = []
+        for member in members:
+            try:
+                program = json.loads(archive.read(member))
+            except ValueError:
+                continue  # torch.export.load names what is wrong with the file
+            for call in program.get("graph_module", {}).get("module_call_graph", [])[:1]:
+                signature = call.get("signature") or {}
+                specs += [signature.get("in_spec") or "", signature.get("out_spec") or ""]
+    types = {name for spec in specs for name in re.findall(r'"type": "([A-Za-z_][\w.]*)"', spec)}
+    for module in sorted({name.rpartition(".")[0] for name in types}):
+        package = module.split(".")[0]
+        if package not in PYTREE_PACKAGES:
+            continue
+        if importlib.util.find_spec(package) is None:
+            raise DivimlInputError(
+                f"the program returns a {package} type ({module}), and {package} is not installed",
+                source=path,
+                hint=f"pip install {package} (the version the program was exported with)",
+            )
+        importlib.import_module(module)
+
+
 @contextlib.contextmanager
 def importer_errors(source: str):
     """A TVM importer's failure (it raises errors of every type for operators it lacks) as one line."""
@@ -185,6 +276,7 @@ def importer_errors(source: str):
     except DivimlInputError:
         raise
     except Exception as error:
+        raise_if_interrupted()
         raise DivimlInputError(
             f"TVM cannot import it: {type(error).__name__}: {first_line(error)}",
             source=source,

@@ -113,6 +113,12 @@ class PartitionForDevices:
             raise DivimlInputError(f"time_limit_s must be positive, not {time_limit_s}", field="time_limit_s")
         self.platform = _platform_of(platform)
         self.objective, self.solver, self.cost, self.stages = objective, solver, cost, stages
+        if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or stages < 1):
+            raise DivimlInputError(
+                f"stages must be a positive integer, not {stages!r}",
+                field="stages",
+                hint="e.g. stages=2 with objective='pipeline'; None gives one stage per device",
+            )
         if candidates is not None and (not isinstance(candidates, int) or candidates < 1):
             raise DivimlInputError(f"candidates must be a positive integer, not {candidates!r}", field="candidates")
         self.time_limit_s, self.entry, self.seed, self.candidates = time_limit_s, entry, seed, candidates
@@ -200,9 +206,12 @@ class PartitionForDevices:
     def transform_module(self, mod, ctx):
         extraction = extract(mod, self.entry)
         plan, sim = self.solve(extraction, mod)
-        applied = apply_plan(mod, plan, self.platform, entry=extraction.entry, extraction=extraction)
-        if self.selection is not None and self.selection.winner.threads:  # the whole CPU won
-            applied.placement.num_threads = [self.selection.winner.threads] * len(applied.placement.devices)
+        from .timing import candidate_platform
+
+        platform = self.platform  # the whole CPU as one device, if that won
+        if self.selection is not None:
+            platform = candidate_platform(platform, self.selection.winner)
+        applied = apply_plan(mod, plan, platform, entry=extraction.entry, extraction=extraction)
         self.plan, self.simulation, self.applied = plan, sim, applied
         return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json()).with_attr(
             PLAN_ATTR, json.dumps(plan.to_json(), sort_keys=True)

@@ -51,13 +51,13 @@ def measured_costs(
     model: BuiltModel | None,
     extraction: Extraction | None,
     *,
-    tune: int = 0,
+    tune=None,
     tuning_db: str | None = None,
     progress: bool = True,
     calibrate: bool = True,
 ):
     """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
-    as built, after ``tune`` MetaSchedule trials per kernel, or with a user's MetaSchedule database
+    as built, after MetaSchedule tuning within ``tune`` (a ``TuningBudget``), or with a user's MetaSchedule database
     (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
     (the whole model timed once per present device, ``calibrate_in_context``)."""
     from tvm_diviml.cost.cache import ProfileCache, default_cache_dir
@@ -70,6 +70,7 @@ def measured_costs(
             hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE",
         )
     tuning = {}
+    tune = tune if tune is not None and tune.active else None
     if tuning_db and tune:
         raise DivimlInputError(
             "--tune and --tuning-db both choose the schedules", field="--tuning-db", hint="give one of them"
@@ -149,13 +150,16 @@ def single_device_samples(
 ) -> dict[str, list[float]]:
     """``time_single_devices``' samples: seconds of each timed inference per configuration."""
     params = [w for _, w in model.params]
-    builds: dict[str, PlacedExecutable] = {}
+    builds: dict[tuple[str, int | None], PlacedExecutable] = {}
     out = {}
     for name, (device, threads) in (configurations or single_device_configurations(platform)).items():
-        if device.name not in builds:
+        if (device.name, threads) not in builds:
             plan = Plan({k: device.name for k in extraction.graph.kernels})
-            builds[device.name] = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
-        runner = SingleVMRunner(builds[device.name], params, num_threads=threads)
+            built_for = platform if threads == device.num_threads else platform.with_threads(device.name, threads)
+            builds[(device.name, threads)] = build(
+                apply_plan(model.mod, plan, built_for, extraction=extraction, database=database)
+            )
+        runner = SingleVMRunner(builds[(device.name, threads)], params, num_threads=threads)
         out[name] = time_calls(runner, inputs, repeats, SETTLE_S)
         log.info("single device %s: %.4f s", name, statistics.median(out[name]))
     return out
@@ -363,9 +367,14 @@ def choose_by_measurement(
     reference = run_reference(model, inputs)
     builds: dict[tuple, tuple[PlacedExecutable, float]] = {}
     for candidate in candidates:
-        if plan_key(candidate.plan) not in builds:
-            builds[plan_key(candidate.plan)] = build_runnable(
-                model, extraction, problem.platform, candidate.plan, database=database, progress=progress
+        if timing_key(candidate) not in builds:
+            builds[timing_key(candidate)] = build_runnable(
+                model,
+                extraction,
+                candidate_platform(problem.platform, candidate),
+                candidate.plan,
+                database=database,
+                progress=progress,
             )
     timings: dict[tuple, BuildTiming] = {}
     if problem.objective == "latency":
@@ -373,7 +382,7 @@ def choose_by_measurement(
     else:
         for candidate in candidates:
             timings[timing_key(candidate)] = time_build(
-                builds[plan_key(candidate.plan)][0],
+                builds[timing_key(candidate)][0],
                 model,
                 problem.objective,
                 reference,
@@ -397,6 +406,14 @@ def timing_key(candidate: Candidate) -> tuple:
     return plan_key(candidate.plan), candidate.threads
 
 
+def candidate_platform(platform: Platform, candidate: Candidate) -> Platform:
+    """The platform ``candidate`` is built for: its one device given the candidate's threads, if any."""
+    if candidate.threads is None:
+        return platform
+    (device,) = candidate.plan.devices_used()
+    return platform.with_threads(device, candidate.threads)
+
+
 def _time_side_by_side(
     candidates: list[Candidate], builds: dict, model: BuiltModel, reference: list[np.ndarray], repeats: int
 ) -> dict[tuple, BuildTiming]:
@@ -410,7 +427,7 @@ def _time_side_by_side(
         runners, checks, busy = {}, {}, {}
         for candidate in candidates:
             key = timing_key(candidate)
-            built = builds[plan_key(candidate.plan)][0]
+            built = builds[key][0]
             if len(built.placement.devices) == 1:
                 runners[key] = SingleVMRunner(built, params, num_threads=candidate.threads)
             else:
@@ -434,7 +451,7 @@ def _time_side_by_side(
     for key, runner in runners.items():
         measured = statistics.median(samples[key])
         concurrent = isinstance(runner, ConcurrentRunner)
-        devices = builds[key[0]][0].placement.devices
+        devices = builds[key][0].placement.devices
         per_run = {d: s / len(samples[key]) for d, s in busy[key].items()} if concurrent else {devices[0]: measured}
         out[key] = BuildTiming(
             measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM", *checks[key]

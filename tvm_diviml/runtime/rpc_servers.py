@@ -82,7 +82,9 @@ def serve(host: str, port: int, exit_with: int | None = None) -> None:
     process ``exit_with`` ends (the driver that started it: no server outlives a killed test run)."""
     from tvm.rpc.server import PopenRPCServerState  # the server tvm.exec.rpc_server runs, minus its
 
-    # process pool (which needs cloudpickle)
+    from .vm import allow_every_core  # process pool (which needs cloudpickle)
+
+    allow_every_core()
     state = PopenRPCServerState(host, port, port + 1, silent=True)
     while state.thread.is_alive():
         state.thread.join(1.0)

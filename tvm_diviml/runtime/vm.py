@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DivimlInputError
+from ..errors import DivimlInputError, raise_if_interrupted
 from .placement import Placement
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,18 @@ def tvm_device(spec: str):
 _pool = threading.local()  # .size: the pool size this thread last configured
 # The CPUs this process may use, read before TVM pins any thread (None where the OS cannot say).
 _ALLOWED_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def allow_every_core() -> None:
+    """Let TVM's thread pools use every core this process may use. Without ``TVM_NUM_THREADS``, TVM
+    0.27 halves the core count on x86 ("hyper-threading"): on this 2-core machine every pool had one
+    thread, whatever ``set_threads`` asked, and a parallel loop ran on one core. A pool takes the
+    figure when it is created (its thread's first parallel loop or ``set_threads``); a value the user
+    set is kept."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(len(_ALLOWED_CPUS or ()) or os.cpu_count() or 1))
+
+
+allow_every_core()
 
 
 def set_threads(num_threads: int | None) -> None:
@@ -158,6 +170,7 @@ class PlacedExecutable:
         try:
             executable = tvm.runtime.load_module(path)
         except RuntimeError as error:  # e.g. CUDA code on a machine whose TVM has no CUDA runtime
+            raise_if_interrupted()
             kinds = sorted({spec.split(":")[0] for spec in placement.tvm_devices})
             raise DivimlInputError(
                 f"this machine's TVM cannot load the build for {', '.join(kinds)} ({error})",

@@ -40,6 +40,7 @@ PROOF_GAP = 1e-10  # CP-SAT stops here: closing the last ticks of a 2**40-tick g
 
 WORKER_STARTUP_S = 60.0  # import of OR-Tools and model building, beyond CP-SAT's own limit
 FINISH_ANSWER_S = 10.0  # a closing session waits this long for a solve under way, unless stopped at once
+LONGEST_WAIT_S = 3600.0  # one wait on the worker; a longer limit waits again
 
 
 @dataclass
@@ -445,8 +446,10 @@ class CpsatSession:
         stdout = self._process.stdout
         while b"\n" not in self._pending:
             remaining = give_up_at - time.monotonic()
-            if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
+            if remaining <= 0:
                 return None
+            if not select.select([stdout], [], [], min(remaining, LONGEST_WAIT_S))[0]:
+                continue  # select takes no timeout past the platform's time_t (a limit of 1e10 s)
             chunk = os.read(stdout.fileno(), 1 << 16)
             if not chunk:
                 self._failed()

@@ -1,0 +1,171 @@
+"""What every CPU rule asks of a kernel, answered once: its blocks in normal form, the one reduction
+block (the *contraction*: a matmul, convolution or pooling), how each input of that block is read
+along an axis (contiguous, broadcast, or neither), and the target's vector lanes and registers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import s_tir, tirx
+from tvm.runtime import DataType
+from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
+from tvm.sym.pattern import detect_linear_equation
+from tvm.target import Target
+from tvm.target.codegen import llvm_get_vector_width
+from tvm.tirx.analysis import undefined_vars
+
+DATA_PARALLEL, REDUCTION = 0, 2  # tirx.IterVar iter_type values
+# Below this single-thread time a loop nest runs on one thread even on a device with several: a
+# parallel region costs 7 us to launch here with one thread, and waking a second one 10-400 us on this
+# virtual machine (measured on 2 cores, 2026-12-02).
+PARALLEL_MIN_S = 50e-6
+
+
+def uses(expr, var) -> bool:
+    return any(var.same_as(found) for found in undefined_vars(expr))
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One iteration axis of the contraction block: its variable, static extent and loop."""
+
+    var: Any
+    extent: int
+    loop: Any
+    spatial: bool
+
+
+@dataclass(frozen=True)
+class Read:
+    """One tensor the contraction block reads: its buffer and the index of each dimension."""
+
+    buffer: Any
+    indices: tuple
+
+    def depends_on(self, axis: Axis) -> bool:
+        return any(uses(index, axis.var) for index in self.indices)
+
+    def contiguous_in(self, axis: Axis) -> bool:
+        """Consecutive values of ``axis`` read consecutive elements: the last index is ``axis`` plus
+        terms free of it, and no other index uses it."""
+        *leading, last = self.indices
+        if any(uses(index, axis.var) for index in leading):
+            return False
+        coefficients = detect_linear_equation(last, [axis.var])
+        return len(coefficients) == 2 and isinstance(coefficients[0], tirx.IntImm) and int(coefficients[0]) == 1
+
+    def windowed(self, spatial: list[Axis], reduction: list[Axis]) -> bool:
+        """An index that moves with both a spatial and a reduction axis: a sliding window (the input
+        of a convolution or a pooling)."""
+        return any(
+            any(uses(index, a.var) for a in spatial) and any(uses(index, r.var) for r in reduction)
+            for index in self.indices
+        )
+
+
+@dataclass
+class Contraction:
+    """A kernel made of injective blocks around exactly one reduction block (``block``), in normal form
+    (one loop per block axis, static extents)."""
+
+    sch: Any
+    blocks: list[SBlockInfo]
+    main: SBlockInfo
+    spatial: list[Axis]  # the block's data-parallel axes, in loop order
+    reduction: list[Axis]
+    output_axes: list[Axis]  # the spatial axes in the order the output buffer's dimensions use them
+    reads: list[Read]
+    dtype: str
+
+    @property
+    def producers(self) -> list[SBlockInfo]:
+        return self.blocks[: self.blocks.index(self.main)]
+
+    @property
+    def epilogue(self) -> list[SBlockInfo]:
+        return self.blocks[self.blocks.index(self.main) + 1 :]
+
+    def window_reads(self) -> list[Read]:
+        return [read for read in self.reads if read.windowed(self.spatial, self.reduction)]
+
+
+def find_contraction(func: tirx.PrimFunc) -> Contraction | None:
+    """The kernel's contraction, or None: not exactly one reduction block, other blocks not injective,
+    symbolic extents, or an output not indexed by plain spatial axes."""
+    sch = s_tir.Schedule(func)
+    blocks = normalize_prim_func(sch)
+    if not blocks:
+        return None
+    reductions = [b for b in blocks if not b.is_injective()]
+    if len(reductions) != 1 or any(b.dom_kind().strip("S") for b in blocks if b is not reductions[0]):
+        return None
+    main = reductions[0]
+    stmt = sch.get(main.block_rv)
+    if len(stmt.writes) != 1 or stmt.init is None:
+        return None
+    axes = []
+    for iter_var, loop in zip(stmt.iter_vars, sch.get_loops(main.block_rv), strict=False):
+        if not isinstance(iter_var.dom.extent, tirx.IntImm) or iter_var.iter_type not in (DATA_PARALLEL, REDUCTION):
+            return None
+        axes.append(Axis(iter_var.var, int(iter_var.dom.extent), loop, iter_var.iter_type == DATA_PARALLEL))
+    if len(axes) != len(stmt.iter_vars):
+        return None
+    spatial = [a for a in axes if a.spatial]
+    output = stmt.writes[0]
+    output_axes = []
+    for dim in output.region:
+        used = [a for a in spatial if uses(dim.min, a.var)]
+        if len(used) > 1 or (used and not dim.min.same_as(used[0].var)):
+            return None
+        output_axes += used
+    if len(output_axes) != len(spatial) or not spatial:
+        return None
+    reads = [
+        Read(region.source, tuple(dim.min for dim in region.region))
+        for region in stmt.reads
+        if not region.source.same_as(output.source)
+    ]
+    if any(not isinstance(dim.extent, tirx.IntImm) or int(dim.extent) != 1 for r in stmt.reads for dim in r.region):
+        return None
+    return Contraction(
+        sch, blocks, main, spatial, [a for a in axes if not a.spatial], output_axes, reads, str(output.source.dtype)
+    )
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """What a schedule needs to know of an llvm target: vector width, registers and the threads of
+    the device it runs on (the target's ``num-cores``; all of this machine's when it names none)."""
+
+    vector_bits: int
+    registers: int
+    threads: int
+
+    @staticmethod
+    def of(target: Target) -> CpuFacts:
+        bits = llvm_get_vector_width(target)
+        bits = bits if bits and bits > 0 else 128
+        threads = int(target.attrs.get("num-cores") or os.cpu_count() or 1)
+        return CpuFacts(bits, 32 if bits >= 512 else 16, threads)
+
+    def lanes(self, dtype: str) -> int:
+        return max(1, self.vector_bits // DataType(dtype).bits)
+
+    def parallel(self, seconds: float) -> bool:
+        """Whether a loop nest of about ``seconds`` on one thread is worth spreading over the
+        device's threads: waking the other threads costs ``PARALLEL_MIN_S`` here and more on a
+        loaded machine."""
+        return self.threads > 1 and seconds >= PARALLEL_MIN_S
+
+    def contraction_seconds(self, multiply_adds: int, dtype: str) -> float:
+        """A rough single-thread time of a vectorized contraction: a quarter of the FMA peak
+        (two FMA pipes, ~3 GHz)."""
+        return multiply_adds / (self.lanes(dtype) * 2 * 3e9 / 4)
+
+    @staticmethod
+    def copy_seconds(elements: int, dtype: str) -> float:
+        """A rough single-thread time of an injective loop nest: read and write each element at
+        ~10 GB/s."""
+        return elements * 2 * DataType(dtype).bits / 8 / 10e9
