@@ -104,6 +104,22 @@ def test_lively_weights_make_outputs_follow_the_input():
 
 
 @needs_models
+def test_a_vit_whose_convolution_tvm_cannot_convert_to_nhwc_keeps_its_layout_and_extracts():
+    """TVM 0.27's ConvertLayout fails on the ViT patch embedding (std::bad_alloc, not a TVMError):
+    the convolution stays in NCHW and extraction goes on."""
+    import torch
+
+    from tvm_diviml.passes.extract import extract
+    from tvm_diviml.passes.frontends import from_torch_export
+
+    module, args = coverage.catalogue()["vit_small"].make()
+    built = from_torch_export(torch.export.export(module, args))
+    graph = extract(built.mod, built.entry).graph
+    convolutions = [k for k in graph.kernels.values() if "conv2d" in k.name]
+    assert convolutions and graph.inputs[0].consumers == (convolutions[0].name,)  # no transpose to NHWC
+
+
+@needs_models
 def test_torch_outputs_flattens_model_outputs():
     import torch
     from transformers.modeling_outputs import BaseModelOutputWithPooling
