@@ -1,11 +1,12 @@
-"""Brute-force oracles for latency and throughput: the exact optima that exact solvers are tested against.
+"""Brute-force oracles for latency, throughput and pipelines: the exact optima that exact solvers are tested against.
 
 The latency optimum is taken over every assignment of kernels to devices (each kernel on a device it
 may run on with a finite cost, co-location groups together, weights within memory) and every
 per-device run order, scored by the simulator's ``latency`` mode (no link contention); a plan counts
 only where the simulator finds it feasible (weights plus the peak of live activations in its run
 order within each device's memory). The throughput optimum (``best_period``) is the least simulated
-period over the same assignments.
+period over the same assignments; the pipeline optimum (``best_pipeline``) the least simulated
+``stage_serial`` period over every split into ordered stages, each on a device of its own.
 
 A combination of per-device orders runs without deadlock iff it is the restriction of one global
 topological order; enumerating those would repeat each combination many times, so per device we
@@ -73,6 +74,36 @@ def best_period(graph: OpGraph, platform: Platform, costs: CostModel, fixed: dic
         sim = simulate(Problem(graph, platform, costs), Plan(assignment, objective="throughput", mode="period_overlap"))
         if sim.feasible:
             best = min(best, sim.value_s)
+    return best
+
+
+def best_pipeline(problem: Problem) -> float:
+    """The least simulated period of any feasible pipeline (inf where none fits: memory with
+    activations, allowed devices, infinite costs, co-location): every labelling of the kernels with
+    stages 0..K-1 that no edge runs backwards in, on every sequence of K distinct devices."""
+    graph, stages = problem.graph, problem.stages
+    names = graph.topo_order
+    best, seen = math.inf, set()
+    for labels in itertools.product(range(stages), repeat=len(names)):
+        stage = dict(zip(names, labels))
+        if any(stage[e.src] > stage[e.dst] for e in graph.edges):
+            continue
+        members = [[k for k in names if stage[k] == b] for b in range(stages)]
+        for devices in itertools.permutations(problem.platform.device_names, stages):
+            kept = tuple((tuple(s), d) for s, d in zip(members, devices) if s)
+            if kept in seen:
+                continue
+            seen.add(kept)
+            plan = Plan(
+                {k: d for s, d in kept for k in s},
+                objective="pipeline",
+                mode="stage_serial",
+                stages=[list(s) for s, _ in kept],
+                stage_devices=[d for _, d in kept],
+            )
+            sim = simulate(problem, plan)
+            if sim.feasible:
+                best = min(best, sim.value_s)
     return best
 
 

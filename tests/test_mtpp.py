@@ -29,41 +29,13 @@ from tvm_diviml.solvers.pipeline_mip import solve_pipeline_mip
 from tvm_diviml.solvers.slicegraph import slice_order
 from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
 
+from .bruteforce import best_pipeline
 from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
 from .test_slicegraph import hand_chain as slicegraph_chain
 from .test_slicegraph import pipeline, simulated
 
 TOLERANCE = 1e-6  # MIP bounds carry a relative slack of 1e-6
-
-
-def best_pipeline(problem):
-    """The least simulated period of any feasible plan: every labelling of the kernels with stages
-    0..K-1 that no edge runs backwards in, on every sequence of K distinct devices."""
-    graph, stages = problem.graph, problem.stages
-    names = graph.topo_order
-    best, seen = math.inf, set()
-    for labels in itertools.product(range(stages), repeat=len(names)):
-        stage = dict(zip(names, labels))
-        if any(stage[e.src] > stage[e.dst] for e in graph.edges):
-            continue
-        members = [[k for k in names if stage[k] == b] for b in range(stages)]
-        for devices in itertools.permutations(problem.platform.device_names, stages):
-            kept = tuple((tuple(s), d) for s, d in zip(members, devices) if s)
-            if kept in seen:
-                continue
-            seen.add(kept)
-            plan = Plan(
-                {k: d for s, d in kept for k in s},
-                objective="pipeline",
-                mode="stage_serial",
-                stages=[list(s) for s, _ in kept],
-                stage_devices=[d for _, d in kept],
-            )
-            sim = simulated(problem, plan)
-            if sim.feasible:
-                best = min(best, sim.value_s)
-    return best
 
 
 def close(a, b):

@@ -36,8 +36,10 @@ from ..units import format_bytes
 from .base import Solver
 
 log = logging.getLogger(__name__)
-# Slicings tried while activations overflow a memory: the last keeps room for all activations at once.
-MEMORY_ATTEMPTS = 4
+# Slicings tried with room reserved for the activations an earlier slicing overflowed with, before
+# slicing with every segment's memory counted exactly (slower), which graphs this small do at once.
+MEMORY_ATTEMPTS = 3
+EXACT_MEMORY_KERNELS = 64
 
 
 def slice_order(problem: Problem, order: Sequence[str], stage_devices: Sequence[str]) -> tuple[float, list[int]]:
@@ -166,11 +168,6 @@ def traversal_order(successors: list[list[int]], indegree: list[int], depth_firs
 
 
 # ---------------------------------------------------------------------- the solver
-def _all_activation_bytes(graph) -> float:
-    """Every tensor of the model live at once: more than any device's activation peak can be."""
-    return sum(k.output_bytes for k in graph.kernels.values()) + sum(i.bytes for i in graph.inputs)
-
-
 @dataclass
 class _Decoded:
     value: float
@@ -237,32 +234,30 @@ class SliceGraph(Solver):
         stages = (problem.stages if problem.objective == "pipeline" else None) or len(platform.devices)
         bound = lower_bound(problem)
         reserve: dict[str, float] = {}
-        for attempt in range(MEMORY_ATTEMPTS):
-            costs = StageCosts(problem, reserve)
-            # a retry (activations overflowed a memory) searches for half the limit again, within the deadline
+        exact = len(problem.graph) <= EXACT_MEMORY_KERNELS
+        for attempt in range(MEMORY_ATTEMPTS + 1):
+            costs = StageCosts(problem, reserve, exact_memory=exact)
+            # a retry searches for half the limit again, within the deadline
             search_until = deadline if attempt == 0 else deadline.within(self.time_limit_s / 2)
             best, searched = self._search(costs, problem, stages, bound, search_until)
-            if not math.isfinite(best.value):
-                raise DivimlInputError(
-                    "no slicing into stages lets every kernel run within its device's memory "
-                    "and keeps co-location groups together" + (" (with room for the activations)" if reserve else ""),
-                    field="stages",
-                    hint="allow more devices, or use devices with more memory",
-                )
-            order = [costs.names[i] for i in best.order]
-            plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
-            sim = simulate(problem, plan)
-            overflow = activation_overflow(problem, plan, sim)
-            if not overflow:
-                break
-            # weights fit (the DP checked them): the activations took the rest; keep room for them and
-            # slice again, at the last try room for every activation of the model at once
+            if not math.isfinite(best.value) and exact:
+                self._refuse(stages, searched)
+            overflow = None
+            if math.isfinite(best.value):
+                order = [costs.names[i] for i in best.order]
+                plan = pipeline_plan(problem, order, best.stage_devices, best.cuts)
+                sim = simulate(problem, plan)
+                overflow = activation_overflow(problem, plan, sim)
+                if not overflow or exact:
+                    break
+            if overflow is None or attempt + 1 >= MEMORY_ATTEMPTS:
+                # the reserves are a guess that did not work out: count every segment's memory exactly
+                log.info("slicegraph: slicing again with each stage's memory counted exactly")
+                exact = True
+                continue
+            # weights fit (the DP checked them): the activations took the rest; keep room for them
             for device, peak in overflow.items():
-                reserve[device] = (
-                    max(reserve.get(device, 0.0), peak)
-                    if attempt < MEMORY_ATTEMPTS - 2
-                    else _all_activation_bytes(problem.graph)
-                )
+                reserve[device] = max(reserve.get(device, 0.0), peak)
                 log.info(
                     "slicegraph: activations on '%s' need %s beyond its weights; slicing again",
                     device,
@@ -277,6 +272,7 @@ class SliceGraph(Solver):
                 **searched,
                 "population": self.population,
                 "memory_attempts": attempt + 1,
+                "exact_memory": exact,
             }
         )
         log.info(
@@ -289,6 +285,16 @@ class SliceGraph(Solver):
             searched["stopped"],
         )
         return plan
+
+    @staticmethod
+    def _refuse(stages: int, searched: dict) -> None:
+        stopped = ", stopped by the time limit" if searched["stopped"] == "time_limit" else ""
+        raise DivimlInputError(
+            f"found no slicing into at most {stages} stages whose every stage fits its device's memory "
+            f"and keeps co-location groups together ({searched['decodes']} orders tried{stopped})",
+            field="stages",
+            hint="allow more stages or devices, use devices with more memory, or give a longer --time-limit",
+        )
 
     def _search(
         self, costs: StageCosts, problem: Problem, stages: int, bound: float, deadline: Deadline

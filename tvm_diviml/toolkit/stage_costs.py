@@ -79,8 +79,10 @@ class StageCosts:
     on the order is computed here once; ``slice`` then takes milliseconds per order.
     """
 
-    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None):
-        """``reserve``: bytes kept free on a device for its activations (the DP counts weights only)."""
+    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None, exact_memory: bool = False):
+        """``reserve``: bytes kept free on a device for its activations (the DP counts weights only);
+        ``exact_memory``: instead, every segment's memory as the simulator counts it (weights plus the
+        peak of live activations), slower: a sweep per segment start (``_furthest_fitting``)."""
         graph, platform, costs = problem.graph, problem.platform, problem.costs
         reserve = reserve or {}
         self.problem = problem
@@ -145,6 +147,9 @@ class StageCosts:
         self._group_start = np.cumsum([0] + [len(m) for m in groups.values()])[:-1]
         self._before_diagonal = np.triu(np.full((n + 1, n + 1), np.inf), k=1)  # grid[y, x] with x > y
         self._buffers: dict[object, np.ndarray] = {}
+        self.exact_memory = exact_memory
+        if exact_memory:
+            self._memory = _SegmentMemory(problem, self.names)
 
     def _buffer(self, key: object) -> np.ndarray:
         """A reused (n + 1) x (n + 1) array: fresh 8 MB arrays per order cost as much as the arithmetic."""
@@ -229,10 +234,12 @@ class StageCosts:
         # run, and within its memory.
         bad = np.where(profile.infeasible[order], np.arange(n), n)
         furthest = np.append(np.minimum.accumulate(bad[::-1])[::-1], n)
-        if math.isfinite(profile.memory_bytes):
+        if math.isfinite(profile.memory_bytes) and self.exact_memory:
+            furthest = np.minimum(furthest, self._memory.furthest_fitting(order, profile.memory_bytes))
+        elif math.isfinite(profile.memory_bytes):
             weights = np.concatenate([[0.0], np.cumsum(self.weight_bytes[order])])
             fits = np.searchsorted(weights, weights + profile.memory_bytes, side="right") - 1
-            furthest = np.minimum(furthest, fits)
+            furthest = np.maximum(np.minimum(furthest, fits), np.arange(n + 1))  # an empty stage always fits
         if (furthest < n).any():
             grid[np.arange(n + 1)[:, None] > furthest[None, :]] = np.inf
         if forbidden_cuts.any():
@@ -284,3 +291,89 @@ class StageCosts:
         for b in reversed(range(len(stage_devices))):
             cuts.append(int(choice[b][cuts[-1]]))
         return float(best[n]), cuts[::-1], exact
+
+
+class _SegmentMemory:
+    """The simulator's memory of a stage (``simulator.memory_per_device``: its distinct weights plus the
+    peak of live activations, the stage's kernels run in the graph's topological order), for every
+    segment of an order that starts at a given place, by one sweep that grows the segment a kernel at
+    a time. Live bytes are kept per topological position: a tensor's interval only grows as kernels
+    join, so each join adds bytes over the positions its intervals gained."""
+
+    def __init__(self, problem: Problem, names: list[str]):
+        graph = problem.graph
+        index = {name: i for i, name in enumerate(names)}
+        self.n = len(names)
+        self.output_bytes = np.array([graph.kernels[k].output_bytes for k in names], dtype=float)
+        self.is_output = [k in graph.output_set for k in names]
+        self.sources = [sorted({index[e.src] for e in graph.pred[k]}) for k in names]
+        self.weights = [graph.kernels[k].weights for k in names]
+        self.weight_size = graph.weights
+        consumed: list[list[int]] = [[] for _ in names]
+        for at, graph_input in enumerate(graph.inputs):
+            for consumer in set(graph_input.consumers):
+                consumed[index[consumer]].append(at)
+        self.inputs_of = consumed
+        self.input_bytes = [i.bytes for i in graph.inputs]
+        self.total = sum(graph.weights.values()) + float(self.output_bytes.sum()) + sum(self.input_bytes)
+
+    def furthest_fitting(self, order: np.ndarray, capacity: float) -> np.ndarray:
+        """furthest[x] for x in 0..n: the largest y such that order[x:y] fits within ``capacity``
+        (never below x: an empty stage always fits)."""
+        n = self.n
+        if capacity >= self.total:
+            return np.full(n + 1, n)
+        furthest = np.arange(n + 1)
+        order = [int(k) for k in order]
+        for x in range(n):
+            furthest[x] = x + self._fitting_length(order[x:], capacity)
+        return furthest
+
+    def _fitting_length(self, rest: list[int], capacity: float) -> int:
+        """How many kernels of ``rest``, from its start, fit together."""
+        live = np.zeros(self.n)
+        inside: set[int] = set()
+        outputs: list[int] = []
+        span: dict[object, list[int]] = {}  # tensor -> [first, last] position it is live over
+        seen_weights: set[str] = set()
+        weight_bytes = peak = 0.0
+        low, high = self.n, -1
+
+        def cover(tensor: object, first: int, last: int, size: float) -> float:
+            """Grow ``tensor``'s interval to hold [first, last]; the peak over the positions it gained."""
+            old = span.get(tensor)
+            if old is None:
+                span[tensor] = [first, last]
+                live[first : last + 1] += size
+                return float(live[first : last + 1].max())
+            gained = 0.0
+            if first < old[0]:
+                live[first : old[0]] += size
+                gained = float(live[first : old[0]].max())
+            if last > old[1]:
+                live[old[1] + 1 : last + 1] += size
+                gained = max(gained, float(live[old[1] + 1 : last + 1].max()))
+            old[0], old[1] = min(old[0], first), max(old[1], last)
+            return gained
+
+        for length, kernel in enumerate(rest):
+            inside.add(kernel)
+            low, high = min(low, kernel), max(high, kernel)
+            for wid in self.weights[kernel]:
+                if wid not in seen_weights:
+                    seen_weights.add(wid)
+                    weight_bytes += self.weight_size[wid]
+            peak = max(peak, cover(kernel, kernel, kernel, self.output_bytes[kernel]))
+            for src in self.sources[kernel]:
+                first = src if src in inside else kernel
+                peak = max(peak, cover(src, first, kernel, self.output_bytes[src]))
+            for at in self.inputs_of[kernel]:
+                peak = max(peak, cover(("input", at), kernel, kernel, self.input_bytes[at]))
+            if self.is_output[kernel]:
+                outputs.append(kernel)
+            for member in outputs:  # model outputs stay live to the stage's last kernel
+                if span[member][1] < high:
+                    peak = max(peak, cover(member, member, high, self.output_bytes[member]))
+            if weight_bytes + peak > capacity:
+                return length
+        return len(rest)
