@@ -33,3 +33,13 @@ def test_the_suite_registry_imports_neither_tvm_nor_torch():
     code = "import sys, tvm_diviml.bench; print('tvm' in sys.modules or 'torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_the_time_limits_suite_times_a_whole_solve_and_judges_it_by_the_target():
+    from tvm_diviml.bench.time_limits import suite_time_limits, within_target
+
+    assert within_target(7.5, 5.0) and not within_target(7.6, 5.0)
+    rows = list(suite_time_limits(time_limit_s=1.0, quick=True))
+    assert [(row["kernels"], row["devices"]) for row in rows] == [(12, 64), (200, 16)]
+    for row in rows:
+        assert row["wall_s"] > 0 and row["over_limit"] == row["wall_s"] / 1.0 and 0 <= row["gap"] < 1

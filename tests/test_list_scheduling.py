@@ -382,3 +382,32 @@ def test_upward_ranks_decrease_along_every_edge(problem):
     ranks = upward_ranks(Problem(graph, platform, costs))
     for edge in graph.edges:
         assert ranks[edge.src] > ranks[edge.dst]  # compute times are at least 1 s
+
+
+def test_heft_inserts_into_a_gap_only_within_its_window_of_intervals():
+    from tvm_diviml.toolkit.list_scheduling import INSERTION_WINDOW, Timeline
+
+    def timeline(gap_after):  # back-to-back unit intervals, one idle unit after ``gap_after`` of them
+        line = Timeline()
+        for i in range(INSERTION_WINDOW + 10):
+            start = float(i) + (i >= gap_after)
+            line.insert(i, start, start + 1.0, f"k{i}")
+        return line
+
+    near = timeline(gap_after=5)
+    assert near.earliest_slot(0.0, 1.0) == (5, 5.0)  # the gap [5, 6)
+    far = timeline(gap_after=INSERTION_WINDOW + 5)
+    assert far.earliest_slot(0.0, 1.0) == (INSERTION_WINDOW + 10, INSERTION_WINDOW + 11.0)  # appended
+
+
+def test_a_list_schedule_is_made_once_per_problem_and_each_caller_gets_its_own_copy():
+    from tvm_diviml.toolkit.list_scheduling import heft_placement, list_schedule_plan
+
+    graph = graph_of([("a", "b", 1), ("a", "c", 1), ("b", "d", 1), ("c", "d", 1)])
+    platform = unit_platform()
+    problem = Problem(graph, platform, table(platform, {"a": 1, "b": 2, "c": 2, "d": 1}))
+    first = list_schedule_plan(problem, heft_placement, "heft")
+    first.assignment["a"] = "nowhere"
+    second = list_schedule_plan(problem, heft_placement, "heft")
+    assert second.assignment["a"] != "nowhere"
+    assert second.assignment == get_solver("heft").solve(Problem(graph, platform, problem.costs)).assignment

@@ -120,3 +120,29 @@ def test_a_model_no_single_device_can_run_is_planned_and_the_missing_baseline_sa
     assert sim.feasible and plan.assignment["a"] == "B" and plan.assignment["c"] == "C"
     assert row["baselines"]["fastest_single_device"] is None and row["speedup_over_fastest_single_device"] is None
     assert "no single device can run the whole model" in format_row(row, ["A", "B", "C"])
+
+
+def test_the_header_names_each_device_cost_source_and_counts_them_past_four():
+    from tvm_diviml.app.report import _cost_sources
+
+    few = {"cpu": "measured", "gpu0": "estimated"}
+    assert _cost_sources(few) == "cpu measured, gpu0 estimated"
+    many = {"cpu": "measured", **{f"gpu{i}": "estimated" for i in range(64)}}
+    assert _cost_sources(many) == "cpu measured, 64 devices estimated"
+
+
+def test_a_solve_whose_time_is_spent_starts_no_mip_bound():
+    """plan_model's time limit covers plan, baselines and bounds: with too little time left for a
+    bound MIP to build its model, only the combinatorial bounds are given (still below the plan)."""
+    from tvm_diviml.planning import plan_model
+    from tvm_diviml.synthetic import random_dag
+
+    graph = random_dag(30, seed=2)
+    platform = unit_platform()
+    problem = Problem(graph, platform, table(platform, {k: {"A": 3.0, "B": 1.0, "C": 2.0} for k in graph.kernels}))
+    problem = Problem(problem.graph, platform, problem.costs, objective="pipeline", stages=3)
+    roomy = plan_model(problem, "slicegraph", time_limit_s=60, bound_time_limit_s=10)  # not proven: bounds run
+    rushed = plan_model(problem, "slicegraph", time_limit_s=0.5, bound_time_limit_s=10)
+    mips = {"stage_cover", "three_superblock", "guess_bottleneck", "exact_mip", "downsets"}
+    assert mips & set(roomy.bounds) and not mips & set(rushed.bounds)
+    assert rushed.lower_bound_s <= roomy.simulation.value_s * (1 + 1e-9)

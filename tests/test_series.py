@@ -113,3 +113,30 @@ def test_a_heuristic_report_carries_the_series_bound():
     _, _, row = solve_and_report(problem, "greedy", "chain", "table", bound_time_limit_s=10)
     assert cheap["lower_bound_s"] < optimum * (1 - 1e-6)  # the cheap bounds miss it here
     assert row["lower_bound_s"] == pytest.approx(optimum, rel=1e-6) and row["lower_bound_parts"]["series"]
+
+
+def test_a_segment_too_large_to_model_in_time_is_not_decomposed(monkeypatch):
+    """The red team's 2,000 kernels on 64 GPUs: one segment's model priced 24 million transfers and
+    took minutes to build before the time limit was looked at."""
+    from tvm_diviml.presets import get_platform
+    from tvm_diviml.synthetic import random_dag
+    from tvm_diviml.toolkit import series as series_module
+
+    graph = random_dag(40, seed=1)
+    platform = get_platform("gpu8")
+    problem = Problem(graph, platform, table(platform, {k: 1.0 for k in graph.kernels}))
+    series = series_decomposition(graph)
+    prices = series_module.largest_segment_prices(problem, series)
+    assert prices == 64 * max(sum(len(graph.pred[k]) for k in series.segment(i)) for i in range(len(series.cuts) + 1))
+    assert series_module.series_obstacle(problem, series) is None
+    monkeypatch.setattr(series_module, "MAX_SEGMENT_PRICES", prices - 1)
+    assert "prices" in series_module.series_obstacle(problem, series)
+
+
+def test_the_series_dp_gives_up_once_the_time_limit_has_passed():
+    graph = graph_of([("a", "b", 1), ("b", "c", 1), ("b", "d", 1), ("c", "e", 1), ("d", "e", 1)])
+    platform = unit_platform()
+    problem = Problem(graph, platform, table(platform, {k: 1.0 for k in graph.kernels}))
+    with CpsatSession(seed=0) as session:
+        assert series_plan(problem, session, Deadline.after(30), segment_time_limit_s=5) is not None
+        assert series_plan(problem, session, Deadline.after(0), segment_time_limit_s=5) is None

@@ -175,3 +175,18 @@ def test_split_is_deterministic_for_a_seed_and_never_worse_than_heft():
     assert (first.assignment, first.order, first.value_s) == (again.assignment, again.order, again.value_s)
     assert first.value_s <= Heft().solve(problem).value_s
     assert first.attrs["modules"] >= 4 and first.attrs["split_backend"] == "cpsat"
+
+
+def test_past_the_deadline_split_keeps_its_quick_plan_without_building_modules():
+    """At scale, fixing each module costs O(kernels): once the time is up, the best list schedule stands."""
+    from tvm_diviml.toolkit.deadline import Deadline
+    from tvm_diviml.toolkit.heuristics import best_heuristic
+
+    graph = random_dag(80, seed=3)
+    platform = unit_platform()
+    problem = Problem(graph, platform, table(platform, {k: {"A": 3.0, "B": 1.0, "C": 2.0} for k in graph.kernels}))
+    plan = Split(series=False).solve(problem, deadline=Deadline.after(0))
+    assert plan.attrs["modules"] == 0
+    assert simulate(problem, plan).feasible
+    assert plan.value_s == best_heuristic(problem).value_s
+    assert Split(series=False, time_limit_s=30).solve(problem).attrs["modules"] > 0

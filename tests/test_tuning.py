@@ -290,3 +290,61 @@ def test_a_minutes_budget_ends_the_search(tmp_path):
     assert result.workloads == 1 and 0 < searched < 1000
     with pytest.raises(DivimlInputError, match="finite minutes"):
         tuning.TuningBudget(minutes=float("inf"))
+
+
+def test_an_interrupt_inside_a_deferred_section_is_remembered_not_raised():
+    """The tuning search runs with interrupts deferred: Ctrl-C unwinding MetaSchedule's C++ loop at a
+    random point crashed the process (exit -11) or left tracebacks."""
+    import signal
+
+    from tvm_diviml.errors import forget_interrupt, interrupted, interrupts_deferred, on_interrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)  # as the CLI installs it
+    try:
+        forget_interrupt()
+        with interrupts_deferred() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.requested.is_set() and not interrupted()
+        assert interrupted()  # the CLI's handler remembers it once the section ends
+        assert signal.getsignal(signal.SIGINT) is on_interrupt
+        with pytest.raises(KeyboardInterrupt), interrupts_deferred():  # a second Ctrl-C stops at once
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        forget_interrupt()
+
+
+@pytest.mark.slow  # a search of its own: about 2 minutes on 2 cores
+def test_ctrl_c_during_tuning_stops_after_a_batch_and_keeps_the_database(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cache = tmp_path / "cache"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tvm_diviml.cli", "profile", "twin_branch", "--platform", "cpu2", "--tune", "64"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DIVIML_CACHE_DIR": str(cache)},
+        # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(cache.glob("**/logs")) and time.monotonic() < deadline:  # the search has started
+            assert driver.poll() is None, driver.communicate()
+            time.sleep(0.5)
+        time.sleep(20)
+        assert driver.poll() is None, driver.communicate()
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 130 and err.strip().endswith("diviml: interrupted"), err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    (logs,) = cache.glob("**/logs")
+    database = tuning.open_database(str(logs.parent))
+    assert len(database) > 0  # the records measured before the interrupt were kept

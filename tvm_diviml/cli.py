@@ -885,15 +885,17 @@ def _problem_arguments(
         type=_positive_float,
         default=time_limit,
         metavar="S",
-        help=f"solver time limit in seconds (default {time_limit:g})",
+        help="wall time of the whole solve in seconds: the plan, its baselines and bounds (default "
+        f"{time_limit:g}; past a few thousand kernels the first plan and the cheap bounds may take longer)",
     )
     parser.add_argument(
         "--bound-time-limit",
         type=_non_negative_float,
         default=bound_time_limit,
         metavar="S",
-        help="seconds for the stronger lower bounds: pipelines' stage cover and MIPs, latency's series "
-        f"decomposition (default {bound_time_limit:g}; 0: combinatorial bounds only)",
+        help="seconds of the time limit for the stronger lower bounds: pipelines' stage cover and MIPs, "
+        "latency's series decomposition; the solver leaves them up to a quarter of the limit, and they start "
+        f"only with a second left (default {bound_time_limit:g}; 0: combinatorial bounds only)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 

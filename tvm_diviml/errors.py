@@ -1,7 +1,11 @@
 """The one exception type users see (it names the input, the field and what would fix it), and the
 CLI's memory of an interrupt."""
 
+import contextlib
+import logging
+import signal
 import threading
+from collections.abc import Iterator
 
 
 class DivimlInputError(ValueError):
@@ -42,6 +46,8 @@ class ServerFailure(RuntimeError):
     one line and exits with status 3, after releasing the other servers."""
 
 
+log = logging.getLogger(__name__)
+
 _interrupted = threading.Event()
 
 
@@ -63,6 +69,42 @@ def raise_if_interrupted() -> None:
 
 def interrupted() -> bool:
     return _interrupted.is_set()
+
+
+class Stop:
+    """Whether an interrupt arrived inside ``interrupts_deferred``."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+
+
+@contextlib.contextmanager
+def interrupts_deferred(notice: str = "") -> Iterator[Stop]:
+    """Within: SIGINT and SIGTERM are only remembered (``Stop.requested``, with ``notice`` logged), for
+    work that must reach a safe point before it stops: a tuning search, whose C++ loop and worker pools
+    crashed (exit -11) or left tracebacks when Ctrl-C unwound them at a random point. The caller stops
+    at its safe point and raises KeyboardInterrupt there; a second interrupt raises it at once.
+    Outside the main thread, nothing is deferred."""
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def remember(signum, frame) -> None:
+        if stop.requested.is_set():
+            raise KeyboardInterrupt
+        stop.requested.set()
+        if notice:
+            log.warning("%s", notice)
+
+    previous = {number: signal.signal(number, remember) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if stop.requested.is_set() and previous[signal.SIGINT] is on_interrupt:
+            _interrupted.set()  # the CLI's handler would have remembered it
 
 
 def forget_interrupt() -> None:

@@ -18,9 +18,13 @@ from .plan import Plan
 from .problem import Problem
 from .simulator import Simulation, simulate
 from .solvers import default_solver, get_solver
+from .toolkit.deadline import Deadline
 from .toolkit.single_device import single_device_values
 
 log = logging.getLogger(__name__)
+
+# The least time left for which the MIP and CP-SAT bounds are started (else the combinatorial ones only).
+MIN_BOUND_TIME_S = 1.0
 
 
 @dataclass
@@ -47,11 +51,14 @@ def plan_model(
     seed: int = 0,
     bound_time_limit_s: float = 0.0,
 ) -> Solved:
-    """Solve ``problem`` with ``solver`` and gather what a report needs. ``bound_time_limit_s``: seconds
-    for the pipeline bound MIPs and the latency series bound (0: the combinatorial bounds only)."""
+    """Solve ``problem`` with ``solver`` and gather what a report needs, all within ``time_limit_s`` of
+    wall time. ``bound_time_limit_s``: seconds of it for the pipeline bound MIPs and the latency series
+    bound (0: the combinatorial bounds only); the solver leaves them up to a quarter of the limit."""
+    deadline = Deadline.after(time_limit_s)
     automatic = solver == "auto"
     name = default_solver(problem) if automatic else solver
-    plan = get_solver(name, time_limit_s=time_limit_s, seed=seed).solve(problem)
+    reserve = min(bound_time_limit_s, time_limit_s / 4)
+    plan = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed).solve(problem, deadline=deadline)
     sim = simulate(problem, plan)
     single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
     baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
@@ -68,7 +75,10 @@ def plan_model(
     # a proven optimum that carries its bound needs no MIP bound
     series_solved = problem.objective == "latency" and "series" in plan.attrs
     proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
-    bounds = lower_bounds(problem, mip_time_limit_s=0.0 if proven else bound_time_limit_s, upper_s=sim.value_s)
+    mip_time_limit_s = 0.0 if proven else min(bound_time_limit_s, deadline.left())
+    if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
+        mip_time_limit_s = 0.0
+    bounds = lower_bounds(problem, mip_time_limit_s=mip_time_limit_s, upper_s=sim.value_s, deadline=deadline)
     if plan.lower_bound_s is not None:
         bounds["solver"] = plan.lower_bound_s
     return Solved(plan, sim, bounds, baselines, kept_single)

@@ -5,7 +5,7 @@ for which objective, and the checks that fail early when no plan can exist.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .cost.base import CostModel
 from .errors import DivimlInputError
@@ -37,6 +37,10 @@ class Problem:
     costs: CostModel
     objective: Objective = "latency"
     stages: int | None = None  # pipeline: the most stages to use
+    # Results several steps of one solve derive from this problem (the list schedules: the split's
+    # starting plan and the report's baselines), so that 20,000 kernels are scheduled once, not twice.
+    # Derived from the fields above: a caller that changes one of them makes a new Problem.
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def mode(self) -> Mode:

@@ -109,12 +109,26 @@ def _symmetric_line(found: dict[str, Any]) -> str:
     )
 
 
+def _cost_sources(sources: dict[str, str]) -> str:
+    """Each device's cost source; past four devices, by source with a count, so that a platform of
+    64 devices keeps a one-line header."""
+    if len(sources) <= 4:
+        return ", ".join(f"{device} {source}" for device, source in sources.items())
+    by_source: dict[str, list[str]] = {}
+    for device, source in sources.items():
+        by_source.setdefault(source, []).append(device)
+    return ", ".join(
+        f"{devices[0]} {source}" if len(devices) == 1 else f"{len(devices)} devices {source}"
+        for source, devices in by_source.items()
+    )
+
+
 def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
     """A readable summary of one plan row."""
     what = "latency" if row["objective"] == "latency" else "period"
     lines = [
         f"model {row['model']}: {row['kernels']} kernels, {row['edges']} edges; platform {row['platform']}; "
-        f"costs: {row['cost_source']} (" + ", ".join(f"{d} {s}" for d, s in row["cost_sources"].items()) + ")",
+        f"costs: {row['cost_source']} ({_cost_sources(row['cost_sources'])})",
         f"objective {row['objective']} (mode {row['mode']}), solver {row['solver']}, solved in "
         f"{row['solve_s']:.3f} s{_proof(row)}",
         f"{what}: {format_seconds(row['value_s'])}   lower bound: {format_seconds(row['lower_bound_s'])}   gap: "

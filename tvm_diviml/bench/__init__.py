@@ -10,7 +10,7 @@ run.
 
 from __future__ import annotations
 
-from . import costs, cpu, extract, frameworks, latency, llm, models, msr_fiddle, pipeline, run, simulator
+from . import costs, cpu, extract, frameworks, latency, llm, models, msr_fiddle, pipeline, run, simulator, time_limits
 from .common import MSR_FIDDLE_DIR, geomean, markdown_table, row_line, timed_solve, write_markdown
 from .costs import suite_costs
 from .extract import suite_extract
@@ -51,7 +51,20 @@ from .suite import Option, Row, Suite, offers_by_flag
 # In the order `diviml bench --help` lists them.
 SUITES: dict[str, Suite] = {
     module.SUITE.name: module.SUITE
-    for module in (simulator, extract, costs, cpu, latency, pipeline, msr_fiddle, run, llm, models, frameworks)
+    for module in (
+        simulator,
+        extract,
+        costs,
+        cpu,
+        latency,
+        pipeline,
+        msr_fiddle,
+        run,
+        llm,
+        models,
+        frameworks,
+        time_limits,
+    )
 }
 
 __all__ = [

@@ -15,9 +15,11 @@ docs/design.md#lower-bounds.
 
 from __future__ import annotations
 
+import logging
 import math
 
 from ..problem import Problem
+from ..toolkit.deadline import Deadline
 from .common import fastest_times, largest_group
 from .latency import critical_path_bound, series_bound, transfer_path_bound
 from .overlap_load import overlap_load_bound
@@ -25,12 +27,17 @@ from .pipeline import pipeline_bounds
 from .throughput import lp_load_bound
 from .window_load import window_load_bound
 
+log = logging.getLogger(__name__)
 
-def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0, upper_s: float = math.inf) -> dict[str, float]:
+
+def lower_bounds(
+    problem: Problem, mip_time_limit_s: float = 0.0, upper_s: float = math.inf, deadline: Deadline | None = None
+) -> dict[str, float]:
     """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
     adds the MIP bounds of pipelines (seconds shared among them) and, for latency, the series
     decomposition's bound (CP-SAT per segment, where it is exact); 0 keeps every bound cheap.
-    ``upper_s``: a known plan's value (pipelines: it spares the downset DP a pass)."""
+    ``upper_s``: a known plan's value (pipelines: it spares the downset DP a pass). ``deadline``: past
+    it, the load LPs are left out (on 10,000s of kernels each takes seconds)."""
     mode = problem.mode
     fastest = fastest_times(problem)
     parts: dict[str, float] = {}
@@ -40,14 +47,17 @@ def lower_bounds(problem: Problem, mip_time_limit_s: float = 0.0, upper_s: float
         parts["average_load"] = sum(fastest.values()) / len(problem.platform.devices)
         if mode != "period_overlap":
             parts["largest_kernel"] = max(fastest.values(), default=0.0)
-    parts["lp_load"] = lp_load_bound(problem)
+    if deadline is None or not deadline.passed():
+        parts["lp_load"] = lp_load_bound(problem)
+    else:  # an LP over every kernel: seconds on 10,000s of them
+        log.info("the time limit has passed: the load LP bound is left out")
     group = largest_group(problem)
     if group > 0:
         parts["largest_group"] = group
     if mode == "latency":
         parts["critical_path"] = critical_path_bound(problem)
         parts["transfer_path"] = transfer_path_bound(problem)
-        parts["window_load"] = window_load_bound(problem)
+        parts["window_load"] = window_load_bound(problem, deadline)
         parts["overlap_load"] = overlap_load_bound(problem)
         series = series_bound(problem, mip_time_limit_s) if mip_time_limit_s > 0 else None
         if series is not None:

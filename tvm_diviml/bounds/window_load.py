@@ -17,6 +17,7 @@ import numpy as np
 
 from ..problem import Problem
 from ..tolerances import SOLVER_SLACK
+from ..toolkit.deadline import Deadline
 from ..toolkit.device_classes import identical_devices
 from ..toolkit.mip_backend import new_model
 from .latency import work_heads_tails
@@ -27,9 +28,9 @@ WEIGHT_POINTS = 300  # device-class weight vectors on the dual grid, at most
 EXACT_WINDOWS = 8  # the windows the screening ranks first get the exact LP
 
 
-def window_load_bound(problem: Problem) -> float:
+def window_load_bound(problem: Problem, deadline: Deadline | None = None) -> float:
     """``window_load`` (module docstring): every window screened by the LP's dual on a grid of device
-    weights (any weights give a valid bound), the best few solved exactly by HiGHS."""
+    weights (any weights give a valid bound), the best few solved exactly by HiGHS until ``deadline``."""
     graph = problem.graph
     if not graph.kernels:
         return 0.0
@@ -49,6 +50,8 @@ def window_load_bound(problem: Problem) -> float:
     screened = np.where(inside.any(axis=2), screened, 0.0)  # an empty window proves nothing
     best = float(screened.max())
     for flat in np.argsort(screened, axis=None)[::-1][:EXACT_WINDOWS]:
+        if deadline is not None and deadline.passed():
+            break
         i, j = np.unravel_index(flat, screened.shape)
         if inside[i, j].any():
             load = fractional_load(class_work[inside[i, j]], [len(members) for members in classes])

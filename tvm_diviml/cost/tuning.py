@@ -38,7 +38,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 
-from ..errors import DivimlInputError, first_line, raise_if_interrupted
+from ..errors import DivimlInputError, Stop, first_line, interrupts_deferred, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,16 @@ def tune_primfuncs(
         )
         deadline = started + budget.minutes * 60 if budget.minutes else None
         with _metaschedule_logs_into(os.path.join(work_dir, "logs")):
-            done = _tune(missing, target, searched, wanted, work_dir, database, seed, deadline, progress, cost_model)
+            done, stopped = _tune(
+                missing, target, searched, wanted, work_dir, database, seed, deadline, progress, cost_model
+            )
         searched.update({_workload_key(missing[name]): trials for name, trials in done.items()})
         _save_searched(work_dir, searched)
+        if stopped:  # the records measured so far are in the database, the trials they took saved
+            log.info(
+                "tuning interrupted after %d trials; what was measured is kept in %s", sum(done.values()), work_dir
+            )
+            raise KeyboardInterrupt
     recorded = sum(1 for mod in workloads.values() if _best_record(database, mod) is not None)
     seconds = time.perf_counter() - started
     log.info("tuned %d kernels (%d reused) in %.1f s", len(missing), len(workloads) - len(missing), seconds)
@@ -289,9 +296,10 @@ def _tune(
     deadline: float | None,
     progress,
     cost_model: str,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], bool]:
     """One MetaSchedule run: up to ``wanted`` trials for each of ``pending`` (task name -> workload),
-    less those already searched, until ``deadline``; returns the trials each task has had now.
+    less those already searched, until ``deadline`` or an interrupt; returns the trials each task has
+    had now, and whether an interrupt stopped it (after a batch: the database stays whole).
 
     Tasks take turns (round-robin: a gradient scheduler picks them by measured times, so two runs
     would differ), and the search runs on one thread, seeded."""
@@ -314,7 +322,18 @@ def _tune(
         ).clone()
         for name, rand_state in zip(names, ms.utils.fork_seed(seed, n=len(names)))
     ]
-    watch = _Progress(len(names), sum(trials), deadline, progress)
+    with interrupts_deferred(
+        "stopping once the candidates being measured are timed (interrupt again to stop at once)"
+    ) as stop:
+        watch = _Progress(len(names), sum(trials), deadline, progress, stop)
+        _run_search(contexts, trials, work_dir, database, cost_model, seed, watch)
+    watch.close()
+    trials_now = {name: done + watch.trials[index] for index, (name, done) in enumerate(zip(names, already))}
+    return trials_now, stop.requested.is_set()
+
+
+def _run_search(contexts, trials: list[int], work_dir: str, database, cost_model: str, seed: int, watch) -> None:
+    """MetaSchedule's search over ``contexts``, candidates built and run in worker processes."""
     ms.tune_tasks(
         tasks=contexts,
         task_weights=[1.0] * len(contexts),
@@ -334,8 +353,6 @@ def _tune(
         ],
         task_scheduler="round-robin",
     )
-    watch.close()
-    return {name: done + watch.trials[index] for index, (name, done) in enumerate(zip(names, already))}
 
 
 def _cost_model(kind: str, seed: int):
@@ -353,14 +370,14 @@ def _cost_model(kind: str, seed: int):
 @derived_object
 class _Progress(PyMeasureCallback):
     """A progress bar: over the budget's seconds (with the trials measured so far) when minutes bound
-    the search, else over its trials; at ``deadline`` every task ends."""
+    the search, else over its trials; at ``deadline`` or once ``stop`` is requested every task ends."""
 
-    def __init__(self, tasks: int, total_trials: int, deadline: float | None, show):
+    def __init__(self, tasks: int, total_trials: int, deadline: float | None, show, stop: Stop):
         from tqdm import tqdm
 
         super().__init__()
         self.trials = [0] * tasks
-        self.deadline, self.started = deadline, time.perf_counter()
+        self.deadline, self.started, self.stop = deadline, time.perf_counter(), stop
         if deadline is None:
             self.bar = tqdm(total=total_trials, desc=f"tuning {tasks} kernels", unit="trial", disable=not show)
         else:
@@ -369,13 +386,13 @@ class _Progress(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         self.trials[task_id] += len(measure_candidates)
+        now = time.perf_counter()
         if self.deadline is None:
             self.bar.update(len(measure_candidates))
-            return
-        now = time.perf_counter()
-        self.bar.update(min(round(now - self.started), self.bar.total) - self.bar.n)
-        self.bar.set_postfix_str(f"{sum(self.trials)} trials")
-        if now >= self.deadline:
+        else:
+            self.bar.update(min(round(now - self.started), self.bar.total) - self.bar.n)
+            self.bar.set_postfix_str(f"{sum(self.trials)} trials")
+        if self.stop.requested.is_set() or (self.deadline is not None and now >= self.deadline):
             for index in range(len(self.trials)):
                 task_scheduler.terminate_task(index)
 

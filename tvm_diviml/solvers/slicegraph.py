@@ -276,7 +276,7 @@ class SliceGraph(Solver):
             }
         )
         log.info(
-            "slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes in %.2f s (%s)",
+            "slicegraph: %d stages, period %.6g s (bound %.6g s), %d generations, %d decodes (%s)",
             len(plan.stages),
             sim.value_s,
             bound,

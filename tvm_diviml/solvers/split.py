@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 
 from ..errors import DivimlInputError
 from ..plan import Plan, better_of
@@ -144,14 +145,16 @@ class Split(Solver):
 
     def _solve(self, problem: Problem, windows: WindowSolver) -> Plan:
         graph = problem.graph
-        pieces = modules(problem, communities(problem, self.seed), self.module_size)
-        log.info("split: %d kernels in %d modules of at most %d", len(graph), len(pieces), self.module_size)
-        fallback = best_heuristic(problem)
+        fallback = best_heuristic(problem, windows.deadline)
         if fallback is None:  # the list schedules found no room: the exact model (or its proof) starts it
             log.info("split: no heuristic plan fits memory; the MILP gives the starting plan")
             fallback = Milp(time_limit_s=windows.deadline.left(), seed=self.seed).solve(
                 problem, deadline=windows.deadline
             )
+        pieces = (
+            [] if windows.deadline.passed() else modules(problem, communities(problem, self.seed), self.module_size)
+        )
+        log.info("split: %d kernels in %d modules of at most %d", len(graph), len(pieces), self.module_size)
         improving = self.improve and len(graph) > self.module_size
         sweep = len(improvement_windows(len(graph), self.module_size)) if improving else 0
         plan, value = self._forward(problem, pieces, fallback, windows, sweep)
@@ -179,12 +182,18 @@ class Split(Solver):
     ) -> tuple[Plan, float]:
         """Each module in turn, with those before it fixed; the plan and its simulated latency."""
         graph = problem.graph
+        if windows.deadline.passed():  # the quick plan stands
+            log.info("split: the time limit ended before the modules were solved")
+            return fallback, math.inf
         bottom = bottom_levels(problem)
         fallback_start = simulate(problem, fallback).start_s
         assignment: dict[str, str] = {}
         finish: dict[str, float] = {}
         start: dict[str, float] = {}
         for index, piece in enumerate(pieces):
+            if windows.deadline.passed():  # the quick plan stands (fixing each module costs O(kernels))
+                log.info("split: the time limit ended after %d of %d modules", index, len(pieces))
+                return fallback, math.inf
             context, fixed_start = fixed_context(problem, assignment, start, finish, list(assignment))
             tail = window_tails(problem, piece, bottom)
             piece = by_start(graph, piece, fallback_start)

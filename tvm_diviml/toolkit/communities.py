@@ -17,11 +17,12 @@ def communities(problem: Problem, seed: int) -> dict[str, int]:
     integer millionths of the largest, each edge at least 1: ``louvain`` compares gains exactly)."""
     graph, costs, devices = problem.graph, problem.costs, problem.platform.device_names
     pairs = [(a, b) for a in devices for b in devices if a != b] or [(devices[0], devices[0])]
+    mean_s: dict[float, float] = {}  # by tensor size: O(sizes x devices^2), not O(edges x devices^2)
     seconds: dict[tuple[str, str], float] = defaultdict(float)
     for edge in graph.edges:
-        seconds[min(edge.src, edge.dst), max(edge.src, edge.dst)] += sum(
-            costs.transfer_s(edge.bytes, a, b) for a, b in pairs
-        ) / len(pairs)
+        if edge.bytes not in mean_s:
+            mean_s[edge.bytes] = sum(costs.transfer_s(edge.bytes, a, b) for a, b in pairs) / len(pairs)
+        seconds[min(edge.src, edge.dst), max(edge.src, edge.dst)] += mean_s[edge.bytes]
     largest = max(seconds.values(), default=0.0) or 1.0
     weights = {pair: max(1, round(s / largest * LOUVAIN_SCALE)) for pair, s in seconds.items()}
     found = louvain(graph.topo_order, weights, seed)

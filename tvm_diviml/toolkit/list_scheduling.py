@@ -9,6 +9,7 @@ least raises the period. All place through a ``DeviceBudget`` (allowed devices, 
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -112,6 +113,11 @@ def mean_link(problem: Problem) -> tuple[float, float]:
     return one - (two - one), two - one
 
 
+# Gaps HEFT's insertion tries past a kernel's ready time before it appends the kernel at the end:
+# every gap on devices of up to this many kernels, and a linear (not quadratic) search at scale.
+INSERTION_WINDOW = 64
+
+
 class Timeline:
     """One device's busy intervals in run order (sorted by start, hence by finish)."""
 
@@ -121,18 +127,20 @@ class Timeline:
         self.kernels: list[str] = []
 
     def earliest_slot(self, ready: float, seconds: float) -> tuple[int, float]:
-        """(list position, start) of the earliest idle gap that fits ``seconds`` from ``ready`` on.
+        """(list position, start) of the earliest idle gap that fits ``seconds`` from ``ready`` on,
+        among the ``INSERTION_WINDOW`` gaps after ``ready``, else the end of the timeline.
 
         A kernel may be put before an interval only if it starts strictly before it, so kernels
         that start at one instant keep the order they were placed in, which is topological.
         """
         index = bisect.bisect_left(self.starts, ready + seconds)
-        while index < len(self.starts):
+        last = min(len(self.starts), index + INSERTION_WINDOW)
+        while index < last:
             start = max(ready, self.finishes[index - 1]) if index > 0 else ready
             if start + seconds <= self.starts[index] and start < self.starts[index]:
                 return index, start
             index += 1
-        return index, max(ready, self.finishes[-1]) if self.finishes else ready
+        return len(self.starts), max(ready, self.finishes[-1]) if self.finishes else ready
 
     def insert(self, index: int, start: float, finish: float, kernel: str) -> None:
         self.starts.insert(index, start)
@@ -144,7 +152,11 @@ def list_schedule_plan(
     problem: Problem, place: Callable[[DeviceBudget], Plan], name: str, reserve: dict[str, float] | None = None
 ) -> Plan:
     """A latency list schedule under the memory budget, claimed at the simulator's value (which may
-    report an overflow: callers decide what to do with it)."""
+    report an overflow: callers decide what to do with it). Without a ``reserve``, scheduled once per
+    problem (``Problem.memo``); each caller gets its own copy."""
+    key = ("list_schedule", place, name)
+    if reserve is None and key in problem.memo:
+        return copy.deepcopy(problem.memo[key])
     plan, sim = place_within_memory(problem, place, reserve)
     plan.solver, plan.value_s, plan.optimal = name, sim.value_s, False
     log.info(
@@ -154,6 +166,8 @@ def list_schedule_plan(
         {d: len(v) for d, v in plan.order.items()},
         "" if sim.feasible else f"; {'; '.join(sim.problems)}",
     )
+    if reserve is None:
+        problem.memo[key] = copy.deepcopy(plan)
     return plan
 
 

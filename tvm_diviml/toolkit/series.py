@@ -31,6 +31,10 @@ MIN_SEGMENT_S = 0.5
 # Measured: bert_base on paper-node asks 468 (proven in 0.6 s); llama:layers=8,hidden=128 on 4 x paper-node
 # (12 devices) asks 2,736: 136 of 300 distinct segments proven in 24 s, the bound 32% below the plan.
 MAX_SEGMENT_PAIRS = 1000
+# A segment's CP-SAT model prices each of its edges on every pair of devices, at about 3 us a price in
+# Python: a 2,000-kernel segment takes 2.6 s to build on 8 devices (and CP-SAT 4 s past a 0.9 s limit
+# to answer), minutes on 64. Past this many prices in the largest segment, the decomposition is not used.
+MAX_SEGMENT_PRICES = 200_000
 SOURCE, SINK = ("series", "source"), ("series", "sink")  # virtual ends: tuples never clash with kernel names
 
 
@@ -103,7 +107,19 @@ def series_obstacle(problem: Problem, series: Series) -> str | None:
     pairs = segment_pairs(problem, series)
     if why is None and pairs > MAX_SEGMENT_PAIRS:
         why = f"{pairs} segment schedules (a pair of end devices per segment) are too many to solve in time"
+    prices = largest_segment_prices(problem, series) if why is None else 0
+    if prices > MAX_SEGMENT_PRICES:
+        why = f"its largest segment's model prices {prices} transfers, too many to build in time"
     return why
+
+
+def largest_segment_prices(problem: Problem, series: Series) -> int:
+    """The transfers the largest segment's CP-SAT model prices: its edges times the device pairs."""
+    devices = len(problem.platform.devices)
+    edges = max(
+        (sum(len(problem.graph.pred[k]) for k in series.segment(i)) for i in range(len(series.cuts) + 1)), default=0
+    )
+    return edges * devices * devices
 
 
 def decomposable(problem: Problem, series: Series) -> str | None:
@@ -156,6 +172,9 @@ class SeriesSolver:
             for close in closes[index]:
                 best, path, bound = math.inf, None, math.inf
                 for open_, (so_far, segments, so_far_bound) in reached.items():
+                    if deadline.passed():  # a DP short of some pair has no path and no bound
+                        log.info("series decomposition: the time limit ended before every segment was solved")
+                        return None
                     # an even share of the time left, but never under half a second while time is left:
                     # most pairs repeat a segment already solved (cached) or prove in milliseconds
                     share = max(deadline.left() / max(pairs_left, 1), min(MIN_SEGMENT_S, deadline.left()))
@@ -254,7 +273,7 @@ def series_plan(
     solver = SeriesSolver(problem, series, session, segment_time_limit_s=segment_time_limit_s)
     found = solver.solve(deadline)
     if found is None:
-        log.info("series decomposition: a segment found no schedule in time")
+        log.info("series decomposition: no plan in time")
         return None
     plan = found.plan
     sim = simulate(problem, plan)
