@@ -194,6 +194,28 @@ def test_counts_in_model_options_must_be_positive_integers(spec):
         load_graph(spec)
 
 
+@settings(max_examples=examples(12), deadline=None, derandomize=True)
+@given(
+    st.sampled_from(
+        [
+            ("random", "kernels"),
+            ("branchy", "branches"),
+            ("resnet18", "batch"),
+            ("resnet18", "resolution"),
+            ("bert_base", "seq"),
+        ]
+    ),
+    st.integers(7, 400),
+)
+def test_zoo_options_too_large_for_any_machine_are_refused_in_one_line(model_option, digits):
+    """random:kernels=1000000000 ran for ever (a quadratic generator), resnet18:batch=1000000000
+    raised numpy's _ArrayMemoryError: every size past what can be made is one line naming it."""
+    model, option = model_option
+    with pytest.raises(DivimlInputError) as refused:
+        load_graph(f"{model}:{option}={10**digits}")
+    assert "\n" not in str(refused.value) and refused.value.field == "MODEL"
+
+
 @pytest.mark.parametrize(
     "change, field",
     [
@@ -231,7 +253,8 @@ def test_a_cache_with_bad_rows_measures_them_again(tmp_path, caplog):
 
 # ---------------------------------------------------------------------- fuzz
 BAD_VALUES = st.sampled_from(
-    [None, True, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, "x", "", [], [1, 2], {}, {"a": 1}, [[[]]]]
+    [None, True, -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 10**400, -(10**5000), "x", "", [], [1, 2]]
+    + [{}, {"a": 1}, [[[]]]]
 )
 
 

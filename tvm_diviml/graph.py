@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from .errors import DivimlInputError
-from .jsonio import JsonFile, require_number
+from .jsonio import JsonFile, long_integers_as_floats, require_number
 
 FORMAT = "diviml.opgraph/1"
 
@@ -266,6 +266,7 @@ class OpGraph(JsonFile):
 
     @classmethod
     def from_json(cls, data: Any) -> OpGraph:
+        data = long_integers_as_floats(data)
         if not isinstance(data, dict) or "kernels" not in data:
             raise DivimlInputError(
                 "not an OpGraph: expected an object with 'kernels' and 'edges'",

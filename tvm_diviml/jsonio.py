@@ -55,9 +55,32 @@ class LongInteger(float):
     def __repr__(self) -> str:
         return f"an integer of {self.digits} digits"
 
+    @classmethod
+    def of(cls, value: int) -> LongInteger:
+        """From a Python integer (str() refuses past 4,300 digits: the count is read off its bits)."""
+        try:
+            rounded = float(value)
+        except OverflowError:
+            rounded = math.inf if value > 0 else -math.inf
+        number = super().__new__(cls, rounded)
+        number.digits = math.floor(abs(value).bit_length() * math.log10(2)) + 1
+        return number
+
 
 def _integer(text: str) -> int | float:
     return int(text) if len(text.lstrip("-")) <= LONGEST_INTEGER_DIGITS else LongInteger(text)
+
+
+def long_integers_as_floats(data: Any) -> Any:
+    """``data``, parsed JSON that did not come through ``read_json`` (an API caller's dict), with every
+    integer of more than ``LONGEST_INTEGER_DIGITS`` digits a ``LongInteger``, as ``read_json`` reads it."""
+    if isinstance(data, dict):
+        return {key: long_integers_as_floats(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [long_integers_as_floats(value) for value in data]
+    if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= 10**LONGEST_INTEGER_DIGITS:
+        return LongInteger.of(data)
+    return data
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

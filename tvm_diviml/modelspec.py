@@ -22,8 +22,14 @@ def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+# The largest extent TVM's kernels index (int32): a count past it cannot give a tensor, and one past
+# int64 broke TVM's own shape constructor with a TypeError.
+MAX_COUNT = 2**31 - 1
+
+
 def check_counts(name: str, options: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Options whose default is a positive integer (layers, heads, branches, seq, ...) must be positive integers."""
+    """Options whose default is a positive integer (layers, heads, branches, seq, ...) must be positive
+    integers of at most ``MAX_COUNT``."""
     for key, value in options.items():
         default = defaults.get(key)
         if key == "seed" or isinstance(default, bool) or not isinstance(default, int) or default < 1:
@@ -33,6 +39,13 @@ def check_counts(name: str, options: dict[str, Any], defaults: dict[str, Any]) -
                 f"option '{key}' of '{name}' must be a positive integer, got {value!r}",
                 field="MODEL",
                 hint=f"the default is {name}:{key}={default}",
+            )
+        if value > MAX_COUNT:
+            shown = str(value) if value < 10**30 else f"a number of {len(str(value))} digits"
+            raise DivimlInputError(
+                f"option '{key}' of '{name}' is {shown}, past {MAX_COUNT}, the largest extent TVM's kernels index",
+                field="MODEL",
+                hint=f"choose a smaller {key} (the default is {name}:{key}={default})",
             )
 
 

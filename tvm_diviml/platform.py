@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import DivimlInputError
-from .jsonio import MAX_SECONDS, JsonFile, require_number
+from .jsonio import MAX_SECONDS, JsonFile, long_integers_as_floats, require_number
 
 FORMAT = "diviml.platform/1"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|rocm|metal|vulkan|opencl|ext_dev):(\d+)$")
@@ -243,6 +243,7 @@ class Platform(JsonFile):
 
     @classmethod
     def from_json(cls, data: Any) -> Platform:
+        data = long_integers_as_floats(data)
         for key, reader in _FILE_FORMS.items():
             if isinstance(data, dict) and key in data:
                 return reader(data)

@@ -10,6 +10,11 @@ import random
 
 from .graph import Edge, GraphInput, Kernel, OpGraph
 
+# random_dag draws a number for every earlier kernel (so that published graphs stay the same): its
+# time grows with the square of the count, 9 s at 20,000 kernels, minutes at 100,000.
+MAX_RANDOM_KERNELS = 100_000
+MAX_BRANCHY_KERNELS = 1_000_000  # about 1 KiB of Python objects each
+
 
 def random_dag(
     kernels: int = 16,
@@ -23,6 +28,11 @@ def random_dag(
     the model input), so it is connected, with one input and the sinks as outputs."""
     if kernels < 1:
         raise ValueError("kernels must be at least 1")
+    if kernels > MAX_RANDOM_KERNELS:
+        raise ValueError(
+            f"kernels={kernels} is past the {MAX_RANDOM_KERNELS:,} this generator makes (its time grows with "
+            "the square of the count); for a larger graph, write an OpGraph .json"
+        )
     rng = random.Random(seed)
     nodes, edges, weights = [], [], {}
     for index in range(kernels):
@@ -55,6 +65,8 @@ def random_dag(
 def branchy(branches: int = 4, depth: int = 3, *, flops: float = 2e9, tensor_bytes: float = 800_000.0) -> OpGraph:
     """A stem, ``branches`` parallel chains of ``depth`` kernels each, and a concatenation: the shape
     (an Inception block) where running branches on different devices pays."""
+    if branches * depth > MAX_BRANCHY_KERNELS:
+        raise ValueError(f"branches x depth = {branches * depth} is past the {MAX_BRANCHY_KERNELS:,} kernels it makes")
     nodes = [Kernel("stem", flops=flops / 4, bytes_moved=3 * tensor_bytes, output_bytes=tensor_bytes)]
     edges = []
     for b in range(branches):

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import DivimlInputError
 from ..graph import OpGraph
-from ..jsonio import MAX_SECONDS, JsonFile, require_number
+from ..jsonio import MAX_SECONDS, JsonFile, long_integers_as_floats, require_number
 from ..platform import Link, Platform, link_from_json
 from .base import CostModel, ExecutorOverheads
 
@@ -113,6 +113,7 @@ class TableCostModel(CostModel, JsonFile):
 
     @classmethod
     def from_json(cls, data: Any, platform: Platform) -> TableCostModel:
+        data = long_integers_as_floats(data)
         if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
             raise DivimlInputError(
                 "not a cost table: expected an object with 'kernels': {kernel: {device: s}}", field="kernels"
