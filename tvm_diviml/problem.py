@@ -39,8 +39,9 @@ class Problem:
     stages: int | None = None  # pipeline: the most stages to use
     # Results several steps of one solve derive from this problem (the list schedules: the split's
     # starting plan and the report's baselines), so that 20,000 kernels are scheduled once, not twice.
-    # Derived from the fields above: a caller that changes one of them makes a new Problem.
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # Derived from the fields above: a caller that changes one of them makes a new Problem (not an
+    # init field, so that dataclasses.replace starts an empty one).
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def mode(self) -> Mode:
