@@ -213,7 +213,8 @@ def test_ctrl_c_during_a_run_exits_130_at_once(tmp_path, after_s):
     import time
 
     driver = subprocess.Popen(
-        [sys.executable, "-m", "tvm_diviml.cli", "run", "twin_branch", "--platform", "cpu2"],
+        # 20,000 timed inferences keep it running past 6 s where TVM imports fast (no torch installed)
+        [sys.executable, "-m", "tvm_diviml.cli", "run", "twin_branch", "--platform", "cpu2", "--repeats", "20000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
