@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import DivimlInputError
+from .jsonio import LongInteger
 
 
 def parse_model_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -41,7 +42,7 @@ def check_counts(name: str, options: dict[str, Any], defaults: dict[str, Any]) -
                 hint=f"the default is {name}:{key}={default}",
             )
         if value > MAX_COUNT:
-            shown = str(value) if value < 10**30 else f"a number of {len(str(value))} digits"
+            shown = str(value) if value < 10**30 else repr(LongInteger.of(value))  # str() stops at 4,300 digits
             raise DivimlInputError(
                 f"option '{key}' of '{name}' is {shown}, past {MAX_COUNT}, the largest extent TVM's kernels index",
                 field="MODEL",

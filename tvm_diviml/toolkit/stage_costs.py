@@ -82,7 +82,7 @@ class StageCosts:
     def __init__(self, problem: Problem, reserve: dict[str, float] | None = None, exact_memory: bool = False):
         """``reserve``: bytes kept free on a device for its activations (the DP counts weights only);
         ``exact_memory``: instead, every segment's memory as the simulator counts it (weights plus the
-        peak of live activations), slower: a sweep per segment start (``_furthest_fitting``)."""
+        peak of live activations), slower: a sweep per segment start (``_SegmentMemory``)."""
         graph, platform, costs = problem.graph, problem.platform, problem.costs
         reserve = reserve or {}
         self.problem = problem
