@@ -66,6 +66,13 @@ def test_exact_solvers_prove_small_optima_that_no_solver_beats(rows):
         assert row["lower_bound_s"] >= optimum * (1 - 1e-6)  # the proof's bound is the row's bound
 
 
+def test_best_devices_names_where_every_kernel_of_the_best_plan_runs(rows):
+    for row in measured(rows):
+        counts = [entry.rsplit(" ", 1) for entry in row["best_devices"].split(", ")]
+        assert sum(int(count) for _, count in counts) == row["kernels"], row["model"]
+        assert len({name for name, _ in counts}) == len(counts) <= row["devices"]
+
+
 def test_one_summary_row_per_group_holds_geometric_means(rows):
     groups = {row["group"] for row in measured(rows)}
     summaries = [row for row in rows if row["notes"] == "summary"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import Counter
 from collections.abc import Iterator
 
 from ..app.workload import load_workload
@@ -125,6 +126,7 @@ def latency_row(
     graph = problem.graph
     bounds = lower_bounds(problem)
     results: dict[str, tuple[float, float, bool]] = {}
+    plans = {}
     notes = []
     skipped = [name for name in solvers if name in EXACT_SOLVERS and len(graph) > exact_up_to]
     if skipped:
@@ -138,6 +140,7 @@ def latency_row(
         if plan.lower_bound_s is not None:
             bounds[name] = plan.lower_bound_s
         results[name] = (plan.value_s, seconds, plan.optimal)
+        plans[name] = plan
     bound_from = max(bounds, key=bounds.__getitem__)
     bound = bounds[bound_from]
     values = {name: result[0] for name, result in results.items()}
@@ -154,6 +157,7 @@ def latency_row(
         "bound_from": bound_from,
         "best_value_s": best,
         "best_solver": best_solver,
+        "best_devices": kernels_per_device(plans[best_solver], problem.platform) if best_solver else None,
     }
     for name in solvers:
         value, seconds, optimal = results.get(name, (None, None, None))
@@ -176,6 +180,13 @@ def latency_row(
         notes="; ".join(notes),
     )
     return row
+
+
+def kernels_per_device(plan, platform) -> str:
+    """How many kernels ``plan`` places on each device it uses, in the platform's order ("cpu 12, gpu0 40"):
+    where a plan leaves a device idle (a CPU too slow to help) shows at a glance."""
+    counts = Counter(plan.assignment.values())
+    return ", ".join(f"{name} {counts[name]}" for name in platform.device_names if counts[name])
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
