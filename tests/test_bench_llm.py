@@ -102,6 +102,12 @@ def test_comparisons_are_the_value_and_time_ratios_of_the_objectives_solvers(row
             assert row[f"{name}_timed_out"] == (row[f"{name}_solve_s"] >= 0.98 * TIME_LIMIT_S)
         assert row["symmetric_vs_full_pct"] == row[f"symmetric_vs_{row['full_solver']}_pct"]
         assert row["speedup"] == pytest.approx(row[f"{row['full_solver']}_solve_s"] / row["symmetric_solve_s"])
+        first = row["symmetric_first_plan_s"]
+        assert 0 < first <= row["symmetric_solve_s"] and row["symmetric_first_value_s"] >= row["symmetric_value_s"]
+        assert row["first_plan_speedup"] == pytest.approx(row[f"{row['full_solver']}_solve_s"] / first)
+        assert row["symmetric_first_vs_full_pct"] >= row["symmetric_vs_full_pct"] - 1e-9
+        for name in full:
+            assert 0 < row[f"{name}_first_plan_s"] <= row[f"{name}_solve_s"]
 
 
 @pytest.mark.slow
@@ -129,6 +135,7 @@ def target_row(layers: int, pct: float, speedup: float) -> dict:
         "objective": "latency",
         "symmetric_vs_full_pct": pct,
         "speedup": speedup,
+        "first_plan_speedup": 2 * speedup,
         "meets_value_target": pct <= LLM_TARGETS["symmetric_vs_full_pct"] if judged else None,
         "meets_speed_target": speedup >= LLM_TARGETS["speedup"] if judged else None,
     }
@@ -142,6 +149,7 @@ def test_summaries_judge_only_rows_with_enough_layers(pct, speedup, met):
     (summary,) = llm_summaries(rows)
     assert summary["symmetric_vs_full_pct"] == max(0.5, pct)  # the 8-layer row's 9% does not count
     assert summary["speedup"] == min(400.0, speedup)
+    assert summary["first_plan_speedup"] == 2 * min(400.0, speedup)
     assert (summary["meets_value_target"], summary["meets_speed_target"]) == met
 
 

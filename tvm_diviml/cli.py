@@ -23,6 +23,7 @@ from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
+from .toolkit.incumbents import Event
 from .units import format_seconds
 
 log = logging.getLogger("tvm_diviml")
@@ -165,16 +166,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             tuning_db=args.tuning_db,
         )
     else:
-        workload = load_workload(
-            args.model,
-            args.platform,
-            args.cost,
-            shapes=args.shape,
-            granularity=args.granularity,
-            tune=_budget(args),
-            tuning_db=args.tuning_db,
-        )
-        plan, sim, row, problem = _solve(args, workload)
+        plan, sim, row, problem = _solve(args, _workload(args))
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
         if "batch_splits_tried" in row:
@@ -214,13 +206,33 @@ def _solve(args: argparse.Namespace, workload) -> Solved:
         time_limit_s=args.time_limit,
         seed=args.seed,
         bound_time_limit_s=args.bound_time_limit,
+        listener=ProgressLines(),
     )
     return Solved(plan, sim, row, problem)
 
 
-def _runnable_workload(args: argparse.Namespace):
-    """The workload of ``run``: a model that TVM builds (not an OpGraph or msr-fiddle file)."""
-    workload = load_workload(
+class ProgressLines:
+    """The solve's progress on stderr: the best plan, bound and gap as they improve, at most a line a
+    second after the first (Ctrl-C keeps the best plan shown)."""
+
+    EVERY_S = 1.0
+
+    def __init__(self) -> None:
+        self.shown_at: float | None = None
+
+    def __call__(self, event: Event) -> None:
+        if self.shown_at is not None and event.at_s - self.shown_at < self.EVERY_S:
+            return
+        self.shown_at = event.at_s
+        gap = f"   gap {100 * event.gap:.1f}%" if event.gap is not None else ""
+        bound = f"   bound {format_seconds(event.lower_bound_s)}" if event.lower_bound_s > 0 else ""
+        best = format_seconds(event.value_s) if event.value_s is not None else "-"
+        print(f"[{event.at_s:7.1f} s] best plan {best}{bound}{gap}   ({event.by})", file=sys.stderr, flush=True)
+
+
+def _workload(args: argparse.Namespace, runs_here: bool = False):
+    """The workload the plan/run options name."""
+    return load_workload(
         args.model,
         args.platform,
         args.cost,
@@ -228,8 +240,13 @@ def _runnable_workload(args: argparse.Namespace):
         granularity=args.granularity,
         tune=_budget(args),
         tuning_db=args.tuning_db,
-        runs_here=True,
+        runs_here=runs_here,
     )
+
+
+def _runnable_workload(args: argparse.Namespace):
+    """The workload of ``run``: a model that TVM builds (not an OpGraph or msr-fiddle file)."""
+    workload = _workload(args, runs_here=True)
     if workload.loaded is None:
         raise DivimlInputError(
             "run needs a model that TVM builds",

@@ -4,21 +4,24 @@ model-coverage suite, so that ``--solver auto`` places a model the same way ever
 ``plan_model`` runs the solver (``auto``: the default for the objective), keeps the fastest single
 device where ``auto``'s plan across devices is not predicted faster by more than the costs' measured
 error, scores the kept plan with the simulator, and gathers the baselines (each device alone, HEFT,
-greedy) and the lower bounds that every report prints beside it.
+greedy) and the lower bounds that every report prints beside it. Plans and bounds are reported as they
+improve; an interrupt (Ctrl-C) during the solve keeps the best plan found so far and its bounds.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .bounds import lower_bounds
-from .errors import DivimlInputError
+from .errors import DivimlInputError, forget_interrupt
 from .plan import Plan
 from .problem import Problem
 from .simulator import Simulation, simulate
 from .solvers import default_solver, get_solver
 from .toolkit.deadline import Deadline
+from .toolkit.incumbents import Event, Incumbents
 from .toolkit.single_device import single_device_values
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,8 @@ class Solved:
     bounds: dict[str, float]
     baselines: dict[str, float | None]
     kept_single_device: str | None = None  # why auto kept the single device instead of the split
+    trace: list[Event] = field(default_factory=list)  # the best plan and bound as they improved
+    interrupted: bool = False  # Ctrl-C ended the solve: the plan is the best found until then
 
     @property
     def lower_bound_s(self) -> float:
@@ -50,15 +55,31 @@ def plan_model(
     time_limit_s: float = 60.0,
     seed: int = 0,
     bound_time_limit_s: float = 0.0,
+    listener: Callable[[Event], None] | None = None,
 ) -> Solved:
     """Solve ``problem`` with ``solver`` and gather what a report needs, all within ``time_limit_s`` of
     wall time. ``bound_time_limit_s``: seconds of it for the pipeline bound MIPs and the latency series
-    bound (0: the combinatorial bounds only); the solver leaves them up to a quarter of the limit."""
+    bound (0: the combinatorial bounds only); the solver leaves them up to a quarter of the limit.
+    ``listener``: called with each improvement of the best plan or bound (``Event``). An interrupt
+    during the solve keeps the best plan offered so far (none yet: the interrupt goes on), and the
+    bounds are then the combinatorial ones."""
     deadline = Deadline.after(time_limit_s)
     automatic = solver == "auto"
     name = default_solver(problem) if automatic else solver
     reserve = min(bound_time_limit_s, time_limit_s / 4)
-    plan = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed).solve(problem, deadline=deadline)
+    watch = Incumbents(problem, listener)
+    interrupted = False
+    try:
+        plan = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed).solve(
+            problem, deadline=deadline, watch=watch
+        )
+    except KeyboardInterrupt:
+        if watch.best is None:
+            raise
+        forget_interrupt()  # answered: the best plan so far is the result
+        plan, interrupted = watch.best, True
+        plan.solver, plan.solve_s = name, watch.elapsed_s()
+        log.warning("interrupted after %.1f s: keeping the best plan found so far", watch.elapsed_s())
     sim = simulate(problem, plan)
     single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
     baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
@@ -75,13 +96,16 @@ def plan_model(
     # a proven optimum that carries its bound needs no MIP bound
     series_solved = problem.objective == "latency" and "series" in plan.attrs
     proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
-    mip_time_limit_s = 0.0 if proven else min(bound_time_limit_s, deadline.left())
+    mip_time_limit_s = 0.0 if proven or interrupted else min(bound_time_limit_s, deadline.left())
     if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
         mip_time_limit_s = 0.0
     bounds = lower_bounds(problem, mip_time_limit_s=mip_time_limit_s, upper_s=sim.value_s, deadline=deadline)
     if plan.lower_bound_s is not None:
         bounds["solver"] = plan.lower_bound_s
-    return Solved(plan, sim, bounds, baselines, kept_single)
+    if bounds:
+        source = max(bounds, key=bounds.__getitem__)
+        watch.bound(bounds[source], f"bound: {source}")
+    return Solved(plan, sim, bounds, baselines, kept_single, watch.trace, interrupted)
 
 
 def _keep_single_device(solver: str, split_s: float, single_s: float, error: float) -> str | None:

@@ -24,11 +24,13 @@ log = logging.getLogger(__name__)
 def solve_and_report(
     problem: Problem, solver: str, model: str, cost_source: str, **options
 ) -> tuple[Plan, Simulation, dict]:
-    """``plan_model`` (options: ``time_limit_s``, ``seed``, ``bound_time_limit_s``) and the contract row
-    of what it kept: the plan, its simulation and the row."""
+    """``plan_model`` (options: ``time_limit_s``, ``seed``, ``bound_time_limit_s``, ``listener``) and the
+    contract row of what it kept: the plan, its simulation and the row (with the solve's progress)."""
     solved = plan_model(problem, solver, **options)
     row = report_row(problem, solved.plan, solved.simulation, solved.bounds, solved.baselines, model, cost_source)
     row["kept_single_device"] = solved.kept_single_device
+    row["interrupted"] = solved.interrupted
+    row["progress"] = [event.as_json() for event in solved.trace]
     return solved.plan, solved.simulation, row
 
 
@@ -130,7 +132,8 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
         f"model {row['model']}: {row['kernels']} kernels, {row['edges']} edges; platform {row['platform']}; "
         f"costs: {row['cost_source']} ({_cost_sources(row['cost_sources'])})",
         f"objective {row['objective']} (mode {row['mode']}), solver {row['solver']}, solved in "
-        f"{row['solve_s']:.3f} s{_proof(row)}",
+        f"{row['solve_s']:.3f} s{_proof(row)}"
+        + (", stopped by an interrupt: the best plan found until then" if row.get("interrupted") else ""),
         f"{what}: {format_seconds(row['value_s'])}   lower bound: {format_seconds(row['lower_bound_s'])}   gap: "
         + (f"{100 * row['gap']:.1f}%" if row["gap"] is not None else "-"),
     ]

@@ -44,12 +44,13 @@ def progress(items=None, *, desc: str, unit: str, total: int | None = None) -> t
     return tqdm(items, total=total, desc=desc, unit=unit, leave=False)
 
 
-def timed_solve(name: str, problem, time_limit_s: float, notes: list[str]):
+def timed_solve(name: str, problem, time_limit_s: float, notes: list[str], watch=None):
     """(plan with its simulated value, wall seconds), or (None, seconds) with a note in ``notes`` when
-    the solver fails or its plan is infeasible (the latency and llm suites)."""
+    the solver fails or its plan is infeasible (the latency and llm suites). ``watch``: an
+    ``Incumbents`` the solver offers its plans to as they improve."""
     began = time.perf_counter()
     try:
-        plan = get_solver(name, time_limit_s=time_limit_s).solve(problem)
+        plan = get_solver(name, time_limit_s=time_limit_s).solve(problem, watch=watch)
     except DivimlInputError as error:
         notes.append(f"{name}: {error}")
         return None, time.perf_counter() - began

@@ -10,6 +10,7 @@ from ..cost.roofline import RooflineCostModel
 from ..modelspec import parse_model_spec
 from ..presets import get_platform
 from ..solvers import Problem
+from ..toolkit.incumbents import Event, Incumbents
 from .common import progress, timed_solve
 from .suite import QUICK, Option, Row, Suite, time_limit
 
@@ -82,8 +83,17 @@ def llm_solves(problem: Problem, layers: int | None, time_limit_s: float) -> Row
     full = LLM_FULL_SOLVERS[problem.objective]
     every_full = list(dict.fromkeys(name for names in LLM_FULL_SOLVERS.values() for name in names))
     notes: list[str] = []
-    symmetric, symmetric_s = timed_solve("symmetric", problem, time_limit_s, notes)
-    results = {name: timed_solve(name, problem, time_limit_s, notes) for name in full}
+    first: dict[str, Event | None] = {}
+
+    def solve(name: str):
+        """``timed_solve``, and when the solver offered its first plan (its own clock from the call)."""
+        watch = Incumbents(problem)
+        solved = timed_solve(name, problem, time_limit_s, notes, watch)
+        first[name] = next((event for event in watch.trace if event.kind == "plan"), None)
+        return solved
+
+    symmetric, symmetric_s = solve("symmetric")
+    results = {name: solve(name) for name in full}
     plans = {"symmetric": symmetric, **{name: plan for name, (plan, _) in results.items()}}
     bounds = {
         name: plan.lower_bound_s for name, plan in plans.items() if plan is not None and plan.lower_bound_s is not None
@@ -97,6 +107,8 @@ def llm_solves(problem: Problem, layers: int | None, time_limit_s: float) -> Row
         if symmetric is not None and symmetric.lower_bound_s
         else None,
         "symmetric_solve_s": symmetric_s,
+        "symmetric_first_plan_s": first["symmetric"].at_s if first["symmetric"] else None,
+        "symmetric_first_value_s": first["symmetric"].value_s if first["symmetric"] else None,
         "symmetric_fallback": symmetric.attrs["symmetric"].get("fallback") if symmetric is not None else None,
         "best_bound_s": bounds.get(bound_from),
         "bound_from": bound_from,
@@ -107,6 +119,7 @@ def llm_solves(problem: Problem, layers: int | None, time_limit_s: float) -> Row
             {
                 f"{name}_value_s": plan.value_s if plan is not None else None,
                 f"{name}_solve_s": seconds,
+                f"{name}_first_plan_s": first[name].at_s if first.get(name) else None,
                 f"{name}_timed_out": seconds >= time_limit_s * TIMED_OUT if seconds is not None else None,
                 f"symmetric_vs_{name}_pct": percent_above(value, plan.value_s if plan is not None else None),
             }
@@ -120,6 +133,12 @@ def llm_solves(problem: Problem, layers: int | None, time_limit_s: float) -> Row
             "speedup": results[reference][1] / symmetric_s
             if reference and symmetric is not None and symmetric_s > 0
             else None,
+            "first_plan_speedup": results[reference][1] / row["symmetric_first_plan_s"]
+            if reference and row["symmetric_first_plan_s"]
+            else None,
+            "symmetric_first_vs_full_pct": percent_above(
+                row["symmetric_first_value_s"], results[reference][0].value_s if reference else None
+            ),
         }
     )
     targeted = (
@@ -162,6 +181,10 @@ def llm_summaries(rows: list[Row]) -> list[Row]:
                 "objective": objective,
                 "symmetric_vs_full_pct": max(pcts, default=None),
                 "speedup": min(speedups, default=None),
+                "first_plan_speedup": min(
+                    (row["first_plan_speedup"] for row in considered if row["first_plan_speedup"] is not None),
+                    default=None,
+                ),
                 "meets_value_target": all(row["meets_value_target"] for row in judged) if judged else None,
                 "meets_speed_target": all(row["meets_speed_target"] for row in judged) if judged else None,
                 "notes": f"worst of {len(considered)} rows"

@@ -27,6 +27,7 @@ from .catalog import solvers_for
 
 if TYPE_CHECKING:
     from ..toolkit.cpsat_session import CpsatSession
+    from ..toolkit.incumbents import Incumbents
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class Solver(ABC):
     objectives: ClassVar[tuple[Objective, ...]] = OBJECTIVES  # the objectives this solver places for
     modes: ClassVar[tuple[Mode, ...]] = MODES  # the simulator's cost modes it places in
     # The per-call inputs of ``solve`` that its ``place`` takes as keyword arguments ("hint",
-    # "session"); a solver that takes none keeps ``place(problem, deadline)`` and solves without them.
+    # "session", "watch"); a solver that takes none keeps ``place(problem, deadline)`` and solves without them.
     inputs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
@@ -50,18 +51,23 @@ class Solver(ABC):
         deadline: Deadline | None = None,
         hint: Plan | None = None,
         session: CpsatSession | None = None,
+        watch: Incumbents | None = None,
     ) -> Plan:
         """A plan for ``problem`` within ``time_limit_s`` of wall time (and ``deadline``, when a caller
         solving a larger problem passes its own). This call's inputs, for the solvers that declare them
         in ``inputs``: ``hint``, a plan to start from; ``session``, an open CP-SAT process to solve in
-        (a caller that solves many small problems saves OR-Tools' start-up for each)."""
+        (a caller that solves many small problems saves OR-Tools' start-up for each); ``watch``, where
+        the plans found on the way are offered as they improve (and the final one in any case)."""
         began = time.perf_counter()
         self.check(problem)
-        given = {"hint": hint, "session": session}
+        given = {"hint": hint, "session": session, "watch": watch}
         inputs = {name: value for name, value in given.items() if name in self.inputs}
         own = Deadline.after(self.time_limit_s) if deadline is None else deadline.within(self.time_limit_s)
-        plan = self.place(problem, own, **inputs)
-        return self.finish(problem, plan, began)
+        plan = self.finish(problem, self.place(problem, own, **inputs), began)
+        if watch is not None:
+            watch.offer(plan, self.name)
+            watch.bound(plan.lower_bound_s, f"{self.name}'s bound")
+        return plan
 
     def check(self, problem: Problem) -> None:
         """Refuse, naming what would work, a problem this solver cannot place or no plan satisfies."""

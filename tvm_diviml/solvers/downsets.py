@@ -14,6 +14,7 @@ from ..problem import Problem
 from ..simulator import simulate
 from ..toolkit.deadline import Deadline
 from ..toolkit.downsets import DpStopped, TooManyIdeals, downset_plan
+from ..toolkit.incumbents import Incumbents
 from ..toolkit.pipeline_polish import polish_pipeline
 from .base import Solver
 from .slicegraph import SliceGraph
@@ -34,6 +35,7 @@ class Downsets(Solver):
     name = "downsets"
     objectives = ("throughput", "pipeline")
     modes = ("host_staged", "stage_serial")
+    inputs = ("watch",)
     DP_SHARE = 0.8
 
     def __init__(
@@ -50,20 +52,28 @@ class Downsets(Solver):
         self.max_ideals = max_ideals
         self.fallback_options = dict(fallback_options or {})
 
-    def place(self, problem: Problem, deadline: Deadline) -> Plan:
+    def place(self, problem: Problem, deadline: Deadline, *, watch: Incumbents | None = None) -> Plan:
+        """The DP's plan; where it cannot finish, SliceGraph's (offered to ``watch``) and its polish."""
         try:
             plan = downset_plan(problem, self.max_ideals, deadline.within(self.DP_SHARE * deadline.left()))
         except DpStopped as stop:
-            return self._fall_back(problem, deadline, str(stop), stop.plan)
+            return self._fall_back(problem, deadline, str(stop), watch, stop.plan)
         except TooManyIdeals as stop:
-            return self._fall_back(problem, deadline, str(stop))
+            return self._fall_back(problem, deadline, str(stop), watch)
         if plan.attrs.get("infeasible"):  # pipelines: the DP's plan breaks a constraint it relaxes
-            fallback = self._fall_back(problem, deadline, plan.attrs["infeasible"])
+            fallback = self._fall_back(problem, deadline, plan.attrs["infeasible"], watch)
             fallback.lower_bound_s = max(fallback.lower_bound_s or 0.0, plan.lower_bound_s)
             return fallback
         return plan
 
-    def _fall_back(self, problem: Problem, deadline: Deadline, reason: str, stopped: Plan | None = None) -> Plan:
+    def _fall_back(
+        self,
+        problem: Problem,
+        deadline: Deadline,
+        reason: str,
+        watch: Incumbents | None,
+        stopped: Plan | None = None,
+    ) -> Plan:
         """SliceGraph in the time left before ``deadline`` (for pipelines 70% of it), or the split of a
         DP pass that proved nothing (``stopped``) where that is better; for pipelines then
         ``polish_pipeline`` until ``deadline``. Neither outlives it."""
@@ -72,7 +82,7 @@ class Downsets(Solver):
         log.warning("downsets: %s; falling back to SliceGraph%s for %.0f s (not proven optimal)", reason, then, left)
         share = 0.7 * left if problem.mode == "stage_serial" else left
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
-        plan = SliceGraph(**options).solve(problem, deadline=deadline.within(share))
+        plan = SliceGraph(**options).solve(problem, deadline=deadline.within(share), watch=watch)
         plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
         if stopped is not None and stopped.value_s < plan.value_s and self._feasible(problem, stopped):
             stopped.attrs.update(fallback_reason=reason, slicegraph_value_s=plan.value_s)

@@ -31,6 +31,7 @@ from ..simulator import simulate
 from ..tolerances import meets
 from ..toolkit.constraints import activation_overflow
 from ..toolkit.deadline import Deadline
+from ..toolkit.incumbents import Incumbents
 from ..toolkit.stage_costs import StageCosts
 from ..units import format_bytes
 from .base import Solver
@@ -191,6 +192,7 @@ class SliceGraph(Solver):
     name = "slicegraph"
     objectives = ("pipeline", "throughput")  # throughput only on host_staged platforms
     modes = ("stage_serial", "host_staged")
+    inputs = ("watch",)
 
     def __init__(
         self,
@@ -229,7 +231,8 @@ class SliceGraph(Solver):
         self.inheritance_bias = inheritance_bias
         self.generations, self.stall_generations = generations, stall_generations
 
-    def place(self, problem: Problem, deadline: Deadline) -> Plan:
+    def place(self, problem: Problem, deadline: Deadline, *, watch: Incumbents | None = None) -> Plan:
+        """The best slicing the search finds (each generation's improvement offered to ``watch``)."""
         platform = problem.platform
         stages = (problem.stages if problem.objective == "pipeline" else None) or len(platform.devices)
         bound = lower_bound(problem)
@@ -239,7 +242,7 @@ class SliceGraph(Solver):
             costs = StageCosts(problem, reserve, exact_memory=exact)
             # a retry searches for half the limit again, within the deadline
             search_until = deadline if attempt == 0 else deadline.within(self.time_limit_s / 2)
-            best, searched = self._search(costs, problem, stages, bound, search_until)
+            best, searched = self._search(costs, problem, stages, bound, search_until, watch)
             if not math.isfinite(best.value) and exact:
                 self._refuse(stages, searched)
             overflow = None
@@ -297,10 +300,17 @@ class SliceGraph(Solver):
         )
 
     def _search(
-        self, costs: StageCosts, problem: Problem, stages: int, bound: float, deadline: Deadline
+        self,
+        costs: StageCosts,
+        problem: Problem,
+        stages: int,
+        bound: float,
+        deadline: Deadline,
+        watch: Incumbents | None,
     ) -> tuple[_Decoded, dict]:
         """The BRKGA until ``deadline``: the best decoded chromosome, and how the search went
-        (generations, decodes, what stopped it)."""
+        (generations, decodes, what stopped it). The first population's best and each generation's
+        improvement are offered to ``watch`` (where its memory fits, the simulator says)."""
         rng = np.random.default_rng(self.seed)
         decodes = 0
         best: _Decoded | None = None
@@ -318,10 +328,13 @@ class SliceGraph(Solver):
         population = self._first_population(costs, problem, stages, rng)
         fitness = np.array([decode(keys) for keys in population])
         stopped, generation = "generations", 0
-        improved_at, best_so_far = 0, best.value
+        improved_at, best_so_far = 0, math.inf
         while generation < self.generations:
             if best.value < best_so_far:
                 improved_at, best_so_far = generation, best.value
+                if watch is not None and math.isfinite(best.value):
+                    order = [costs.names[i] for i in best.order]
+                    watch.offer(pipeline_plan(problem, order, best.stage_devices, best.cuts), "slicegraph: search")
             if meets(best.value, bound):
                 stopped = "lower_bound"
                 break

@@ -20,6 +20,7 @@ from ..toolkit.communities import communities, improvement_windows, modules
 from ..toolkit.cpsat_session import CpsatSession
 from ..toolkit.deadline import Deadline
 from ..toolkit.heuristics import best_heuristic
+from ..toolkit.incumbents import Incumbents
 from ..toolkit.mip_backend import BACKENDS as MILP_BACKENDS
 from ..toolkit.series import devices_short_of_the_model, series_plan
 from ..toolkit.split_throughput import split_throughput
@@ -57,7 +58,7 @@ class Split(Solver):
     name = "split"
     objectives = ("latency", "throughput")
     modes = ("latency", "period_overlap")
-    inputs = ("session",)
+    inputs = ("session", "watch")
 
     def __init__(
         self,
@@ -85,7 +86,14 @@ class Split(Solver):
         self.module_size, self.module_time_limit_s = module_size, module_time_limit_s
         self.improve, self.backend, self.workers = improve, backend, workers
 
-    def place(self, problem: Problem, deadline: Deadline, *, session: CpsatSession | None = None) -> Plan:
+    def place(
+        self,
+        problem: Problem,
+        deadline: Deadline,
+        *,
+        session: CpsatSession | None = None,
+        watch: Incumbents | None = None,
+    ) -> Plan:
         if problem.objective == "throughput":  # windows of the throughput MILP (HiGHS unless cbc)
             return split_throughput(
                 problem,
@@ -102,7 +110,7 @@ class Split(Solver):
         else:
             opened = CpsatSession(workers=self.workers, seed=self.seed)
         with opened as cpsat_session:
-            plan, solved, proven = self._latency(problem, deadline, cpsat_session)
+            plan, solved, proven = self._latency(problem, deadline, cpsat_session, watch)
         plan.attrs.update(
             {
                 "module_size": self.module_size,
@@ -113,14 +121,21 @@ class Split(Solver):
         )
         return plan
 
-    def _latency(self, problem: Problem, deadline: Deadline, session: CpsatSession | None) -> tuple[Plan, int, int]:
+    def _latency(
+        self, problem: Problem, deadline: Deadline, session: CpsatSession | None, watch: Incumbents | None
+    ) -> tuple[Plan, int, int]:
         """The series decomposition where it is exact and proves the optimum, else modules and windows
         (the better of both where a segment stayed unproven); a graph of at most ``whole_up_to`` kernels
         is then solved whole by CP-SAT from that plan. Also the windows solved and proven (a series
-        segment is a window too: its kernels solved with the cut before it fixed)."""
+        segment is a window too: its kernels solved with the cut before it fixed). Each better plan on
+        the way is offered to ``watch``."""
         in_series = None
+        if watch is not None:  # a plan within moments, before the exact parts (the list schedules are memoized)
+            self._offer_quick_plan(problem, deadline, watch)
         if session is not None and self.series:
             in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.module_time_limit_s)
+            if in_series is not None and watch is not None:
+                watch.offer(in_series, "split: series decomposition")
         windows = WindowSolver(
             problem,
             self.backend,
@@ -129,13 +144,13 @@ class Split(Solver):
             window_time_limit_s=self.module_time_limit_s,
             seed=self.seed,
         )
-        plan = in_series if in_series is not None and in_series.optimal else self._solve(problem, windows)
+        plan = in_series if in_series is not None and in_series.optimal else self._solve(problem, windows, watch)
         if in_series is not None and plan is not in_series:
             plan = better_of(plan, in_series)
         exact_model = not problem.costs.executor_segments and not devices_short_of_the_model(problem)
         if session is not None and exact_model and not plan.optimal and len(problem.graph) <= self.whole_up_to:
             whole = Cpsat(time_limit_s=deadline.left(), seed=self.seed, workers=self.workers).solve(
-                problem, deadline=deadline, hint=plan, session=session
+                problem, deadline=deadline, hint=plan, session=session, watch=watch
             )
             plan = better_of(plan, whole)
             plan.attrs["whole_graph"] = whole.attrs.get("cpsat_status")
@@ -143,7 +158,13 @@ class Split(Solver):
         solved = windows.solved + segments.get("segment_solves", 0)
         return plan, solved, windows.proven + segments.get("segment_solves_proven", 0)
 
-    def _solve(self, problem: Problem, windows: WindowSolver) -> Plan:
+    @staticmethod
+    def _offer_quick_plan(problem: Problem, deadline: Deadline, watch: Incumbents) -> None:
+        quick = best_heuristic(problem, deadline)
+        if quick is not None:
+            watch.offer(quick, f"split: list schedule ({quick.solver})", quick.value_s)
+
+    def _solve(self, problem: Problem, windows: WindowSolver, watch: Incumbents | None) -> Plan:
         graph = problem.graph
         fallback = best_heuristic(problem, windows.deadline)
         if fallback is None:  # the list schedules found no room: the exact model (or its proof) starts it
@@ -158,6 +179,8 @@ class Split(Solver):
         improving = self.improve and len(graph) > self.module_size
         sweep = len(improvement_windows(len(graph), self.module_size)) if improving else 0
         plan, value = self._forward(problem, pieces, fallback, windows, sweep)
+        if watch is not None:
+            watch.offer(plan, "split: modules", value)
         if fallback.value_s < value:
             plan, value = (
                 Plan(
@@ -172,7 +195,7 @@ class Split(Solver):
             plan.attrs["started_from"] = fallback.solver
         improved = 0
         if improving:
-            plan, value, improved = self._improve(problem, plan, value, windows)
+            plan, value, improved = self._improve(problem, plan, value, windows, watch)
         plan.value_s = value
         plan.attrs.update({"modules": len(pieces), "improvements": improved})
         return plan
@@ -217,7 +240,9 @@ class Split(Solver):
         sim = simulate(problem, plan)
         return plan, sim.value_s if sim.feasible else float("inf")
 
-    def _improve(self, problem: Problem, plan: Plan, value: float, windows: WindowSolver) -> tuple[Plan, float, int]:
+    def _improve(
+        self, problem: Problem, plan: Plan, value: float, windows: WindowSolver, watch: Incumbents | None
+    ) -> tuple[Plan, float, int]:
         """Sweeps of overlapping windows along the plan's start order until a sweep improves nothing:
         each window re-solved with the kernels before it fixed and those after it keeping their devices
         and order (their tails), kept when the simulator says the whole plan got faster."""
@@ -264,5 +289,7 @@ class Split(Solver):
                 candidate_sim = simulate(problem, candidate)
                 if candidate_sim.feasible and improves(candidate_sim.value_s, value):
                     plan, sim, value, improved = candidate, candidate_sim, candidate_sim.value_s, improved + 1
+                    if watch is not None:
+                        watch.offer(plan, "split: improvement windows", value)
             if improved == before_sweep:
                 return plan, value, improved

@@ -36,6 +36,7 @@ from ..tolerances import meets
 from ..toolkit.blocks import Blocks, find_blocks
 from ..toolkit.cpsat_session import CpsatSession
 from ..toolkit.deadline import Deadline
+from ..toolkit.incumbents import Incumbents
 from ..toolkit.mip_backend import new_model
 from ..toolkit.throughput_exact import exact_throughput
 from . import full_graph_solver, get_solver
@@ -101,6 +102,7 @@ class Symmetric(Solver):
     name = "symmetric"
     objectives = ("latency", "throughput")
     modes = ("latency", "period_overlap", "host_staged")  # host_staged: the whole-graph fallback
+    inputs = ("watch",)
 
     def __init__(
         self, *, time_limit_s: float = 60.0, seed: int = 0, max_group: int = MAX_GROUP, group_time_limit_s: float = 1.0
@@ -108,11 +110,12 @@ class Symmetric(Solver):
         super().__init__(time_limit_s=time_limit_s, seed=seed)
         self.max_group, self.group_time_limit_s = max_group, group_time_limit_s
 
-    def place(self, problem: Problem, deadline: Deadline) -> Plan:
+    def place(self, problem: Problem, deadline: Deadline, *, watch: Incumbents | None = None) -> Plan:
+        """The symmetric plan, offered to ``watch`` at once, then the whole-graph MILP's improvement of it."""
         blocks, found = find_blocks(problem.graph, problem.costs, problem.platform)
         if blocks is None or problem.mode == "host_staged":
             reason = found if blocks is None else "platforms that stage transfers through host memory"
-            return self._fall_back(problem, reason, deadline)
+            return self._fall_back(problem, reason, deadline, watch)
         log.info("symmetric: %s", found)
         problem = Problem(
             problem.graph,
@@ -142,6 +145,9 @@ class Symmetric(Solver):
         plan.value_s = sim.value_s
         plan.lower_bound_s = min(lower_bound(problem), sim.value_s)  # the whole problem's
         plan.optimal = meets(sim.value_s, plan.lower_bound_s)
+        if watch is not None:
+            watch.offer(plan, "symmetric: blocks on servers")
+            watch.bound(plan.lower_bound_s, "symmetric's bound")
         improved = False
         if problem.mode == "period_overlap" and not plan.optimal:  # the MILP from here: its bound, or better
             whole = exact_throughput(problem, deadline, seed=self.seed, solver=self.name, incumbent=plan)
@@ -165,10 +171,12 @@ class Symmetric(Solver):
         return plan
 
     # ------------------------------------------------------------------ fallback
-    def _fall_back(self, problem: Problem, reason: str, deadline: Deadline) -> Plan:
+    def _fall_back(self, problem: Problem, reason: str, deadline: Deadline, watch: Incumbents | None) -> Plan:
         name = full_graph_solver(problem)
         log.warning("%s; solving the whole graph with %s instead", reason, name)
-        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(problem, deadline=deadline)
+        plan = get_solver(name, time_limit_s=self.time_limit_s, seed=self.seed).solve(
+            problem, deadline=deadline, watch=watch
+        )
         plan.attrs["symmetric"] = {"fallback": f"{reason}; solved by {name}"}
         return plan
 

@@ -28,6 +28,7 @@ Structure of the graph:
   ``communities``, ``louvain``  split's modules (modularity communities, exact gains)
   ``blocks``            repeated blocks (transformer layers), for the symmetric solver
   ``device_classes``    identical devices as one class
-Time:
+Time and progress:
   ``deadline``          one wall-clock end per solve, handed to every sub-solve
+  ``incumbents``        the best plan and bound of a solve as they improve (progress, Ctrl-C's result)
 """

@@ -1,0 +1,143 @@
+"""The best plan and bound of a solve as they improve (``toolkit.incumbents``), as ``plan_model`` and the
+CLI report them, and an interrupted solve that keeps its best plan."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings
+
+from tvm_diviml.app.workload import load_workload
+from tvm_diviml.plan import Plan
+from tvm_diviml.planning import plan_model
+from tvm_diviml.simulator import simulate
+from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.toolkit.incumbents import Incumbents
+
+from .strategies import assignments, dag_problems
+
+
+def random_problem(kernels: int, platform: str = "paper-node", objective: str = "latency") -> Problem:
+    workload = load_workload(f"random:kernels={kernels},seed=3", platform, "roofline")
+    return Problem(workload.graph, workload.platform, workload.costs, objective=objective)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dag_problems(max_kernels=6).flatmap(lambda p: assignments(p[0]).map(lambda a: (p, a))))
+def test_only_a_better_feasible_plan_is_kept_and_its_value_is_the_simulators(case):
+    (graph, platform, costs), assignment = case
+    problem = Problem(graph, platform, costs, objective="latency")
+    watch = Incumbents(problem)
+    one_device = Plan({k: "A" for k in graph.kernels})
+    watch.offer(one_device, "first")
+    watch.offer(Plan(assignment), "second")
+    values = [
+        simulate(problem, Plan({k: "A" for k in graph.kernels})).value_s,
+        simulate(problem, Plan(assignment)).value_s,
+    ]
+    assert watch.best_value_s == min(values)
+    assert watch.best.value_s == simulate(problem, watch.best).value_s
+    assert [event.by for event in watch.trace] == (["first", "second"] if values[1] < values[0] else ["first"])
+
+
+def test_the_kept_plan_is_a_copy_that_the_solver_cannot_change_afterwards():
+    problem = random_problem(6)
+    watch = Incumbents(problem)
+    plan = get_solver("heft").solve(problem)
+    watch.offer(plan, "heft")
+    first = next(iter(plan.assignment))
+    plan.assignment[first] = "cpu" if plan.assignment[first] != "cpu" else "rtx2080ti"
+    assert watch.best.assignment[first] != plan.assignment[first]
+
+
+def test_a_bound_is_kept_only_where_it_rises_and_an_infeasible_offer_is_ignored():
+    problem = random_problem(6)
+    watch = Incumbents(problem)
+    watch.bound(2e-3, "a")
+    watch.bound(1e-3, "lower")
+    watch.bound(float("inf"), "infinite")
+    watch.offer(Plan({k: "nowhere" for k in problem.graph.kernels}), "unknown devices")
+    assert watch.lower_bound_s == 2e-3 and watch.best is None
+    assert [event.by for event in watch.trace] == ["a"] and watch.first_plan_s() is None
+
+
+def test_split_reports_every_improvement_and_ends_on_the_plan_it_returns():
+    problem = random_problem(60)
+    solved = plan_model(problem, "split", time_limit_s=20)
+    plans = [event for event in solved.trace if event.kind == "plan"]
+    assert plans[0].by.startswith("split: list schedule")
+    values = [event.value_s for event in plans]
+    assert all(later < earlier for earlier, later in zip(values, values[1:]))
+    assert values[-1] == pytest.approx(solved.simulation.value_s, rel=1e-12)
+    bounds = [event.lower_bound_s for event in solved.trace]
+    assert bounds == sorted(bounds) and bounds[-1] == pytest.approx(solved.lower_bound_s, rel=1e-12)
+    assert [event.at_s for event in solved.trace] == sorted(event.at_s for event in solved.trace)
+
+
+def test_slicegraph_reports_its_search_and_ends_on_the_plan_it_returns():
+    workload = load_workload("random:kernels=40,seed=2", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    solved = plan_model(problem, "slicegraph", time_limit_s=3)
+    plans = [event for event in solved.trace if event.kind == "plan"]
+    assert plans[0].by == "slicegraph: search"
+    values = [event.value_s for event in plans]
+    assert all(later < earlier for earlier, later in zip(values, values[1:]))
+    assert values[-1] == pytest.approx(solved.simulation.value_s, rel=1e-12)
+
+
+def test_the_symmetric_plan_is_reported_before_the_milp_improves_it():
+    workload = load_workload("llama:layers=4,hidden=128,intermediate=352", "servers:2xpaper-node", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
+    solved = plan_model(problem, "symmetric", time_limit_s=20)
+    assert solved.trace[0].by == "symmetric: blocks on servers"
+    assert solved.trace[0].at_s < solved.plan.solve_s
+
+
+def test_an_interrupt_during_the_solve_keeps_the_best_plan_found_so_far():
+    problem = random_problem(60)
+
+    raised = []
+
+    def interrupt_at_the_first_plan(event):
+        if not raised:
+            raised.append(event)
+            raise KeyboardInterrupt
+
+    solved = plan_model(problem, "split", time_limit_s=20, listener=interrupt_at_the_first_plan)
+    assert solved.interrupted and solved.plan.solver == "split"
+    assert raised[0].kind == "plan" and solved.simulation.value_s == pytest.approx(raised[0].value_s, rel=1e-12)
+    assert 0 < solved.lower_bound_s <= solved.simulation.value_s
+
+
+def test_an_interrupt_before_any_plan_goes_on(monkeypatch):
+    from tvm_diviml import planning
+
+    class Interrupted:
+        def solve(self, *args, **kwargs):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(planning, "get_solver", lambda *args, **kwargs: Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        plan_model(random_problem(8), "split", time_limit_s=5)
+
+
+def test_ctrl_c_during_diviml_plan_prints_the_best_plan_so_far_and_its_gap(tmp_path):
+    out = tmp_path / "plan.json"
+    command = [sys.executable, "-m", "tvm_diviml.cli", "plan", "random:kernels=300,seed=1", "--platform", "gpu16"]
+    command += ["--time-limit", "120", "--json", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert time.monotonic() - sent < 30  # not the 120 s limit
+    assert "stopped by an interrupt: the best plan found until then" in stdout
+    assert "gap:" in stdout and "[" in stderr and "best plan" in stderr
+    row = json.loads(out.read_text())
+    assert row["interrupted"] and row["progress"] and row["gap"] is not None
