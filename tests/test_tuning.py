@@ -153,6 +153,19 @@ def test_kernels_without_a_record_or_for_another_device_are_left_alone(tuned):
 
 
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
+def test_a_record_tuned_for_one_thread_count_is_not_applied_on_another(tuned):
+    result, funcs = tuned
+    mod = tvm.IRModule({"mm": funcs["mm"]})
+    threads = os.cpu_count() or 1  # the fixture tuned for "llvm": every core
+    other = tvm.target.Target({"kind": "llvm", "num-cores": threads + 1})
+    assert tuning.apply_database(mod, other, result.database).scheduled == 0
+    assert tuning.tuned_seconds(result.database, funcs["mm"], other) is None
+    same = tvm.target.Target({"kind": "llvm", "num-cores": threads})
+    assert tuning.apply_database(mod, same, result.database).scheduled == 1
+    assert tuning.tuned_seconds(result.database, funcs["mm"], same) > 0
+
+
+@pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_a_placed_cpu_kernel_keeps_its_target(tuned):
     result, funcs = tuned
     cpu = tvm.target.Target({"kind": "llvm", "num-cores": 2})

@@ -82,8 +82,9 @@ def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
 def tune_for_devices(funcs: dict[str, Any], devices: list[Device], budget, work_root: str, progress: bool = True):
     """Tune ``funcs`` with MetaSchedule for each present device's target within ``budget`` (a
     ``TuningBudget``; one database per target, persisted under ``work_root`` so that later runs
-    resume); device name -> TuningResult. Devices with another thread count share a database: a
-    record is timed on one thread, whatever device applies it."""
+    resume); device name -> TuningResult. Devices of one target kind share a database and the search
+    of the first of them; a record applies only to builds of the thread count it was tuned for, so the
+    others (and the whole-CPU configuration beside one-thread devices) keep the default rules."""
     import hashlib
 
     from .tuning import tune_primfuncs

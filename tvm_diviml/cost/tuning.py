@@ -524,13 +524,21 @@ def _record_count(database, mod: tvm.IRModule) -> int:
 
 
 def _best_record(database, mod: tvm.IRModule, target=None):
-    """The fastest measured record of ``mod``, if it was measured on ``target``'s kind (when given)."""
+    """The fastest measured record of ``mod`` for ``target`` (when given): of its kind and, for a CPU,
+    its thread count. A schedule tuned for one thread has no parallel loops: applied to a build on
+    every core it ran resnet50 1.6x slower than the default rules (62.4 against 39.1 ms here)."""
     if not database.has_workload(mod):
         return None
-    top = database.get_top_k(database.commit_workload(mod), 1)
-    if not top or (target is not None and top[0].target.kind.name != target.kind.name):
-        return None
-    return top[0]
+    records = database.get_top_k(database.commit_workload(mod), 1 if target is None else 1 << 30)
+    if target is not None:
+        wanted = _threads_of(target)
+        records = [r for r in records if r.target.kind.name == target.kind.name and _threads_of(r.target) == wanted]
+    return records[0] if records else None
+
+
+def _threads_of(target: tvm.target.Target) -> int | None:
+    """The threads an llvm target's schedule runs on (``tuning_target``'s rule); None for other kinds."""
+    return int(tuning_target(target).attrs["num-cores"]) if target.kind.name == "llvm" else None
 
 
 def _best_schedule(database, mod: tvm.IRModule, target, name: str):
