@@ -90,6 +90,16 @@ def test_slicegraph_reports_its_search_and_ends_on_the_plan_it_returns():
     assert values[-1] == pytest.approx(solved.simulation.value_s, rel=1e-12)
 
 
+def test_a_pipeline_has_a_plan_before_the_downset_dp_ends():
+    workload = load_workload("random:kernels=60,seed=5", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    solved = plan_model(problem, "downsets", time_limit_s=20)
+    plans = [event for event in solved.trace if event.kind == "plan"]
+    assert plans[0].by == "downsets: one order sliced"
+    assert plans[-1].value_s == pytest.approx(solved.simulation.value_s, rel=1e-12)
+    assert solved.simulation.value_s <= plans[0].value_s
+
+
 def test_the_symmetric_plan_is_reported_before_the_milp_improves_it():
     workload = load_workload("llama:layers=4,hidden=128,intermediate=352", "servers:2xpaper-node", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")

@@ -81,6 +81,10 @@ def plan_model(
         plan.solver, plan.solve_s = name, watch.elapsed_s()
         log.warning("interrupted after %.1f s: keeping the best plan found so far", watch.elapsed_s())
     sim = simulate(problem, plan)
+    if watch.best is not None and watch.best_value_s < sim.value_s:
+        log.info("%s returned a plan worse than one it offered on the way: keeping that one", name)
+        watch.best.lower_bound_s, watch.best.solver = plan.lower_bound_s, plan.solver
+        plan, sim = watch.best, simulate(problem, watch.best)
     single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
     baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
     kept_single = None
