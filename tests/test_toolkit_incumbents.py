@@ -79,11 +79,16 @@ def test_split_reports_every_improvement_and_ends_on_the_plan_it_returns():
     assert [event.at_s for event in solved.trace] == sorted(event.at_s for event in solved.trace)
 
 
-def test_slicegraph_reports_its_search_and_ends_on_the_plan_it_returns():
-    workload = load_workload("random:kernels=40,seed=2", "gpu4", "roofline")
+def solved_pipeline(solver: str, model: str, time_limit_s: float):
+    """``plan_model`` on a 4-stage pipeline of ``model`` over gpu4, and its plan events."""
+    workload = load_workload(model, "gpu4", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
-    solved = plan_model(problem, "slicegraph", time_limit_s=3)
-    plans = [event for event in solved.trace if event.kind == "plan"]
+    solved = plan_model(problem, solver, time_limit_s=time_limit_s)
+    return solved, [event for event in solved.trace if event.kind == "plan"]
+
+
+def test_slicegraph_reports_its_search_and_ends_on_the_plan_it_returns():
+    solved, plans = solved_pipeline("slicegraph", "random:kernels=40,seed=2", 3)
     assert plans[0].by == "slicegraph: search"
     values = [event.value_s for event in plans]
     assert all(later < earlier for earlier, later in zip(values, values[1:]))
@@ -91,10 +96,7 @@ def test_slicegraph_reports_its_search_and_ends_on_the_plan_it_returns():
 
 
 def test_a_pipeline_has_a_plan_before_the_downset_dp_ends():
-    workload = load_workload("random:kernels=60,seed=5", "gpu4", "roofline")
-    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
-    solved = plan_model(problem, "downsets", time_limit_s=20)
-    plans = [event for event in solved.trace if event.kind == "plan"]
+    solved, plans = solved_pipeline("downsets", "random:kernels=60,seed=5", 20)
     assert plans[0].by == "downsets: one order sliced"
     assert plans[-1].value_s == pytest.approx(solved.simulation.value_s, rel=1e-12)
     assert solved.simulation.value_s <= plans[0].value_s
