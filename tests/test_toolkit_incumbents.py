@@ -120,7 +120,9 @@ def test_an_interrupt_during_the_solve_keeps_the_best_plan_found_so_far():
             raised.append(event)
             raise KeyboardInterrupt
 
-    solved = plan_model(problem, "split", time_limit_s=20, listener=interrupt_at_the_first_plan)
+    solved = plan_model(
+        problem, "split", time_limit_s=20, listener=interrupt_at_the_first_plan, interrupt_keeps_best=True
+    )
     assert solved.interrupted and solved.plan.solver == "split"
     assert raised[0].kind == "plan" and solved.simulation.value_s == pytest.approx(raised[0].value_s, rel=1e-12)
     assert 0 < solved.lower_bound_s <= solved.simulation.value_s
@@ -135,7 +137,15 @@ def test_an_interrupt_before_any_plan_goes_on(monkeypatch):
 
     monkeypatch.setattr(planning, "get_solver", lambda *args, **kwargs: Interrupted())
     with pytest.raises(KeyboardInterrupt):
-        plan_model(random_problem(8), "split", time_limit_s=5)
+        plan_model(random_problem(8), "split", time_limit_s=5, interrupt_keeps_best=True)
+
+
+def test_without_interrupt_keeps_best_an_interrupt_goes_on_though_a_plan_was_found():
+    def interrupt(event):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        plan_model(random_problem(60), "split", time_limit_s=20, listener=interrupt)
 
 
 def test_ctrl_c_during_diviml_plan_prints_the_best_plan_so_far_and_its_gap(tmp_path):

@@ -166,7 +166,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             tuning_db=args.tuning_db,
         )
     else:
-        plan, sim, row, problem = _solve(args, _workload(args))
+        plan, sim, row, problem = _solve(args, _workload(args), interrupt_keeps_best=True)
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
         if "batch_splits_tried" in row:
@@ -192,8 +192,10 @@ class Solved(NamedTuple):
     problem: Problem
 
 
-def _solve(args: argparse.Namespace, workload) -> Solved:
-    """Place ``workload`` as the plan/run options say."""
+def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = False) -> Solved:
+    """Place ``workload`` as the plan/run options say. ``interrupt_keeps_best``: Ctrl-C during the
+    solve reports the best plan so far (``plan``: the plan is the result) instead of stopping the
+    command (``run``: a user who interrupts it wants nothing built)."""
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -207,21 +209,22 @@ def _solve(args: argparse.Namespace, workload) -> Solved:
         seed=args.seed,
         bound_time_limit_s=args.bound_time_limit,
         listener=ProgressLines(),
+        interrupt_keeps_best=interrupt_keeps_best,
     )
     return Solved(plan, sim, row, problem)
 
 
 class ProgressLines:
-    """The solve's progress on stderr: the best plan, bound and gap as they improve, at most a line a
-    second after the first (Ctrl-C keeps the best plan shown)."""
+    """The solve's progress on stderr: the best plan, bound and gap as they improve, from the first
+    second on and at most a line a second (a quick solve prints none; Ctrl-C keeps the best plan)."""
 
     EVERY_S = 1.0
 
     def __init__(self) -> None:
-        self.shown_at: float | None = None
+        self.shown_at = 0.0
 
     def __call__(self, event: Event) -> None:
-        if self.shown_at is not None and event.at_s - self.shown_at < self.EVERY_S:
+        if event.at_s - self.shown_at < self.EVERY_S:
             return
         self.shown_at = event.at_s
         gap = f"   gap {100 * event.gap:.1f}%" if event.gap is not None else ""

@@ -56,13 +56,14 @@ def plan_model(
     seed: int = 0,
     bound_time_limit_s: float = 0.0,
     listener: Callable[[Event], None] | None = None,
+    interrupt_keeps_best: bool = False,
 ) -> Solved:
     """Solve ``problem`` with ``solver`` and gather what a report needs, all within ``time_limit_s`` of
     wall time. ``bound_time_limit_s``: seconds of it for the pipeline bound MIPs and the latency series
     bound (0: the combinatorial bounds only); the solver leaves them up to a quarter of the limit.
-    ``listener``: called with each improvement of the best plan or bound (``Event``). An interrupt
-    during the solve keeps the best plan offered so far (none yet: the interrupt goes on), and the
-    bounds are then the combinatorial ones."""
+    ``listener``: called with each improvement of the best plan or bound (``Event``). With
+    ``interrupt_keeps_best``, an interrupt during the solve keeps the best plan offered so far (none
+    yet: the interrupt goes on), and the bounds are then the combinatorial ones; without, it goes on."""
     deadline = Deadline.after(time_limit_s)
     automatic = solver == "auto"
     name = default_solver(problem) if automatic else solver
@@ -74,7 +75,7 @@ def plan_model(
             problem, deadline=deadline, watch=watch
         )
     except KeyboardInterrupt:
-        if watch.best is None:
+        if not interrupt_keeps_best or watch.best is None:
             raise
         forget_interrupt()  # answered: the best plan so far is the result
         plan, interrupted = watch.best, True
