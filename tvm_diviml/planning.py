@@ -5,7 +5,7 @@ model-coverage suite, so that ``--solver auto`` places a model the same way ever
 device where ``auto``'s plan across devices is not predicted faster by more than the costs' measured
 error, scores the kept plan with the simulator, and gathers the baselines (each device alone, HEFT,
 greedy) and the lower bounds that every report prints beside it. Plans and bounds are reported as they
-improve; an interrupt (Ctrl-C) during the solve keeps the best plan found so far and its bounds.
+improve; where the caller asks, an interrupt (Ctrl-C) during the solve keeps the best plan found so far.
 """
 
 from __future__ import annotations
