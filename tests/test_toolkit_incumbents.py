@@ -63,7 +63,7 @@ def test_a_bound_is_kept_only_where_it_rises_and_an_infeasible_offer_is_ignored(
     watch.bound(float("inf"), "infinite")
     watch.offer(Plan({k: "nowhere" for k in problem.graph.kernels}), "unknown devices")
     assert watch.lower_bound_s == 2e-3 and watch.best is None
-    assert [event.by for event in watch.trace] == ["a"] and watch.first_plan_s() is None
+    assert [event.by for event in watch.trace] == ["a"] and watch.first_plan() is None
 
 
 def test_split_reports_every_improvement_and_ends_on_the_plan_it_returns():

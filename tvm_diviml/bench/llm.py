@@ -89,7 +89,7 @@ def llm_solves(problem: Problem, layers: int | None, time_limit_s: float) -> Row
         """``timed_solve``, and when the solver offered its first plan (its own clock from the call)."""
         watch = Incumbents(problem)
         solved = timed_solve(name, problem, time_limit_s, notes, watch)
-        first[name] = next((event for event in watch.trace if event.kind == "plan"), None)
+        first[name] = watch.first_plan()
         return solved
 
     symmetric, symmetric_s = solve("symmetric")

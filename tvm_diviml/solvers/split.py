@@ -130,8 +130,9 @@ class Split(Solver):
         segment is a window too: its kernels solved with the cut before it fixed). Each better plan on
         the way is offered to ``watch``."""
         in_series = None
-        if watch is not None:  # a plan within moments, before the exact parts (the list schedules are memoized)
-            self._offer_quick_plan(problem, deadline, watch)
+        quick = None  # with a watch, the best list schedule at once, before the exact parts (and split's start)
+        if watch is not None and (quick := best_heuristic(problem, deadline)) is not None:
+            watch.offer(quick, f"split: list schedule ({quick.solver})", quick.value_s)
         if session is not None and self.series:
             in_series = series_plan(problem, session, deadline, segment_time_limit_s=self.module_time_limit_s)
             if in_series is not None and watch is not None:
@@ -144,7 +145,10 @@ class Split(Solver):
             window_time_limit_s=self.module_time_limit_s,
             seed=self.seed,
         )
-        plan = in_series if in_series is not None and in_series.optimal else self._solve(problem, windows, watch)
+        if in_series is not None and in_series.optimal:
+            plan = in_series
+        else:
+            plan = self._solve(problem, windows, watch, quick)
         if in_series is not None and plan is not in_series:
             plan = better_of(plan, in_series)
         exact_model = not problem.costs.executor_segments and not devices_short_of_the_model(problem)
@@ -158,15 +162,11 @@ class Split(Solver):
         solved = windows.solved + segments.get("segment_solves", 0)
         return plan, solved, windows.proven + segments.get("segment_solves_proven", 0)
 
-    @staticmethod
-    def _offer_quick_plan(problem: Problem, deadline: Deadline, watch: Incumbents) -> None:
-        quick = best_heuristic(problem, deadline)
-        if quick is not None:
-            watch.offer(quick, f"split: list schedule ({quick.solver})", quick.value_s)
-
-    def _solve(self, problem: Problem, windows: WindowSolver, watch: Incumbents | None) -> Plan:
+    def _solve(self, problem: Problem, windows: WindowSolver, watch: Incumbents | None, quick: Plan | None) -> Plan:
+        """Modules, then improvement windows, from ``quick`` (the best list schedule, where the caller
+        has made it already)."""
         graph = problem.graph
-        fallback = best_heuristic(problem, windows.deadline)
+        fallback = quick if quick is not None else best_heuristic(problem, windows.deadline)
         if fallback is None:  # the list schedules found no room: the exact model (or its proof) starts it
             log.info("split: no heuristic plan fits memory; the MILP gives the starting plan")
             fallback = Milp(time_limit_s=windows.deadline.left(), seed=self.seed).solve(

@@ -89,9 +89,9 @@ class Incumbents:
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.began
 
-    def first_plan_s(self) -> float | None:
-        """Seconds from the start to the first plan offered (None: none yet)."""
-        return next((event.at_s for event in self.trace if event.kind == "plan"), None)
+    def first_plan(self) -> Event | None:
+        """The first plan's event: when it came, its value and what found it (None: no plan yet)."""
+        return next((event for event in self.trace if event.kind == "plan"), None)
 
     def _record(self, kind: str, by: str) -> None:
         event = Event(self.elapsed_s(), self.best_value_s, self.lower_bound_s, kind, by)
