@@ -216,3 +216,36 @@ def test_tuned_profile_applies_its_database(tmp_path):
         "plan", "resnet18:resolution=16,classes=4", "--platform", "cpu2", "--tuning-db", tmp_path, env=env, timeout=600
     )
     assert missing.returncode == 2 and "no MetaSchedule database" in missing.stderr
+
+
+def test_tuning_searches_each_thread_count_a_plan_may_build_for(tiny, monkeypatch, tmp_path):
+    """cpu2's cores (one thread each) and the whole CPU (every thread) are two searches sharing the
+    minutes and one database; every device, the whole CPU's too, gets the database's latest result."""
+    import os
+
+    from tvm_diviml.cost import tuning
+    from tvm_diviml.passes.timing import measured_costs
+
+    searched = []
+
+    def fake_tune(funcs, target, budget, work_dir, progress=True):
+        searched.append((int(target.attrs["num-cores"]), budget, work_dir))
+        return f"result {len(searched)}"
+
+    monkeypatch.setattr(tuning, "tune_primfuncs", fake_tune)
+    monkeypatch.setattr("tvm_diviml.cost.measured.MeasuredCostModel", lambda *args, tuning, **kwargs: tuning)
+    monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path))
+    applied = measured_costs(
+        tiny.graph,
+        get_platform("cpu2"),
+        None,
+        tiny,
+        tune=tuning.TuningBudget(trials=3, minutes=4),
+        progress=False,
+        calibrate=False,
+    )
+    cores = os.cpu_count() or 1
+    assert [threads for threads, _, _ in searched] == ([1, cores] if cores > 1 else [1])
+    assert {budget for _, budget, _ in searched} == {tuning.TuningBudget(trials=3, minutes=4 / len(searched))}
+    assert len({work_dir for _, _, work_dir in searched}) == 1
+    assert applied == {"cpu0": f"result {len(searched)}", "cpu1": f"result {len(searched)}"}

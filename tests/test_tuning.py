@@ -165,6 +165,30 @@ def test_a_record_tuned_for_one_thread_count_is_not_applied_on_another(tuned):
     assert tuning.tuned_seconds(result.database, funcs["mm"], same) > 0
 
 
+@pytest.mark.slow  # shares the module's search, and a search of one thread (about 1 minute)
+def test_another_thread_count_is_searched_beside_the_first_in_one_work_dir(tuned, tmp_path):
+    """The whole CPU and its one-thread cores are tuned apart: a second thread count starts from its
+    own default schedule, its records apply to its builds only, and the first's stay as they were."""
+    result, funcs = tuned
+    work_dir = str(tmp_path / "both")
+    shutil.copytree(result.work_dir, work_dir)
+    one = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    every = tuning.tuning_target("llvm")
+    mm = {"mm": funcs["mm"]}
+    again = tuning.tune_primfuncs(mm, one, tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False)
+    assert (again.tuned, again.reused) == (1, 0)
+    assert again.digest != result.digest
+    for target in (one, every):
+        assert tuning.tuned_seconds(again.database, funcs["mm"], target) > 0
+    mod = tvm.IRModule({"mm": funcs["mm"]})
+    schedules = {
+        str(target): tuning.apply_database(mod, target, again.database).mod["mm"].body for target in (one, every)
+    }
+    assert not tvm_ffi.structural_equal(*schedules.values())  # each build its own thread count's record
+    resumed = tuning.tune_primfuncs(mm, one, tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False)
+    assert (resumed.tuned, resumed.digest) == (0, again.digest)
+
+
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_a_placed_cpu_kernel_keeps_its_target(tuned):
     result, funcs = tuned

@@ -81,28 +81,34 @@ def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
 
 def tune_for_devices(funcs: dict[str, Any], devices: list[Device], budget, work_root: str, progress: bool = True):
     """Tune ``funcs`` with MetaSchedule for each present device's target within ``budget`` (a
-    ``TuningBudget``; one database per target, persisted under ``work_root`` so that later runs
-    resume); device name -> TuningResult. Devices of one target kind share a database and the search
-    of the first of them; a record applies only to builds of the thread count it was tuned for, so the
-    others (and the whole-CPU configuration beside one-thread devices) keep the default rules."""
+    ``TuningBudget``); device name -> the TuningResult of its target's database. A record applies only
+    to builds of the thread count it was tuned for, so each distinct CPU thread count (``devices`` may
+    name a device twice: cpu0 alone and as the whole CPU) is a search of its own; the budget's minutes
+    are shared equally among the searches, its trials are each one's. Devices of one target kind and
+    attributes share one database, persisted under ``work_root`` so that later runs resume."""
     import hashlib
 
-    from .tuning import tune_primfuncs
+    from .tuning import TuningBudget, tune_primfuncs, tuning_target
 
-    results: dict[str, Any] = {}
-    by_target: dict[str, Any] = {}
+    searches: dict[str, tuple[str, Any, list[str]]] = {}  # target as text -> work_dir, target, devices
     for device in devices:
         if not device_present(device):
             continue
-        target = tvm_target(device)
-        key = json.dumps({k: v for k, v in target.export().items() if k != "num-cores"}, sort_keys=True, default=str)
-        if key not in by_target:
-            work_dir = f"{work_root}/{device.kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-            if progress:
-                print(f"tuning {len(funcs)} kernels for {device.name} ({budget.describe()}) ...", flush=True)
-            by_target[key] = tune_primfuncs(funcs, target, budget, work_dir, progress=progress)
-        results[device.name] = by_target[key]
-    return results
+        target = tuning_target(tvm_target(device))
+        exported = target.export()
+        kind_key = json.dumps({k: v for k, v in exported.items() if k != "num-cores"}, sort_keys=True, default=str)
+        work_dir = f"{work_root}/{device.kind}-{hashlib.sha256(kind_key.encode()).hexdigest()[:12]}"
+        search = searches.setdefault(json.dumps(exported, sort_keys=True, default=str), (work_dir, target, []))
+        search[2].append(device.name)
+    share = TuningBudget(budget.trials, budget.minutes / max(1, len(searches)))
+    done: dict[str, Any] = {}  # work_dir -> its latest search's result (the digest of every record)
+    for work_dir, target, names in searches.values():
+        if progress:
+            cores = int(target.attrs["num-cores"]) if target.kind.name == "llvm" else 0
+            threads = f", {cores} thread{'s' * (cores != 1)}" if cores else ""
+            print(f"tuning {len(funcs)} kernels for {'/'.join(dict.fromkeys(names))}{threads} ({share.describe()}) ...")
+        done[work_dir] = tune_primfuncs(funcs, target, share, work_dir, progress=progress)
+    return {name: done[work_dir] for work_dir, _, names in searches.values() for name in names}
 
 
 def schedule_name(device: Device, tuned_digest: str | None = None) -> str:

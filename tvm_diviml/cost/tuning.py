@@ -43,7 +43,7 @@ from ..errors import DivimlInputError, Stop, first_line, interrupts_deferred, ra
 log = logging.getLogger(__name__)
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"
-_SEARCHED_FILE = "searched.json"  # workload key -> trials searched so far, for resuming
+_SEARCHED_FILE = "searched.json"  # "workload key@threads" -> trials searched so far, for resuming
 # One candidate's time: 3 samples of at least 20 ms each, so a record's median is worth keeping.
 _EVALUATOR = EvaluatorConfig(number=1, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)
 _MAX_TRIALS_PER_ITER = 16  # later rounds start from the best measured candidates of earlier ones
@@ -119,7 +119,7 @@ def tune_primfuncs(
     remembers how many trials each workload has had, so a repeated run searches only what is missing
     (a workload whose design space is smaller than the trials asked for never reaches that many
     records). MetaSchedule's logs go to ``work_dir/logs/tuning.log``, not to the terminal. One
-    work_dir holds one target's records: a build takes a workload's best record whatever its target.
+    work_dir holds one target kind's records; a CPU's are searched and applied per thread count.
     ``cost_model``: "auto" (XGBoost where installed), "xgb" or "random" (the same candidates for the
     same seed; XGBoost learns from measured times, which vary from run to run).
     """
@@ -135,7 +135,7 @@ def tune_primfuncs(
     for name, mod in workloads.items():
         _seed_with_default_schedule(database, mod, target, name)
     wanted = budget.trials or _UNBOUNDED_TRIALS
-    missing = {name: mod for name, mod in workloads.items() if max(searched.get(_workload_key(mod), 0), 0) < wanted}
+    missing = {name: mod for name, mod in workloads.items() if searched.get(_searched_key(mod, target), 0) < wanted}
     if missing:
         log.info(
             "tuning %d of %d distinct kernels for %s within %s (logs in %s)",
@@ -150,14 +150,14 @@ def tune_primfuncs(
             done, stopped = _tune(
                 missing, target, searched, wanted, work_dir, database, seed, deadline, progress, cost_model
             )
-        searched.update({_workload_key(missing[name]): trials for name, trials in done.items()})
+        searched.update({_searched_key(missing[name], target): trials for name, trials in done.items()})
         _save_searched(work_dir, searched)
         if stopped:  # the records measured so far are in the database, the trials they took saved
             log.info(
                 "tuning interrupted after %d trials; what was measured is kept in %s", sum(done.values()), work_dir
             )
             raise KeyboardInterrupt
-    recorded = sum(1 for mod in workloads.values() if _best_record(database, mod) is not None)
+    recorded = sum(1 for mod in workloads.values() if _best_record(database, mod, target) is not None)
     seconds = time.perf_counter() - started
     log.info("tuned %d kernels (%d reused) in %.1f s", len(missing), len(workloads) - len(missing), seconds)
     return TuningResult(
@@ -166,11 +166,12 @@ def tune_primfuncs(
 
 
 def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) -> None:
-    """A workload without records gets the default rules' schedule as its first, timed here: the
-    search starts from it and a build never applies a record slower than it."""
+    """A workload without records for ``target`` (its kind and thread count) gets the default rules'
+    schedule as its first, timed here: the search starts from it and a build never applies a record
+    slower than it."""
     from ..schedules.apply import default_schedule
 
-    if _record_count(database, mod):
+    if _best_record(database, mod, target) is not None:
         return
     schedule, _ = default_schedule(mod["main"], target)
     if schedule is None:
@@ -189,11 +190,16 @@ def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) 
 
 
 def _time_schedule(mod: tvm.IRModule, target) -> float:
-    """Median seconds of a scheduled kernel, timed as the runner times candidates."""
+    """Median seconds of a scheduled kernel, timed as the runner times candidates (on the target's
+    threads: the runner's worker process uses every core, which ``tuning_target`` gives a CPU)."""
     import numpy as np
+
+    from ..runtime.vm import set_threads
 
     module = tvm.tirx.build(mod, target=target)
     device = tvm.cpu(0)
+    if target.kind.name == "llvm":
+        set_threads(_threads_of(target))
     args = [tvm.runtime.tensor(np.zeros([int(d) for d in p.shape], str(p.dtype)), device) for p in mod["main"].params]
     timer = module.time_evaluator(
         module.entry_name, device, number=1, repeat=_EVALUATOR.repeat, min_repeat_ms=_EVALUATOR.min_repeat_ms
@@ -255,13 +261,15 @@ def tuned_seconds(database, func: tirx.PrimFunc, target) -> float | None:
 
 
 def database_digest(database) -> str:
-    """A digest of what a build applying ``database`` would run: for each workload, its best record's
-    schedule and target. Records that change no workload's best leave it as it is; run times do too."""
+    """A digest of what a build applying ``database`` would run: for each workload and each target
+    (a CPU's thread count apart), its best record's schedule. Records that change no best leave it as
+    it is; run times do too."""
     best: dict[str, str] = {}
     for workload in {record.workload: None for record in database.get_all_tuning_records()}:
-        top = database.get_top_k(workload, 1)  # records share their Workload object: one lookup each
-        if top:
-            best[_workload_key(workload.mod)] = f"{_canonical_target(top[0].target)}\n{top[0].trace}"
+        key = _workload_key(workload.mod)
+        # records share their Workload object: one lookup each, fastest first
+        for record in database.get_top_k(workload, 1 << 30):
+            best.setdefault(f"{key}@{record.target.kind.name}{_threads_of(record.target) or 0}", str(record.trace))
     text = "\n".join(f"{key}\n{best[key]}" for key in sorted(best))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -273,11 +281,6 @@ def tuning_target(target) -> tvm.target.Target:
     if target.kind.name != "llvm" or target.attrs.get("num-cores"):
         return target
     return tvm.target.Target({**target.export(), "num-cores": os.cpu_count() or 1})
-
-
-def _canonical_target(target: tvm.target.Target) -> str:
-    """A target as text that does not depend on the order its attributes were given in."""
-    return json.dumps(dict(target.export()), sort_keys=True, default=str)
 
 
 def _as_target(target) -> tvm.target.Target:
@@ -305,7 +308,7 @@ def _tune(
     would differ), and the search runs on one thread, seeded."""
     _import_tensor_intrinsics()
     names = sorted(pending)
-    already = [searched.get(_workload_key(pending[name]), 0) for name in names]
+    already = [searched.get(_searched_key(pending[name], target), 0) for name in names]
     trials = [max(1, wanted - done) for done in already]
     contexts = [
         ms.TuneContext(
@@ -484,6 +487,11 @@ def _workload_key(mod: tvm.IRModule) -> str:
     return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
+def _searched_key(mod: tvm.IRModule, target: tvm.target.Target) -> str:
+    """What ``searched.json`` counts trials under: the workload, and the threads its records are for."""
+    return f"{_workload_key(mod)}@{_threads_of(target) or 0}"
+
+
 def _load_searched(work_dir: str) -> dict[str, int]:
     path = os.path.join(work_dir, _SEARCHED_FILE)
     if not os.path.isfile(path):
@@ -514,13 +522,6 @@ def _check_one_target_kind(database, target, work_dir: str) -> None:
             source=work_dir,
             hint="use one work_dir per target",
         )
-
-
-def _record_count(database, mod: tvm.IRModule) -> int:
-    """How many measured records ``database`` holds for the workload ``mod`` (without adding it)."""
-    if not database.has_workload(mod):
-        return 0
-    return len(database.get_top_k(database.commit_workload(mod), 1 << 30))
 
 
 def _best_record(database, mod: tvm.IRModule, target=None):

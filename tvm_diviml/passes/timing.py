@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -79,8 +79,16 @@ def measured_costs(
         tuning = existing_tuning(tuning_db, platform.devices)
     if tune:
         funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
+        configurations = [
+            device if threads == device.num_threads else replace(device, num_threads=threads)
+            for device, threads in single_device_configurations(platform).values()
+        ]  # the platform's devices, and the whole CPU that a kept plan may run on
         tuning = tune_for_devices(
-            funcs, platform.devices, tune, os.path.join(default_cache_dir(), "metaschedule"), progress=progress
+            funcs,
+            [*platform.devices, *configurations],
+            tune,
+            os.path.join(default_cache_dir(), "metaschedule"),
+            progress=progress,
         )
     costs = MeasuredCostModel(
         graph,
