@@ -106,8 +106,10 @@ def test_the_symmetric_plan_is_reported_before_the_milp_improves_it():
     workload = load_workload("llama:layers=4,hidden=128,intermediate=352", "servers:2xpaper-node", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
     solved = plan_model(problem, "symmetric", time_limit_s=20)
-    assert solved.trace[0].by == "symmetric: blocks on servers"
+    assert solved.trace[0].by == "symmetric: one-block groups on servers"  # before any larger group's solve
     assert solved.trace[0].at_s < solved.plan.solve_s
+    alone = get_solver("symmetric", time_limit_s=20).solve(problem)  # no one to offer to: no first plan
+    assert solved.plan.value_s == pytest.approx(alone.value_s, rel=1e-9)
 
 
 def test_an_interrupt_during_the_solve_keeps_the_best_plan_found_so_far():

@@ -123,25 +123,17 @@ class Symmetric(Solver):
             RememberedCosts(problem.costs, problem.platform, free=(ENTRY, EXIT)),
             objective=problem.objective,
         )
-        candidates = self._candidates(problem, blocks, deadline)
+        solves: dict[tuple, list[Plan]] = {}  # (server, anchor, group) -> the group solve's plans
+        if watch is not None and problem.objective == "throughput" and self.max_group > 1:
+            self._offer_single_block_groups(problem, blocks, deadline, solves, watch)
+        candidates = self._candidates(problem, blocks, deadline, solves)
         if not any(candidates.values()):
             raise DivimlInputError(
                 "no server can hold even one block of the model",
                 field="memory_bytes",
                 hint="use servers with more memory, or another solver",
             )
-        best, ends = None, None
-        for _ in range(ROUNDS):
-            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
-            plan = self._assemble(problem, blocks, allocation)
-            self._place_ends(problem, blocks, plan, allocation)
-            sim = simulate(problem, plan)
-            if best is None or sim.value_s < best[0].value_s:
-                best = (sim, plan, allocation)
-            if problem.objective == "latency" and not memory_binds:
-                break  # the ends' time does not enter the latency program: no news
-            ends = _end_loads(problem, blocks, plan)
-        sim, plan, allocation = best
+        sim, plan, allocation = self._plan_from(problem, blocks, candidates, deadline)
         plan.value_s = sim.value_s
         plan.lower_bound_s = min(lower_bound(problem), sim.value_s)  # the whole problem's
         plan.optimal = meets(sim.value_s, plan.lower_bound_s)
@@ -170,6 +162,39 @@ class Symmetric(Solver):
         }
         return plan
 
+    def _plan_from(
+        self, problem: Problem, blocks: Blocks, candidates: dict[str, list[Candidate]], deadline: Deadline
+    ) -> tuple:
+        """The best of ``ROUNDS`` server programs over ``candidates``: (its simulation, plan, allocation)."""
+        best, ends = None, None
+        for _ in range(ROUNDS):
+            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
+            plan = self._assemble(problem, blocks, allocation)
+            self._place_ends(problem, blocks, plan, allocation)
+            sim = simulate(problem, plan)
+            if best is None or sim.value_s < best[0].value_s:
+                best = (sim, plan, allocation)
+            if problem.objective == "latency" and not memory_binds:
+                break  # the ends' time does not enter the latency program: no news
+            ends = _end_loads(problem, blocks, plan)
+        return best
+
+    def _offer_single_block_groups(
+        self, problem: Problem, blocks: Blocks, deadline: Deadline, solves: dict, watch: Incumbents
+    ) -> None:
+        """A first throughput plan from groups of one block only (one group solve per anchor, where
+        larger groups take one each more), offered before the larger groups are solved; their solves
+        are kept in ``solves`` for the full candidates. Where one-block groups do not fit, none."""
+        quick = self._candidates(problem, blocks, deadline, solves, max_group=1)
+        if not any(quick.values()):
+            return
+        try:
+            sim, plan, _ = self._plan_from(problem, blocks, quick, deadline)
+        except DivimlInputError as error:  # memory wants larger groups: the full candidates decide
+            log.info("symmetric: no plan from one-block groups (%s)", error)
+            return
+        watch.offer(plan, "symmetric: one-block groups on servers", sim.value_s)
+
     # ------------------------------------------------------------------ fallback
     def _fall_back(self, problem: Problem, reason: str, deadline: Deadline, watch: Incumbents | None) -> Plan:
         name = full_graph_solver(problem)
@@ -181,23 +206,35 @@ class Symmetric(Solver):
         return plan
 
     # ------------------------------------------------------------------ 2. candidates
-    def _candidates(self, problem: Problem, blocks: Blocks, deadline: Deadline) -> dict[str, list[Candidate]]:
-        """Kind -> its candidates (every anchor and group size that gave a plan)."""
+    def _candidates(
+        self, problem: Problem, blocks: Blocks, deadline: Deadline, solves: dict, max_group: int | None = None
+    ) -> dict[str, list[Candidate]]:
+        """Kind -> its candidates (every anchor and group size up to ``max_group`` that gave a plan);
+        group solves already in ``solves`` are not solved again, new ones are added to it."""
         out: dict[str, list[Candidate]] = {}
         latency = problem.objective == "latency"
         opened = CpsatSession(seed=self.seed, workers=2) if latency else contextlib.nullcontext()
         with opened as session:  # one OR-Tools process for all latency groups
             for servers in identical_servers(problem.platform):
-                kind, found = self._kind_candidates(problem, blocks, servers[0], session, deadline)
+                kind, found = self._kind_candidates(
+                    problem, blocks, servers[0], session, deadline, solves, max_group or self.max_group
+                )
                 out[kind] = found
         return out
 
     def _kind_candidates(
-        self, problem: Problem, blocks: Blocks, first: str, session: CpsatSession | None, deadline: Deadline
+        self,
+        problem: Problem,
+        blocks: Blocks,
+        first: str,
+        session: CpsatSession | None,
+        deadline: Deadline,
+        solves: dict,
+        max_group: int,
     ) -> tuple[str, list[Candidate]]:
         """The candidates of the kind of server ``first``, each group solve within the whole deadline."""
         devices = server_devices(problem.platform)
-        groups = [1] if problem.objective == "latency" else list(range(1, min(self.max_group, len(blocks.blocks)) + 1))
+        groups = [1] if problem.objective == "latency" else list(range(1, min(max_group, len(blocks.blocks)) + 1))
         kind = problem.platform.servers[first].kind if problem.platform.servers else first
         platform = server_platform(problem.platform, first)
         found = []
@@ -214,8 +251,10 @@ class Symmetric(Solver):
                 except DivimlInputError as error:  # this server cannot hold the group: no candidate
                     log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
                     continue
-                solver = get_solver(full_graph_solver(sub), time_limit_s=self.group_time_limit_s, seed=self.seed)
-                plans = [solver.solve(sub, deadline=deadline, session=session)]
+                if (first, anchor, group) not in solves:
+                    solver = get_solver(full_graph_solver(sub), time_limit_s=self.group_time_limit_s, seed=self.seed)
+                    solves[first, anchor, group] = [solver.solve(sub, deadline=deadline, session=session)]
+                plans = list(solves[first, anchor, group])
                 if group == 1:  # the block whole on the anchor: it spares the other devices' memory
                     plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
                 solved = None
