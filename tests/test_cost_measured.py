@@ -235,15 +235,20 @@ def test_tuning_searches_each_thread_count_a_plan_may_build_for(tiny, monkeypatc
     monkeypatch.setattr(tuning, "tune_primfuncs", fake_tune)
     monkeypatch.setattr("tvm_diviml.cost.measured.MeasuredCostModel", lambda *args, tuning, **kwargs: tuning)
     monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path))
-    applied = measured_costs(
-        tiny.graph,
-        get_platform("cpu2"),
-        None,
-        tiny,
-        tune=tuning.TuningBudget(trials=3, minutes=4),
-        progress=False,
-        calibrate=False,
-    )
+
+    def tune_on(platform: str):
+        return measured_costs(
+            tiny.graph,
+            get_platform(platform),
+            None,
+            tiny,
+            tune=tuning.TuningBudget(trials=3, minutes=4),
+            progress=False,
+            calibrate=False,
+        )
+
+    assert tune_on("paper-node") == {} and searched == []  # nothing here to tune: roofline, no error
+    applied = tune_on("cpu2")
     cores = os.cpu_count() or 1
     assert [threads for threads, _, _ in searched] == ([1, cores] if cores > 1 else [1])
     assert {budget for _, budget, _ in searched} == {tuning.TuningBudget(trials=3, minutes=4 / len(searched))}

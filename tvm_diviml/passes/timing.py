@@ -61,7 +61,13 @@ def measured_costs(
     (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
     (the whole model timed once per present device, ``calibrate_in_context``)."""
     from tvm_diviml.cost.cache import ProfileCache, default_cache_dir
-    from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, existing_tuning, tune_for_devices
+    from tvm_diviml.cost.measured import (
+        MeasuredCostModel,
+        MeasureOptions,
+        device_present,
+        existing_tuning,
+        tune_for_devices,
+    )
 
     if extraction is None:
         raise DivimlInputError(
@@ -79,9 +85,10 @@ def measured_costs(
         tuning = existing_tuning(tuning_db, platform.devices)
     if tune:
         funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
+        present = any(device_present(device) for device in platform.devices)  # else: nothing to tune
         configurations = [
             device if threads == device.num_threads else replace(device, num_threads=threads)
-            for device, threads in single_device_configurations(platform).values()
+            for device, threads in (single_device_configurations(platform).values() if present else [])
         ]  # the platform's devices, and the whole CPU that a kept plan may run on
         tuning = tune_for_devices(
             funcs,
