@@ -235,3 +235,54 @@ def test_ctrl_c_during_a_run_exits_130_at_once(tmp_path, after_s):
         driver.kill()
     assert driver.returncode == 130 and err.strip().endswith("diviml: interrupted"), err[-2000:]
     assert answered_s < 10.0, answered_s  # it ran on for 20 s to exit 0; loose for a loaded machine
+
+
+def test_a_tuned_run_times_the_default_schedules_too_and_keeps_them_when_faster(tmp_path, capsys, monkeypatch):
+    """With a tuning database, each single-device configuration is also built without it (the default
+    rules) and timed beside the rest; where the tuned builds measure slower (made 10x slower here),
+    the default build is kept and the report says so."""
+    from dataclasses import replace
+
+    from tvm_diviml.cost import tuning
+    from tvm_diviml.modelspec import parse_model_spec
+    from tvm_diviml.passes import timing
+    from tvm_diviml.passes.extract import extract
+    from tvm_diviml.zoo import build_model
+
+    monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path / "cache"))
+    extraction = extract(build_model(*parse_model_spec(MODEL)).mod)
+    kernel = next(iter(extraction.kernel_func.values()))
+    (tmp_path / "db").mkdir()
+    database = tuning.ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+    for threads in (1, os.cpu_count() or 1):  # one record per thread count a build may have
+        target = tuning.tuning_target({"kind": "llvm", "num-cores": threads})
+        tuning._seed_with_default_schedule(database, tuning._workload_module(extraction.mod[kernel]), target, kernel)
+
+    built_with = []
+    real_build, real_time = timing.build_runnable, timing._time_side_by_side
+
+    def spy_build(model, extraction, platform, plan, *, database=None, progress=print):
+        built_with.append(database is not None)
+        return real_build(model, extraction, platform, plan, database=database, progress=progress)
+
+    def tuned_slower(candidates, builds, *args):
+        timings = real_time(candidates, builds, *args)
+        return {key: t if key[2] else replace(t, measured_s=10 * t.measured_s) for key, t in timings.items()}
+
+    monkeypatch.setattr(timing, "build_runnable", spy_build)
+    monkeypatch.setattr(timing, "_time_side_by_side", tuned_slower)
+    fast = [{"roofline": "measured"}.get(a, a) for a in FAST[:-2]] + ["--candidates", "1"]
+    code = main(["run", MODEL, *fast, "--tuning-db", str(tmp_path / "db"), "--json", str(tmp_path / "row.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    chosen = json.loads((tmp_path / "row.json").read_text())["candidates"]
+    defaults = [c for c in chosen["candidates"] if c["default_schedules"]]
+    configurations = [c["label"] for c in chosen["candidates"] if c["label"] + ", default schedules" in out]
+    assert len(defaults) == len(configurations) >= 1 and all(c["predicted_s"] is None for c in defaults)
+    assert built_with.count(False) == len(defaults) and built_with.count(True) == len(chosen["candidates"]) - len(
+        defaults
+    )
+    assert chosen["winner"].endswith(", default schedules")
+    assert "the tuned schedules measured slower inside the model than the default ones" in out
+    run = json.loads((tmp_path / "row.json").read_text())["run"]
+    assert chosen["winner"] in run["single_device_s"] and run["speedup_over_best_single_device"] == pytest.approx(1)

@@ -3,8 +3,10 @@
 ``diviml run --candidates N`` builds and times the N best distinct plans by prediction (the solver's,
 HEFT's, greedy's, each device alone), always with the best single-device plan and every single-device
 configuration of the machine (the whole CPU with all its threads among them), and keeps the fastest
-measured. This module chooses and ranks; how a candidate is timed is the caller's (``measure``), so
-the choice is tested with given timings.
+measured. A tuned run also times each single-device configuration with the default schedules, so
+tuning that measures slower inside the model than the default rules is not kept. This module
+chooses and ranks; how a candidate is timed is the caller's (``measure``), so the choice is tested
+with given timings.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from .toolkit.single_device import single_device_plan
 @dataclass
 class Candidate:
     """A plan to build and time; ``threads`` sizes a single-device plan's CPU pool (None: as the
-    platform gives the device); ``predicted_s`` is None where the cost model has no figure for it."""
+    platform gives the device); ``predicted_s`` is None where the cost model has no figure for it;
+    ``default_schedules``: built with the default rules only, not the run's tuning database."""
 
     label: str
     plan: Plan
     predicted_s: float | None
     threads: int | None = None
     measured_s: float | None = None
+    default_schedules: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +41,7 @@ class Candidate:
             "solver": self.plan.solver,
             "devices": self.plan.devices_used(),
             "threads": self.threads,
+            "default_schedules": self.default_schedules,
             "predicted_s": self.predicted_s,
             "measured_s": self.measured_s,
         }
@@ -111,16 +116,21 @@ def format_selection(selection: Selection) -> str:
     from .units import format_seconds
 
     lines = [f"candidates, built and timed now ({len(selection.candidates)}; the fastest measured is kept):"]
+    width = max(44, *(len(c.label) + 2 for c in selection.candidates))
     for candidate in selection.candidates:
         mark = "  <- kept" if candidate is selection.winner else ""
         predicted = format_seconds(candidate.predicted_s) if candidate.predicted_s is not None else "not predicted"
         lines.append(
-            f"  {candidate.label:<44}predicted {predicted:>12}   measured "
+            f"  {candidate.label:<{width}}predicted {predicted:>12}   measured "
             f"{format_seconds(candidate.measured_s):>12}{mark}"
         )
     if selection.margin is not None:
         lines.append(
             f"kept {selection.winner.label}: {selection.margin:.2f}x faster than the next candidate "
             f"({selection.candidates[1].label})"
+        )
+    if selection.winner.default_schedules:
+        lines.append(
+            "the tuned schedules measured slower inside the model than the default ones: the default build is kept"
         )
     return "\n".join(lines)

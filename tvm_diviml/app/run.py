@@ -172,10 +172,9 @@ def run_candidates(
     built, build_s = builds[timing_key(winner)]
     timing = timings[timing_key(winner)]
     configurations = single_device_configurations(problem.platform)
-    single = {c.label: c.measured_s for c in selection.candidates if c.label in configurations}
-    one_worker = min(
-        (n for n in single if configurations[n][1] == configurations[n][0].num_threads), key=single.__getitem__
-    )
+    singles = [c for c in selection.candidates if c.label in configurations or c.default_schedules]
+    single = {c.label: c.measured_s for c in singles}
+    one_worker = min((c.label for c in singles if c.threads is None), key=single.__getitem__)
     run = _measurement(problem.objective, winner.predicted_s, timing, single, one_worker, build_s)
     return selection, run, built
 
@@ -216,7 +215,7 @@ def headline(run: MeasuredRun, rtol: float, reference: str, how: str = "", detai
         f"max rel diff {run.max_rel_diff:.3g}: {verdict}"
     ]
     if run.predicted_s is None:
-        predicted = "not predicted (the platform has no device with these threads)"
+        predicted = "not predicted (the cost model prices no device with these threads or schedules)"
     elif run.objective == "latency":
         predicted = f"predicted {format_seconds(run.predicted_s)}: measured/predicted {run.measured_over_predicted:.2f}"
     else:
@@ -244,9 +243,10 @@ def format_run(run: RunMeasurement, rtol: float) -> str:
     lines = headline(run, rtol, "the single-device build", detail=f", {run.executor} executor")
     lines.append("busy per inference: " + ", ".join(f"{d} {format_seconds(s)}" for d, s in run.device_busy_s.items()))
     lines.append("single-device configurations, measured now (one inference at a time):")
+    width = max(40, *(len(name) + 2 for name in run.single_device_s))
     for name, seconds in run.single_device_s.items():
         lines.append(
-            f"  {name:<40}{format_seconds(seconds):>14}" + ("   (one worker)" if name == run.one_worker else "")
+            f"  {name:<{width}}{format_seconds(seconds):>14}" + ("   (one worker)" if name == run.one_worker else "")
         )
     best_name, _ = run.best_single_device
     lines.append(

@@ -63,7 +63,11 @@ def suite_run(
             selection, run, _ = run_candidates(
                 loaded.built, loaded.extraction, problem, plan, candidates, repeats=repeats, progress=log.info
             )
-            auto = next(c for c in selection.candidates if plan_key(c.plan) == plan_key(plan) and c.threads is None)
+            auto = next(
+                c
+                for c in selection.candidates
+                if plan_key(c.plan) == plan_key(plan) and c.threads is None and not c.default_schedules
+            )
             predicted_s, measured_s, kept = auto.predicted_s, auto.measured_s, selection.winner.label
         else:
             run, _ = run_plan(

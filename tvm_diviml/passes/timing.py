@@ -252,9 +252,11 @@ def time_build(
     return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", abs_diff, rel_diff)
 
 
-def candidate_set(problem, chosen: Plan, count: int) -> list[Candidate]:
+def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False) -> list[Candidate]:
     """``candidates.candidate_plans`` and every single-device configuration of this machine (the whole
-    CPU too), each configuration labelled as ``single_device_configurations`` names it."""
+    CPU too), each configuration labelled as ``single_device_configurations`` names it. ``tuned``: the
+    builds apply a tuning database, and each configuration is timed with the default schedules too
+    (a MetaSchedule runner times a kernel alone and cache-hot; inside the model its pick can be slower)."""
     candidates = candidate_plans(problem, chosen, count)
     for label, (device, threads) in single_device_configurations(problem.platform).items():
         plan = single_device_plan(problem, device.name)
@@ -273,6 +275,11 @@ def candidate_set(problem, chosen: Plan, count: int) -> list[Candidate]:
                     predicted if as_platform_has_it else None,
                     threads=None if as_platform_has_it else threads,
                 )
+            )
+        if tuned:  # the cost model priced the tuned kernels: the default build has no prediction
+            own_threads = None if as_platform_has_it else threads
+            candidates.append(
+                Candidate(f"{label}, default schedules", plan, None, threads=own_threads, default_schedules=True)
             )
     return candidates
 
@@ -376,8 +383,9 @@ def choose_by_measurement(
     """Build and time ``candidate_set``'s plans; the fastest measured whose outputs match the reference
     within ``rtol`` wins. Latency is timed side by side, one inference of each candidate per round
     (drift and load then touch them alike); streams one candidate after another. Returns the
-    selection, the builds and the timings (both by plan key and thread count)."""
-    candidates = candidate_set(problem, chosen, count)
+    selection, the builds and the timings (both by ``timing_key``). With a tuning ``database`` each
+    single-device configuration is also built with the default schedules and timed beside the rest."""
+    candidates = candidate_set(problem, chosen, count, tuned=database is not None)
     inputs = model.sample_inputs()
     reference = run_reference(model, inputs)
     builds: dict[tuple, tuple[PlacedExecutable, float]] = {}
@@ -388,7 +396,7 @@ def choose_by_measurement(
                 extraction,
                 candidate_platform(problem.platform, candidate),
                 candidate.plan,
-                database=database,
+                database=None if candidate.default_schedules else database,
                 progress=progress,
             )
     timings: dict[tuple, BuildTiming] = {}
@@ -418,7 +426,7 @@ def choose_by_measurement(
 
 
 def timing_key(candidate: Candidate) -> tuple:
-    return plan_key(candidate.plan), candidate.threads
+    return plan_key(candidate.plan), candidate.threads, candidate.default_schedules
 
 
 def candidate_platform(platform: Platform, candidate: Candidate) -> Platform:
