@@ -83,10 +83,11 @@ def framework_row(name: str, make: Callable[[], tuple[Any, tuple]], scratch: str
     path = os.path.join(scratch, f"{name}.pt2")
     torch.export.save(torch.export.export(module, args), path)
     row["diviml_s"], row["diviml_plan"] = _diviml(path, [], notes, "diviml")
-    row["diviml_tuned_s"], row["tuning_s"] = None, None
+    row["diviml_tuned_s"], row["diviml_tuned_plan"], row["tuning_s"] = None, None, None
     if tune_minutes > 0:
         began = time.perf_counter()
-        row["diviml_tuned_s"], _ = _diviml(path, ["--tune-minutes", f"{tune_minutes:g}"], notes, "diviml tuned")
+        tuned = ["--tune-minutes", f"{tune_minutes:g}"]
+        row["diviml_tuned_s"], row["diviml_tuned_plan"] = _diviml(path, tuned, notes, "diviml tuned")
         row["tuning_s"] = time.perf_counter() - began
     row["tvm_default_s"] = _guarded(lambda: _tvm_default(module, args), notes, "tvm.compile")
     row["torch_1_thread_s"] = _guarded(lambda: _torch(module, args, 1), notes, "torch")
@@ -111,7 +112,7 @@ def _guarded(measure: Callable[[], float], notes: list[str], what: str) -> float
 
 def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[float | None, str | None]:
     """``diviml run PATH --platform cpu2`` in a subprocess: the kept plan's measured latency and what it
-    placed (a device, or how many devices)."""
+    placed (a device, or how many devices; "default schedules" where a tuned run kept those)."""
     out = path + f".{len(extra)}.json"
     command = [sys.executable, "-m", "tvm_diviml.cli", "run", path, "--platform", "cpu2", *extra, "--json", out]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -126,7 +127,9 @@ def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[f
     kept = [c for c in chosen["candidates"] if c["label"] == chosen["winner"]] if chosen else []
     threads = kept[0]["threads"] if kept else None
     placed = used[0] if len(used) == 1 else f"{len(used)} devices"
-    return float(row["run"]["measured_s"]), placed + (f" ({threads} threads)" if threads else "")
+    placed += f" ({threads} threads)" if threads else ""
+    placed += ", default schedules" if kept and kept[0].get("default_schedules") else ""
+    return float(row["run"]["measured_s"]), placed
 
 
 def _seconds_per_call(call: Callable[[], Any]) -> float:
