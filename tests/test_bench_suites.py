@@ -43,3 +43,18 @@ def test_the_time_limits_suite_times_a_whole_solve_and_judges_it_by_the_target()
     assert [(row["kernels"], row["devices"]) for row in rows] == [(12, 64), (200, 16)]
     for row in rows:
         assert row["wall_s"] > 0 and row["over_limit"] == row["wall_s"] / 1.0 and 0 <= row["gap"] < 1
+
+
+def test_the_frameworks_suite_divides_tuned_by_default_builds_of_the_same_run():
+    """The tuned run times the default schedules beside the tuned builds: the ratio comes from those
+    (single-device tuned builds only), and is absent where the run had no default-schedule build."""
+    from tvm_diviml.bench.frameworks import _tuned_over_default
+
+    candidates = [
+        {"label": "split plan", "devices": ["cpu0", "cpu1"], "measured_s": 1.0, "default_schedules": False},
+        {"label": "whole CPU", "devices": ["cpu0"], "measured_s": 3.0, "default_schedules": False},
+        {"label": "cpu0", "devices": ["cpu0"], "measured_s": 4.0, "default_schedules": False},
+        {"label": "whole CPU, default schedules", "devices": ["cpu0"], "measured_s": 2.0, "default_schedules": True},
+    ]
+    assert _tuned_over_default(candidates) == 1.5
+    assert _tuned_over_default(candidates[:3]) is None

@@ -82,13 +82,15 @@ def framework_row(name: str, make: Callable[[], tuple[Any, tuple]], scratch: str
     notes = []
     path = os.path.join(scratch, f"{name}.pt2")
     torch.export.save(torch.export.export(module, args), path)
-    row["diviml_s"], row["diviml_plan"] = _diviml(path, [], notes, "diviml")
+    row["diviml_s"], row["diviml_plan"], _ = _diviml(path, [], notes, "diviml")
     row["diviml_tuned_s"], row["diviml_tuned_plan"], row["tuning_s"] = None, None, None
+    row["tuned_over_default"] = None
     if tune_minutes > 0:
         began = time.perf_counter()
         tuned = ["--tune-minutes", f"{tune_minutes:g}"]
-        row["diviml_tuned_s"], row["diviml_tuned_plan"] = _diviml(path, tuned, notes, "diviml tuned")
+        row["diviml_tuned_s"], row["diviml_tuned_plan"], candidates = _diviml(path, tuned, notes, "diviml tuned")
         row["tuning_s"] = time.perf_counter() - began
+        row["tuned_over_default"] = _tuned_over_default(candidates)
     row["tvm_default_s"] = _guarded(lambda: _tvm_default(module, args), notes, "tvm.compile")
     row["torch_1_thread_s"] = _guarded(lambda: _torch(module, args, 1), notes, "torch")
     row["torch_s"] = _guarded(lambda: _torch(module, args, os.cpu_count() or 1), notes, "torch")
@@ -110,16 +112,25 @@ def _guarded(measure: Callable[[], float], notes: list[str], what: str) -> float
         return None
 
 
-def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[float | None, str | None]:
-    """``diviml run PATH --platform cpu2`` in a subprocess: the kept plan's measured latency and what it
-    placed (a device, or how many devices; "default schedules" where a tuned run kept those)."""
+def _tuned_over_default(candidates: list[dict]) -> float | None:
+    """The fastest tuned build's time over the fastest build with the default schedules, both timed
+    side by side in the tuned run (a ratio across two processes here strayed by up to 1.8x)."""
+    tuned = [c["measured_s"] for c in candidates if not c.get("default_schedules") and len(c["devices"]) == 1]
+    default = [c["measured_s"] for c in candidates if c.get("default_schedules")]
+    return min(tuned) / min(default) if tuned and default else None
+
+
+def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[float | None, str | None, list]:
+    """``diviml run PATH --platform cpu2`` in a subprocess: the kept plan's measured latency, what it
+    placed (a device, or how many devices; "default schedules" where a tuned run kept those) and every
+    candidate timed (``candidates`` of the JSON row)."""
     out = path + f".{len(extra)}.json"
     command = [sys.executable, "-m", "tvm_diviml.cli", "run", path, "--platform", "cpu2", *extra, "--json", out]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         notes.append(f"{what}: exit {done.returncode}: {lines[-1] if lines else 'no output'}")
-        return None, None
+        return None, None, []
     with open(out) as file:
         row = json.load(file)
     used = sorted(set(row.get("kept_assignment", row["assignment"]).values()))
@@ -129,7 +140,7 @@ def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[f
     placed = used[0] if len(used) == 1 else f"{len(used)} devices"
     placed += f" ({threads} threads)" if threads else ""
     placed += ", default schedules" if kept and kept[0].get("default_schedules") else ""
-    return float(row["run"]["measured_s"]), placed
+    return float(row["run"]["measured_s"]), placed, chosen["candidates"] if chosen else []
 
 
 def _seconds_per_call(call: Callable[[], Any]) -> float:
