@@ -26,6 +26,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Device, Platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
@@ -252,11 +253,13 @@ def time_build(
     return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", abs_diff, rel_diff)
 
 
-def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False) -> list[Candidate]:
+def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, predict=None) -> list[Candidate]:
     """``candidates.candidate_plans`` and every single-device configuration of this machine (the whole
     CPU too), each configuration labelled as ``single_device_configurations`` names it. ``tuned``: the
     builds apply a tuning database, and each configuration is timed with the default schedules too
-    (a MetaSchedule runner times a kernel alone and cache-hot; inside the model its pick can be slower)."""
+    (a MetaSchedule runner times a kernel alone and cache-hot; inside the model its pick can be slower).
+    ``predict(device, threads)``: the predicted time of a configuration no platform device describes
+    (None: not predicted)."""
     candidates = candidate_plans(problem, chosen, count)
     for label, (device, threads) in single_device_configurations(problem.platform).items():
         plan = single_device_plan(problem, device.name)
@@ -267,15 +270,11 @@ def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False) -> 
         if same:
             same[0].label = label
         else:
-            predicted = simulate(problem, plan).value_s
-            candidates.append(
-                Candidate(
-                    label,
-                    plan,
-                    predicted if as_platform_has_it else None,
-                    threads=None if as_platform_has_it else threads,
-                )
-            )
+            if as_platform_has_it:
+                predicted = simulate(problem, plan).value_s
+            else:
+                predicted = predict(device, threads) if predict is not None else None
+            candidates.append(Candidate(label, plan, predicted, threads=None if as_platform_has_it else threads))
         if tuned:  # the cost model priced the tuned kernels: the default build has no prediction
             own_threads = None if as_platform_has_it else threads
             candidates.append(
@@ -385,7 +384,13 @@ def choose_by_measurement(
     (drift and load then touch them alike); streams one candidate after another. Returns the
     selection, the builds and the timings (both by ``timing_key``). With a tuning ``database`` each
     single-device configuration is also built with the default schedules and timed beside the rest."""
-    candidates = candidate_set(problem, chosen, count, tuned=database is not None)
+    candidates = candidate_set(
+        problem,
+        chosen,
+        count,
+        tuned=database is not None,
+        predict=lambda device, threads: predict_configuration(problem, model, extraction, device, threads, database),
+    )
     inputs = model.sample_inputs()
     reference = run_reference(model, inputs)
     builds: dict[tuple, tuple[PlacedExecutable, float]] = {}
@@ -423,6 +428,38 @@ def choose_by_measurement(
         return timing.measured_s if timing.max_rel_diff <= rtol else math.inf  # wrong outputs never win
 
     return select_fastest(candidates, measure), builds, timings
+
+
+def predict_configuration(
+    problem, model: BuiltModel, extraction: Extraction, device: Device, threads: int, database=None
+) -> float | None:
+    """``device`` alone with ``threads`` threads (the whole CPU), predicted by a cost model of the kind
+    ``problem`` has, made for the platform with that device so: roofline, or measured here (kernels
+    timed with that many threads and priced inside the model, through the profile cache). None for
+    a cost table, which holds no such device."""
+    from tvm_diviml.cost import RooflineCostModel
+    from tvm_diviml.cost.measured import MeasuredCostModel
+
+    platform = problem.platform.with_threads(device.name, threads)
+    if isinstance(problem.costs, RooflineCostModel):
+        costs = RooflineCostModel(problem.graph, platform)
+    elif isinstance(problem.costs, MeasuredCostModel):
+        measured = problem.costs
+        costs = MeasuredCostModel(
+            problem.graph,
+            platform,
+            measured.mod,
+            measured.kernel_func,
+            cache=measured.cache,
+            options=measured.options,
+            tuning=measured.tuning,
+        )
+        if costs.times:
+            calibrate_in_context(costs, model, extraction, database=database)
+    else:
+        return None
+    alone = Problem(problem.graph, platform, costs, objective=problem.objective, stages=problem.stages)
+    return simulate(alone, single_device_plan(alone, device.name)).value_s
 
 
 def timing_key(candidate: Candidate) -> tuple:
