@@ -254,7 +254,9 @@ class MeasuredCostModel(CostModel):
 
     ``mod`` and ``kernel_func`` come from an Extraction: the lowered module, and each graph node's
     PrimFunc name in it. ``tuning`` maps a device name to the TuningResult whose MetaSchedule
-    database the build applies on that device (its digest goes into the cache key)."""
+    database the build applies on that device (its digest goes into the cache key).
+    ``executor_overheads``: the executor's costs as another model of this machine measured them in this
+    process (the co-run factor is timed afresh otherwise, a second or more)."""
 
     executor_segments = True
 
@@ -268,6 +270,7 @@ class MeasuredCostModel(CostModel):
         cache: ProfileCache | None = None,
         options: MeasureOptions | None = None,
         tuning: dict[str, Any] | None = None,
+        executor_overheads: ExecutorOverheads | None = None,
     ):
         super().__init__(platform)
         self.graph, self.mod, self.kernel_func = graph, mod, kernel_func
@@ -290,7 +293,9 @@ class MeasuredCostModel(CostModel):
             log.warning("devices not present here, priced by the roofline estimate: %s", ", ".join(self.absent))
         for device in present:
             self._measure_device(device)
-        if len(present) > 1:
+        if executor_overheads is not None:  # measured already in this process (another model of this machine)
+            self.executor_overheads = executor_overheads
+        elif len(present) > 1:
             self.executor_overheads = self._executor_overheads(present)
         self._measure_links(present)
 

@@ -264,6 +264,7 @@ def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, pre
     for label, (device, threads) in single_device_configurations(problem.platform).items():
         plan = single_device_plan(problem, device.name)
         as_platform_has_it = threads == device.num_threads
+        own_threads = None if as_platform_has_it else threads  # None: as the platform gives the device
         same = [
             c for c in candidates if as_platform_has_it and c.threads is None and plan_key(c.plan) == plan_key(plan)
         ]
@@ -274,9 +275,8 @@ def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, pre
                 predicted = simulate(problem, plan).value_s
             else:
                 predicted = predict(device, threads) if predict is not None else None
-            candidates.append(Candidate(label, plan, predicted, threads=None if as_platform_has_it else threads))
+            candidates.append(Candidate(label, plan, predicted, threads=own_threads))
         if tuned:  # the cost model priced the tuned kernels: the default build has no prediction
-            own_threads = None if as_platform_has_it else threads
             candidates.append(
                 Candidate(f"{label}, default schedules", plan, None, threads=own_threads, default_schedules=True)
             )
@@ -453,6 +453,7 @@ def predict_configuration(
             cache=measured.cache,
             options=measured.options,
             tuning=measured.tuning,
+            executor_overheads=measured.executor_overheads,
         )
         if costs.times:
             calibrate_in_context(costs, model, extraction, database=database)
