@@ -914,8 +914,8 @@ def _problem_arguments(
         default=bound_time_limit,
         metavar="S",
         help="seconds of the time limit for the stronger lower bounds: pipelines' stage cover and MIPs, "
-        "latency's series decomposition; the solver leaves them up to a quarter of the limit, and they start "
-        f"only with a second left (default {bound_time_limit:g}; 0: combinatorial bounds only)",
+        "latency's series decomposition and overlap branching; the solver leaves them up to a quarter of the "
+        f"limit, and they start only with a second left (default {bound_time_limit:g}; 0: combinatorial bounds only)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 

@@ -4,7 +4,8 @@ Each part is a valid bound on its own and the reported bound is their maximum; k
 at their fastest feasible device, so no bound depends on a plan. Latency gets the critical path
 (also with transfers priced), the largest kernel, the average load, the LP load bound and the window
 load bound (heads, tails and the load between them) and the overlap load bound (one placement for
-every window, each kernel's least overlap with it); period modes the load bounds that stay valid
+every window, each kernel's least overlap with it), and given time the same with a few kernels'
+devices enumerated (``overlap_branching``); period modes the load bounds that stay valid
 with replicas; pipelines (``stage_serial``) the MTPP bounds of ``bounds.pipeline.pipeline_bounds``,
 with MIP bounds when given ``mip_time_limit_s``; every mode the largest co-location group. Reports
 print the gap value / bound - 1 with every plan.
@@ -22,6 +23,7 @@ from ..problem import Problem
 from ..toolkit.deadline import Deadline
 from .common import fastest_times, largest_group
 from .latency import critical_path_bound, series_bound, transfer_path_bound
+from .overlap_branching import overlap_branching_bound
 from .overlap_load import overlap_load_bound
 from .pipeline import pipeline_bounds
 from .throughput import lp_load_bound
@@ -35,7 +37,7 @@ def lower_bounds(
 ) -> dict[str, float]:
     """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
     adds the MIP bounds of pipelines (seconds shared among them) and, for latency, the series
-    decomposition's bound (CP-SAT per segment, where it is exact); 0 keeps every bound cheap.
+    decomposition's bound (CP-SAT per segment, where it is exact) and ``overlap_branching``; 0 keeps every bound cheap.
     ``upper_s``: a known plan's value (pipelines: it spares the downset DP a pass). ``deadline``: past
     it, the load LPs are left out (on 10,000s of kernels each takes seconds)."""
     mode = problem.mode
@@ -59,9 +61,23 @@ def lower_bounds(
         parts["transfer_path"] = transfer_path_bound(problem)
         parts["window_load"] = window_load_bound(problem, deadline)
         parts["overlap_load"] = overlap_load_bound(problem)
-        series = series_bound(problem, mip_time_limit_s) if mip_time_limit_s > 0 else None
-        if series is not None:
-            parts["series"] = series
+        if mip_time_limit_s > 0:
+            parts.update(_latency_searches(problem, mip_time_limit_s, upper_s, parts["overlap_load"]))
+    return parts
+
+
+def _latency_searches(problem: Problem, time_limit_s: float, upper_s: float, overlap_s: float) -> dict[str, float]:
+    """The latency bounds that search within ``time_limit_s``: the series decomposition's (at most
+    half of it, where the decomposition is exact), then ``overlap_branching`` in the rest (where it
+    raises ``overlap_s``)."""
+    until = Deadline.after(time_limit_s)
+    parts = {}
+    series = series_bound(problem, time_limit_s / 2)
+    if series is not None:
+        parts["series"] = series
+    branched = overlap_branching_bound(problem, until, overlap_s, upper_s)
+    if branched > overlap_s:
+        parts["overlap_branching"] = branched
     return parts
 
 
@@ -77,6 +93,7 @@ __all__ = [
     "lower_bound",
     "lower_bounds",
     "lp_load_bound",
+    "overlap_branching_bound",
     "overlap_load_bound",
     "pipeline_bounds",
     "transfer_path_bound",

@@ -6,6 +6,8 @@ and tails of that pricing (earliest start, least time to the end) are what ``win
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..problem import Problem
@@ -71,12 +73,14 @@ class TransferTimes:
         return self(nbytes)[:, self.host]
 
 
-def compute_times(problem: Problem) -> dict[str, np.ndarray]:
-    """Each kernel's time on every device (inf where it may not run)."""
+def compute_times(problem: Problem, pins: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Each kernel's time on every device (inf where it may not run, or on every device but its
+    own for a kernel of ``pins``, kernel -> device)."""
     devices = problem.platform.device_names
+    pins = pins or {}
     out = {}
     for kernel in problem.graph.kernels:
-        feasible = set(problem.feasible_devices(kernel))
+        feasible = {pins[kernel]} if kernel in pins else set(problem.feasible_devices(kernel))
         out[kernel] = np.array([problem.costs.compute_s(kernel, d) if d in feasible else np.inf for d in devices])
     return out
 
@@ -113,12 +117,15 @@ def tails(problem: Problem, times: TransferTimes, compute: dict[str, np.ndarray]
     return after
 
 
-def work_heads_tails(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def work_heads_tails(
+    problem: Problem, pins: Mapping[str, str] | None = None, times: TransferTimes | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(work, head, tail) as (kernels, devices) arrays, kernels in ``graph.kernels`` order: compute
-    time (inf where the kernel may not run), earliest start and least time to the end on each device;
-    what the window bounds read."""
-    times = TransferTimes(problem)
-    compute = compute_times(problem)
+    time (inf where the kernel may not run, or is pinned elsewhere by ``pins``), earliest start and
+    least time to the end on each device; what the window bounds read. ``times``: the problem's
+    ``TransferTimes``, where a caller already made them."""
+    times = times or TransferTimes(problem)
+    compute = compute_times(problem, pins)
     start, after = heads(problem, times, compute), tails(problem, times, compute)
     kernels = list(problem.graph.kernels)
     return tuple(np.array([table[k] for k in kernels]) for table in (compute, start, after))

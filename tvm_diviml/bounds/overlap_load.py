@@ -14,13 +14,15 @@ reached: docs/solvers.md#bounds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import mip
 import numpy as np
 
 from ..problem import Problem
 from ..tolerances import SOLVER_SLACK
 from ..toolkit.mip_backend import new_model
-from .latency import work_heads_tails
+from .latency import TransferTimes, work_heads_tails
 from .window_load import thresholds
 
 THRESHOLDS = 64  # head and tail thresholds each, fewer where the overlap table would pass CELLS
@@ -30,13 +32,17 @@ ROWS_PER_ROUND = 24  # the most broken windows added per round
 PLACEMENTS = 4_000  # kernels x devices at most: each LP solve stays well under a second
 
 
-def overlap_load_bound(problem: Problem) -> float:
+def overlap_load_bound(
+    problem: Problem, pins: Mapping[str, str] | None = None, times: TransferTimes | None = None
+) -> float:
     """``overlap_load`` (module docstring); 0 where no window holds a kernel on every device, or past
-    ``PLACEMENTS`` (there a second LP costs seconds a report should not pay, for little)."""
+    ``PLACEMENTS`` (there a second LP costs seconds a report should not pay, for little). With
+    ``pins`` (kernel -> device), the bound over the plans that put those kernels there (heads and
+    tails priced so); ``times``: the problem's ``TransferTimes``, where a caller already made them."""
     graph = problem.graph
     if not graph.kernels or len(graph.kernels) * len(problem.platform.devices) > PLACEMENTS:
         return 0.0
-    work, head, tail = work_heads_tails(problem)  # (n, devices); work inf where k may not run
+    work, head, tail = work_heads_tails(problem, pins, times)  # (n, devices); work inf where k may not run
     usable = np.isfinite(work)
     if not usable.any(axis=1).all():
         return 0.0
