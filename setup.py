@@ -30,6 +30,9 @@ setup(
         # MetaSchedule's LocalBuilder and LocalRunner send candidates to worker processes with it: tuning
         # builds on every core, and a candidate that crashes fails its trial, not the process.
         "cloudpickle>=2",
+        # TVM's worker pools kill a timed-out or recycled worker with it (apache-tvm does not require it):
+        # without it that kill raises, and the build or run on that worker fails with "No module named psutil".
+        "psutil>=5",
     ],
     extras_require={
         "test": [

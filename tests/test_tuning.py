@@ -72,6 +72,19 @@ def records_of(database, func) -> list:
     return [r for r in database.get_all_tuning_records() if tvm_ffi.structural_equal(r.workload.mod, workload)]
 
 
+def test_a_search_builds_and_times_its_candidates(tmp_path):
+    """Each candidate builds and runs in the worker processes and becomes a record beside the default
+    schedule's. (Build workers that imported TVM's tensor intrinsics the slow way, a pool per batch,
+    timed out on every candidate, and the search left the default schedule alone.)"""
+    func = matmul(16)
+    work_dir = str(tmp_path / "search")
+    result = tuning.tune_primfuncs(
+        {"mm": func}, "llvm", tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False, cost_model="random"
+    )
+    assert (result.measured, result.failed) == (TRIALS, 0)
+    assert len(records_of(result.database, func)) == TRIALS + 1
+
+
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_tuning_records_each_distinct_kernel_once(tuned):
     result, funcs = tuned

@@ -34,9 +34,12 @@ import tvm_ffi
 from tvm import tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params
+from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func as _build_worker
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from ..errors import DivimlInputError, Stop, first_line, interrupts_deferred, raise_if_interrupted
 
@@ -51,6 +54,7 @@ _MAX_TRIALS_PER_ITER = 16  # later rounds start from the best measured candidate
 # then takes about a second on 2 cores, not ten, and a budget of minutes buys more measured trials.
 _POPULATION = 128
 _GENETIC_ROUNDS = 3
+_BUILDS_PER_WORKER = 256  # builds before a build worker is restarted (LocalBuilder: a new pool per batch)
 _UNBOUNDED_TRIALS = 100_000  # trials per kernel when only minutes bound the search
 
 
@@ -91,6 +95,8 @@ class TuningResult:
     reused: int  # workloads that already had enough records (resumed runs)
     seconds: float  # wall time of this call
     digest: str  # database_digest(database): the profile cache's "tuned:<digest>"
+    measured: int = 0  # candidates this call built and timed
+    failed: int = 0  # candidates this call could not build or time
 
 
 @dataclass(frozen=True)
@@ -147,9 +153,10 @@ def tune_primfuncs(
         )
         deadline = started + budget.minutes * 60 if budget.minutes else None
         with _metaschedule_logs_into(os.path.join(work_dir, "logs")):
-            done, stopped = _tune(
+            done, stopped, outcome = _tune(
                 missing, target, searched, wanted, work_dir, database, seed, deadline, progress, cost_model
             )
+        _report_failures(outcome, os.path.join(work_dir, "logs"))
         searched.update({_searched_key(missing[name], target): trials for name, trials in done.items()})
         _save_searched(work_dir, searched)
         if stopped:  # the records measured so far are in the database, the trials they took saved
@@ -157,12 +164,54 @@ def tune_primfuncs(
                 "tuning interrupted after %d trials; what was measured is kept in %s", sum(done.values()), work_dir
             )
             raise KeyboardInterrupt
+    else:
+        outcome = _Outcome()
     recorded = sum(1 for mod in workloads.values() if _best_record(database, mod, target) is not None)
     seconds = time.perf_counter() - started
-    log.info("tuned %d kernels (%d reused) in %.1f s", len(missing), len(workloads) - len(missing), seconds)
-    return TuningResult(
-        database, work_dir, recorded, len(missing), len(workloads) - len(missing), seconds, database_digest(database)
+    log.info(
+        "tuned %d kernels (%d reused) in %.1f s: %d candidates measured, %d failed",
+        len(missing),
+        len(workloads) - len(missing),
+        seconds,
+        outcome.measured,
+        outcome.failed,
     )
+    return TuningResult(
+        database,
+        work_dir,
+        recorded,
+        len(missing),
+        len(workloads) - len(missing),
+        seconds,
+        database_digest(database),
+        outcome.measured,
+        outcome.failed,
+    )
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a search measured: candidates built and timed, those that failed, the first failure."""
+
+    measured: int = 0
+    failed: int = 0
+    first_failure: str = ""
+
+
+def _report_failures(outcome: _Outcome, log_dir: str) -> None:
+    """A warning where candidates failed: a search whose every candidate fails leaves only the default
+    schedules, which a user must not take for a tuned result."""
+    if not outcome.failed:
+        return
+    if not outcome.measured:
+        log.warning(
+            "tuning measured no candidate: all %d failed (the first: %s); the default schedules stand (logs in %s)",
+            outcome.failed,
+            outcome.first_failure,
+            log_dir,
+        )
+    else:
+        log.info("tuning: %d candidates failed (the first: %s)", outcome.failed, outcome.first_failure)
 
 
 def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) -> None:
@@ -299,10 +348,11 @@ def _tune(
     deadline: float | None,
     progress,
     cost_model: str,
-) -> tuple[dict[str, int], bool]:
+) -> tuple[dict[str, int], bool, _Outcome]:
     """One MetaSchedule run: up to ``wanted`` trials for each of ``pending`` (task name -> workload),
     less those already searched, until ``deadline`` or an interrupt; returns the trials each task has
-    had now, and whether an interrupt stopped it (after a batch: the database stays whole).
+    had now, whether an interrupt stopped it (after a batch: the database stays whole) and what it
+    measured.
 
     Tasks take turns (round-robin: a gradient scheduler picks them by measured times, so two runs
     would differ), and the search runs on one thread, seeded."""
@@ -332,30 +382,71 @@ def _tune(
         _run_search(contexts, trials, work_dir, database, cost_model, seed, watch)
     watch.close()
     trials_now = {name: done + watch.trials[index] for index, (name, done) in enumerate(zip(names, already))}
-    return trials_now, stop.requested.is_set()
+    return trials_now, stop.requested.is_set(), _Outcome(watch.measured, watch.failed, watch.first_failure)
 
 
 def _run_search(contexts, trials: list[int], work_dir: str, database, cost_model: str, seed: int, watch) -> None:
-    """MetaSchedule's search over ``contexts``, candidates built and run in worker processes."""
-    ms.tune_tasks(
-        tasks=contexts,
-        task_weights=[1.0] * len(contexts),
-        work_dir=work_dir,
-        max_trials_global=sum(trials),
-        max_trials_per_task=max(trials),
-        num_trials_per_iter=min(max(trials), _MAX_TRIALS_PER_ITER),
-        builder=ms.builder.LocalBuilder(max_workers=os.cpu_count() or 1),
-        runner=ms.runner.LocalRunner(evaluator_config=_EVALUATOR, f_alloc_argument=alloc_arguments),
-        database=database,
-        cost_model=_cost_model(cost_model, seed),
-        measure_callbacks=[
-            ms.measure_callback.AddToDatabase(),
-            ms.measure_callback.RemoveBuildArtifact(),
-            ms.measure_callback.UpdateCostModel(),
-            watch,
-        ],
-        task_scheduler="round-robin",
-    )
+    """MetaSchedule's search over ``contexts``, candidates built and run in worker processes, which
+    are stopped when it ends, however it ends."""
+    builder = _PooledBuilder(max_workers=os.cpu_count() or 1, initializer=_import_tensor_intrinsics)
+    runner = ms.runner.LocalRunner(evaluator_config=_EVALUATOR, f_alloc_argument=alloc_arguments)
+    try:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=[1.0] * len(contexts),
+            work_dir=work_dir,
+            max_trials_global=sum(trials),
+            max_trials_per_task=max(trials),
+            num_trials_per_iter=min(max(trials), _MAX_TRIALS_PER_ITER),
+            builder=builder,
+            runner=runner,
+            database=database,
+            cost_model=_cost_model(cost_model, seed),
+            measure_callbacks=[
+                ms.measure_callback.AddToDatabase(),
+                ms.measure_callback.RemoveBuildArtifact(),
+                ms.measure_callback.UpdateCostModel(),
+                watch,
+            ],
+            task_scheduler="round-robin",
+        )
+    finally:
+        builder.close()
+        runner.pool.shutdown()
+
+
+@derived_object
+class _PooledBuilder(ms.builder.LocalBuilder._cls):
+    """MetaSchedule's ``LocalBuilder`` (its build worker, on every core) with one pool of worker
+    processes for the whole search. ``LocalBuilder`` starts a pool for every batch of candidates,
+    against a leak in long-lived workers: about 5 s here (each worker imports TVM), where a batch of
+    a few candidates builds in well under a second, so small budgets spent most of their time
+    starting processes. Each worker is restarted after ``_BUILDS_PER_WORKER`` builds instead."""
+
+    def _sanity_check(self) -> None:  # LocalBuilder checks its functions in a pool of its own
+        self._pool = PopenPoolExecutor(
+            max_workers=self.max_workers,
+            timeout=self.timeout_sec,
+            initializer=self.initializer,
+            maximum_process_uses=_BUILDS_PER_WORKER,
+        )
+        super()._sanity_check()
+
+    def build(self, build_inputs: list) -> list:
+        jobs = [(self.f_build, self.f_export, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
+        return [
+            self._result(done) for done in self._pool.map_with_error_catching(lambda job: _build_worker(*job), jobs)
+        ]
+
+    def _result(self, done) -> ms.builder.BuilderResult:
+        if done.status == StatusKind.COMPLETE:
+            return ms.builder.BuilderResult(done.value, None)
+        if done.status == StatusKind.TIMEOUT:
+            return ms.builder.BuilderResult(None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds")
+        return ms.builder.BuilderResult(None, f"LocalBuilder: An exception occurred\n{done.value}")
+
+    def close(self) -> None:
+        self._pool.shutdown()
 
 
 def _cost_model(kind: str, seed: int):
@@ -380,6 +471,8 @@ class _Progress(PyMeasureCallback):
 
         super().__init__()
         self.trials = [0] * tasks
+        self.measured = self.failed = 0
+        self.first_failure = ""
         self.deadline, self.started, self.stop = deadline, time.perf_counter(), stop
         if deadline is None:
             self.bar = tqdm(total=total_trials, desc=f"tuning {tasks} kernels", unit="trial", disable=not show)
@@ -389,6 +482,11 @@ class _Progress(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         self.trials[task_id] += len(measure_candidates)
+        for built, ran in zip(builder_results, runner_results):
+            error = built.error_msg or ran.error_msg
+            self.measured += not error
+            self.failed += bool(error)
+            self.first_failure = self.first_failure or (_failure_summary(error) if error else "")
         now = time.perf_counter()
         if self.deadline is None:
             self.bar.update(len(measure_candidates))
@@ -401,6 +499,13 @@ class _Progress(PyMeasureCallback):
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _failure_summary(error: str) -> str:
+    """A candidate's error in one line: MetaSchedule's heading and the cause under it (the rest is the
+    candidate's whole TVMScript)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    return " ".join(lines[:2])[:300]
 
 
 def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
