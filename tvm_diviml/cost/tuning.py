@@ -34,8 +34,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params
-from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func as _build_worker
+from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
@@ -417,26 +416,25 @@ def _run_search(contexts, trials: list[int], work_dir: str, database, cost_model
 
 @derived_object
 class _PooledBuilder(ms.builder.LocalBuilder._cls):
-    """MetaSchedule's ``LocalBuilder`` (its build worker, on every core) with one pool of worker
-    processes for the whole search. ``LocalBuilder`` starts a pool for every batch of candidates,
-    against a leak in long-lived workers: about 5 s here (each worker imports TVM), where a batch of
-    a few candidates builds in well under a second, so small budgets spent most of their time
-    starting processes. Each worker is restarted after ``_BUILDS_PER_WORKER`` builds instead."""
+    """MetaSchedule's ``LocalBuilder`` with one pool of worker processes (on every core) for the whole
+    search. ``LocalBuilder`` starts a pool for every batch of candidates, against a leak in long-lived
+    workers, and a worker's first build imports TVM's tensor intrinsics (36-51 s here, past the 30 s
+    timeout: every candidate failed). These workers start with ``_import_tensor_intrinsics`` (the
+    initializer ``_run_search`` gives) and are restarted after ``_BUILDS_PER_WORKER`` builds."""
 
-    def _sanity_check(self) -> None:  # LocalBuilder checks its functions in a pool of its own
+    def _sanity_check(self) -> None:
+        # LocalBuilder checks its build and export functions in a pool of its own (5 s); these are
+        # always its defaults (``_build_candidate``), so the pool is only made here.
         self._pool = PopenPoolExecutor(
             max_workers=self.max_workers,
             timeout=self.timeout_sec,
             initializer=self.initializer,
             maximum_process_uses=_BUILDS_PER_WORKER,
         )
-        super()._sanity_check()
 
     def build(self, build_inputs: list) -> list:
-        jobs = [(self.f_build, self.f_export, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
-        return [
-            self._result(done) for done in self._pool.map_with_error_catching(lambda job: _build_worker(*job), jobs)
-        ]
+        jobs = [(b.mod, b.target) for b in build_inputs]  # TIR candidates carry no params
+        return [self._result(done) for done in self._pool.map_with_error_catching(_build_candidate, jobs)]
 
     def _result(self, done) -> ms.builder.BuilderResult:
         if done.status == StatusKind.COMPLETE:
@@ -499,6 +497,13 @@ class _Progress(PyMeasureCallback):
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _build_candidate(job: tuple) -> str:
+    """In a build worker: one candidate built and exported as ``LocalBuilder`` does by default; the
+    exported file's path."""
+    mod, target = job
+    return default_export(default_build(mod, target, None))
 
 
 def _failure_summary(error: str) -> str:
