@@ -71,11 +71,9 @@ def _best_split(
         if tried == CANDIDATES or deadline.passed():
             break
         tried += 1
-        children = [(child, overlap_load_bound(problem, child, times)) for child in _pinned(pins, kernel, devices)]
+        children = [
+            (child, overlap_load_bound(problem, child, times)) for child in ({**pins, kernel: d} for d in devices)
+        ]
         if best is None or min(v for _, v in children) > min(v for _, v in best):
             best = children
     return best
-
-
-def _pinned(pins: dict[str, str], kernel: str, devices: list[str]) -> list[dict[str, str]]:
-    return [{**pins, kernel: device} for device in devices]
