@@ -106,9 +106,20 @@ def test_the_symmetric_plan_is_reported_before_the_milp_improves_it():
     workload = load_workload("llama:layers=4,hidden=128,intermediate=352", "servers:2xpaper-node", "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
     solved = plan_model(problem, "symmetric", time_limit_s=20)
-    assert solved.trace[0].by == "symmetric: one-block groups on servers"  # before any larger group's solve
+    assert solved.trace[0].by == "symmetric: list schedules of one block on servers"  # before any larger group's solve
     assert solved.trace[0].at_s < solved.plan.solve_s
     alone = get_solver("symmetric", time_limit_s=20).solve(problem)  # no one to offer to: no first plan
+    assert solved.plan.value_s == pytest.approx(alone.value_s, rel=1e-9)
+
+
+def test_a_symmetric_latency_plan_comes_from_list_schedules_before_any_group_solve():
+    workload = load_workload("llama:layers=4,hidden=128,intermediate=352", "servers:2xpaper-node", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="latency")
+    solved = plan_model(problem, "symmetric", time_limit_s=20)
+    first = solved.trace[0]
+    assert first.by == "symmetric: list schedules of one block on servers"
+    assert first.at_s < solved.plan.solve_s and first.value_s >= solved.simulation.value_s
+    alone = get_solver("symmetric", time_limit_s=20).solve(problem)  # the first plan changes nothing after it
     assert solved.plan.value_s == pytest.approx(alone.value_s, rel=1e-9)
 
 

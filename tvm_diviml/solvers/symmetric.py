@@ -36,6 +36,7 @@ from ..tolerances import meets
 from ..toolkit.blocks import Blocks, find_blocks
 from ..toolkit.cpsat_session import CpsatSession
 from ..toolkit.deadline import Deadline
+from ..toolkit.heuristics import best_heuristic
 from ..toolkit.incumbents import Incumbents
 from ..toolkit.mip_backend import new_model
 from ..toolkit.throughput_exact import exact_throughput
@@ -124,8 +125,8 @@ class Symmetric(Solver):
             objective=problem.objective,
         )
         solves: dict[tuple, list[Plan]] = {}  # (server, anchor, group) -> the group solve's plans
-        if watch is not None and problem.objective == "throughput" and self.max_group > 1:
-            self._offer_single_block_groups(problem, blocks, deadline, solves, watch)
+        if watch is not None:
+            self._offer_first_plan(problem, blocks, deadline, watch)
         candidates = self._candidates(problem, blocks, deadline, solves)
         if not any(candidates.values()):
             raise DivimlInputError(
@@ -163,14 +164,23 @@ class Symmetric(Solver):
         return plan
 
     def _plan_from(
-        self, problem: Problem, blocks: Blocks, candidates: dict[str, list[Candidate]], deadline: Deadline
+        self,
+        problem: Problem,
+        blocks: Blocks,
+        candidates: dict[str, list[Candidate]],
+        deadline: Deadline,
+        place_ends: bool = True,
     ) -> tuple:
-        """The best of ``ROUNDS`` server programs over ``candidates``: (its simulation, plan, allocation)."""
+        """The best of ``ROUNDS`` server programs over ``candidates``: (its simulation, plan, allocation).
+        Without ``place_ends`` the head and tail stay on the first and last run's anchors."""
         best, ends = None, None
         for _ in range(ROUNDS):
             allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
             plan = self._assemble(problem, blocks, allocation)
-            self._place_ends(problem, blocks, plan, allocation)
+            if place_ends:
+                self._place_ends(problem, blocks, plan, allocation)
+            else:
+                del plan.attrs["rank"]
             sim = simulate(problem, plan)
             if best is None or sim.value_s < best[0].value_s:
                 best = (sim, plan, allocation)
@@ -179,21 +189,20 @@ class Symmetric(Solver):
             ends = _end_loads(problem, blocks, plan)
         return best
 
-    def _offer_single_block_groups(
-        self, problem: Problem, blocks: Blocks, deadline: Deadline, solves: dict, watch: Incumbents
-    ) -> None:
-        """A first throughput plan from groups of one block only (one group solve per anchor, where
-        larger groups take one each more), offered before the larger groups are solved; their solves
-        are kept in ``solves`` for the full candidates. Where one-block groups do not fit, none."""
-        quick = self._candidates(problem, blocks, deadline, solves, max_group=1)
+    def _offer_first_plan(self, problem: Problem, blocks: Blocks, deadline: Deadline, watch: Incumbents) -> None:
+        """A first plan offered before the group solves, which take most of the time: the server program
+        over one block's list schedules (and the block whole on its anchor), no solve; for latency the
+        head and tail stay on the anchors. None where memory wants more."""
+        latency = problem.objective == "latency"
+        quick = self._candidates(problem, blocks, deadline, {}, max_group=1, solve=False)
         if not any(quick.values()):
             return
         try:
-            sim, plan, _ = self._plan_from(problem, blocks, quick, deadline)
-        except DivimlInputError as error:  # memory wants larger groups: the full candidates decide
-            log.info("symmetric: no plan from one-block groups (%s)", error)
+            sim, plan, _ = self._plan_from(problem, blocks, quick, deadline, place_ends=not latency)
+        except DivimlInputError as error:  # memory wants larger groups or split blocks: the full candidates decide
+            log.info("symmetric: no first plan (%s)", error)
             return
-        watch.offer(plan, "symmetric: one-block groups on servers", sim.value_s)
+        watch.offer(plan, "symmetric: list schedules of one block on servers", sim.value_s)
 
     # ------------------------------------------------------------------ fallback
     def _fall_back(self, problem: Problem, reason: str, deadline: Deadline, watch: Incumbents | None) -> Plan:
@@ -207,17 +216,24 @@ class Symmetric(Solver):
 
     # ------------------------------------------------------------------ 2. candidates
     def _candidates(
-        self, problem: Problem, blocks: Blocks, deadline: Deadline, solves: dict, max_group: int | None = None
+        self,
+        problem: Problem,
+        blocks: Blocks,
+        deadline: Deadline,
+        solves: dict,
+        max_group: int | None = None,
+        solve: bool = True,
     ) -> dict[str, list[Candidate]]:
         """Kind -> its candidates (every anchor and group size up to ``max_group`` that gave a plan);
-        group solves already in ``solves`` are not solved again, new ones are added to it."""
+        group solves already in ``solves`` are not solved again, new ones are added to it. Without
+        ``solve``, list schedules of the groups stand in for their solves."""
         out: dict[str, list[Candidate]] = {}
         latency = problem.objective == "latency"
-        opened = CpsatSession(seed=self.seed, workers=2) if latency else contextlib.nullcontext()
+        opened = CpsatSession(seed=self.seed, workers=2) if latency and solve else contextlib.nullcontext()
         with opened as session:  # one OR-Tools process for all latency groups
             for servers in identical_servers(problem.platform):
                 kind, found = self._kind_candidates(
-                    problem, blocks, servers[0], session, deadline, solves, max_group or self.max_group
+                    problem, blocks, servers[0], session, deadline, solves, max_group or self.max_group, solve
                 )
                 out[kind] = found
         return out
@@ -231,8 +247,10 @@ class Symmetric(Solver):
         deadline: Deadline,
         solves: dict,
         max_group: int,
+        solve: bool,
     ) -> tuple[str, list[Candidate]]:
-        """The candidates of the kind of server ``first``, each group solve within the whole deadline."""
+        """The candidates of the kind of server ``first``, each group solve within the whole deadline
+        (without ``solve``, each group's best list schedule instead)."""
         devices = server_devices(problem.platform)
         groups = [1] if problem.objective == "latency" else list(range(1, min(max_group, len(blocks.blocks)) + 1))
         kind = problem.platform.servers[first].kind if problem.platform.servers else first
@@ -251,10 +269,13 @@ class Symmetric(Solver):
                 except DivimlInputError as error:  # this server cannot hold the group: no candidate
                     log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
                     continue
-                if (first, anchor, group) not in solves:
+                if solve and (first, anchor, group) not in solves:
                     solver = get_solver(full_graph_solver(sub), time_limit_s=self.group_time_limit_s, seed=self.seed)
                     solves[first, anchor, group] = [solver.solve(sub, deadline=deadline, session=session)]
-                plans = list(solves[first, anchor, group])
+                if solve:
+                    plans = list(solves[first, anchor, group])
+                else:  # a list schedule: milliseconds on one group
+                    plans = [plan for plan in (best_heuristic(sub),) if plan is not None]
                 if group == 1:  # the block whole on the anchor: it spares the other devices' memory
                     plans.append(Plan({k: anchor for k in sub.graph.kernels}, objective=sub.objective, mode=sub.mode))
                 solved = None
