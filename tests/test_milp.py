@@ -198,6 +198,19 @@ def test_lp_load_bound_by_hand():
     assert lp_load_bound(problem) <= 0.6
 
 
+def test_the_load_lp_bound_stays_past_the_deadline_on_small_graphs_only(monkeypatch):
+    import tvm_diviml.bounds as bounds
+    from tvm_diviml.toolkit.deadline import Deadline
+
+    graph = graph_of([], kernels=["k"])
+    platform = unit_platform()
+    problem = Problem(graph, platform, table(platform, {"k": {"A": 1, "B": 3, "C": 3}}))
+    spent = Deadline.after(0.0)
+    assert lower_bounds(problem, deadline=spent)["lp_load"] == pytest.approx(0.6, rel=1e-5)
+    monkeypatch.setattr(bounds, "LP_ALWAYS_UP_TO", 0)  # as on a graph past the threshold
+    assert "lp_load" not in lower_bounds(problem, deadline=spent)
+
+
 def test_split_modules_are_contiguous_capped_and_acyclic():
     graph = random_dag(kernels=120, seed=5)
     platform = unit_platform(latency=0.001, bandwidth=1e9)

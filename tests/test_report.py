@@ -83,6 +83,47 @@ def test_auto_keeps_the_single_device_unless_the_split_wins_by_more_than_the_mea
     assert len(chosen.devices_used()) == 2 and row["kept_single_device"] is None  # a named solver is obeyed
 
 
+def test_a_throughput_plan_that_is_not_built_replicates_where_faster_and_drops_the_unreplicated_bound():
+    from tvm_diviml.app.report import solve_and_report
+
+    # One kernel, 3 s on A and 1 s on B: the MILP proves 1 s among plans that run it on one device, yet
+    # replicas with shares 1/4 and 3/4 take 0.75 s a period.
+    platform = unit_platform(("A", "B"))
+    problem = Problem(
+        graph_of([], kernels=["k"]), platform, table(platform, {"k": {"A": 3, "B": 1}}), objective="throughput"
+    )
+    built, _, row = solve_and_report(problem, "auto", "one", "table", time_limit_s=10)  # a build follows
+    assert not built.replicas and row["value_s"] == pytest.approx(1.0) and row["lower_bound_s"] == pytest.approx(1.0)
+    assert row["replicated"] is None and row["replicas"] == []
+    planned, sim, row = solve_and_report(problem, "auto", "one", "table", time_limit_s=10, replicas=True)
+    assert planned.replicas and sim.value_s == pytest.approx(0.75) and row["value_s"] == sim.value_s
+    assert "solver" not in row["lower_bound_parts"] and row["lower_bound_s"] <= 0.75 * (1 + 1e-9)
+    assert row["replicas"] == [{"kernels": 1, "shares": pytest.approx({"A": 0.25, "B": 0.75})}]
+    assert row["kernels_per_device"] == {"A": 1, "B": 1}  # each replica runs the kernel
+    shown = format_row(row, ["A", "B"])
+    assert "the whole model replicated" in shown and "shares of the stream: B 75%, A 25%" in shown
+
+
+def test_a_throughput_plan_proven_only_without_replicas_says_so():
+    from tvm_diviml.app.report import solve_and_report
+
+    # a (1 s) runs only on A, b takes 6 s on A and 3 s on B, the edge free: A alone 7 s, a on A and b on B
+    # 3 s (optimal without replicas), b's stage replicated 7/3 s (A 1 + 6y, B 3 - 3y, y = 2/9). With an
+    # error margin of 25% the replicas (22% faster) are not kept: the MILP's proof holds only among
+    # plans without replicas, and the bound that counts is the one valid with them (the LP's 7/3 s).
+    from tvm_diviml.graph import Edge, Kernel, OpGraph
+
+    graph = OpGraph([Kernel("a", allowed_devices=("A",)), Kernel("b")], [Edge("a", "b", 0)])
+    platform = unit_platform(("A", "B"))
+    costs = table(platform, {"a": 1, "b": {"A": 6, "B": 3}})
+    costs.prediction_error = 0.25
+    problem = Problem(graph, platform, costs, objective="throughput")
+    plan, sim, row = solve_and_report(problem, "auto", "two", "table", time_limit_s=10, replicas=True)
+    assert not plan.replicas and sim.value_s == pytest.approx(3.0) and row["replicated"] is None
+    assert row["lower_bound_s"] == pytest.approx(7 / 3, rel=1e-5) and row["optimal_among"] == "plans without replicas"
+    assert "proven optimal among plans without replicas" in format_row(row, ["A", "B"])
+
+
 def forced_split(objective, stages=None):
     """a may run only on B and c only on C: no single device can run the model."""
     from tvm_diviml.graph import Kernel, OpGraph

@@ -166,7 +166,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             tuning_db=args.tuning_db,
         )
     else:
-        plan, sim, row, problem = _solve(args, _workload(args), interrupt_keeps_best=True)
+        plan, sim, row, problem = _solve(args, _workload(args), interrupt_keeps_best=True, replicas=True)
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
         if "batch_splits_tried" in row:
@@ -192,10 +192,11 @@ class Solved(NamedTuple):
     problem: Problem
 
 
-def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = False) -> Solved:
+def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = False, replicas: bool = False) -> Solved:
     """Place ``workload`` as the plan/run options say. ``interrupt_keeps_best``: Ctrl-C during the
     solve reports the best plan so far (``plan``: the plan is the result) instead of stopping the
-    command (``run``: a user who interrupts it wants nothing built)."""
+    command (``run``: a user who interrupts it wants nothing built). ``replicas``: the plan is not
+    built, so throughput may replicate (``plan``; ``run`` builds)."""
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -210,6 +211,7 @@ def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = Fals
         bound_time_limit_s=args.bound_time_limit,
         listener=ProgressLines(),
         interrupt_keeps_best=interrupt_keeps_best,
+        replicas=replicas,
     )
     return Solved(plan, sim, row, problem)
 
@@ -405,7 +407,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             graph, workload.platform, workload.costs, objective=objective, stages=len(workload.platform.devices)
         )
         plan, sim, row = solve_and_report(
-            problem, "auto", workload.model, workload.cost_source, time_limit_s=60, bound_time_limit_s=10
+            problem, "auto", workload.model, workload.cost_source, time_limit_s=60, bound_time_limit_s=10, replicas=True
         )
         print(f"== {objective} ==")
         print(format_row(row, workload.platform.device_names))
@@ -434,12 +436,13 @@ def _demo_servers(model: str, platform: str) -> None:
     print(
         f"== {model} on {platform} ==\nA LLaMA-style decoder of 24 identical layers is placed on four servers "
         "(each a CPU and two GPUs, joined by a 100 Gb/s network) for throughput: the symmetric solver places "
-        "one group of layers per server kind once and decides how many layers each server takes; the bound "
-        "is the whole problem's.\n"
+        "one group of layers per server kind once and decides how many layers each server takes; then, as "
+        "`diviml plan` does for throughput, the model replicated on several devices (each replica serving a "
+        "share of the stream) is kept where it is faster. The bound is the whole problem's, replicas included.\n"
     )
     workload = load_workload(model, platform, "roofline")
     problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
-    _, _, row = solve_and_report(problem, "auto", workload.model, workload.cost_source, time_limit_s=60)
+    _, _, row = solve_and_report(problem, "auto", workload.model, workload.cost_source, time_limit_s=60, replicas=True)
     print(format_row(row, workload.platform.device_names))
     print()
 

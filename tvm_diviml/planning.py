@@ -20,14 +20,20 @@ from .plan import Plan
 from .problem import Problem
 from .simulator import Simulation, simulate
 from .solvers import default_solver, get_solver
+from .solvers.replicas import best_with_replicas
 from .toolkit.deadline import Deadline
 from .toolkit.incumbents import Event, Incumbents
 from .toolkit.single_device import single_device_values
+from .units import format_seconds
 
 log = logging.getLogger(__name__)
 
 # The least time left for which the MIP and CP-SAT bounds are started (else the combinatorial ones only).
 MIN_BOUND_TIME_S = 1.0
+# Replicas are kept only where they cut the period by at least this much: each one is another copy of
+# the weights and a stream to share out (the demo's paper-node plan: two stages sent a share that rounds
+# to 0% elsewhere, for the same period to four digits).
+MIN_REPLICA_GAIN = 0.01
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Solved:
     bounds: dict[str, float]
     baselines: dict[str, float | None]
     kept_single_device: str | None = None  # why auto kept the single device instead of the split
+    replicated: str | None = None  # why auto replicated kernels (plans that are not built only)
     trace: list[Event] = field(default_factory=list)  # the best plan and bound as they improved
     interrupted: bool = False  # Ctrl-C ended the solve: the plan is the best found until then
 
@@ -57,13 +64,17 @@ def plan_model(
     bound_time_limit_s: float = 0.0,
     listener: Callable[[Event], None] | None = None,
     interrupt_keeps_best: bool = False,
+    replicas: bool = False,
 ) -> Solved:
     """Solve ``problem`` with ``solver`` and gather what a report needs, all within ``time_limit_s`` of
     wall time. ``bound_time_limit_s``: seconds of it for the pipeline bound MIPs and the latency series
     bound (0: the combinatorial bounds only); the solver leaves them up to a quarter of the limit.
     ``listener``: called with each improvement of the best plan or bound (``Event``). With
     ``interrupt_keeps_best``, an interrupt during the solve keeps the best plan offered so far (none
-    yet: the interrupt goes on), and the bounds are then the combinatorial ones; without, it goes on."""
+    yet: the interrupt goes on), and the bounds are then the combinatorial ones; without, it goes on.
+    ``replicas``: the plan will not be built (a build runs each kernel on one device), so ``auto`` may
+    replicate the model or its stages for throughput (``replicate_where_faster``); a solver's own
+    bound, proven among plans without replicas, then does not count."""
     deadline = Deadline.after(time_limit_s)
     automatic = solver == "auto"
     name = default_solver(problem) if automatic else solver
@@ -94,6 +105,12 @@ def plan_model(
         if kept_single:
             single.solver = "fastest_single_device"
             plan, sim = single, simulate(problem, single)
+    with_replicas = replicas and problem.objective == "throughput" and problem.mode == "period_overlap"
+    replicated = None
+    if with_replicas and automatic and not interrupted:
+        plan, sim, replicated = replicate_where_faster(problem, plan, sim, watch)
+    if with_replicas and plan.optimal and not plan.replicas:
+        plan.attrs["optimal_among"] = "plans without replicas"
     for device, entry in per_device.items():
         baselines[f"single:{device}"] = entry["value_s"]
     baselines.update(list_scheduling_baselines(problem, plan if name in ("heft", "greedy") else None))
@@ -105,12 +122,35 @@ def plan_model(
     if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
         mip_time_limit_s = 0.0
     bounds = lower_bounds(problem, mip_time_limit_s=mip_time_limit_s, upper_s=sim.value_s, deadline=deadline)
-    if plan.lower_bound_s is not None:
+    if plan.lower_bound_s is not None and not with_replicas:
         bounds["solver"] = plan.lower_bound_s
     if bounds:
         source = max(bounds, key=bounds.__getitem__)
         watch.bound(bounds[source], f"bound: {source}")
-    return Solved(plan, sim, bounds, baselines, kept_single, watch.trace, interrupted)
+    return Solved(plan, sim, bounds, baselines, kept_single, replicated, watch.trace, interrupted)
+
+
+def replicate_where_faster(
+    problem: Problem, plan: Plan, sim: Simulation, watch: Incumbents
+) -> tuple[Plan, Simulation, str | None]:
+    """``plan``, or the best of it with the whole model or its stages replicated
+    (``solvers.replicas.best_with_replicas``) where that is predicted faster by more than the costs'
+    measured error and by ``MIN_REPLICA_GAIN``; with why (None: ``plan`` kept)."""
+    replicated = best_with_replicas(problem, plan, plan.solver)
+    if not replicated.replicas:
+        return plan, sim, None
+    replicated_sim = simulate(problem, replicated)
+    wanted_s = sim.value_s * (1.0 - max(problem.costs.prediction_error, MIN_REPLICA_GAIN))
+    if replicated_sim.value_s >= wanted_s:
+        return plan, sim, None
+    replicated.solve_s = plan.solve_s
+    option = "the whole model" if replicated.attrs["replicas_option"] == "whole_model" else "the plan's stages"
+    watch.offer(replicated, f"{option} replicated", replicated_sim.value_s)
+    why = (
+        f"{option} replicated (each replica takes a share of the stream): period "
+        f"{format_seconds(replicated_sim.value_s)} against {format_seconds(sim.value_s)} for {plan.solver}'s plan"
+    )
+    return replicated, replicated_sim, why
 
 
 def _keep_single_device(solver: str, split_s: float, single_s: float, error: float) -> str | None:

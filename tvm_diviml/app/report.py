@@ -29,6 +29,7 @@ def solve_and_report(
     solved = plan_model(problem, solver, **options)
     row = report_row(problem, solved.plan, solved.simulation, solved.bounds, solved.baselines, model, cost_source)
     row["kept_single_device"] = solved.kept_single_device
+    row["replicated"] = solved.replicated
     row["interrupted"] = solved.interrupted
     row["progress"] = [event.as_json() for event in solved.trace]
     return solved.plan, solved.simulation, row
@@ -79,6 +80,8 @@ def report_row(
         "assignment": plan.assignment,
         "stages": plan.stages,
         "stage_devices": plan.stage_devices,
+        "replicas": [{"kernels": len(group.kernels), "shares": group.shares} for group in plan.replicas],
+        "kernels_per_device": _kernels_per_device(plan),
         "baselines": baselines,
         "device_busy_s": sim.device_busy_s,
         "memory_bytes": sim.memory_bytes,
@@ -108,6 +111,26 @@ def _symmetric_line(found: dict[str, Any]) -> str:
         f"tail {found['tail']}), {found['candidates']} candidate placements of a group of blocks; "
         f"blocks per server: {servers}"
         + ("; the whole-graph throughput MILP then improved that plan" if found.get("improved_by_milp") else "")
+    )
+
+
+def _kernels_per_device(plan: Plan) -> dict[str, int]:
+    """Kernels each device runs: its own, and a replica group's on every device that takes a share."""
+    counts = Counter(plan.assignment.values())
+    for group in plan.replicas:
+        for kernel in group.kernels:
+            counts.update(d for d in group.shares if d != plan.assignment[kernel])
+    return dict(counts)
+
+
+def _replicas_line(group: dict[str, Any]) -> str:
+    """One replica group: its kernels and each device's share of the stream."""
+    shares = ", ".join(
+        f"{device} {100 * share:.0f}%" for device, share in sorted(group["shares"].items(), key=lambda item: -item[1])
+    )
+    return (
+        f"replicas: {group['kernels']} kernels on {len(group['shares'])} devices, shares of the stream: {shares} "
+        "(plan only: a build runs each kernel on one device)"
     )
 
 
@@ -158,11 +181,14 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
         lines.append(_symmetric_line(row["symmetric"]))
     if row.get("kept_single_device"):
         lines.append(row["kept_single_device"])
+    if row.get("replicated"):
+        lines.append(row["replicated"])
+    lines += [_replicas_line(group) for group in row.get("replicas", [])]
     if row.get("weaker_method"):
         lines.append(row["weaker_method"])
     if not row["feasible"]:
         lines.append("INFEASIBLE: " + "; ".join(row["problems"][:5]))
-    counts = Counter(row["assignment"].values())
+    counts = row.get("kernels_per_device") or Counter(row["assignment"].values())
     lines.append("")
     lines.append(f"{'device':<14}{'kernels':>8}{'busy':>14}{'memory MiB':>12}{'alone':>14}")
     for device in platform_devices:

@@ -144,24 +144,32 @@ class Replicas(Solver):
         base = get_solver(self.base, time_limit_s=self.time_limit_s * BASE_SHARE, seed=self.seed).solve(
             problem, deadline=deadline
         )
-        options = {
-            "none": throughput_plan(base.assignment, self.name),
-            "whole_model": whole_model_replicas(problem, self.name),
-            "stages": stage_replicas(problem, base, self.name),
-        }
-        values: dict[str, float | None] = {}
-        best_name = None
-        for name, plan in options.items():
-            sim = None if plan is None else score(problem, plan)
-            values[name] = sim.value_s if sim is not None and sim.feasible else None
-            if values[name] is not None and (best_name is None or values[name] < values[best_name]):
-                best_name = name
-        if best_name is None:
-            raise DivimlInputError(
-                "no replica option gave a plan that fits",
-                field="memory_bytes",
-                hint="check memory and allowed devices; try --solver greedy",
-            )
-        plan = options[best_name]
-        plan.attrs.update({"replicas_option": best_name, "option_values_s": values, "base_solver": self.base})
+        plan = best_with_replicas(problem, base, self.name)
+        plan.attrs["base_solver"] = self.base
         return plan
+
+
+def best_with_replicas(problem: Problem, base: Plan, solver: str) -> Plan:
+    """The best of ``base`` as it is, the whole model replicated and ``base``'s stages replicated
+    (``attrs``: ``replicas_option``, ``option_values_s``), scored by the simulator."""
+    options = {
+        "none": throughput_plan(base.assignment, solver),
+        "whole_model": whole_model_replicas(problem, solver),
+        "stages": stage_replicas(problem, base, solver),
+    }
+    values: dict[str, float | None] = {}
+    best_name = None
+    for name, plan in options.items():
+        sim = None if plan is None else score(problem, plan)
+        values[name] = sim.value_s if sim is not None and sim.feasible else None
+        if values[name] is not None and (best_name is None or values[name] < values[best_name]):
+            best_name = name
+    if best_name is None:
+        raise DivimlInputError(
+            "no replica option gave a plan that fits",
+            field="memory_bytes",
+            hint="check memory and allowed devices; try --solver greedy",
+        )
+    plan = options[best_name]
+    plan.attrs.update({"replicas_option": best_name, "option_values_s": values})
+    return plan
