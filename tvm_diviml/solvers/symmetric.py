@@ -124,10 +124,9 @@ class Symmetric(Solver):
             RememberedCosts(problem.costs, problem.platform, free=(ENTRY, EXIT)),
             objective=problem.objective,
         )
-        solves: dict[tuple, list[Plan]] = {}  # (server, anchor, group) -> the group solve's plans
         if watch is not None:
             self._offer_first_plan(problem, blocks, deadline, watch)
-        candidates = self._candidates(problem, blocks, deadline, solves)
+        candidates = self._candidates(problem, blocks, deadline)
         if not any(candidates.values()):
             raise DivimlInputError(
                 "no server can hold even one block of the model",
@@ -172,15 +171,15 @@ class Symmetric(Solver):
         place_ends: bool = True,
     ) -> tuple:
         """The best of ``ROUNDS`` server programs over ``candidates``: (its simulation, plan, allocation).
-        Without ``place_ends`` the head and tail stay on the first and last run's anchors."""
+        Without ``place_ends`` the head and tail stay on the first and last run's anchors. The plans'
+        run ranks (``attrs["rank"]``) are dropped once their order is set."""
         best, ends = None, None
         for _ in range(ROUNDS):
             allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
             plan = self._assemble(problem, blocks, allocation)
             if place_ends:
                 self._place_ends(problem, blocks, plan, allocation)
-            else:
-                del plan.attrs["rank"]
+            del plan.attrs["rank"]
             sim = simulate(problem, plan)
             if best is None or sim.value_s < best[0].value_s:
                 best = (sim, plan, allocation)
@@ -194,7 +193,7 @@ class Symmetric(Solver):
         over one block's list schedules (and the block whole on its anchor), no solve; for latency the
         head and tail stay on the anchors. None where memory wants more."""
         latency = problem.objective == "latency"
-        quick = self._candidates(problem, blocks, deadline, {}, max_group=1, solve=False)
+        quick = self._candidates(problem, blocks, deadline, max_group=1, solve=False)
         if not any(quick.values()):
             return
         try:
@@ -220,20 +219,18 @@ class Symmetric(Solver):
         problem: Problem,
         blocks: Blocks,
         deadline: Deadline,
-        solves: dict,
         max_group: int | None = None,
         solve: bool = True,
     ) -> dict[str, list[Candidate]]:
-        """Kind -> its candidates (every anchor and group size up to ``max_group`` that gave a plan);
-        group solves already in ``solves`` are not solved again, new ones are added to it. Without
-        ``solve``, list schedules of the groups stand in for their solves."""
+        """Kind -> its candidates (every anchor and group size up to ``max_group`` that gave a plan).
+        Without ``solve``, list schedules of the groups stand in for their solves."""
         out: dict[str, list[Candidate]] = {}
         latency = problem.objective == "latency"
         opened = CpsatSession(seed=self.seed, workers=2) if latency and solve else contextlib.nullcontext()
         with opened as session:  # one OR-Tools process for all latency groups
             for servers in identical_servers(problem.platform):
                 kind, found = self._kind_candidates(
-                    problem, blocks, servers[0], session, deadline, solves, max_group or self.max_group, solve
+                    problem, blocks, servers[0], session, deadline, max_group or self.max_group, solve
                 )
                 out[kind] = found
         return out
@@ -245,7 +242,6 @@ class Symmetric(Solver):
         first: str,
         session: CpsatSession | None,
         deadline: Deadline,
-        solves: dict,
         max_group: int,
         solve: bool,
     ) -> tuple[str, list[Candidate]]:
@@ -269,11 +265,9 @@ class Symmetric(Solver):
                 except DivimlInputError as error:  # this server cannot hold the group: no candidate
                     log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
                     continue
-                if solve and (first, anchor, group) not in solves:
-                    solver = get_solver(full_graph_solver(sub), time_limit_s=self.group_time_limit_s, seed=self.seed)
-                    solves[first, anchor, group] = [solver.solve(sub, deadline=deadline, session=session)]
                 if solve:
-                    plans = list(solves[first, anchor, group])
+                    solver = get_solver(full_graph_solver(sub), time_limit_s=self.group_time_limit_s, seed=self.seed)
+                    plans = [solver.solve(sub, deadline=deadline, session=session)]
                 else:  # a list schedule: milliseconds on one group
                     plans = [plan for plan in (best_heuristic(sub),) if plan is not None]
                 if group == 1:  # the block whole on the anchor: it spares the other devices' memory
@@ -434,7 +428,6 @@ class Symmetric(Solver):
                 _set_order(plan)
             if not improved:
                 break
-        del plan.attrs["rank"]
 
 
 def _run_variables(
