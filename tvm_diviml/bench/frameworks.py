@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DivimlInputError, first_line
@@ -82,15 +83,15 @@ def framework_row(name: str, make: Callable[[], tuple[Any, tuple]], scratch: str
     notes = []
     path = os.path.join(scratch, f"{name}.pt2")
     torch.export.save(torch.export.export(module, args), path)
-    row["diviml_s"], row["diviml_plan"], _ = _diviml(path, [], notes, "diviml")
-    row["diviml_tuned_s"], row["diviml_tuned_plan"], row["tuning_s"] = None, None, None
-    row["tuned_over_default"] = None
+    row.update(_diviml(path, [], notes, "diviml").fields("diviml"))
+    row["tuning_s"], row["tuned_over_default"] = None, None
+    row.update(DivimlRun.failed().fields("diviml_tuned"))
     if tune_minutes > 0:
         began = time.perf_counter()
-        tuned = ["--tune-minutes", f"{tune_minutes:g}"]
-        row["diviml_tuned_s"], row["diviml_tuned_plan"], candidates = _diviml(path, tuned, notes, "diviml tuned")
+        tuned = _diviml(path, ["--tune-minutes", f"{tune_minutes:g}"], notes, "diviml tuned")
         row["tuning_s"] = time.perf_counter() - began
-        row["tuned_over_default"] = _tuned_over_default(candidates)
+        row["tuned_over_default"] = _tuned_over_default(tuned.candidates)
+        row.update(tuned.fields("diviml_tuned"))
     row["tvm_default_s"] = _guarded(lambda: _tvm_default(module, args), notes, "tvm.compile")
     row["torch_1_thread_s"] = _guarded(lambda: _torch(module, args, 1), notes, "torch")
     row["torch_s"] = _guarded(lambda: _torch(module, args, os.cpu_count() or 1), notes, "torch")
@@ -120,17 +121,41 @@ def _tuned_over_default(candidates: list[dict]) -> float | None:
     return min(tuned) / min(default) if tuned and default else None
 
 
-def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[float | None, str | None, list]:
-    """``diviml run PATH --platform cpu2`` in a subprocess: the kept plan's measured latency, what it
-    placed (a device, or how many devices; "default schedules" where a tuned run kept those) and every
-    candidate timed (``candidates`` of the JSON row)."""
+@dataclass(frozen=True)
+class DivimlRun:
+    """What one ``diviml run`` reported: the kept plan's measured latency, what it placed, every
+    candidate timed, and the held-out checks: measured over predicted, kept over the best single
+    device timed in the same rounds."""
+
+    seconds: float | None
+    placed: str | None
+    candidates: list
+    measured_over_predicted: float | None
+    kept_over_best_single: float | None
+
+    @classmethod
+    def failed(cls) -> DivimlRun:
+        return cls(None, None, [], None, None)
+
+    def fields(self, prefix: str) -> Row:
+        return {
+            f"{prefix}_s": self.seconds,
+            f"{prefix}_plan": self.placed,
+            f"{prefix}_measured_over_predicted": self.measured_over_predicted,
+            f"{prefix}_kept_over_best_single": self.kept_over_best_single,
+        }
+
+
+def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> DivimlRun:
+    """``diviml run PATH --platform cpu2`` in a subprocess, as a user runs it; "placed" is a device
+    or how many devices, with "default schedules" where a tuned run kept those."""
     out = path + f".{len(extra)}.json"
     command = [sys.executable, "-m", "tvm_diviml.cli", "run", path, "--platform", "cpu2", *extra, "--json", out]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         notes.append(f"{what}: exit {done.returncode}: {lines[-1] if lines else 'no output'}")
-        return None, None, []
+        return DivimlRun.failed()
     with open(out) as file:
         row = json.load(file)
     used = sorted(set(row.get("kept_assignment", row["assignment"]).values()))
@@ -140,7 +165,14 @@ def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> tuple[f
     placed = used[0] if len(used) == 1 else f"{len(used)} devices"
     placed += f" ({threads} threads)" if threads else ""
     placed += ", default schedules" if kept and kept[0].get("default_schedules") else ""
-    return float(row["run"]["measured_s"]), placed, chosen["candidates"] if chosen else []
+    run = row["run"]
+    return DivimlRun(
+        seconds=float(run["measured_s"]),
+        placed=placed,
+        candidates=chosen["candidates"] if chosen else [],
+        measured_over_predicted=run.get("measured_over_predicted"),
+        kept_over_best_single=1 / run["speedup_over_best_single_device"],
+    )
 
 
 def _seconds_per_call(call: Callable[[], Any]) -> float:
