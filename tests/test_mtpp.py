@@ -173,7 +173,7 @@ def test_mip_refuses_other_objectives_and_too_many_stages():
 def test_every_bound_lies_below_the_optimum(problem):
     optimum = best_pipeline(problem)
     parts = lower_bounds(problem, mip_time_limit_s=5)
-    assert {"average_load", "largest_kernel", "neighbourhood", "lp_load", "downsets"} <= set(parts)
+    assert {"average_load", "largest_kernel", "neighbourhood", "separation", "lp_load", "downsets"} <= set(parts)
     mips = pipeline_bounds(problem, 5, downsets=False)  # the DP, where it proves the optimum, stops the MIPs
     assert {"three_superblock", "guess_bottleneck", "exact_mip"} <= set(mips)
     for name, bound in (parts | mips).items():
@@ -203,7 +203,8 @@ def test_guessing_the_bottleneck_is_valid_only_as_the_minimum_over_positions():
     assert parts["average_load"] == 6.0 and parts["largest_kernel"] == 10.0
     # the downset DP proves the optimum itself, and then no MIP runs
     solved = pipeline_bounds(problem, time_limit_s=10)
-    assert set(solved) == {"average_load", "largest_kernel", "neighbourhood", "downsets"} and solved["downsets"] == 10.0
+    assert set(solved) == {"average_load", "largest_kernel", "neighbourhood", "separation", "downsets"}
+    assert solved["downsets"] == 10.0
 
 
 def test_three_superblocks_price_the_transfers_lb0_ignores():
@@ -219,7 +220,7 @@ def test_three_superblocks_price_the_transfers_lb0_ignores():
 
 def test_bounds_stay_cheap_without_a_mip_budget():
     parts = lower_bounds(hand_chain())
-    assert set(parts) == {"average_load", "largest_kernel", "neighbourhood", "lp_load"}
+    assert set(parts) == {"average_load", "largest_kernel", "neighbourhood", "separation", "lp_load"}
     # Cheapest devices: a 2 (B), b 1 (C), c 1 + output 2 (C) or 100 + 0 on the host A: 6 over two stages;
     # the dearest kernel with what it reads: a on B with its input, 2 + 2.
     assert parts["average_load"] == 3.0 and parts["largest_kernel"] == 4.0
@@ -276,3 +277,16 @@ def test_the_neighbourhood_bound_holds_for_any_number_of_stages():
         problem = pipeline(graph, platform, table(platform, {"a": 6, "b": 5, "c": 1}), stages)
         assert close(lower_bounds(problem)["neighbourhood"], 10.0)
         assert best_pipeline(problem) >= 10.0 * (1 - TOLERANCE)
+
+
+def test_the_separation_bound_prices_the_tensors_no_plan_keeps_inside_a_stage():
+    """a -> b -> c -> d, 5 s each, and a -> d; every tensor 1 byte (2 s on a unit link, paid by the
+    stage it leaves and the one it enters). Below a period of 20 s no stage holds a and d, hence
+    nothing between them: a's tensor crosses in every such plan, so 2 T >= 20 + 2 + 2 and T >= 12,
+    where the average load says 10. The best plan, [a, b] | [c, d], takes 14."""
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 1), ("b", "c", 1), ("c", "d", 1), ("a", "d", 1)])
+    problem = pipeline(graph, platform, table(platform, dict.fromkeys("abcd", 5)), 2)
+    parts = lower_bounds(problem)
+    assert close(parts["average_load"], 10.0) and close(parts["separation"], 12.0)
+    assert close(best_pipeline(problem), 14.0)
