@@ -916,9 +916,10 @@ def _problem_arguments(
         type=_non_negative_float,
         default=bound_time_limit,
         metavar="S",
-        help="seconds of the time limit for the stronger lower bounds: pipelines' stage cover and MIPs, "
-        "latency's series decomposition and overlap branching; the solver leaves them up to a quarter of the "
-        f"limit, and they start only with a second left (default {bound_time_limit:g}; 0: combinatorial bounds only)",
+        help="seconds of the time limit kept from the solver for the stronger lower bounds: pipelines' stage "
+        "cover and MIPs, latency's series decomposition and overlap branching (up to a quarter of the limit); "
+        "they also get whatever the solver leaves, and start only with a second left "
+        f"(default {bound_time_limit:g}; 0: combinatorial bounds only)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
 
