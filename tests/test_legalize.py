@@ -63,7 +63,7 @@ def kernel_scripts(mod: tvm.IRModule) -> str:
 def test_float32_transcendentals_become_polynomials_within_their_accuracy(name):
     op, reference = OPERATORS[name]
     rng = np.random.default_rng(0)
-    # the range models see (|x| <= 10: where the stated 3e-7 relative accuracy holds), as a 16 x 64 row block
+    # the range models see (|x| <= 10: where the stated 1e-6 accuracy holds), as a 16 x 64 row block
     x = np.clip(rng.standard_normal((16, 64)) * 3, -10, 10).astype("float32")
     mod = legalized(op, x.shape, "float32")
     scripts = kernel_scripts(mod)

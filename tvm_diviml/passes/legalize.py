@@ -19,16 +19,14 @@ def _float32(x: te.Tensor) -> bool:
     return x.dtype == "float32"
 
 
-def _erf(x: te.Tensor) -> te.Tensor:
-    return topi.fast_erf(x) if _float32(x) else topi.erf(x)
+def _polynomial_in_float32(fast, exact):
+    """``fast`` (TOPI's polynomial) on float32 tensors, ``exact`` (TVM's libm call) on others."""
+    return lambda x: fast(x) if _float32(x) else exact(x)
 
 
-def _exp(x: te.Tensor) -> te.Tensor:
-    return topi.fast_exp(x) if _float32(x) else topi.exp(x)
-
-
-def _tanh(x: te.Tensor) -> te.Tensor:
-    return topi.fast_tanh(x) if _float32(x) else topi.tanh(x)
+_erf = _polynomial_in_float32(topi.fast_erf, topi.erf)
+_exp = _polynomial_in_float32(topi.fast_exp, topi.exp)
+_tanh = _polynomial_in_float32(topi.fast_tanh, topi.tanh)
 
 
 def _sigmoid(x: te.Tensor) -> te.Tensor:
