@@ -5,13 +5,16 @@ accuracy of float64; other dtypes keep TVM's own kernels."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 import tvm
 from tvm import relax
 
-from tvm_diviml.passes.legalize import legalize_ops
+from tvm_diviml.passes.extract import lowering_passes
+from tvm_diviml.passes.legalize import WHOLE_POWERS, legalize_ops
+from tvm_diviml.zoo import SMALL_OPTIONS, build_model, zoo_names
 
 LIBM_CALLS = ("T.exp(", "T.tanh(", "T.erf(", "T.sigmoid(")
 
@@ -77,3 +80,49 @@ def test_float32_transcendentals_become_polynomials_within_their_accuracy(name):
 def test_other_dtypes_keep_tvms_own_kernels(name):
     op, _ = OPERATORS[name]
     assert [call for call in LIBM_CALLS if call in kernel_scripts(legalized(op, (8,), "float64"))]
+
+
+def power_by(exponent):
+    return lambda x: relax.op.power(x, relax.const(exponent, "float32"))
+
+
+@pytest.mark.parametrize("n", WHOLE_POWERS)
+def test_whole_powers_become_multiplies(n):
+    x = np.random.default_rng(1).standard_normal((4, 32)).astype("float32") * 4
+    mod = legalized(power_by(n), x.shape, "float32")
+    assert "T.pow(" not in kernel_scripts(mod)
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64) ** n, rtol=1e-6)
+
+
+@pytest.mark.parametrize("exponent", [2.5, -1.0, 0.0])
+def test_other_powers_keep_tvms_kernel(exponent):
+    x = np.abs(np.random.default_rng(2).standard_normal((4, 32))).astype("float32") + 0.5
+    mod = legalized(power_by(exponent), x.shape, "float32")
+    assert "T.pow(" in kernel_scripts(mod)
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x.astype(np.float64) ** exponent, rtol=1e-6)
+
+
+# Per-element libm calls a zoo kernel may still make, and why: the llama rotary kernel computes its
+# angles' exp, cos and sin itself (no table to pin on a device); about 1% of a prefill's time.
+LIBM_CALL = re.compile(r"T\.(exp|exp2|log|log2|log10|log1p|pow|tanh|erf|sigmoid|sin|cos|tan|atan|sinh|cosh|expm1)\(")
+KNOWN_LIBM_KERNELS = {"llama": {"rotary"}}
+
+
+@pytest.mark.parametrize("name", zoo_names())
+def test_no_zoo_kernel_calls_libm_per_element(name):
+    """A new operator lowered to a scalar libm call would run ~10x slower on the CPU than a
+    polynomial (EfficientNet-B0's SiLU did, until legalized); this names the kernel and the call."""
+    built = build_model(name, SMALL_OPTIONS[name])
+    with tvm.transform.PassContext(opt_level=3):
+        lowered = tvm.transform.Sequential(lowering_passes())(built.mod)
+    allowed = KNOWN_LIBM_KERNELS.get(name, set())
+    calls = {
+        (gvar.name_hint, call)
+        for gvar, func in lowered.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc) and not any(part in gvar.name_hint for part in allowed)
+        for call in LIBM_CALL.findall(func.script())
+    }
+    assert not calls, f"{name}: kernels calling libm per element: {sorted(calls)}"
