@@ -14,6 +14,8 @@ import tempfile
 import threading
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from . import __version__
 from .app.dataparallel import format_batch_splits, plan_with_batch_splits
 from .app.report import format_row, solve_and_report
@@ -30,7 +32,9 @@ log = logging.getLogger("tvm_diviml")
 
 
 def _json_safe(value: Any) -> Any:
-    """JSON has no infinity: write it as null."""
+    """JSON has no infinity: write it as null. NumPy scalars become Python ones."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -319,4 +319,4 @@ def stage_cover_bound(
         stats["stopped_by_time"] = cover.stopped_by_time or deadline.passed()
     if proven is not None:
         log.info("stage cover: no pipeline of %d stages has a period of %.6g s or less", stages, proven)
-    return None if proven is None else proven * (1 - SOLVER_SLACK)
+    return None if proven is None else float(proven * (1 - SOLVER_SLACK))
