@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 DP_IDEALS = 150_000  # the downset DP runs where the graph has at most this many ideals, if in time
 SEPARATION_UP_TO = 8_000  # kernels: the separation bound keeps an n x n ancestor matrix (64 MB at 8,000)
 PAIRS_PER_PASS = 4_096  # producer-consumer pairs priced per numpy pass (pairs x n booleans each)
+# From this many stages on the stage cover (each stage pays its own transfers, which superblocks
+# lump) is the best bound and gets two thirds of the bound time without a node limit, below a third:
+# randwire_er:nodes=32 at K = 16, defaults: 47.85 us with a third, 52.63 with two thirds;
+# randwire_ws:nodes=64 at K = 4: the MIPs' 287.6 us with a third, 273.9 with two thirds.
+MANY_STAGES = 8
 
 
 def pipeline_bounds(
@@ -59,8 +64,9 @@ def pipeline_bounds(
     With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise first the downset DP
     (if ``downsets``; where at most ``DP_IDEALS`` ideals and its pairs can be priced within half the
     time, given ``upper_s``, a known plan's period, if any; where it proves its plan optimal nothing
-    more is run), then the stage cover (``stage_cover``: a third of the time left), then the MIP
-    bounds (``mip_runs``), in this order, each MIP with a share of the time still left:
+    more is run), then the stage cover (``stage_cover``: two thirds of the time left from
+    ``MANY_STAGES`` stages on, else a third), then the MIP bounds (``mip_runs``), in this order,
+    each MIP with a share of the time still left:
     three_superblock (at most ``superblock_positions`` positions, spread evenly), guess_bottleneck
     (all K positions) and, if ``exact_mip``, the exact MIP's bound. Each MIP may assume the bounds found before it: the
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
@@ -87,7 +93,8 @@ def pipeline_bounds(
             return parts
     timed_out = 0
     if stage_cover:
-        until = deadline if max_nodes is not None else deadline.within(deadline.left() / 3)
+        share = 2 / 3 if stages >= MANY_STAGES else 1 / 3
+        until = deadline if max_nodes is not None else deadline.within(deadline.left() * share)
         covered, timed_out = timed_stage_cover(data, cheap, stages, max(parts.values()), until, backend, seed)
         if covered is not None:  # not the superblock MIPs' floor: it changed their node-limited
             parts["stage_cover"] = covered  # search, and lowered their bound (514 -> 495 us on one graph)
