@@ -81,9 +81,10 @@ def _power(bb, call):
     """``x ** n`` for a constant whole n in 1..4 as n - 1 multiplies (GPT-2's GELU has ``x ** 3``),
     where ``pow`` is a libm call per element; any other exponent keeps TVM's own legalization."""
     base, exponent = call.args
-    if isinstance(exponent, tvm.ir.expr.Constant) and exponent.value.numpy().size == 1:
-        n = float(exponent.value.numpy().reshape(()))
-        if n in WHOLE_POWERS and str(exponent.ty.dtype) == str(base.ty.dtype):
+    value = exponent.value.numpy() if isinstance(exponent, tvm.ir.expr.Constant) else None
+    if value is not None and value.ndim == 0 and str(exponent.ty.dtype) == str(base.ty.dtype):
+        n = float(value)
+        if n in WHOLE_POWERS:
 
             def te_power(x: te.Tensor):
                 return te.compute(x.shape, lambda *i: functools.reduce(operator.mul, [x(*i)] * int(n)), name="power")
