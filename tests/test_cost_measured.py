@@ -96,7 +96,14 @@ def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_pat
         per_kernel = costs.calibrate_in_context("cpu0", alone + 1e-3)
         assert per_kernel == pytest.approx(1e-3 / len(tiny.graph))
         assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone + 1e-3)
-        assert costs.calibrate_in_context("cpu0", alone / 2) == 0.0  # never below the kernels alone
+        assert costs.calibrate_in_context("cpu0", alone / 2) == 0.0  # the kernels scaled down instead
+        assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone / 2)
+        first, second = sorted(tiny.graph.kernels)[:2]
+        assert costs.compute_s(first, "cpu0") / costs.compute_s(second, "cpu0") == pytest.approx(
+            costs.times["cpu0"][tiny.kernel_func[first]] / costs.times["cpu0"][tiny.kernel_func[second]]
+        )
+        costs.calibrate_in_context("cpu0", alone)  # a later calibration that agrees undoes the scale
+        assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone)
 
 
 def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path):

@@ -566,9 +566,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
             "(each worker pinned to cores of its own)"
         )
     for device, seconds in costs.in_context_s.items():
+        scale = costs.in_context_scale.get(device, 1.0)
         print(
             f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
             "(from the whole model's run)"
+            if scale == 1.0
+            else f"inside the model, {device}'s kernels take {scale:.2f} of their time alone (the whole model's "
+            "run took less than its kernels timed alone: they were timed while the machine was busier)"
         )
     if costs.in_context_s:
         print(

@@ -286,6 +286,7 @@ class MeasuredCostModel(CostModel):
         self.links: dict[tuple[str, str], Link] = {}
         self.measured_now = 0  # kernels timed in this run, not from the cache
         self.in_context_s: dict[str, float] = {}  # device -> per-kernel cost of running inside the model
+        self.in_context_scale: dict[str, float] = {}  # device -> factor on its kernels' times alone (<= 1)
         self.estimate = RooflineCostModel(graph, platform)
         present = [d for d in platform.devices if device_present(d)]
         self.absent = [d.name for d in platform.devices if d not in present]
@@ -357,14 +358,26 @@ class MeasuredCostModel(CostModel):
         # time_evaluator times the kernel alone; inside the model the VM's call, allocations and colder
         # caches add to each kernel: measured by calibrate_in_context, else the device's launch overhead.
         overhead = self.in_context_s.get(device, self.platform.device(device).launch_overhead_s)
-        return measured[self.kernel_func[kernel]] + overhead
+        return measured[self.kernel_func[kernel]] * self.in_context_scale.get(device, 1.0) + overhead
 
     def calibrate_in_context(self, device: str, whole_model_s: float) -> float:
-        """Price ``device``'s kernels as they run inside the model: the whole model's measured time on it
-        (the single-device build, one inference) less its kernels timed alone, spread evenly over the
-        kernels (never below zero). Returns the per-kernel figure."""
+        """Price ``device``'s kernels as they run inside the model, so that they sum to the whole model's
+        measured time on it (the single-device build, one inference): what the whole takes beyond its
+        kernels timed alone is spread evenly over the kernels; where the kernels alone sum to more than
+        the whole (their timings were disturbed: the machine was busier then), each is scaled down by
+        the same factor, which keeps their ratios. Returns the per-kernel addition."""
         alone = sum(self.times[device][self.kernel_func[k]] for k in self.graph.kernels)
         self.in_context_s[device] = max(0.0, (whole_model_s - alone) / max(1, len(self.graph)))
+        self.in_context_scale[device] = min(1.0, whole_model_s / alone) if alone > 0 else 1.0
+        if self.in_context_scale[device] < 1.0:
+            log.warning(
+                "%s: its kernels timed alone sum to %.3f ms, more than the whole model's %.3f ms: the machine "
+                "was busier while they were timed; each kernel is priced at %.2f of its time alone",
+                device,
+                alone * 1e3,
+                whole_model_s * 1e3,
+                self.in_context_scale[device],
+            )
         return self.in_context_s[device]
 
     def roofline_fit(self, device: str):
