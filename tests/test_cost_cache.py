@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import random
 import sqlite3
+import time
 
 import pytest
 
@@ -45,6 +46,16 @@ def test_miss_then_hit(tmp_path):
         assert cache.get_link(LINK) is None
         cache.put_link(LINK, LinkMeasurement(1e-5, 1.2e10, 0.01))
         assert cache.get_link(LINK) == LinkMeasurement(1e-5, 1.2e10, 0.01)
+
+
+def test_rows_older_than_asked_are_misses(tmp_path):
+    with ProfileCache(str(tmp_path / "c.sqlite")) as cache:
+        cache.put_many({key("old"): measurement(1e-3)})
+        cutoff = time.time()
+        time.sleep(0.01)
+        cache.put_many({key("new"): measurement(2e-3)})
+        assert cache.get_many([key("old"), key("new")], recorded_after=cutoff) == {key("new"): measurement(2e-3)}
+        assert set(cache.get_many([key("old"), key("new")])) == {key("old"), key("new")}
 
 
 def test_many_keys_and_replacement(tmp_path):

@@ -106,7 +106,8 @@ def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_pat
         assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone)
 
 
-def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path):
+def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path, monkeypatch):
+    from tvm_diviml.passes import timing
     from tvm_diviml.passes.timing import calibrate_in_context
 
     platform = get_platform("cpu2")
@@ -122,6 +123,10 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
         key = first.whole_model_key("cpu0")
         before = cache.get_many([key])[key]
         calibrate_in_context(second, loaded.built, loaded.extraction, repeats=3, fresh=True)  # timed again
+        assert cache.get_many([key])[key] != before
+        before = cache.get_many([key])[key]
+        monkeypatch.setattr(timing, "CALIBRATION_MAX_AGE_S", 0.0)  # every cached timing now too old
+        calibrate_in_context(second, loaded.built, loaded.extraction, repeats=3)  # timed again, not read
         assert cache.get_many([key])[key] != before
         overheads = first.executor_overheads
         assert overheads.run_s > 0 and overheads.segment_s >= 0 and overheads.handoff_s >= 0

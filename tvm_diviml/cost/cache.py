@@ -137,9 +137,13 @@ class ProfileCache:
         self._open()
 
     # ------------------------------------------------------------------ kernels
-    def get_many(self, keys: Iterable[ProfileKey]) -> dict[ProfileKey, Measurement]:
-        """The cached measurements of ``keys`` (misses are absent), a few hundred keys per query."""
+    def get_many(
+        self, keys: Iterable[ProfileKey], *, recorded_after: float | None = None
+    ) -> dict[ProfileKey, Measurement]:
+        """The cached measurements of ``keys`` (misses are absent), a few hundred keys per query; with
+        ``recorded_after`` (a ``time.time()``) only rows recorded since, older ones being misses."""
         wanted = list(dict.fromkeys(keys))
+        since = -math.inf if recorded_after is None else recorded_after
 
         def read(db: sqlite3.Connection) -> dict[ProfileKey, Measurement]:
             found = {}
@@ -152,9 +156,9 @@ class ProfileCache:
                     + ") SELECT primfunc_hash, target, device, tvm_version, schedule,"
                     " median_s, spread_s, repeats, source"
                     " FROM wanted JOIN kernel_profile USING (primfunc_hash, target, device, tvm_version,"
-                    " schedule)"
+                    " schedule) WHERE recorded_at >= ?"
                 )
-                for row in db.execute(query, [field for key in chunk for field in _columns(key)]):
+                for row in db.execute(query, [*(field for key in chunk for field in _columns(key)), since]):
                     try:
                         found[ProfileKey(*row[:5])] = Measurement(*row[5:])
                     except (TypeError, ValueError):  # a row written by hand or another tool

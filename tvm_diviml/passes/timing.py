@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 # Timings continue past their ``repeats`` until they took this long (at most 2,000 calls): a model of
 # tens of microseconds timed 5 or 10 times gave medians 1.5x apart between processes.
 SETTLE_S = 0.25
+# A whole-model timing older than this is timed again, not read from the profile cache: this VM's
+# speed drifts by tens of percent over hours, and the in-context calibration carries the whole
+# model's time into every kernel's (a day-old calibration predicted make demo's plan at 1.37x its
+# measured time). Kernels timed alone stay cached: the calibration rescales them.
+CALIBRATION_MAX_AGE_S = 3600.0
 
 
 def measured_costs(
@@ -287,7 +292,8 @@ def calibrate_in_context(
     costs, model: BuiltModel, extraction: Extraction, *, repeats: int = 5, database=None, fresh: bool = False
 ) -> dict[str, float]:
     """Time the whole model once per present device configuration (as the platform has it; through
-    the profile cache, like kernels, unless ``fresh``: timed again and the cache updated), and have
+    the profile cache, like kernels, for ``CALIBRATION_MAX_AGE_S``, unless ``fresh``: timed again and
+    the cache updated), and have
     ``costs`` (a MeasuredCostModel) price every device of that configuration as its kernels run
     inside the model, with the timing's spread as its ``prediction_error``. Returns the per-kernel
     figures by device."""
@@ -300,7 +306,8 @@ def calibrate_in_context(
         if threads == device.num_threads
     }
     keys = {label: costs.whole_model_key(device.name) for label, (device, _) in configurations.items()}
-    found = costs.cache.get_many(list(keys.values())) if costs.cache and not fresh else {}
+    recent = time.time() - CALIBRATION_MAX_AGE_S
+    found = costs.cache.get_many(list(keys.values()), recorded_after=recent) if costs.cache and not fresh else {}
     missing = {label: configurations[label] for label, key in keys.items() if key not in found}
     if missing:
         if costs.options.progress:
