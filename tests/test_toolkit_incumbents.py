@@ -68,10 +68,11 @@ def test_a_bound_is_kept_only_where_it_rises_and_an_infeasible_offer_is_ignored(
 
 def test_split_reports_every_improvement_and_ends_on_the_plan_it_returns():
     problem = random_problem(60)
-    solved = plan_model(problem, "split", time_limit_s=20)
+    solved = plan_model(problem, "split", time_limit_s=12)  # 9 improvements here, 2 in 8 s
     plans = [event for event in solved.trace if event.kind == "plan"]
     assert plans[0].by.startswith("split: list schedule")
     values = [event.value_s for event in plans]
+    assert len(values) >= 2
     assert all(later < earlier for earlier, later in zip(values, values[1:]))
     assert values[-1] == pytest.approx(solved.simulation.value_s, rel=1e-12)
     bounds = [event.lower_bound_s for event in solved.trace]
@@ -96,7 +97,7 @@ def test_slicegraph_reports_its_search_and_ends_on_the_plan_it_returns():
 
 
 def test_a_pipeline_has_a_plan_before_the_downset_dp_ends():
-    solved, plans = solved_pipeline("downsets", "random:kernels=60,seed=5", 20)
+    solved, plans = solved_pipeline("downsets", "random:kernels=60,seed=5", 8)
     assert plans[0].by == "downsets: one order sliced"
     assert plans[-1].value_s == pytest.approx(solved.simulation.value_s, rel=1e-12)
     assert solved.simulation.value_s <= plans[0].value_s
