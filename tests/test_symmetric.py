@@ -217,6 +217,26 @@ def test_the_server_that_carries_head_and_tail_takes_fewer_blocks():
     assert not plan.attrs["symmetric"]["improved_by_milp"]  # the server program's own plan
 
 
+def test_the_ends_link_loads_are_the_simulators():
+    """With every block on one device, every transfer has the head or tail at one end (or is the
+    model's input or output): the loads the server program adds for them are the simulator's."""
+    from tvm_diviml.solvers.symmetric import _end_link_loads
+
+    platform = servers((kind("node", {"A": 0, "B": 0, "C": 0}), 2), latency=0.5)
+    graph = stacked(3, "fork", boundary_bytes=3.0, inner_bytes=5.0)
+    problem = Problem(
+        graph, platform, costs_for(graph, platform, {"A": 2.0, "B": 1.0, "C": 1.0}), objective="throughput"
+    )
+    blocks, _ = find_blocks(graph, problem.costs, platform)
+    for head, body, tail in [("s0.B", "s1.C", "s0.C"), ("s0.A", "s0.B", "s1.B"), ("s1.B", "s1.B", "s0.B")]:
+        assignment = (
+            {k: body for k in graph.kernels} | dict.fromkeys(blocks.head, head) | dict.fromkeys(blocks.tail, tail)
+        )
+        plan = Plan(assignment, objective="throughput", mode="period_overlap")
+        expected = {link: s for link, s in simulate(problem, plan).link_busy_s.items() if s > 0}
+        assert _end_link_loads(problem, blocks, plan) == pytest.approx(expected)
+
+
 # ---------------------------------------------------------------------- against the full solver
 # How much worse than the full solver the symmetric plan may be on these 2-3 block graphs over two
 # servers: whole blocks per server cannot balance a period (worst measured over 150 drawn instances:
@@ -256,6 +276,8 @@ def test_symmetric_is_within_a_known_factor_of_the_full_solver(data):
     full = get_solver("split" if objective == "latency" else "milp", time_limit_s=30).solve(problem)
     plan = Symmetric().solve(problem)
     assert plan.value_s == pytest.approx(simulate(Problem(graph, platform, problem.costs), plan).value_s)
+    runs = [run for server in plan.attrs["symmetric"]["servers"].values() for run in server]
+    assert all(run["blocks"] % run["group"] == 0 for run in runs)  # a group's loads hold for whole groups
     assert plan.lower_bound_s <= full.value_s * (1 + 1e-9)
     assert plan.value_s <= full.value_s * SLACK_OVER_FULL[objective]
 

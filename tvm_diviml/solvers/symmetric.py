@@ -173,9 +173,9 @@ class Symmetric(Solver):
         """The best of ``ROUNDS`` server programs over ``candidates``: (its simulation, plan, allocation).
         Without ``place_ends`` the head and tail stay on the first and last run's anchors. The plans'
         run ranks (``attrs["rank"]``) are dropped once their order is set."""
-        best, ends = None, None
+        best, ends, end_links = None, None, {}
         for _ in range(ROUNDS):
-            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, deadline)
+            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, end_links, deadline)
             plan = self._assemble(problem, blocks, allocation)
             if place_ends:
                 self._place_ends(problem, blocks, plan, allocation)
@@ -185,7 +185,7 @@ class Symmetric(Solver):
                 best = (sim, plan, allocation)
             if problem.objective == "latency" and not memory_binds:
                 break  # the ends' time does not enter the latency program: no news
-            ends = _end_loads(problem, blocks, plan)
+            ends, end_links = _end_loads(problem, blocks, plan), _end_link_loads(problem, blocks, plan)
         return best
 
     def _offer_first_plan(self, problem: Problem, blocks: Blocks, deadline: Deadline, watch: Incumbents) -> None:
@@ -300,12 +300,15 @@ class Symmetric(Solver):
         blocks: Blocks,
         candidates: dict[str, list[Candidate]],
         ends: dict[str, tuple[float, float]] | None,
+        end_links: dict[tuple[str, str], float],
         deadline: Deadline,
     ) -> tuple[Allocation, bool]:
         """Server -> its (candidate, number of blocks) runs, servers taking none left out; and whether
         memory kept a server from taking one block more. ``ends``: device -> (seconds, weight bytes) of
         the head and tail where a previous round put them; without it every device keeps room for all
-        their weights. The program gets a quarter of the time limit within the deadline, at least 1 s."""
+        their weights. ``end_links``: (device, device) -> seconds of their transfers on that link (the
+        model's output returning to the host can set the period alone). The program gets a quarter
+        of the time limit within the deadline, at least 1 s."""
         platform, total = problem.platform, len(blocks.blocks)
         devices = server_devices(platform)
         hosts = {s: server.host for s, server in platform.servers.items()}
@@ -320,6 +323,9 @@ class Symmetric(Solver):
 
         def fixed(device: str) -> tuple[float, float]:
             return ends.get(device, (0.0, 0.0)) if ends is not None else (0.0, every_end)
+
+        def fixed_link(src: str, dst: str) -> float:
+            return end_links.get((src, dst), 0.0)
 
         def move(src: str, dst: str) -> float:
             return problem.costs.transfer_s(boundary, src, dst) / unit
@@ -336,7 +342,7 @@ class Symmetric(Solver):
         n, y, used = _run_variables(model, {server: runs(server) for server in kinds}, total)
         for server in kinds:
             _fit_memory(model, platform, devices[server], runs(server), n, y, server, fixed)
-        _order_alike_servers(model, platform, devices, n, runs, fixed)
+        _order_alike_servers(model, platform, devices, n, runs, fixed, fixed_link)
         # Each run enters its anchor from the server's host; each server used is one network hop.
         if problem.objective == "latency":
             model.objective = mip.minimize(
@@ -351,7 +357,7 @@ class Symmetric(Solver):
         else:
             period = model.add_var(lb=0.0)
             for s in kinds:
-                _bound_period(model, period, devices[s], runs(s), n, s, unit, fixed)
+                _bound_period(model, period, devices[s], runs(s), n, s, unit, fixed, fixed_link)
                 model += period >= used[s] * network_hop(s)
             # among equal periods, the fewest runs: a server that could mix candidates freely otherwise
             # mixes them at random wherever another device sets the period
@@ -434,15 +440,19 @@ def _run_variables(
     model: mip.Model, runs: dict[str, list[tuple[int, Candidate]]], total: int
 ) -> tuple[dict, dict, dict]:
     """The server program's variables: n[s, i] blocks of run i on server s (y[s, i] whether any),
-    used[s] whether server s takes any; every block taken once."""
+    used[s] whether server s takes any; every block taken once. A run of a group candidate repeats
+    the whole group: its blocks differ (one may load a device more), and only whole groups have the
+    candidate's loads per block."""
     n, y, used = {}, {}, {}
     for server, server_runs in runs.items():
         used[server] = model.add_var(var_type=mip.BINARY)
-        for i, _ in server_runs:
+        for i, cand in server_runs:
             n[server, i] = model.add_var(var_type=mip.INTEGER, lb=0, ub=total)
             y[server, i] = model.add_var(var_type=mip.BINARY)
             model += n[server, i] <= total * y[server, i]
             model += used[server] >= y[server, i]
+            if cand.group > 1:
+                model += n[server, i] == cand.group * model.add_var(var_type=mip.INTEGER, lb=0, ub=total // cand.group)
     model += mip.xsum(n.values()) == total
     return n, y, used
 
@@ -454,13 +464,16 @@ def _order_alike_servers(
     n: dict,
     runs: Callable[[str], list[tuple[int, Candidate]]],
     fixed: Callable[[str], tuple[float, float]],
+    fixed_link: Callable[[str, str], float],
 ) -> None:
     """Servers alike down to the head and tail they carry take blocks in order, most first: one of
     their many equal allocations, so that the program does not search them all."""
     for servers in identical_servers(platform):
         alike: dict[tuple, list[str]] = {}
         for server in servers:
-            alike.setdefault(tuple(fixed(d) for d in devices[server]), []).append(server)
+            names = devices[server]
+            carried = (*(fixed(d) for d in names), *(fixed_link(a, b) for a in names for b in names if a != b))
+            alike.setdefault(carried, []).append(server)
         for twins in alike.values():
             for a, b in zip(twins, twins[1:]):
                 model += mip.xsum(n[a, i] for i, _ in runs(a)) >= mip.xsum(n[b, i] for i, _ in runs(b))
@@ -475,13 +488,17 @@ def _bound_period(
     server: str,
     unit: float,
     fixed: Callable[[str], tuple[float, float]],
+    fixed_link: Callable[[str, str], float],
 ) -> None:
     """The period is at least each device's and each link's load on ``server`` (head and tail included)."""
     for p, device in enumerate(devices):
         load = mip.xsum(n[server, i] * (c.device_load_s[p] / unit) for i, c in runs)
         model += period >= load + fixed(device)[0] / unit
-    for link in {link for _, c in runs for link in c.link_load_s}:
-        model += period >= mip.xsum(n[server, i] * (c.link_load_s.get(link, 0.0) / unit) for i, c in runs)
+    links = {link for _, c in runs for link in c.link_load_s}
+    links |= {(a, b) for a in range(len(devices)) for b in range(len(devices)) if fixed_link(devices[a], devices[b])}
+    for a, b in links:
+        load = mip.xsum(n[server, i] * (c.link_load_s.get((a, b), 0.0) / unit) for i, c in runs)
+        model += period >= load + fixed_link(devices[a], devices[b]) / unit
 
 
 def _fit_memory(
@@ -536,6 +553,31 @@ def _end_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[str, tuple[
         d: (sum(problem.costs.compute_s(k, d) for k in kernels), problem.graph.weight_bytes(kernels))
         for d, kernels in on.items()
     }
+
+
+def _end_link_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[tuple[str, str], float]:
+    """(src, dst) -> seconds a period of the head and tail kernels' transfers takes on that link, as the
+    simulator prices a plan without replicas: tensors into and out of them, the model's outputs back
+    to the host and its inputs out of it."""
+    graph, costs, host, where = problem.graph, problem.costs, problem.platform.host, plan.assignment
+    ends = set(blocks.head + blocks.tail)
+    sent: dict[tuple[str, str, str], float] = {}  # (kernel, src, dst) -> the largest tensor it sends there
+    for kernel in graph.kernels:
+        for edge in graph.succ[kernel]:
+            src, dst = where[kernel], where[edge.dst]
+            if src != dst and (kernel in ends or edge.dst in ends):
+                sent[kernel, src, dst] = max(sent.get((kernel, src, dst), 0.0), edge.bytes)
+    for kernel in ends & graph.output_set:
+        if where[kernel] != host and graph.kernels[kernel].output_bytes > 0:
+            key = (f"output of {kernel}", where[kernel], host)
+            sent[key] = graph.kernels[kernel].output_bytes
+    for graph_input in graph.inputs:
+        for device in {where[k] for k in graph_input.consumers if k in ends} - {host}:
+            sent[graph_input.name, host, device] = graph_input.bytes
+    loads: dict[tuple[str, str], float] = {}
+    for (_, src, dst), nbytes in sent.items():
+        loads[src, dst] = loads.get((src, dst), 0.0) + costs.transfer_s(nbytes, src, dst)
+    return loads
 
 
 def _score(problem: Problem, plan: Plan) -> float:
