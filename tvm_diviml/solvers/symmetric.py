@@ -185,7 +185,8 @@ class Symmetric(Solver):
                 best = (sim, plan, allocation)
             if problem.objective == "latency" and not memory_binds:
                 break  # the ends' time does not enter the latency program: no news
-            ends, end_links = _end_loads(problem, blocks, plan), _end_link_loads(problem, blocks, plan)
+            ends = _end_loads(problem, blocks, plan)
+            end_links = _end_link_loads(problem, blocks, plan) if problem.objective == "throughput" else {}
         return best
 
     def _offer_first_plan(self, problem: Problem, blocks: Blocks, deadline: Deadline, watch: Incumbents) -> None:
@@ -556,28 +557,22 @@ def _end_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[str, tuple[
 
 
 def _end_link_loads(problem: Problem, blocks: Blocks, plan: Plan) -> dict[tuple[str, str], float]:
-    """(src, dst) -> seconds a period of the head and tail kernels' transfers takes on that link, as the
-    simulator prices a plan without replicas: tensors into and out of them, the model's outputs back
-    to the host and its inputs out of it."""
-    graph, costs, host, where = problem.graph, problem.costs, problem.platform.host, plan.assignment
-    ends = set(blocks.head + blocks.tail)
-    sent: dict[tuple[str, str, str], float] = {}  # (kernel, src, dst) -> the largest tensor it sends there
-    for kernel in graph.kernels:
-        for edge in graph.succ[kernel]:
-            src, dst = where[kernel], where[edge.dst]
-            if src != dst and (kernel in ends or edge.dst in ends):
-                sent[kernel, src, dst] = max(sent.get((kernel, src, dst), 0.0), edge.bytes)
-    for kernel in ends & graph.output_set:
-        if where[kernel] != host and graph.kernels[kernel].output_bytes > 0:
-            key = (f"output of {kernel}", where[kernel], host)
-            sent[key] = graph.kernels[kernel].output_bytes
-    for graph_input in graph.inputs:
-        for device in {where[k] for k in graph_input.consumers if k in ends} - {host}:
-            sent[graph_input.name, host, device] = graph_input.bytes
-    loads: dict[tuple[str, str], float] = {}
-    for (_, src, dst), nbytes in sent.items():
-        loads[src, dst] = loads.get((src, dst), 0.0) + costs.transfer_s(nbytes, src, dst)
-    return loads
+    """(src, dst) -> seconds a period of the head's and tail's transfers takes on that link: the
+    simulator's link loads of ``plan`` with only the tensors into and out of them, the model's inputs
+    they read and the outputs they return."""
+    graph, ends = problem.graph, set(blocks.head + blocks.tail)
+    touching = OpGraph(
+        graph.kernels.values(),
+        [e for e in graph.edges if e.src in ends or e.dst in ends],
+        inputs=[
+            replace(i, consumers=tuple(k for k in i.consumers if k in ends))
+            for i in graph.inputs
+            if ends.intersection(i.consumers)
+        ],
+        outputs=[k for k in graph.outputs if k in ends],
+        weights=graph.weights,
+    )
+    return simulate(Problem(touching, problem.platform, problem.costs, objective=problem.objective), plan).link_busy_s
 
 
 def _score(problem: Problem, plan: Plan) -> float:
