@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: one per core (auto); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= auto
 # Extras for the test environment; add torch to test the torch.export importer and the model-coverage
 # suite too (make test EXTRAS=test,onnx,torch: what CI runs); without it those tests are skipped.
 EXTRAS ?= test,onnx
@@ -32,10 +34,11 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-# The whole suite, slow cases excluded, property tests on fixed examples; `make test-all` includes the
-# slow cases and draws fresh examples, five times as many (HYPOTHESIS_PROFILE=thorough).
+# The whole suite, slow cases excluded, property tests on fixed examples, a test file per worker (its
+# module fixtures built once); `make test-all` includes the slow cases and draws fresh examples, five
+# times as many (HYPOTHESIS_PROFILE=thorough).
 test: lint
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-all: $(TEST_STAMP)
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q $(PYTEST_ARGS)

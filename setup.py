@@ -37,6 +37,9 @@ setup(
     extras_require={
         "test": [
             "pytest>=7",
+            # `make test` runs the suite on every core (pytest -n auto): serially it took 12-13 min on 2 cores,
+            # half of that time one core idle (CLI subprocesses importing TVM, single-threaded solvers).
+            "pytest-xdist>=3.5",
             "hypothesis>=6",
             "setuptools>=68",  # build tools: the packaging test builds a wheel offline
             "wheel",
