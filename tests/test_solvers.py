@@ -8,6 +8,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver, mode_for
+from tvm_diviml.solvers.base import Solver
 
 from .conftest import examples, graph_of, table, unit_platform
 from .strategies import DEVICES, dag_problems
@@ -69,3 +70,23 @@ def test_a_call_hands_its_inputs_only_to_the_solvers_that_declare_them():
     assert heft.assignment == get_solver("heft").solve(problem).assignment
     with pytest.raises(DivimlInputError, match="unassigned"):  # the hint reached cpsat, which checked it
         get_solver("cpsat").solve(problem, hint=Plan({"a": "A"}))
+
+
+def test_a_claim_the_simulator_refutes_loses_its_proof_of_optimality(caplog):
+    """A solver that claims less than the simulator says proved optimality of the claim, not of the
+    plan: the report must not call the plan optimal unless its bound meets the simulator's value."""
+
+    class Overclaims(Solver):
+        name = "overclaims"
+
+        def place(self, problem, deadline):
+            plan = Plan({k: "A" for k in problem.graph.kernels}, objective=problem.objective, mode=problem.mode)
+            plan.value_s = plan.lower_bound_s = 1.0
+            plan.optimal = True
+            return plan
+
+    platform = unit_platform()
+    problem = Problem(graph_of([("a", "b", 1)]), platform, table(platform, {"a": 1, "b": 1}))
+    plan = Overclaims().solve(problem)
+    assert "overclaims claimed 1 s, the simulator says 2 s" in caplog.text
+    assert plan.value_s == 2.0 and not plan.optimal

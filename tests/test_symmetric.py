@@ -2,6 +2,7 @@
 full solver with parallel blocks, and on the zoo's transformers."""
 
 import itertools
+import logging
 import math
 from dataclasses import replace
 
@@ -9,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tvm_diviml.cost.base import ExecutorOverheads
+from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
@@ -18,6 +21,7 @@ from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.solvers.symmetric import Symmetric
 from tvm_diviml.toolkit.blocks import find_blocks, longest_repeat
+from tvm_diviml.toolkit.incumbents import Incumbents
 
 from .conftest import examples, table
 
@@ -311,6 +315,26 @@ def test_pipelines_are_refused_naming_the_solvers_that_do_them():
     problem = Problem(graph, platform, costs_for(graph, platform, {"A": 1.0}), objective="pipeline", stages=2)
     with pytest.raises(DivimlInputError, match="slicegraph"):
         Symmetric().solve(problem)
+
+
+def test_its_values_are_the_simulators_where_the_costs_charge_the_executor(caplog):
+    """Measured costs make the simulator charge each segment call of the executor; the symmetric
+    solver prices its plans through a cost model of its own, which must charge them too (it did not:
+    its plans and their offers claimed less than the simulator then said)."""
+    platform = servers((kind("node", {"A": 0, "B": 0}), 2))
+    graph = stacked(4, "fork")
+    plain = costs_for(graph, platform, {"A": 3.0, "B": 1.0})
+    costs = TableCostModel(
+        platform, plain.compute, executor_segments=True, executor_overheads=ExecutorOverheads(segment_s=0.5)
+    )
+    problem = Problem(graph, platform, costs, objective="throughput")
+    watch = Incumbents(problem)
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.solvers.base"):
+        plan = get_solver("symmetric", time_limit_s=3).solve(problem, watch=watch)
+    assert "claimed" not in caplog.text
+    offered = [event.value_s for event in watch.trace if event.kind == "plan"]
+    assert offered and offered[-1] == pytest.approx(simulate(problem, watch.best).value_s, rel=1e-12)
+    assert simulate(Problem(graph, platform, plain, objective="throughput"), plan).value_s < plan.value_s
 
 
 def test_the_same_problem_gives_the_same_plan():

@@ -12,11 +12,13 @@ import time
 import pytest
 from hypothesis import given, settings
 
+from tvm_diviml import planning
 from tvm_diviml.app.workload import load_workload
 from tvm_diviml.plan import Plan
 from tvm_diviml.planning import plan_model
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.solvers.base import Solver
 from tvm_diviml.toolkit.incumbents import Incumbents
 
 from .strategies import assignments, dag_problems
@@ -140,6 +142,34 @@ def test_an_interrupt_during_the_solve_keeps_the_best_plan_found_so_far():
     assert solved.interrupted and solved.plan.solver == "split"
     assert raised[0].kind == "plan" and solved.simulation.value_s == pytest.approx(raised[0].value_s, rel=1e-12)
     assert 0 < solved.lower_bound_s <= solved.simulation.value_s
+
+
+def test_a_plan_offered_on_the_way_beats_a_worse_return_and_keeps_the_solves_name_and_time(monkeypatch):
+    problem = random_problem(30)
+    heft = get_solver("heft").solve(problem)
+
+    class OffersThenReturnsWorse(Solver):
+        name = "offers_then_returns_worse"
+        inputs = ("watch",)
+
+        def place(self, problem, deadline, *, watch=None):
+            watch.offer(heft, "heft")
+            time.sleep(0.2)
+            kernels = problem.graph.kernels
+            slowest = max(
+                problem.platform.device_names, key=lambda d: sum(problem.costs.compute_s(k, d) for k in kernels)
+            )
+            return Plan({k: slowest for k in problem.graph.kernels}, objective="latency", mode=problem.mode)
+
+    named = OffersThenReturnsWorse.name
+    monkeypatch.setattr(
+        planning,
+        "get_solver",
+        lambda name, **options: OffersThenReturnsWorse(**options) if name == named else get_solver(name, **options),
+    )
+    solved = plan_model(problem, "offers_then_returns_worse", time_limit_s=5)
+    assert solved.plan.assignment == heft.assignment and solved.simulation.value_s == heft.value_s
+    assert solved.plan.solver == "offers_then_returns_worse" and solved.plan.solve_s >= 0.2
 
 
 def test_an_interrupt_before_any_plan_goes_on(monkeypatch):

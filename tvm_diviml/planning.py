@@ -96,7 +96,7 @@ def plan_model(
     sim = simulate(problem, plan)
     if watch.best is not None and watch.best_value_s < sim.value_s:
         log.info("%s returned a plan worse than one it offered on the way: keeping that one", name)
-        watch.best.lower_bound_s, watch.best.solver = plan.lower_bound_s, plan.solver
+        watch.best.lower_bound_s, watch.best.solver, watch.best.solve_s = plan.lower_bound_s, plan.solver, plan.solve_s
         plan, sim = watch.best, simulate(problem, watch.best)
     single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
     baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}

@@ -20,7 +20,7 @@ from ..errors import DivimlInputError
 from ..plan import MODES, OBJECTIVES, Mode, Objective, Plan
 from ..problem import Problem
 from ..simulator import simulate
-from ..tolerances import ABSOLUTE_SLACK, SOLVER_SLACK
+from ..tolerances import ABSOLUTE_SLACK, SOLVER_SLACK, meets
 from ..toolkit.deadline import Deadline
 from ..toolkit.pipeline_model import stage_count
 from .catalog import solvers_for
@@ -123,6 +123,10 @@ class Solver(ABC):
         ):
             log.warning(
                 "%s claimed %.9g s, the simulator says %.9g s: reporting the simulator's", self.name, claim, sim.value_s
+            )
+            # a proof of optimality was about the claimed value: it holds only where the bound meets the real one
+            plan.optimal = (
+                bool(plan.optimal) and plan.lower_bound_s is not None and meets(sim.value_s, plan.lower_bound_s)
             )
         plan.value_s = sim.value_s
         plan.solver = self.name
