@@ -1060,9 +1060,11 @@ def entry() -> None:
     """The ``diviml`` command. A thread left inside a TVM call (an upload cut short by Ctrl-C, a server
     that stopped answering) aborts the interpreter's shutdown when it returns ("terminate called without
     an active exception"). With any thread but this one left (alive or not: a join cut short by Ctrl-C
-    marks a running thread stopped), everything is already cleaned up: exit at once."""
+    marks a running thread stopped), everything is already cleaned up: exit at once. So too after an
+    interrupt: one that arrived while an import ran C code (TVM's, torch's) leaves CPython's "unhandled
+    KeyboardInterrupt" mark set, and its own exit then kills the process with SIGINT (exit -2, not 130)."""
     code = main()
-    if threading.active_count() > 1:
+    if code == 130 or threading.active_count() > 1:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
