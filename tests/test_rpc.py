@@ -19,8 +19,16 @@ import time
 import numpy as np
 import pytest
 
-from tvm_diviml.cost.rpc_hops import DriverHop, driver_hop_platform, measure_driver_hops, network_hop
+from tvm_diviml.cost.rpc_hops import (
+    DriverHop,
+    driver_hop_platform,
+    driver_io_s,
+    measure_driver_hops,
+    network_hop,
+    with_driver_io,
+)
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Link
 from tvm_diviml.presets import get_platform
@@ -89,6 +97,27 @@ def test_default_driver_hop_is_the_network_twice():
     priced = driver_hop_platform(platform)
     assert priced.transfer_s(1e6, "s0.cpu", "s1.cpu") == pytest.approx(2 * (50e-6 + 1e-3))
     assert priced.transfer_s(1e6, "s0.cpu", "s1.cpu") > platform.transfer_s(1e6, "s0.cpu", "s1.cpu")
+
+
+def test_the_drivers_model_io_is_priced_per_server_and_added_to_the_prediction():
+    """The driver uploads each model input to every device that reads it and downloads each output from
+    the server that makes it, through that server's session; the simulator sees none of it."""
+    platform = get_platform("servers:2xcpu2")
+    hops = {"s0": DriverHop(1e-3, 100e6, 2e-3, 50e6), "s1": DriverHop(3e-3, 200e6, 4e-3, 25e6)}
+    graph = OpGraph(
+        [Kernel("a"), Kernel("b"), Kernel("c", output_bytes=2e6)],
+        [Edge("a", "c", 1.0), Edge("b", "c", 1.0)],
+        inputs=[GraphInput("x", 1e6, ("a", "b"))],
+    )
+    plan = Plan({"a": "s0.cpu0", "b": "s1.cpu0", "c": "s1.cpu1"}, objective="throughput", mode="period_overlap")
+    io = driver_io_s(graph, plan, platform, hops)
+    # x up to s0 (2 ms + 1 MB / 50 MB/s) and to s1 (4 ms + 1 MB / 25 MB/s); c's 2 MB down from s1 (3 ms + 10 ms)
+    assert io == pytest.approx({"s0": 2e-3 + 0.02, "s1": 4e-3 + 0.04 + 3e-3 + 0.01})
+    busy = {"s0.cpu0": 0.01, "s1.cpu0": 0.005, "s1.cpu1": 0.005}
+    assert with_driver_io("latency", 0.03, busy, io, platform) == pytest.approx(0.03 + 0.079)
+    # a period: s1's session serves its two devices' calls and its I/O one at a time
+    assert with_driver_io("throughput", 0.01, busy, io, platform) == pytest.approx(0.01 + 0.057)
+    assert with_driver_io("throughput", 0.5, busy, io, platform) == 0.5
 
 
 def test_refused_connection_names_the_address_and_how_to_start_a_server():
@@ -370,8 +399,9 @@ def test_cli_runs_over_given_servers(servers, tmp_path, capsys):
     run = row["run"]
     assert run["executor"] == "rpc" and run["max_rel_diff"] <= 1e-4
     assert set(run["driver_hops"]) == {"s0", "s1"}
-    assert run["predicted_s"] == pytest.approx(row["value_s"])
     used = {device.split(".")[0] for device in row["assignment"].values()}
+    assert run["predicted_s"] == pytest.approx(row["value_s"] + sum(run["predicted_io_s"].values()))
+    assert set(run["predicted_io_s"]) <= used and sum(run["predicted_io_s"].values()) > 0
     assert set(run["server_busy_s"]) == used
     from tvm_diviml.runtime.rpc import ServersBuild
 

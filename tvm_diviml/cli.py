@@ -342,7 +342,7 @@ def _run_rpc(args: argparse.Namespace) -> int:
     import contextlib
 
     from .app.rpc_run import format_rpc_run, run_plan_rpc
-    from .cost.rpc_hops import driver_hop_platform, measure_driver_hops
+    from .cost.rpc_hops import driver_hop_platform, driver_io_s, measure_driver_hops, with_driver_io
     from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
     from .servers import server_devices
 
@@ -363,14 +363,16 @@ def _run_rpc(args: argparse.Namespace) -> int:
         print(format_row(row, problem.platform.device_names))
         print()
         loaded = workload.loaded
+        io = driver_io_s(problem.graph, plan, problem.platform, hops)
         measured, built = run_plan_rpc(
             loaded.built,
             loaded.extraction,
             problem.platform,
             plan,
-            sim.value_s,
+            with_driver_io(plan.objective, sim.value_s, sim.device_busy_s, io, problem.platform),
             remotes,
             predicted_busy_s=sim.device_busy_s,
+            predicted_io_s=io,
             repeats=args.repeats,
             stream_inputs=args.inputs,
             in_flight=args.in_flight,

@@ -62,6 +62,7 @@ class RpcRunMeasurement(MeasuredRun):
     hop_bytes: float
     crossings: dict[str, float]  # per inference: tensors that crossed, per "src->dst" server pair
     io_s: float  # per inference: model inputs uploaded, outputs downloaded
+    predicted_io_s: dict[str, float]  # per server: that I/O as the hop figures price it (in predicted_s)
     addresses: dict[str, str]  # server -> HOST:PORT
     segments: int
     driver_hops: dict[str, dict] = field(default_factory=dict)  # per server: the hop figures planned with
@@ -77,6 +78,7 @@ class RpcRunMeasurement(MeasuredRun):
             "hop_bytes_per_inference": self.hop_bytes,
             "crossings_per_inference": self.crossings,
             "io_s_per_inference": self.io_s,
+            "predicted_io_s": self.predicted_io_s,
             "addresses": self.addresses,
             "build_s": self.build_s,
             "segments": self.segments,
@@ -96,6 +98,7 @@ def run_plan_rpc(
     addresses: list[tuple[str, int]] | dict[str, RemoteServer],
     *,
     predicted_busy_s: dict[str, float] | None = None,
+    predicted_io_s: dict[str, float] | None = None,
     repeats: int = 5,
     stream_inputs: int = 16,
     in_flight: int | None = None,
@@ -105,8 +108,10 @@ def run_plan_rpc(
     progress=print,
 ) -> tuple[RpcRunMeasurement, ServersBuild]:
     """Build ``plan`` per server, run it over RPC (``addresses`` in server order, or sessions from
-    ``connect_servers``), check it against the reference and time it. ``predicted_busy_s``: the
-    simulator's device_busy_s, for the per-server comparison; ``driver_hops``: recorded in the result."""
+    ``connect_servers``), check it against the reference and time it. ``predicted_s``: the plan's value
+    with the driver's model I/O (``rpc_hops.with_driver_io``); ``predicted_busy_s``: the simulator's
+    device_busy_s, for the per-server comparison; ``predicted_io_s`` (per server, priced by
+    ``rpc_hops.driver_io_s``) and ``driver_hops``: recorded in the result."""
     began = time.perf_counter()
     built = build_per_server(model.mod, plan, platform, extraction=extraction, database=database)
     build_s = time.perf_counter() - began
@@ -155,6 +160,7 @@ def run_plan_rpc(
         hop_bytes=stats["hop_bytes"] / runs,
         crossings={pair: n / runs for pair, n in stats["by_pair"].items()},
         io_s=stats["io_s"] / runs,
+        predicted_io_s=dict(predicted_io_s or {}),
         addresses={sid: r.address for sid, r in remotes.items()},
         build_s=build_s,
         segments=len(segments),
@@ -218,7 +224,8 @@ def format_rpc_run(run: RpcRunMeasurement, rtol: float) -> str:
         f"through the driver per inference: {run.hops:g} hops "
         f"({'tensors ' + crossings if crossings else 'no tensor crossed servers'}), "
         f"{run.hop_bytes / 1e3:.1f} kB, {format_seconds(run.hop_s)}; model inputs up and outputs down "
-        f"{format_seconds(run.io_s)}"
+        f"{format_seconds(run.io_s)} (waits for the sessions included), predicted "
+        f"{format_seconds(sum(run.predicted_io_s.values()))} (in the prediction above)"
     )
     for sid, hop in sorted(run.driver_hops.items()):
         lines.append(

@@ -4,20 +4,25 @@ TVM RPC has no server-to-server copy, so ``RpcRunner`` (``rpc.py``) downloads su
 driver and uploads it to its destination. ``measure_driver_hops`` fits latency + bytes / bandwidth
 for each direction over the real sessions (``DriverHop``), and ``driver_hop_platform`` prices every
 cross-server link of a platform as that path (at those figures, or at the platform's network figures:
-``network_hop``), so that plans pay what this runtime pays. Pricing needs no TVM; measuring uses
-``tvm.runtime`` only, imported where needed.
+``network_hop``), so that plans pay what this runtime pays. The driver also uploads the model inputs
+and downloads the outputs of every inference, which the simulator does not see (it takes them from and
+to the host device): ``driver_io_s`` prices them per server and ``with_driver_io`` adds them to a
+plan's predicted value. Pricing needs no TVM; measuring uses ``tvm.runtime`` only, imported where needed.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..errors import DivimlInputError
+from ..graph import OpGraph
+from ..plan import Plan
 from ..platform import Link, Platform
 from ..runtime.rpc_servers import RemoteServer, within
 from ..servers import server_devices, server_of
@@ -25,7 +30,9 @@ from .fit import fit_link
 
 log = logging.getLogger(__name__)
 
-HOP_SIZES = (64 << 10, 1 << 20, 4 << 20)
+# 1 KB pins the latency (a model input or output is often that small: token ids, logits): fitted from
+# 64 KB up only, the loopback latency came out anywhere between 0 and 600 us run to run
+HOP_SIZES = (1 << 10, 64 << 10, 1 << 20, 4 << 20)
 
 
 @dataclass(frozen=True)
@@ -156,3 +163,35 @@ def driver_hop_platform(platform: Platform, hops: DriverHop | Mapping[str, Drive
         network=platform.network,
         extra_attrs={**platform.extra_attrs, "driver_hops": hop_figures},
     )
+
+
+def driver_io_s(graph: OpGraph, plan: Plan, platform: Platform, hops: Mapping[str, DriverHop]) -> dict[str, float]:
+    """Per server, the seconds per inference its session spends on the driver's model I/O: each model
+    input uploaded once to every device that reads it (as ``RpcRunner`` moves it), each model output
+    downloaded from the server that makes it."""
+    home = server_of(platform)
+    io: Counter = Counter()
+    for graph_input in graph.inputs:
+        for device in {plan.assignment[k] for k in graph_input.consumers}:
+            hop = hops[home[device]]
+            io[home[device]] += hop.upload_latency_s + graph_input.bytes / hop.upload_Bps
+    for output in graph.outputs:
+        server = home[plan.assignment[output]]
+        hop = hops[server]
+        io[server] += hop.download_latency_s + graph.kernels[output].output_bytes / hop.download_Bps
+    return dict(io)
+
+
+def with_driver_io(
+    objective: str, value_s: float, device_busy_s: Mapping[str, float], io_s: Mapping[str, float], platform: Platform
+) -> float:
+    """A plan's simulated ``value_s`` with the driver's model I/O (``driver_io_s``): a latency waits for
+    every upload and download in turn; a stream's period is at least each server's session time per
+    inference, since a session serves one call at a time (its devices' work and its share of the I/O)."""
+    if objective == "latency":
+        return value_s + sum(io_s.values())
+    home = server_of(platform)
+    session: Counter = Counter(io_s)
+    for device, seconds in device_busy_s.items():
+        session[home[device]] += seconds
+    return max([value_s, *session.values()])
