@@ -315,6 +315,15 @@ def server_of(platform: Platform) -> dict[str, str]:
     return {device: sid for sid, devices in server_devices(platform).items() for device in devices}
 
 
+def per_server(seconds_by_device: dict[str, float], platform: Platform) -> dict[str, float]:
+    """Server -> the sum of its devices' seconds (busy times: a server's RPC session serves its
+    devices' calls one at a time)."""
+    home, total = server_of(platform), {}
+    for device, seconds in seconds_by_device.items():
+        total[home[device]] = total.get(home[device], 0.0) + seconds
+    return total
+
+
 def identical_servers(platform: Platform) -> list[list[str]]:
     """Servers grouped by kind, in server order: the servers of a group are interchangeable inside.
     (The network between them may still differ where ``network_links`` overrides a pair.)"""

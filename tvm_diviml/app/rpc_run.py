@@ -27,7 +27,7 @@ from tvm_diviml.runtime.measure import compare_outputs, time_stream
 from tvm_diviml.runtime.rpc import RpcRunner, ServersBuild
 from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
 from tvm_diviml.segments import split_segments
-from tvm_diviml.servers import server_devices, server_of
+from tvm_diviml.servers import per_server, server_devices, server_of
 from tvm_diviml.simulator import run_order
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
@@ -138,22 +138,14 @@ def run_plan_rpc(
             stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
             measured, samples = time_stream(runner, stream, flight), []
             busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs  # the last stream's
-    predicted_busy = predicted_busy_s or {}
-    home = server_of(platform)
-    server_busy: Counter = Counter()
-    predicted_server: Counter = Counter()
-    for device, seconds in busy.items():
-        server_busy[home[device]] += seconds / runs
-    for device, seconds in predicted_busy.items():
-        predicted_server[home[device]] += seconds
     return RpcRunMeasurement(
         objective=plan.objective,
         predicted_s=predicted_s,
         measured_s=measured,
         max_abs_diff=abs_diff,
         max_rel_diff=rel_diff,
-        server_busy_s=dict(server_busy),
-        predicted_server_busy_s=dict(predicted_server),
+        server_busy_s={sid: seconds / runs for sid, seconds in per_server(busy, platform).items()},
+        predicted_server_busy_s=per_server(predicted_busy_s or {}, platform),
         device_busy_s={d: s / runs for d, s in busy.items()},
         hops=stats["hops"] / runs,
         hop_s=stats["hop_s"] / runs,

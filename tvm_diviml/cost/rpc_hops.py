@@ -25,7 +25,7 @@ from ..graph import OpGraph
 from ..plan import Plan
 from ..platform import Link, Platform
 from ..runtime.rpc_servers import RemoteServer, within
-from ..servers import server_devices, server_of
+from ..servers import per_server, server_devices, server_of
 from .fit import fit_link
 
 log = logging.getLogger(__name__)
@@ -190,8 +190,5 @@ def with_driver_io(
     inference, since a session serves one call at a time (its devices' work and its share of the I/O)."""
     if objective == "latency":
         return value_s + sum(io_s.values())
-    home = server_of(platform)
-    session: Counter = Counter(io_s)
-    for device, seconds in device_busy_s.items():
-        session[home[device]] += seconds
+    session = Counter(io_s) + Counter(per_server(dict(device_busy_s), platform))
     return max([value_s, *session.values()])
