@@ -3,6 +3,7 @@ estimated, links measured, and export / import of the whole profile."""
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -177,7 +178,10 @@ def test_profile_command_and_measured_plan(tmp_path):
     profile = run("profile", model, "--platform", "cpu2", "--export", str(tmp_path / "costs.json"))
     assert profile.returncode == 0, profile.stderr
     assert "link cpu0 -> cpu1" in profile.stdout and "kernels timed now" in profile.stdout
-    assert "inside the model, cpu0 adds" in profile.stdout and "a timing of the whole model strays by" in profile.stdout
+    # The calibration adds to each kernel, or scales it down where the kernels were timed on a busier
+    # machine than the whole model (seen under `make test` beside another worker): either is reported.
+    assert re.search(r"inside the model, cpu0( adds|'s kernels take 0\.\d\d of)", profile.stdout)
+    assert "a timing of the whole model strays by" in profile.stdout
     assert "the concurrent executor adds" in profile.stdout and "per segment call" in profile.stdout
     plan = run("plan", model, "--platform", "cpu2", "--cost", "measured", "--json", "-")
     assert plan.returncode == 0, plan.stderr
