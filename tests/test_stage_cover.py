@@ -12,7 +12,10 @@ from hypothesis import strategies as st
 
 from tvm_diviml.bounds.pipeline import pipeline_bounds
 from tvm_diviml.bounds.stage_cover import (
+    BlockCosts,
     StageCover,
+    _BlockPricer,
+    _Neighbourhood,
     block_cost,
     interval_costs,
     random_topological_orders,
@@ -111,3 +114,67 @@ def test_the_same_problem_gets_the_same_bound_and_a_past_deadline_none():
     passed = Deadline.after(0.0)
     assert stage_cover_bound(data, pricing, 3, 2.0, passed, 9.0, stats=stats) is None and stats["stopped_by_time"]
     assert stage_cover_bound(data, pricing, 3, 9.0, Deadline.never(), 9.0) is None  # nothing between the two
+
+
+def convex_blocks(data):
+    """Every non-empty convex kernel set of a small graph, as masks (brute force)."""
+    reach = np.eye(data.n, dtype=bool)
+    for u, w in sorted(data.edges, reverse=True):  # ids are topological: later rows are complete first
+        reach[u] |= reach[w]
+    for u in reversed(range(data.n)):
+        for w in np.flatnonzero(reach[u]):
+            reach[u] |= reach[w]
+    for bits in range(1, 2**data.n):
+        inside = np.array([(bits >> v) & 1 for v in range(data.n)], dtype=bool)
+        between = reach[inside].any(axis=0) & reach[:, inside].any(axis=1)
+        if not (between & ~inside).any():
+            yield inside
+
+
+def random_duals(data, seed):
+    return np.random.default_rng(seed).choice([0.0, 0.25, 0.5, 0.75], size=data.n)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(dag_problems(max_kernels=7), st.integers(0, 50), st.floats(0.2, 1.0))
+def test_the_pricing_mip_finds_a_block_worth_the_target_or_proves_none_is(case, seed, share):
+    graph, platform, costs = case
+    data = PipelineData.of(pipeline(graph, platform, costs, 2))
+    pricing = cheapest_pricing(pipeline(graph, platform, costs, 2), data)
+    period = share * block_cost(data, pricing, np.ones(data.n, dtype=bool))
+    duals = random_duals(data, seed)
+    fitting = [inside for inside in convex_blocks(data) if block_cost(data, pricing, inside) <= period]
+    best = max((float(duals[inside].sum()) for inside in fitting), default=0.0)
+    for target in (t for t in (0.5 * best, best, 1.1 * best + 0.1) if t > 0):  # the cover's targets exceed 1
+        block, value, ceiling = _BlockPricer(data, pricing, period, "highs").best_block(duals, target, 60.0, 0)
+        assert ceiling is not None and ceiling >= best * (1 - 1e-6)  # a valid cap on every block's value
+        if best >= target * (1 + 1e-6):
+            assert block is not None and value >= target * (1 - 1e-6)
+        if block is not None:
+            inside = np.zeros(data.n, dtype=bool)
+            inside[list(block)] = True
+            assert any((inside == other).all() for other in fitting)
+            assert math.isclose(value, float(duals[inside].sum()), rel_tol=1e-6, abs_tol=1e-9)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(dag_problems(max_kernels=7), st.integers(0, 50), st.floats(0.2, 1.0), st.integers(0, 3))
+def test_the_neighbours_of_a_block_are_convex_improving_blocks_within_the_period(case, seed, share, start):
+    graph, platform, costs = case
+    problem = pipeline(graph, platform, costs, 2)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    period = share * block_cost(data, pricing, np.ones(data.n, dtype=bool))
+    duals = random_duals(data, seed) * 2
+    blocks = list(convex_blocks(data))
+    neighbourhood = _Neighbourhood(data, BlockCosts(data, pricing))
+    first = tuple(np.flatnonzero(blocks[start % len(blocks)]).tolist())
+    found = neighbourhood.improving(first, duals, period, most=64)
+    convex = {tuple(np.flatnonzero(inside).tolist()) for inside in blocks}
+    assert len(set(found)) == len(found) and first not in found
+    for block in found:
+        inside = np.zeros(data.n, dtype=bool)
+        inside[list(block)] = True
+        assert block in convex and duals[inside].sum() > 1 and block_cost(data, pricing, inside) <= period
+    if found:  # the climb starts with the neighbours of the first block: one kernel in or out
+        assert len(set(found[0]) ^ set(first)) == 1

@@ -33,12 +33,13 @@ from ..toolkit.pipeline_model import BlockPricing, MipBuilder, PipelineData, opt
 log = logging.getLogger(__name__)
 ORDERS = 32  # random topological orders whose intervals price columns before any MIP does
 AROUND = 2  # orders built around each block a MIP prices in, per end
-PRICING_ROUNDS = 3  # MIP pricings per tested period before it counts as not refuted
-PRICINGS = 8  # MIP pricings per bound, at most: the same work, hence the same bound, on every run
+PRICING_ROUNDS = 8  # MIP pricings per tested period before it counts as not refuted
+PRICINGS = 24  # MIP pricings per bound, at most: the same work, hence the same bound, on every run
 PRICING_NODES = 400  # branch-and-bound nodes per pricing MIP (at 50 its ceiling stayed 25% loose)
 FIRST_STEP = 1.3  # the first period tried: the interval LP's least covered period / FIRST_STEP
 PRECISION = 0.002  # the bisection stops within this fraction of the period
 MAX_COLUMN_ROUNDS = 500  # interval pricing rounds per LP (each adds at most one column per order)
+NEIGHBOURS = 64  # improving neighbours of each priced block added with it, at most
 
 
 def interval_costs(data: PipelineData, pricing: BlockPricing, order: np.ndarray) -> np.ndarray:
@@ -120,6 +121,8 @@ class StageCover:
         self.columns: dict[tuple[int, ...], float] = {}  # block -> its cost
         self.stopped_by_time = False
         self.pricings = 0  # MIP pricings run
+        self.block_costs = BlockCosts(data, pricing)
+        self.neighbourhood = _Neighbourhood(data, self.block_costs)
 
     def refutes(self, period_s: float, deadline: Deadline, exact: bool = True) -> bool:
         """Whether no pipeline of at most ``stages`` blocks has every block's cost at most
@@ -155,7 +158,9 @@ class StageCover:
                 return True
             pricer = pricer or _BlockPricer(data, self.pricing, period_s, self.backend)
             self.pricings += 1
-            block, best, ceiling = pricer.best_block(duals, deadline.left(), self.seed)
+            # a block worth this much refutes nothing, and prices in (the LP needs more than K blocks)
+            target = duals.sum() / self.stages
+            block, best, ceiling = pricer.best_block(duals, target, deadline.left(), self.seed)
             log.debug("stage cover at %.6g s: LP %.4f, block %.4f, ceiling %s", period_s, duals.sum(), best, ceiling)
             if ceiling is not None and ceiling > 0 and duals.sum() / ceiling > self.stages * (1 + SOLVER_SLACK):
                 return True
@@ -163,6 +168,9 @@ class StageCover:
                 return False
             self.columns[block] = self.block_cost(block)
             add(block)
+            for neighbour in self.neighbourhood.improving(block, duals, period_s, NEIGHBOURS):
+                self.columns[neighbour] = self.block_cost(neighbour)
+                add(neighbour)
             for order in self._orders_around(block):
                 self.orders.append(order)
                 self.costs.append(interval_costs(data, self.pricing, order))
@@ -174,8 +182,8 @@ class StageCover:
         before its descendants: their intervals price the blocks that differ from it at either end."""
         inside = np.zeros(self.data.n, dtype=bool)
         inside[list(block)] = True
-        before = _reach(self.data.edges, inside, forward=False) & ~inside
-        after = _reach(self.data.edges, inside, forward=True) & ~inside
+        before = reach(self.neighbourhood.predecessors, inside) & ~inside
+        after = reach(self.neighbourhood.successors, inside) & ~inside
         seed = self.seed + len(self.orders)
         return [
             *random_topological_orders(self.data, AROUND, seed, np.where(before, 0, np.where(inside, 1, 2))),
@@ -210,37 +218,105 @@ class StageCover:
         """A block's cost under the pricing (the reference the interval costs agree with)."""
         inside = np.zeros(self.data.n, dtype=bool)
         inside[list(block)] = True
-        return block_cost(self.data, self.pricing, inside)
+        return self.block_costs.cost(inside)
 
 
-def _reach(edges: list[tuple[int, int]], start: np.ndarray, forward: bool) -> np.ndarray:
-    """The kernels reachable from the mask ``start`` along (``forward``) or against the edges."""
-    step: dict[int, list[int]] = {}
-    for u, v in edges:
-        a, b = (u, v) if forward else (v, u)
-        step.setdefault(a, []).append(b)
-    seen = start.copy()
-    todo = list(np.flatnonzero(start))
-    while todo:
-        for w in step.get(todo.pop(), ()):
-            if not seen[w]:
-                seen[w] = True
-                todo.append(w)
-    return seen
+class BlockCosts:
+    """What any block costs under ``pricing``, its tensor layers held as flat arrays so that one
+    block is priced in one numpy pass (the cover prices thousands)."""
+
+    def __init__(self, data: PipelineData, pricing: BlockPricing):
+        self.pricing = pricing
+        self.counts = np.array([len(c) for c in data.consumers], dtype=np.int64)
+        self.members = np.array([v for c in data.consumers for v in c], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        self.producers = np.asarray(data.producers, dtype=np.int64)
+        self.inputs = [np.asarray(m, dtype=np.int64) for m in data.input_consumers]
+
+    def cost(self, inside: np.ndarray) -> float:
+        """The cost of the block ``inside`` (a mask over kernel ids): its work, each layer that leaves
+        it (producer inside, a consumer outside) or enters it (the reverse), each model input read."""
+        cost = float(self.pricing.work[inside].sum())
+        if len(self.producers):  # every layer has a consumer
+            held = np.add.reduceat(inside[self.members].astype(np.int64), self.starts)
+            producer_in = inside[self.producers]
+            cost += float(self.pricing.out_price[producer_in & (held < self.counts)].sum())
+            cost += float(self.pricing.in_price[~producer_in & (held > 0)].sum())
+        for members, price in zip(self.inputs, self.pricing.input_price):
+            cost += price * bool(inside[members].any())
+        return cost
 
 
 def block_cost(data: PipelineData, pricing: BlockPricing, inside: np.ndarray) -> float:
     """The cost of the block ``inside`` (a mask over kernel ids) under ``pricing``."""
-    cost = float(pricing.work[inside].sum())
-    for layer, (u, members) in enumerate(zip(data.producers, data.consumers)):
-        held = inside[members]
-        if inside[u] and not held.all():
-            cost += pricing.out_price[layer]
-        elif not inside[u] and held.any():
-            cost += pricing.in_price[layer]
-    for members, price in zip(data.input_consumers, pricing.input_price):
-        cost += price * bool(inside[members].any())
-    return cost
+    return BlockCosts(data, pricing).cost(inside)
+
+
+class _Neighbourhood:
+    """Convex blocks one kernel away from a given one, each priced in one numpy pass. A MIP prices one
+    block per call, and on degenerate duals the LP takes block after block without moving; the
+    improving neighbours of the MIP's block, and of the best of those in turn, add many at once."""
+
+    def __init__(self, data: PipelineData, costs: BlockCosts):
+        self.data, self.costs = data, costs
+        self.successors: list[list[int]] = [[] for _ in range(data.n)]
+        self.predecessors: list[list[int]] = [[] for _ in range(data.n)]
+        for u, w in set(data.edges):
+            self.successors[u].append(w)
+            self.predecessors[w].append(u)
+
+    def improving(self, block: tuple[int, ...], duals: np.ndarray, period_s: float, most: int) -> list[tuple[int, ...]]:
+        """Up to ``most`` blocks worth more than 1 under ``duals`` and costing at most ``period_s``:
+        the neighbours of ``block`` (one kernel added or removed, still convex), then of the best of
+        them, while the best gains."""
+        inside = np.zeros(self.data.n, dtype=bool)
+        inside[list(block)] = True
+        value, found, seen = float(duals[inside].sum()), [], {block}
+        while len(found) < most:
+            best = None
+            for v, add in self._moves(inside):
+                inside[v] = add
+                candidate = tuple(np.flatnonzero(inside).tolist())
+                worth = float(duals[inside].sum())
+                if candidate not in seen and worth > 1 + 1e-6 and self.costs.cost(inside) <= period_s:
+                    seen.add(candidate)
+                    found.append(candidate)
+                    if best is None or worth > best[0]:
+                        best = (worth, v, add)
+                inside[v] = not add
+            if best is None or best[0] <= value + 1e-9:
+                break
+            value, v, add = best
+            inside[v] = add
+        return found[:most]
+
+    def _moves(self, inside: np.ndarray):
+        """(kernel, True) for each neighbour whose addition keeps the block convex, (kernel, False) for
+        each member whose removal does. The block is convex: a path between two members stays inside."""
+        after, before = reach(self.successors, inside), reach(self.predecessors, inside)
+        members = np.flatnonzero(inside).tolist()
+        for v in members if len(members) > 1 else ():
+            if not any(inside[p] for p in self.predecessors[v]) or not any(inside[q] for q in self.successors[v]):
+                yield v, False
+        frontier = {w for v in members for w in self.successors[v] + self.predecessors[v]}
+        for v in sorted(frontier - set(members)):
+            # a path from the block into v, or from v into the block, through an outsider breaks convexity
+            if all(inside[p] or not after[p] for p in self.predecessors[v]) and all(
+                inside[q] or not before[q] for q in self.successors[v]
+            ):
+                yield v, True
+
+
+def reach(step: list[list[int]], start: np.ndarray) -> np.ndarray:
+    """The kernels reachable from the mask ``start`` by ``step`` (successor or predecessor lists)."""
+    seen = start.copy()
+    todo = list(np.flatnonzero(start))
+    while todo:
+        for w in step[todo.pop()]:
+            if not seen[w]:
+                seen[w] = True
+                todo.append(w)
+    return seen
 
 
 class _BlockPricer:
@@ -257,13 +333,16 @@ class _BlockPricer:
         self.inside = x[1]
 
     def best_block(
-        self, duals: np.ndarray, time_limit_s: float, seed: int
+        self, duals: np.ndarray, target: float, time_limit_s: float, seed: int
     ) -> tuple[tuple[int, ...] | None, float, float | None]:
-        """(the best block found or None, its dual value, the proven ceiling on any block's: None
-        where the MIP proved none)."""
+        """The best block under ``duals``, or with HiGHS the first found worth at least ``target``:
+        (the block or None, its value, the proven ceiling on any block's value; None where the MIP
+        proved none). Past the target a block refutes nothing, so proving it the best is wasted."""
         model = self.builder.m
         # minimise -y(S): the proven lower bound then caps y(S) from above
         model.objective = mip.minimize(mip.xsum(-float(y) * x for y, x in zip(duals, self.inside) if y))
+        if model.solver_name.upper() == "HIGHS":  # HiGHS's own option; python-mip has no name for it
+            model.solver._set_double_option_value("objective_target", -target)
         status = optimize(self.builder, max(time_limit_s, 0.01), seed, PRICING_NODES)
         bound = model.objective_bound
         if bound is None or not math.isfinite(bound):
