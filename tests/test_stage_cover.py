@@ -121,9 +121,6 @@ def convex_blocks(data):
     reach = np.eye(data.n, dtype=bool)
     for u, w in sorted(data.edges, reverse=True):  # ids are topological: later rows are complete first
         reach[u] |= reach[w]
-    for u in reversed(range(data.n)):
-        for w in np.flatnonzero(reach[u]):
-            reach[u] |= reach[w]
     for bits in range(1, 2**data.n):
         inside = np.array([(bits >> v) & 1 for v in range(data.n)], dtype=bool)
         between = reach[inside].any(axis=0) & reach[:, inside].any(axis=1)
@@ -138,9 +135,9 @@ def random_duals(data, seed):
 @settings(max_examples=examples(20), deadline=None)
 @given(dag_problems(max_kernels=7), st.integers(0, 50), st.floats(0.2, 1.0))
 def test_the_pricing_mip_finds_a_block_worth_the_target_or_proves_none_is(case, seed, share):
-    graph, platform, costs = case
-    data = PipelineData.of(pipeline(graph, platform, costs, 2))
-    pricing = cheapest_pricing(pipeline(graph, platform, costs, 2), data)
+    problem = pipeline(*case, 2)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
     period = share * block_cost(data, pricing, np.ones(data.n, dtype=bool))
     duals = random_duals(data, seed)
     fitting = [inside for inside in convex_blocks(data) if block_cost(data, pricing, inside) <= period]
