@@ -3,6 +3,7 @@ brute-force optimum, and the transfers between stages that the superblock relaxa
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import mip
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from tvm_diviml.bounds.pipeline import pipeline_bounds
 from tvm_diviml.bounds.stage_cover import (
+    FLOOR_MARGIN,
     BlockCosts,
     StageCover,
     _BlockPricer,
@@ -82,6 +84,26 @@ def test_the_cover_never_refutes_the_optimum_and_its_bound_lies_below(problem):
     assert bound is None or bound <= optimum * (1 + TOLERANCE)
 
 
+@settings(max_examples=examples(20), deadline=None)
+@given(dag_problems(max_kernels=7), st.integers(1, 4))
+def test_the_interval_period_is_the_best_split_of_an_order_into_k_intervals(case, stages):
+    problem = pipeline(*case, 2)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    cover = StageCover(data, pricing, stages)
+    best = math.inf
+    for order in cover.orders:
+        for cuts in itertools.chain.from_iterable(
+            itertools.combinations(range(1, data.n), k) for k in range(min(stages, data.n))
+        ):
+            ends = [0, *cuts, data.n]
+            blocks = [np.isin(np.arange(data.n), order[a:b]) for a, b in zip(ends, ends[1:])]
+            best = min(best, max(block_cost(data, pricing, inside) for inside in blocks))
+    assert math.isclose(cover.interval_period(), best, rel_tol=1e-9)
+    # a cover of that many blocks exists there, so the LP over the known columns needs no more
+    assert cover.needed(best * (1 + 1e-9), Deadline.never()) <= stages + 1e-6
+
+
 def chain(length, work=1.0, tensor_bytes=4, devices=("A", "B", "C")):
     """k0 -> k1 -> ... taking ``work`` s each; each tensor 1 + ``tensor_bytes`` s on a link."""
     platform = unit_platform(devices)
@@ -145,6 +167,8 @@ def test_the_pricing_mip_finds_a_block_worth_the_target_or_proves_none_is(case, 
     for target in (t for t in (0.5 * best, best, 1.1 * best + 0.1) if t > 0):  # the cover's targets exceed 1
         block, value, ceiling = _BlockPricer(data, pricing, period, "highs").best_block(duals, target, 60.0, 0)
         assert ceiling is not None and ceiling >= best * (1 - 1e-6)  # a valid cap on every block's value
+        if best < target * (1 - FLOOR_MARGIN):  # proven below the target: the period is refuted
+            assert block is None and ceiling < target
         if best >= target * (1 + 1e-6):
             assert block is not None and value >= target * (1 - 1e-6)
         if block is not None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bounds import lower_bounds
+from .bounds import CoverAlongside, lower_bounds
 from .errors import DivimlInputError, forget_interrupt
 from .plan import Plan
 from .problem import Problem
@@ -77,61 +77,70 @@ def plan_model(
     replicate the model or its stages for throughput (``replicate_where_faster``); a solver's own
     bound, proven among plans without replicas, then does not count."""
     deadline = Deadline.after(time_limit_s)
-    automatic = solver == "auto"
-    name = default_solver(problem) if automatic else solver
-    reserve = min(bound_time_limit_s, time_limit_s / 4)
-    watch = Incumbents(problem, listener)
-    interrupted = False
-    try:
-        plan = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed).solve(
-            problem, deadline=deadline, watch=watch
+    # a pipeline's stage cover starts now on a spare core, where there is one; stopped on the way out
+    alongside = CoverAlongside.start(problem, deadline, seed) if bound_time_limit_s > 0 else CoverAlongside()
+    with alongside:
+        automatic = solver == "auto"
+        name = default_solver(problem) if automatic else solver
+        reserve = min(bound_time_limit_s, time_limit_s / 4)
+        watch = Incumbents(problem, listener)
+        interrupted = False
+        try:
+            plan = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed).solve(
+                problem, deadline=deadline, watch=watch
+            )
+        except KeyboardInterrupt:
+            if not interrupt_keeps_best or watch.best is None:
+                raise
+            forget_interrupt()  # answered: the best plan so far is the result
+            plan, interrupted = watch.best, True
+            plan.solver, plan.solve_s = name, watch.elapsed_s()
+            log.warning("interrupted after %.1f s: keeping the best plan found so far", watch.elapsed_s())
+        sim = simulate(problem, plan)
+        if watch.best is not None and watch.best_value_s < sim.value_s:
+            log.info("%s returned a plan worse than one it offered on the way: keeping that one", name)
+            watch.best.lower_bound_s, watch.best.solver, watch.best.solve_s = (
+                plan.lower_bound_s,
+                plan.solver,
+                plan.solve_s,
+            )
+            plan, sim = watch.best, simulate(problem, watch.best)
+        single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
+        baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
+        kept_single = None
+        if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
+            kept_single = _keep_single_device(plan.solver, sim.value_s, single.value_s, problem.costs.prediction_error)
+            if kept_single:
+                single.solver = "fastest_single_device"
+                plan, sim = single, simulate(problem, single)
+        with_replicas = replicas and problem.objective == "throughput" and problem.mode == "period_overlap"
+        replicated = None
+        if with_replicas and automatic and not interrupted:
+            plan, sim, replicated = replicate_where_faster(problem, plan, sim, watch)
+        if with_replicas and plan.optimal and not plan.replicas:
+            plan.attrs["optimal_among"] = "plans without replicas"
+        for device, entry in per_device.items():
+            baselines[f"single:{device}"] = entry["value_s"]
+        baselines.update(list_scheduling_baselines(problem, plan if name in ("heft", "greedy") else None))
+        # a plan found by the series decomposition already carries its bound (no second run of it), and
+        # a proven optimum that carries its bound needs no MIP bound
+        series_solved = problem.objective == "latency" and "series" in plan.attrs
+        proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
+        # the bounds get every second the solver left: on randwire_er:nodes=32 at K = 16 the solver ends
+        # at 19 s of 60, and the stage cover given 40 s instead of 10 took the gap from 58% to 33%
+        searching = bound_time_limit_s > 0 and not (proven or interrupted)
+        mip_time_limit_s = deadline.left() if searching else 0.0
+        if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
+            mip_time_limit_s = 0.0
+        bounds = lower_bounds(
+            problem, mip_time_limit_s=mip_time_limit_s, upper_s=sim.value_s, deadline=deadline, alongside=alongside
         )
-    except KeyboardInterrupt:
-        if not interrupt_keeps_best or watch.best is None:
-            raise
-        forget_interrupt()  # answered: the best plan so far is the result
-        plan, interrupted = watch.best, True
-        plan.solver, plan.solve_s = name, watch.elapsed_s()
-        log.warning("interrupted after %.1f s: keeping the best plan found so far", watch.elapsed_s())
-    sim = simulate(problem, plan)
-    if watch.best is not None and watch.best_value_s < sim.value_s:
-        log.info("%s returned a plan worse than one it offered on the way: keeping that one", name)
-        watch.best.lower_bound_s, watch.best.solver, watch.best.solve_s = plan.lower_bound_s, plan.solver, plan.solve_s
-        plan, sim = watch.best, simulate(problem, watch.best)
-    single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
-    baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
-    kept_single = None
-    if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
-        kept_single = _keep_single_device(plan.solver, sim.value_s, single.value_s, problem.costs.prediction_error)
-        if kept_single:
-            single.solver = "fastest_single_device"
-            plan, sim = single, simulate(problem, single)
-    with_replicas = replicas and problem.objective == "throughput" and problem.mode == "period_overlap"
-    replicated = None
-    if with_replicas and automatic and not interrupted:
-        plan, sim, replicated = replicate_where_faster(problem, plan, sim, watch)
-    if with_replicas and plan.optimal and not plan.replicas:
-        plan.attrs["optimal_among"] = "plans without replicas"
-    for device, entry in per_device.items():
-        baselines[f"single:{device}"] = entry["value_s"]
-    baselines.update(list_scheduling_baselines(problem, plan if name in ("heft", "greedy") else None))
-    # a plan found by the series decomposition already carries its bound (no second run of it), and
-    # a proven optimum that carries its bound needs no MIP bound
-    series_solved = problem.objective == "latency" and "series" in plan.attrs
-    proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
-    # the bounds get every second the solver left: on randwire_er:nodes=32 at K = 16 the solver ends
-    # at 19 s of 60, and the stage cover given 40 s instead of 10 took the gap from 58% to 33%
-    searching = bound_time_limit_s > 0 and not (proven or interrupted)
-    mip_time_limit_s = deadline.left() if searching else 0.0
-    if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
-        mip_time_limit_s = 0.0
-    bounds = lower_bounds(problem, mip_time_limit_s=mip_time_limit_s, upper_s=sim.value_s, deadline=deadline)
-    if plan.lower_bound_s is not None and not with_replicas:
-        bounds["solver"] = plan.lower_bound_s
-    if bounds:
-        source = max(bounds, key=bounds.__getitem__)
-        watch.bound(bounds[source], f"bound: {source}")
-    return Solved(plan, sim, bounds, baselines, kept_single, replicated, watch.trace, interrupted)
+        if plan.lower_bound_s is not None and not with_replicas:
+            bounds["solver"] = plan.lower_bound_s
+        if bounds:
+            source = max(bounds, key=bounds.__getitem__)
+            watch.bound(bounds[source], f"bound: {source}")
+        return Solved(plan, sim, bounds, baselines, kept_single, replicated, watch.trace, interrupted)
 
 
 def replicate_where_faster(

@@ -22,6 +22,7 @@ import math
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
 from .common import fastest_times, largest_group
+from .cover_alongside import CoverAlongside
 from .latency import critical_path_bound, series_bound, transfer_path_bound
 from .overlap_branching import overlap_branching_bound
 from .overlap_load import overlap_load_bound
@@ -36,18 +37,24 @@ LP_ALWAYS_UP_TO = 2_000
 
 
 def lower_bounds(
-    problem: Problem, mip_time_limit_s: float = 0.0, upper_s: float = math.inf, deadline: Deadline | None = None
+    problem: Problem,
+    mip_time_limit_s: float = 0.0,
+    upper_s: float = math.inf,
+    deadline: Deadline | None = None,
+    alongside: CoverAlongside | None = None,
 ) -> dict[str, float]:
     """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
     adds the MIP bounds of pipelines (seconds shared among them) and, for latency, the series
     decomposition's bound (CP-SAT per segment, where it is exact) and ``overlap_branching``; 0 keeps every bound cheap.
     ``upper_s``: a known plan's value (pipelines: it spares the downset DP a pass). ``deadline``: past
-    it, the load LPs are left out (on 10,000s of kernels each takes seconds)."""
+    it, the load LPs are left out (on 10,000s of kernels each takes seconds). ``alongside``: a
+    pipeline's stage cover started beside the solver, whose bound is taken in place of running it."""
     mode = problem.mode
     fastest = fastest_times(problem)
     parts: dict[str, float] = {}
     if mode == "stage_serial":
-        parts.update(pipeline_bounds(problem, mip_time_limit_s, upper_s=upper_s))
+        cover = alongside.result if alongside is not None and alongside.running else None
+        parts.update(pipeline_bounds(problem, mip_time_limit_s, upper_s=upper_s, alongside=cover))
     else:
         parts["average_load"] = sum(fastest.values()) / len(problem.platform.devices)
         if mode != "period_overlap":
@@ -90,6 +97,7 @@ def lower_bound(problem: Problem, mip_time_limit_s: float = 0.0) -> float:
 
 
 __all__ = [
+    "CoverAlongside",
     "critical_path_bound",
     "fastest_times",
     "largest_group",

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import mip
 import numpy as np
@@ -58,6 +58,7 @@ def pipeline_bounds(
     max_nodes: int | None = None,
     stats: dict | None = None,
     upper_s: float = math.inf,
+    alongside: Callable[[Deadline], float | None] | None = None,
 ) -> dict[str, float]:
     """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
 
@@ -76,7 +77,9 @@ def pipeline_bounds(
     time left, so that, where no MIP reaches ``time_limit_s`` first, the bounds are the same on every
     run (one thread, one seed).
     ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``, the
-    stage cover counting as one)."""
+    stage cover counting as one). ``alongside``: the bound, by a deadline, of a stage cover already
+    running beside the solver (``CoverAlongside.result``); taken at the end in place of running the
+    cover here, and the MIPs get all the time."""
     began = time.perf_counter()
     deadline = Deadline(began + time_limit_s)
     data = PipelineData.of(problem)
@@ -92,7 +95,7 @@ def pipeline_bounds(
         if solved.optimal:
             return parts
     timed_out = 0
-    if stage_cover:
+    if stage_cover and alongside is None:
         share = 2 / 3 if stages >= MANY_STAGES else 1 / 3
         until = deadline if max_nodes is not None else deadline.within(deadline.left() * share)
         covered, timed_out = timed_stage_cover(data, cheap, stages, max(parts.values()), until, backend, seed)
@@ -108,6 +111,9 @@ def pipeline_bounds(
     for name in ("three_superblock", "exact_mip"):
         if found[name]:
             parts[name] = max(found[name])
+    covered = alongside(deadline) if alongside is not None and stage_cover else None
+    if covered is not None:
+        parts["stage_cover"] = covered
     log.info(
         "pipeline bounds in %.2f s: %s",
         time.perf_counter() - began,

@@ -11,9 +11,12 @@ The cover LP is solved by column generation. Intervals of seeded random topologi
 interval of a topological order is convex) price most columns at numpy speed; a MIP over all
 convex blocks prices the rest and certifies the count: for any duals y, Farley's bound
 sum(y) / max{y(S) : S convex, cost(S) <= P} is at most the LP's optimum, and the MIP's proven bound
-on that maximum keeps it valid when the MIP stops early. The period is searched first over the
-interval LP alone (cheap, proving nothing, but nothing above where it fits is refutable), then with
-MIP pricing from below that; the largest refuted P is the bound.
+on that maximum keeps it valid when the MIP stops early. Each MIP cuts off the blocks worth too
+little to matter (infeasible: refuted) and prices smoothed duals (Wentges: halfway to those of the
+best ratio so far), which the degenerate LP needs. The period is searched first over the
+interval LP alone (cheap, proving nothing, but nothing above where it fits is refutable), from the
+best split of an order into K intervals down; then, with MIP pricing, upwards from the floor, each
+trial where the known columns need a set multiple of K blocks; the largest refuted P is the bound.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import time
 
 import mip
 import numpy as np
@@ -36,9 +40,14 @@ AROUND = 2  # orders built around each block a MIP prices in, per end
 PRICING_ROUNDS = 8  # MIP pricings per tested period before it counts as not refuted
 PRICINGS = 24  # MIP pricings per bound, at most: the same work, hence the same bound, on every run
 PRICING_NODES = 400  # branch-and-bound nodes per pricing MIP (at 50 its ceiling stayed 25% loose)
-FIRST_STEP = 1.3  # the first period tried: the interval LP's least covered period / FIRST_STEP
+FIRST_RATIO = 1.45  # the first period tried is where the known columns need this many times K blocks
+RATIO_STEP = 0.6  # after a refutation, the next where they need 1 + RATIO_STEP x (the last ratio - 1)
+TRIAL_PRECISION = 0.01  # a trial's period need not be found more finely than this
+LEAST_STEP = 0.125  # of the periods left, each trial moves up at least this share
 PRECISION = 0.002  # the bisection stops within this fraction of the period
 MAX_COLUMN_ROUNDS = 500  # interval pricing rounds per LP (each adds at most one column per order)
+SMOOTHING = 0.5  # the weight of the best duals so far where a pricing MIP's duals are smoothed
+FLOOR_MARGIN = 0.04  # pricing MIPs cut off blocks worth less than this share below the target
 NEIGHBOURS = 64  # improving neighbours of each priced block added with it, at most
 
 
@@ -124,16 +133,81 @@ class StageCover:
         self.block_costs = BlockCosts(data, pricing)
         self.neighbourhood = _Neighbourhood(data, self.block_costs)
 
-    def refutes(self, period_s: float, deadline: Deadline, exact: bool = True) -> bool:
+    def needed(self, period_s: float, deadline: Deadline) -> float | None:
+        """The blocks of cost at most ``period_s`` the cover LP needs over the columns known and the
+        orders' intervals: at least what it needs over all convex blocks, so where it is at most
+        ``stages`` nothing is refuted (None where the LP fails or the deadline passes)."""
+        duals = self._interval_rounds(*self._cover_lp(period_s), deadline)
+        return None if duals is None else float(duals.sum())
+
+    def refutes(self, period_s: float, deadline: Deadline) -> bool:
         """Whether no pipeline of at most ``stages`` blocks has every block's cost at most
-        ``period_s``: proven where Farley's bound on the cover LP exceeds the stage count. With
-        ``exact`` False, only whether the LP over interval columns needs more than ``stages``
-        blocks: a necessary condition, no proof."""
+        ``period_s``: proven where Farley's bound on the cover LP exceeds the stage count."""
         data = self.data
+        model, cover, fits, add = self._cover_lp(period_s)
+        pricer, duals, centre, centre_ratio = None, None, None, 0.0
+        for _ in range(PRICING_ROUNDS):
+            if self.pricings >= PRICINGS:
+                return False
+            if duals is None:
+                duals = self._interval_rounds(model, cover, fits, add, deadline)
+                if duals is None or duals.sum() <= self.stages:  # the LP fits over some columns: so it does over all
+                    return False
+            # Wentges smoothing: price between the LP's duals and those that gave the best ratio so far
+            priced = duals if centre is None else SMOOTHING * centre + (1 - SMOOTHING) * duals
+            pricer = pricer or _BlockPricer(data, self.pricing, period_s, self.backend)
+            self.pricings += 1
+            # a block worth this much refutes nothing, and prices in (the LP needs more than K blocks)
+            target = priced.sum() / self.stages
+            began = time.perf_counter()
+            block, best, ceiling = pricer.best_block(priced, target, deadline.left(), self.seed)
+            ratio = priced.sum() / ceiling if ceiling is not None and ceiling > 0 else 0.0
+            log.debug(
+                "stage cover at %.6g s: LP %.4f, priced %.4f, block %.4f, ceiling %s, ratio %.4f (%.2f s)",
+                *(period_s, duals.sum(), priced.sum(), best, ceiling, ratio, time.perf_counter() - began),
+            )
+            if ratio > self.stages * (1 + SOLVER_SLACK):
+                return True
+            moved = ratio > centre_ratio
+            if moved:
+                centre, centre_ratio = priced, ratio
+            if block is None:
+                return False
+            if duals[list(block)].sum() <= 1 + 1e-6:  # nothing the LP lacks: price again nearer the LP's duals
+                if not moved:
+                    centre = None
+                continue
+            self.columns[block] = self.block_cost(block)
+            add(block)
+            for neighbour in self.neighbourhood.improving(block, duals, period_s, NEIGHBOURS):
+                self.columns[neighbour] = self.block_cost(neighbour)
+                add(neighbour)
+            for order in self._orders_around(block):
+                self.orders.append(order)
+                self.costs.append(interval_costs(data, self.pricing, order))
+                fits.append(self.costs[-1] <= period_s)
+            duals = None
+        return False
+
+    def interval_period(self) -> float:
+        """The least period at which one of the orders splits into at most ``stages`` intervals: such
+        a cover exists there, so no period above it is refuted (the bisection's top, from the problem
+        alone; the whole graph as one block took the interval LP 14 of 20 s on 226 kernels)."""
+        best = math.inf
+        for costs in self.costs:
+            least = costs[0]  # least[b]: the least largest cost of order[:b] in the intervals so far
+            for _ in range(self.stages - 1):
+                least = np.minimum(least, np.min(np.maximum(least[:, None], costs), axis=0))
+            best = min(best, float(least[-1]))
+        return best
+
+    def _cover_lp(self, period_s: float):
+        """The cover LP at ``period_s`` over the known columns that fit: (model, its cover rows, which
+        intervals of each order fit, a function adding a block's column unless already in)."""
         model = new_model("stage cover", self.backend)
-        cover = [model.add_constr(mip.LinExpr() == 1) for _ in range(data.n)]
-        for v in range(data.n):  # artificial singletons keep the LP feasible; they count for no plan
-            model.add_var(lb=0.0, obj=float(data.n), column=mip.Column([cover[v]], [1.0]))
+        cover = [model.add_constr(mip.LinExpr() == 1) for _ in range(self.data.n)]
+        for v in range(self.data.n):  # artificial singletons keep the LP feasible; they count for no plan
+            model.add_var(lb=0.0, obj=float(self.data.n), column=mip.Column([cover[v]], [1.0]))
         in_model: set[tuple[int, ...]] = set()
 
         def add(block: tuple[int, ...]) -> bool:
@@ -146,36 +220,21 @@ class StageCover:
         for block, cost in self.columns.items():
             if cost <= period_s:
                 add(block)
-        fits = [cost <= period_s for cost in self.costs]
-        pricer = None
-        for _ in range(PRICING_ROUNDS if exact else 1):
-            if exact and self.pricings >= PRICINGS:
-                return False
-            duals = self._interval_rounds(model, cover, fits, add, deadline)
-            if duals is None or duals.sum() <= self.stages:  # the LP fits over some columns: so it does over all
-                return False
-            if not exact:
-                return True
-            pricer = pricer or _BlockPricer(data, self.pricing, period_s, self.backend)
-            self.pricings += 1
-            # a block worth this much refutes nothing, and prices in (the LP needs more than K blocks)
-            target = duals.sum() / self.stages
-            block, best, ceiling = pricer.best_block(duals, target, deadline.left(), self.seed)
-            log.debug("stage cover at %.6g s: LP %.4f, block %.4f, ceiling %s", period_s, duals.sum(), best, ceiling)
-            if ceiling is not None and ceiling > 0 and duals.sum() / ceiling > self.stages * (1 + SOLVER_SLACK):
-                return True
-            if block is None or best <= 1 + 1e-6:
-                return False
-            self.columns[block] = self.block_cost(block)
-            add(block)
-            for neighbour in self.neighbourhood.improving(block, duals, period_s, NEIGHBOURS):
-                self.columns[neighbour] = self.block_cost(neighbour)
-                add(neighbour)
-            for order in self._orders_around(block):
-                self.orders.append(order)
-                self.costs.append(interval_costs(data, self.pricing, order))
-                fits.append(self.costs[-1] <= period_s)
-        return False
+        return model, cover, [cost <= period_s for cost in self.costs], add
+
+    def period_needing(
+        self, blocks: float, low: float, high: float, deadline: Deadline, precision: float = PRECISION
+    ) -> float:
+        """Bisection, to ``precision`` of the period, for the largest period in (``low``, ``high``)
+        where the LP over the known columns needs more than ``blocks`` blocks (``low`` where it needs
+        fewer everywhere or time runs out)."""
+        while high - low > precision * high and not deadline.passed():
+            middle = (low + high) / 2
+            needed = self.needed(middle, deadline)
+            if needed is None:
+                break
+            low, high = (middle, high) if needed > blocks else (low, middle)
+        return low
 
     def _orders_around(self, block: tuple[int, ...]) -> list[np.ndarray]:
         """Orders in which ``block`` is one interval, once right after its ancestors and once right
@@ -331,23 +390,33 @@ class _BlockPricer:
         self.builder.ordered(x, data)
         model += self.builder.block_cost(x[1], data, pricing) <= period_s / self.builder.unit
         self.inside = x[1]
+        self.floor: mip.Constr | None = None
 
     def best_block(
         self, duals: np.ndarray, target: float, time_limit_s: float, seed: int
     ) -> tuple[tuple[int, ...] | None, float, float | None]:
         """The best block under ``duals``, or with HiGHS the first found worth at least ``target``:
         (the block or None, its value, the proven ceiling on any block's value; None where the MIP
-        proved none). Past the target a block refutes nothing, so proving it the best is wasted."""
+        proved none). Past the target a block refutes nothing, so proving it the best is wasted;
+        below ``target`` x (1 - FLOOR_MARGIN) it refutes the period whatever it is worth, so such
+        blocks are cut off: where every block is, infeasibility is the proof (at the target itself,
+        that proof did not finish where the best block lay 0.0006 below)."""
         model = self.builder.m
-        # minimise -y(S): the proven lower bound then caps y(S) from above
-        model.objective = mip.minimize(mip.xsum(-float(y) * x for y, x in zip(duals, self.inside) if y))
+        value = mip.xsum(float(y) * x for y, x in zip(duals, self.inside) if y)
+        model.objective = mip.minimize(-value)  # its proven lower bound caps y(S) from above
+        if self.floor is not None:
+            model.remove(self.floor)
+        floor = target * (1 - FLOOR_MARGIN)
+        self.floor = model.add_constr(value >= floor)
         if model.solver_name.upper() == "HIGHS":  # HiGHS's own option; python-mip has no name for it
             model.solver._set_double_option_value("objective_target", -target)
         status = optimize(self.builder, max(time_limit_s, 0.01), seed, PRICING_NODES)
+        if status == mip.OptimizationStatus.INFEASIBLE:
+            return None, 0.0, floor
         bound = model.objective_bound
         if bound is None or not math.isfinite(bound):
             return None, 0.0, None
-        ceiling = -bound + abs(bound) * SOLVER_SLACK + 1e-9
+        ceiling = max(-bound + abs(bound) * SOLVER_SLACK + 1e-9, floor)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             return None, 0.0, ceiling
         block = tuple(v for v, x in enumerate(self.inside) if x.x is not None and x.x > 0.5)
@@ -368,32 +437,37 @@ def stage_cover_bound(
 ) -> float | None:
     """The largest period in (``floor_s``, ``ceiling_s``) the cover LP refutes within ``PRICINGS``
     MIP pricings (None where it refutes none before ``deadline``). ``floor_s``: a bound already known;
-    ``ceiling_s``: any cost no bound can pass; by default the whole graph as one block, not a plan's
-    period, so that the bound depends on the problem alone and not on how good a time-limited plan
-    turned out. ``stats``, if given, receives whether the clock stopped an LP (``stopped_by_time``)."""
+    ``ceiling_s``: any cost no bound can pass; the search starts below it and below the least period
+    of a split of the cover's orders into intervals, not below a plan's period, so that the bound
+    depends on the problem alone and not on how good a time-limited plan turned out. ``stats``, if
+    given, receives whether the clock stopped an LP (``stopped_by_time``)."""
     if stats is not None:
         stats["stopped_by_time"] = False
-    if ceiling_s is None:
-        ceiling_s = block_cost(data, pricing, np.ones(data.n, dtype=bool))
-    if not data.n or not math.isfinite(floor_s) or ceiling_s <= floor_s:
+    if not data.n or not math.isfinite(floor_s) or (ceiling_s is not None and ceiling_s <= floor_s):
         return None
     cover = StageCover(data, pricing, stages, seed=seed, backend=backend)
-    # Above the least period the interval columns alone cover with K blocks nothing is refuted: a
-    # tight ceiling, found without a MIP.
-    low, high = floor_s, ceiling_s
-    while high - low > PRECISION * high and not deadline.passed():
-        middle = (low + high) / 2
-        low, high = (middle, high) if cover.refutes(middle, deadline, exact=False) else (low, middle)
-    # Refuted periods lie nearer the floor: first where the interval LP needs about FIRST_STEP x K
-    # blocks (what the first MIP ceilings tend to certify), then a third of the way up.
-    low, proven = floor_s, None
-    trial = max(low + (high - low) / 3, high / FIRST_STEP)
+    # Above the least period the known columns cover with K blocks nothing is refuted: a tight
+    # ceiling, found without a MIP.
+    top = min(cover.interval_period(), math.inf if ceiling_s is None else ceiling_s)
+    low, high = floor_s, cover.period_needing(stages, floor_s, top, deadline)
+    # Trials from below, each where the known columns need `ratio` x K blocks: a MIP's first
+    # ceilings sit about FIRST_RATIO above the best block, so that is where a refutation is cheap
+    # (one pricing on 226 kernels where the period 1.3x below the top took more than eight).
+    ratio, proven = FIRST_RATIO, None
+    trial = max(
+        cover.period_needing(ratio * stages, low, high, deadline, TRIAL_PRECISION), low + (high - low) * LEAST_STEP
+    )
     while high - low > PRECISION * high and cover.pricings < PRICINGS and not deadline.passed():
         if cover.refutes(trial, deadline):
             low = proven = trial
+            ratio = 1 + (ratio - 1) * RATIO_STEP
+            trial = max(
+                cover.period_needing(ratio * stages, low, high, deadline, TRIAL_PRECISION),
+                low + (high - low) * LEAST_STEP,
+            )
         else:
             high = trial
-        trial = low + (high - low) / 3
+            trial = (low + high) / 2
     if stats is not None:
         stats["stopped_by_time"] = cover.stopped_by_time or deadline.passed()
     if proven is not None:
