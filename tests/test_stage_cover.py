@@ -18,7 +18,6 @@ from tvm_diviml.bounds.stage_cover import (
     StageCover,
     _BlockPricer,
     _Neighbourhood,
-    block_cost,
     interval_costs,
     random_topological_orders,
     stage_cover_bound,
@@ -30,6 +29,11 @@ from .conftest import examples, graph_of, table, unit_platform
 from .strategies import dag_problems
 from .test_mtpp import TOLERANCE, best_pipeline, pipeline_problems
 from .test_slicegraph import pipeline
+
+
+def block_cost(data, pricing, inside) -> float:
+    """The cost of the block ``inside`` (a mask over kernel ids) under ``pricing``."""
+    return BlockCosts(data, pricing).cost(inside)
 
 
 def mip_block_cost(data, pricing, inside) -> float:

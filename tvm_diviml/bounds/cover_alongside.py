@@ -21,8 +21,8 @@ import time
 
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
-from ..toolkit.pipeline_model import BlockPricing, PipelineData, cheapest_pricing
-from .pipeline import combinatorial_bounds
+from ..toolkit.pipeline_model import BlockPricing, PipelineData
+from .pipeline import relaxed_pipeline
 from .stage_cover import stage_cover_bound
 
 log = logging.getLogger(__name__)
@@ -59,14 +59,10 @@ class CoverAlongside:
         ``KERNELS_FROM``-``KERNELS_UP_TO``."""
         if problem.mode != "stage_serial" or spare_cores() < 1:
             return cls()
-        data = PipelineData.of(problem)
-        if not KERNELS_FROM <= data.n <= KERNELS_UP_TO:
+        if not KERNELS_FROM <= len(problem.graph) <= KERNELS_UP_TO:
             return cls()
-        devices = len(problem.platform.devices)
-        stages = min(problem.stages or devices, devices)
-        cheap = cheapest_pricing(problem, data)
-        parts = combinatorial_bounds(problem, data, cheap, stages)
-        if not math.isfinite(parts["largest_kernel"]):  # a kernel no device runs: no plan to bound
+        data, cheap, stages, parts = relaxed_pipeline(problem)
+        if not parts or not math.isfinite(parts["largest_kernel"]):  # a kernel no device runs: no plan to bound
             return cls()
         floor_s = max(parts.values())
         context = multiprocessing.get_context("spawn")  # no fork of a process that may hold TVM's threads

@@ -82,11 +82,7 @@ def pipeline_bounds(
     cover here, and the MIPs get all the time."""
     began = time.perf_counter()
     deadline = Deadline(began + time_limit_s)
-    data = PipelineData.of(problem)
-    devices = len(problem.platform.devices)
-    stages = min(problem.stages or devices, devices)
-    cheap = cheapest_pricing(problem, data)
-    parts = combinatorial_bounds(problem, data, cheap, stages)
+    data, cheap, stages, parts = relaxed_pipeline(problem)
     if time_limit_s <= 0 or not parts or not math.isfinite(parts["largest_kernel"]):
         return parts
     solved = downset_bound(problem, Deadline(began + time_limit_s / 2), upper_s=upper_s) if downsets else None
@@ -224,6 +220,16 @@ def downset_bound(
     except (TooManyIdeals, TimeoutError, DivimlInputError) as stop:
         log.info("pipeline bounds: no downset DP (%s)", stop)
         return None
+
+
+def relaxed_pipeline(problem: Problem) -> tuple[PipelineData, BlockPricing, int, dict[str, float]]:
+    """What every pipeline bound starts from: the problem in ids, priced at its cheapest, the stage
+    count and the combinatorial bounds (LB0)."""
+    data = PipelineData.of(problem)
+    devices = len(problem.platform.devices)
+    stages = min(problem.stages or devices, devices)
+    cheap = cheapest_pricing(problem, data)
+    return data, cheap, stages, combinatorial_bounds(problem, data, cheap, stages)
 
 
 def combinatorial_bounds(problem: Problem, data: PipelineData, cheap: BlockPricing, stages: int) -> dict[str, float]:

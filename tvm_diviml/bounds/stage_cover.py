@@ -168,7 +168,13 @@ class StageCover:
             ratio = priced.sum() / ceiling if ceiling is not None and ceiling > 0 else 0.0
             log.debug(
                 "stage cover at %.6g s: LP %.4f, priced %.4f, block %.4f, ceiling %s, ratio %.4f (%.2f s)",
-                *(period_s, duals.sum(), priced.sum(), best, ceiling, ratio, time.perf_counter() - began),
+                period_s,
+                duals.sum(),
+                priced.sum(),
+                best,
+                ceiling,
+                ratio,
+                time.perf_counter() - began,
             )
             if ratio > self.stages * (1 + SOLVER_SLACK):
                 return True
@@ -308,11 +314,6 @@ class BlockCosts:
         for members, price in zip(self.inputs, self.pricing.input_price):
             cost += price * bool(inside[members].any())
         return cost
-
-
-def block_cost(data: PipelineData, pricing: BlockPricing, inside: np.ndarray) -> float:
-    """The cost of the block ``inside`` (a mask over kernel ids) under ``pricing``."""
-    return BlockCosts(data, pricing).cost(inside)
 
 
 class _Neighbourhood:
