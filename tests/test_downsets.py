@@ -27,6 +27,7 @@ from tvm_diviml.toolkit.downsets import (
     TooManyIdeals,
     downset_plan,
     enumerate_ideals,
+    widest_level,
 )
 from tvm_diviml.toolkit.pipeline_polish import polish_pipeline, recut_along_orders
 
@@ -155,6 +156,29 @@ def test_ideals_are_closed_under_colour_groups():
     assert sorted(enumerate_ideals([[], [], [0, 1]], [[2], [2], []], [[0, 1]], 10)) == [0, 0b011, 0b111]
     # a diamond 0 -> 1, 0 -> 2, 1 -> 3, 2 -> 3 has 6 ideals
     assert len(enumerate_ideals([[], [0], [0], [1, 2]], [[1, 2], [3], [3], []], [], 10)) == 6
+
+
+def test_a_level_with_more_subsets_than_the_cap_is_refused_at_once():
+    # a source, then 4 kernels that each read it only: 2^4 subsets of that level, 17 ideals in all
+    predecessors, successors = [[], [0], [0], [0], [0]], [[1, 2, 3, 4], [], [], [], []]
+    assert len(enumerate_ideals(predecessors, successors, [], 17)) == 17
+    with pytest.raises(TooManyIdeals, match=r"more than 15 ideals \(4 kernels with no path between any two\)"):
+        enumerate_ideals(predecessors, successors, [], 15)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    st.integers(1, 9).flatmap(
+        lambda n: st.tuples(st.just(n), st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
+    )
+)
+def test_the_widest_level_never_refuses_a_graph_within_the_cap(case):
+    """Against the enumeration itself: 2 ** widest_level never exceeds the ideals counted."""
+    n, pairs = case
+    edges = {(min(a, b), max(a, b)) for a, b in pairs if a != b}
+    predecessors = [[u for u, w in edges if w == v] for v in range(n)]
+    successors = [[w for u, w in edges if u == v] for v in range(n)]
+    assert 2 ** widest_level(predecessors) <= len(enumerate_ideals(predecessors, successors, [], 2**n + 1))
 
 
 def test_a_family_keeps_the_ideals_that_hold_groups_whole_and_both_ends():

@@ -27,7 +27,8 @@ from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.solvers.pipeline_mip import solve_pipeline_mip
 from tvm_diviml.solvers.slicegraph import slice_order
-from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
+from tvm_diviml.toolkit.deadline import Deadline
+from tvm_diviml.toolkit.pipeline_model import BuildStopped, MipBuilder, PipelineData, cheapest_pricing
 
 from .bruteforce import best_pipeline
 from .conftest import examples, graph_of, table, unit_platform
@@ -205,6 +206,37 @@ def test_guessing_the_bottleneck_is_valid_only_as_the_minimum_over_positions():
     solved = pipeline_bounds(problem, time_limit_s=10)
     assert set(solved) == {"average_load", "largest_kernel", "neighbourhood", "separation", "downsets"}
     assert solved["downsets"] == 10.0
+
+
+def test_mips_left_out_for_time_keep_the_minimum_over_positions_valid(monkeypatch, caplog):
+    """On 10,000 kernels one superblock model takes seconds to build: where a build is stopped, the
+    MIPs left are not started, and the positions not tried keep the floor in the minimum (position 1
+    alone gives 12, above the optimum 10)."""
+    import tvm_diviml.bounds.pipeline as bounds
+
+    problem = chain_1_1_10()
+
+    def stopped_at_position_2(data, pricings, capacities, **options):
+        if options["guess"] and capacities == (1, 0):
+            raise BuildStopped("the superblocks MIP was not built within its time")
+        return superblock_bound(data, pricings, capacities, **options)
+
+    monkeypatch.setattr(bounds, "superblock_bound", stopped_at_position_2)
+    stats: dict = {}
+    with caplog.at_level("INFO", logger="tvm_diviml.bounds.pipeline"):
+        parts = pipeline_bounds(problem, time_limit_s=10, downsets=False, stage_cover=False, stats=stats)
+    assert parts["guess_bottleneck"] <= best_pipeline(problem) == 10.0
+    assert close(parts["three_superblock"], 10.0) and "exact_mip" not in parts
+    assert stats["stopped_by_time"] == 2 and "2 of 5 MIPs left out" in caplog.text
+
+
+def test_a_model_past_its_build_deadline_stops_building():
+    problem = chain_1_1_10()
+    data = PipelineData.of(problem)
+    builder = MipBuilder("late", "highs", 1.0, Deadline.after(0.0))
+    x = [builder.m.add_var(var_type="B") for _ in range(data.n)]
+    with pytest.raises(BuildStopped, match="the late MIP was not built within its time"):
+        builder.block_cost(x, data, cheapest_pricing(problem, data))
 
 
 def test_three_superblocks_price_the_transfers_lb0_ignores():

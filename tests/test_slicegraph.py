@@ -9,6 +9,7 @@ import itertools
 import math
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
+from tvm_diviml.toolkit.deadline import Deadline
 
 from .bruteforce import best_pipeline
 from .conftest import examples, graph_of, table, unit_platform
@@ -302,6 +304,15 @@ def test_the_first_population_holds_the_program_order_on_the_fastest_devices():
     assert (plan.value_s, plan.stage_devices, plan.attrs["generations"]) == (8.0, ["B", "C"], 0)
 
 
+def test_a_deadline_passed_stops_the_first_population_after_one_decode():
+    """On 10,000 kernels one decode takes seconds: the 48 of the first population took 170 s of a
+    60 s limit. With the deadline already passed, one chromosome (the program order) is decoded."""
+    problem = hand_chain()
+    plan = SliceGraph(population=9).solve(problem, deadline=Deadline.after(0.0))
+    assert (plan.attrs["decodes"], plan.attrs["stopped"], plan.value_s) == (1, "time_limit", 8.0)
+    assert plan.value_s == simulated(problem, plan).value_s
+
+
 @settings(max_examples=examples(30), deadline=None)
 @given(sliced_problems(max_kernels=5), st.integers(0, 3))
 def test_slicegraph_claims_the_simulated_value_and_repeats_itself(case, seed):
@@ -313,6 +324,35 @@ def test_slicegraph_claims_the_simulated_value_and_repeats_itself(case, seed):
     assert first.mode == "stage_serial" and first.value_s == sim.value_s and sim.feasible
     assert len(first.stages) <= problem.stages and len(set(first.stage_devices)) == len(first.stage_devices)
     assert first.value_s >= lower_bound(problem) * (1 - 1e-12)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(sliced_problems(max_kernels=7), st.randoms(use_true_random=False), st.floats(0.2, 1.5), st.integers(1, 4))
+def test_a_slicing_priced_up_to_a_period_is_exact_up_to_it_and_a_slicing_past_it(case, rng, share, rows):
+    """``upper`` leaves out stages of more work; the DP taken a few segment ends at a time (``rows``)
+    finds the same slicing as in one block."""
+    import tvm_diviml.toolkit.stage_costs as stage_costs
+
+    problem, devices = case
+    costs = stage_costs.StageCosts(problem)
+    names = kahn_by_priority(problem.graph, {k: rng.random() for k in problem.graph.kernels})
+    order = np.array([costs.names.index(k) for k in names], dtype=np.int64)
+    value, cuts, exact = costs.slice(order, devices)
+    upper = share * value if math.isfinite(value) else share
+    banded, banded_cuts, _ = costs.slice(order, devices, upper)
+    assert banded >= value * (1 - 1e-12)
+    if value <= upper or banded <= upper:
+        assert close(banded, value)
+    if math.isfinite(banded) and exact:
+        assert close(banded, period(problem, names, devices, banded_cuts))
+    stage_costs.DP_ROWS, default = rows, stage_costs.DP_ROWS
+    try:
+        again, again_banded = costs.slice(order, devices), costs.slice(order, devices, upper)
+        assert again[0] == value and again_banded[0] == banded  # the cuts of an infeasible order mean nothing
+        assert math.isinf(value) or again[1] == cuts
+        assert math.isinf(banded) or again_banded[1] == banded_cuts
+    finally:
+        stage_costs.DP_ROWS = default
 
 
 @settings(max_examples=examples(25), deadline=None)

@@ -142,6 +142,21 @@ def test_the_same_problem_gets_the_same_bound_and_a_past_deadline_none():
     assert stage_cover_bound(data, pricing, 3, 9.0, Deadline.never(), 9.0) is None  # nothing between the two
 
 
+def test_a_cover_whose_orders_would_not_fit_in_memory_is_not_run(monkeypatch, caplog):
+    import tvm_diviml.bounds.stage_cover as stage_cover
+
+    graph, platform, costs = chain(8)
+    data = PipelineData.of(pipeline(graph, platform, costs, 3))
+    pricing = cheapest_pricing(pipeline(graph, platform, costs, 3), data)
+    needs = (stage_cover.ORDERS + 2 * stage_cover.AROUND * stage_cover.PRICINGS) * 8 * 9**2
+    monkeypatch.setattr(stage_cover, "COVER_BYTES", needs)
+    assert stage_cover_bound(data, pricing, 3, 2.0, Deadline.never(), 9.0) is not None
+    monkeypatch.setattr(stage_cover, "COVER_BYTES", needs - 1)
+    with caplog.at_level("INFO", logger="tvm_diviml.bounds.stage_cover"):
+        assert stage_cover_bound(data, pricing, 3, 2.0, Deadline.never(), 9.0) is None
+    assert "not run on 8 kernels" in caplog.text
+
+
 def convex_blocks(data):
     """Every non-empty convex kernel set of a small graph, as masks (brute force)."""
     reach = np.eye(data.n, dtype=bool)

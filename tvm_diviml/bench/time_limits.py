@@ -28,6 +28,7 @@ CASES = [
     (2000, "gpu64", "latency", None),
     (2000, "gpu8", "pipeline", 8),
     (10000, "paper-node", "latency", None),
+    (10000, "gpu8", "pipeline", 8),
 ]
 QUICK_CASES = CASES[:2]
 

@@ -25,6 +25,7 @@ from ..toolkit.downsets import TooManyIdeals, downset_plan
 from ..toolkit.mip_backend import check_backend
 from ..toolkit.pipeline_model import (
     BlockPricing,
+    BuildStopped,
     MipBuilder,
     PipelineData,
     PipelineModel,
@@ -180,24 +181,35 @@ def mip_bounds(
         mark = time.perf_counter()
         left = deadline.left()
         share = left if max_nodes is not None else left * weight / sum(w for *_, w in runs[done:])
-        if name == "exact_mip":
-            known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
-            model = PipelineModel(problem, stages, backend, max(b for b in known if math.isfinite(b)), None)
-            status = optimize(model.builder, share, seed, max_nodes)
-            bound = model.builder.bound_s()
-        else:
-            bound = superblock_bound(
-                data,
-                [cheap] * 3,
-                (i - 1, stages - i),
-                guess=name == "guess_bottleneck",
-                time_limit_s=share,
-                floor_s=relaxed,
-                backend=backend,
-                seed=seed,
-                max_nodes=max_nodes,
-            )
-            status = None
+        try:
+            if deadline.passed():
+                raise BuildStopped("no time left")
+            if name == "exact_mip":
+                known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
+                floor = max(b for b in known if math.isfinite(b))
+                model = PipelineModel(problem, stages, backend, floor, None, Deadline(mark + share))
+                status = optimize(model.builder, share - (time.perf_counter() - mark), seed, max_nodes)
+                bound = model.builder.bound_s()
+            else:
+                bound = superblock_bound(
+                    data,
+                    [cheap] * 3,
+                    (i - 1, stages - i),
+                    guess=name == "guess_bottleneck",
+                    time_limit_s=share,
+                    floor_s=relaxed,
+                    backend=backend,
+                    seed=seed,
+                    max_nodes=max_nodes,
+                )
+                status = None
+        except BuildStopped as stop:  # the MIPs left would get no more time each: none is started
+            left_out = runs[done:]
+            log.info("pipeline bounds: %s (%d kernels): %d of %d MIPs left out", stop, data.n, len(left_out), len(runs))
+            timed_out += len(left_out)
+            # guess_bottleneck is valid only as the minimum over every position: those not run keep the floor
+            found["guess_bottleneck"] += [relaxed for name, *_ in left_out if name == "guess_bottleneck"]
+            break
         took = time.perf_counter() - mark
         finished = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.INFEASIBLE)
         timed_out += not finished and took >= 0.95 * share
@@ -349,9 +361,11 @@ def superblock_bound(
     ``guess=True`` (B is the bottleneck): min f(B) s.t. f(A) <= a f(B), f(C) <= c f(B), f(B) exact.
     ``floor_s``: a lower bound on the optimum *of the priced problem* (the bottleneck of its best
     plan is at least that), which the MIP may assume. Returns the MIP's certified bound in seconds:
-    None when the solver certified none, inf when it proved that no plan fits."""
+    None when the solver certified none, inf when it proved that no plan fits. Raises BuildStopped
+    where building the model alone takes ``time_limit_s``."""
     check_backend(backend)
-    builder = MipBuilder("superblocks", backend, time_unit(pricings[1]))
+    began = time.perf_counter()
+    builder = MipBuilder("superblocks", backend, time_unit(pricings[1]), Deadline(began + time_limit_s))
     m = builder.m
     x = [[m.add_var(var_type=mip.BINARY) for _ in range(data.n)] for _ in range(3)]
     for v in range(data.n):
@@ -368,6 +382,9 @@ def superblock_bound(
     m += cost[0] <= capacities[0] * target
     m += cost[2] <= capacities[1] * target
     m.objective = mip.minimize(target)
-    if optimize(builder, time_limit_s, seed, max_nodes) == mip.OptimizationStatus.INFEASIBLE:
+    if (
+        optimize(builder, time_limit_s - (time.perf_counter() - began), seed, max_nodes)
+        == mip.OptimizationStatus.INFEASIBLE
+    ):
         return math.inf
     return builder.bound_s()

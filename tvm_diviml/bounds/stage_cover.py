@@ -33,6 +33,7 @@ from ..tolerances import SOLVER_SLACK
 from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import new_model
 from ..toolkit.pipeline_model import BlockPricing, MipBuilder, PipelineData, optimize, time_unit
+from ..units import format_bytes
 
 log = logging.getLogger(__name__)
 ORDERS = 32  # random topological orders whose intervals price columns before any MIP does
@@ -53,6 +54,9 @@ MAX_COLUMN_ROUNDS = 500  # interval pricing rounds per LP (each adds at most one
 SMOOTHING = 0.5  # the weight of the best duals so far where a pricing MIP's duals are smoothed
 FLOOR_MARGIN = 0.04  # pricing MIPs cut off blocks worth less than this share below the target
 NEIGHBOURS = 64  # improving neighbours of each priced block added with it, at most
+# Each order's interval prices are an (n + 1)^2 array, and pricing adds 2 x AROUND orders per MIP:
+# the cover runs where all of them fit in this (1,448 kernels; 10,000 would take 100 GB).
+COVER_BYTES = 2 * 2**30
 
 
 def interval_costs(data: PipelineData, pricing: BlockPricing, order: np.ndarray) -> np.ndarray:
@@ -449,6 +453,10 @@ def stage_cover_bound(
     if stats is not None:
         stats["stopped_by_time"] = False
     if not data.n or not math.isfinite(floor_s) or (ceiling_s is not None and ceiling_s <= floor_s):
+        return None
+    needs = (ORDERS + 2 * AROUND * PRICINGS) * 8 * (data.n + 1) ** 2
+    if needs > COVER_BYTES:
+        log.info("stage cover: not run on %d kernels (its orders' prices would take %s)", data.n, format_bytes(needs))
         return None
     cover = StageCover(data, pricing, stages, seed=seed, backend=backend)
     # Above the least period the known columns cover with K blocks nothing is refuted: a tight

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 # slicing with every segment's memory counted exactly (slower), which graphs this small do at once.
 MEMORY_ATTEMPTS = 3
 EXACT_MEMORY_KERNELS = 64
+# A decode prices only stages of work up to this times the best period so far: orders within it are
+# sliced exactly, those past it get a slicing's value (at least the optimum's, which is past it too).
+BAND_SLACK = 1.25
 
 
 def slice_order(problem: Problem, order: Sequence[str], stage_devices: Sequence[str]) -> tuple[float, list[int]]:
@@ -320,13 +323,18 @@ class SliceGraph(Solver):
             decodes += 1
             order = order_by_keys(costs.successors, costs.indegree, keys[: costs.n].tolist(), costs.groups)
             devices = [costs.devices[d] for d in np.argsort(keys[costs.n :], kind="stable")[:stages]]
-            value, cuts, exact = costs.slice(np.array(order, dtype=np.int64), devices)
+            upper = math.inf if best is None else best.value * BAND_SLACK  # exact near the best, cheaper far off
+            value, cuts, exact = costs.slice(np.array(order, dtype=np.int64), devices, upper)
             if best is None or value < best.value:
                 best = _Decoded(value, order, devices, cuts, exact)
             return value
 
-        population = self._first_population(costs, problem, stages, rng)
-        fitness = np.array([decode(keys) for keys in population])
+        population, scores = self._first_population(costs, problem, stages, rng), []
+        for keys in population:  # seeds first; on large graphs a decode takes seconds
+            if scores and deadline.passed():
+                break
+            scores.append(decode(keys))
+        population, fitness = population[: len(scores)], np.array(scores)
         stopped, generation = "generations", 0
         improved_at, best_so_far = 0, math.inf
         while generation < self.generations:

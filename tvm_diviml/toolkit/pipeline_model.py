@@ -18,6 +18,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..tolerances import SOLVER_SLACK
+from .deadline import Deadline
 from .device_classes import identical_devices
 from .mip_backend import new_model, prove_exactly, proven_bound
 
@@ -178,14 +179,24 @@ def cheapest_pricing(problem: Problem, data: PipelineData | None = None) -> Bloc
 
 
 # ---------------------------------------------------------------------- model pieces
+class BuildStopped(TimeoutError):
+    """A model not built by its deadline: on 10,000 kernels python-mip takes 3 s per block's cost."""
+
+
 class MipBuilder:
     """A python-mip model in scaled time units that remembers, for each indicator, the expressions
-    it must cover, so that a warm start can set every variable (HiGHS takes 0 for the rest)."""
+    it must cover, so that a warm start can set every variable (HiGHS takes 0 for the rest).
+    ``build_by``: adding a block's cost, order or groups past it raises BuildStopped."""
 
-    def __init__(self, name: str, backend: str, unit: float):
+    def __init__(self, name: str, backend: str, unit: float, build_by: Deadline | None = None):
         self.m = new_model(name, backend)
         self.unit = unit
         self.covers: list[tuple[mip.Var, list]] = []
+        self.build_by = build_by or Deadline.never()
+
+    def check_time(self) -> None:
+        if self.build_by.passed():
+            raise BuildStopped(f"the {self.m.name} MIP was not built within its time")
 
     def indicator(self, lower: list, upper: list = ()) -> mip.Var:
         """A variable in [0, 1] at least every expression of ``lower`` (at most every of ``upper``)."""
@@ -200,6 +211,7 @@ class MipBuilder:
     def block_cost(self, x: Sequence, data: PipelineData, pricing: BlockPricing, exact: bool = False) -> mip.LinExpr:
         """The block's cost (scaled) for membership expressions ``x[v]``. ``exact``: indicators are
         bounded from above too, so that the cost is exact even where the objective would inflate it."""
+        self.check_time()
         terms = [pricing.work[v] / self.unit * x[v] for v in range(data.n) if pricing.work[v]]
         for layer, (u, members) in enumerate(zip(data.producers, data.consumers)):
             if pricing.out_price[layer] > 0:
@@ -221,6 +233,7 @@ class MipBuilder:
     def ordered(self, x: Sequence[Sequence], data: PipelineData) -> None:
         """Prefix-monotone along every edge: no edge runs back to an earlier block (x[b][v])."""
         for b in range(len(x) - 1):
+            self.check_time()
             prefix = [mip.xsum(x[a][v] for a in range(b + 1)) for v in range(data.n)]
             for u, w in data.edges:
                 self.m += prefix[u] >= prefix[w]
@@ -314,7 +327,15 @@ def device_classes(problem: Problem, data: PipelineData, tensors: np.ndarray) ->
 class PipelineModel:
     """The exact MIP (module docstring): y[v,b,c], u[b,c], indicators, T."""
 
-    def __init__(self, problem: Problem, stages: int, backend: str, floor_s: float, ceiling_s: float | None):
+    def __init__(
+        self,
+        problem: Problem,
+        stages: int,
+        backend: str,
+        floor_s: float,
+        ceiling_s: float | None,
+        build_by: Deadline | None = None,
+    ):
         self.problem = problem
         self.data = data = PipelineData.of(problem)
         devices = candidate_devices(problem)
@@ -322,7 +343,8 @@ class PipelineModel:
         tensors = data.layer_prices(transfer)
         self.classes = classes = device_classes(problem, data, tensors)
         self.stages = stages
-        self.builder = builder = MipBuilder("pipeline", backend, time_unit(cheapest_pricing(problem, data)))
+        unit = time_unit(cheapest_pricing(problem, data))
+        self.builder = builder = MipBuilder("pipeline", backend, unit, build_by)
         m, unit = builder.m, builder.unit
         K, C = stages, range(len(classes))
         self.u = [[m.add_var(var_type=mip.BINARY) for _ in C] for _ in range(K)]
