@@ -6,6 +6,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -81,3 +84,47 @@ def test_plan_model_reports_the_cover_from_beside_the_solver(small_graphs_too, m
     assert solved.bounds["stage_cover"] == in_process_bound(problem)
     assert solved.bounds["stage_cover"] <= solved.simulation.value_s
     assert not multiprocessing.active_children()
+
+
+def sleep_beside(parent: int) -> None:
+    """A spawned child that outlives its parent unless ``exit_with`` ends it."""
+    cover_alongside.exit_with(parent)
+    time.sleep(120)
+
+
+def test_the_cover_ends_when_the_process_that_started_it_is_killed():
+    """SIGKILL leaves no chance to stop the child: it must notice by itself (within a second here)."""
+    starter = (
+        "import multiprocessing, os, sys, time\n"
+        f"sys.path[:0] = {sys.path!r}\n"
+        "from tests.test_cover_alongside import sleep_beside\n"
+        "child = multiprocessing.get_context('spawn').Process(target=sleep_beside, args=(os.getpid(),))\n"
+        "child.start()\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(2 * cover_alongside.PARENT_POLL_S)  # the child is watching (or finds its parent gone)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        for _ in range(100):
+            if not _alive(child):
+                break
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        parent.kill()
+        if child is not None and _alive(child):  # no orphan left by a failing run
+            os.kill(child, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # above, the cover's interval prices (32 orders x n^2) outgrow memory.
 KERNELS_FROM, KERNELS_UP_TO = 48, 600
 GRACE_S = 2.0  # past the deadline, how long the cover's answer is waited for
+PARENT_POLL_S = 0.5  # how often the cover checks that the process that started it is still there
 
 
 def spare_cores() -> int:
@@ -69,7 +70,7 @@ class CoverAlongside:
         answer, send = context.Pipe(duplex=False)
         process = context.Process(
             target=_cover,
-            args=(send, data, cheap, stages, floor_s, deadline.left(), time.time(), seed),
+            args=(send, data, cheap, stages, floor_s, deadline.left(), time.time(), seed, os.getpid()),
             name="diviml stage cover",
             daemon=True,
         )
@@ -108,11 +109,33 @@ class CoverAlongside:
 
 
 def _cover(
-    send, data: PipelineData, pricing: BlockPricing, stages: int, floor_s: float, seconds: float, sent: float, seed: int
+    send,
+    data: PipelineData,
+    pricing: BlockPricing,
+    stages: int,
+    floor_s: float,
+    seconds: float,
+    sent: float,
+    seed: int,
+    parent: int,
 ) -> None:
     """The child's work: the deadline rebuilt from the wall clock (start-up took part of it)."""
+    exit_with(parent)
     deadline = Deadline.after(seconds - (time.time() - sent))
     send.send(stage_cover_bound(data, pricing, stages, floor_s, deadline, seed=seed))
+
+
+def exit_with(parent: int) -> None:
+    """End this process once ``parent`` is gone: a parent killed outright (SIGKILL, the OOM killer)
+    cannot stop it, and the cover would run on to its deadline (a thread: the cover's numpy and
+    HiGHS calls release the GIL)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="diviml parent watch", daemon=True).start()
 
 
 @contextlib.contextmanager
