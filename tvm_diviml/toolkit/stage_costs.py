@@ -19,6 +19,7 @@ from .device_classes import identical_devices
 from .pipeline_model import TensorLayers, tensor_layers
 
 DP_ROWS = 256  # segment ends the DP takes at once: each block spans the band of its first end
+GUESS_LOADS = 2.0  # an exact slicing first prices stages of up to this many average loads of work
 
 
 def _leaving_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorLayers):
@@ -49,19 +50,31 @@ def _entering_entries(pos: np.ndarray, producer_pos: np.ndarray, layers: TensorL
 def _integrate_entries(
     grid: np.ndarray, entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]], starts: np.ndarray
 ) -> np.ndarray:
-    """grid[y, x] = sum of the weights of entries at (x' <= x, y' <= y) for x >= starts[y] (``starts``
-    nondecreasing; elsewhere undefined): two cumulative sums, the second over those columns only."""
+    """grid[y, x] = sum of the weights of entries at (x' <= x, y' <= y), written only for
+    starts[y] <= x <= y + 1 (``starts`` nondecreasing, starts[y] <= y): the rest of ``grid`` is never
+    touched, so its memory is never paged in. An entry right of its row's columns first counts
+    where a later row reaches it, one left of them counts from their start: moved there, each row is
+    its own entries' cumulative sum plus the row before."""
     size = len(grid)
-    x, y, w = (np.concatenate(parts) for parts in zip(*entries))
-    if y.max(initial=0) >= size:  # ends past the last segment (a virtual consumer at the end)
-        keep = y < size
-        x, y, w = x[keep], y[keep], w[keep]
-    grid.fill(0.0)
-    np.add.at(grid.reshape(-1), y * size + x, w)
-    np.cumsum(grid, axis=1, out=grid)
-    for row in range(1, size):  # numpy's cumsum down axis 0 is several times slower than this
-        x = starts[row]
-        np.add(grid[row - 1, x:], grid[row, x:], out=grid[row, x:])
+    x, y, w = (np.concatenate(parts) for parts in zip(*entries)) if entries else (np.zeros(0, dtype=np.int64),) * 3
+    y = np.maximum(y, x - 1)
+    keep = (y < size) & (x < size)  # past the last segment end (a virtual consumer at the end)
+    x, y, w = x[keep], y[keep], w[keep]
+    x = np.maximum(x, starts[y])
+    by_row = np.argsort(y, kind="stable")
+    x, y, w = x[by_row], y[by_row], w[by_row]
+    first = np.searchsorted(y, np.arange(size + 1))
+    for row in range(size):
+        low, high = starts[row], min(row + 2, size)
+        out = grid[row, low:high]
+        out.fill(0.0)
+        if first[row + 1] > first[row]:
+            np.add.at(out, x[first[row] : first[row + 1]] - low, w[first[row] : first[row + 1]])
+        np.cumsum(out, out=out)
+        if row:  # the row before holds columns up to row; past that it is constant
+            below = min(row + 1, size)
+            out[: below - low] += grid[row - 1, low:below]
+            out[below - low :] += grid[row - 1, below - 1]
     return grid
 
 
@@ -218,11 +231,7 @@ class StageCosts:
             entries.append(_leaving_entries(pos, pos[leaving.producer], leaving))
         if len(entering.producer):
             entries.append(_entering_entries(pos, pos[entering.producer], entering))
-        if entries:
-            _integrate_entries(grid, entries, starts)
-        else:
-            grid.fill(0.0)
-        return grid
+        return _integrate_entries(grid, entries, starts)
 
     def least_starts(self, order: np.ndarray, profile_id: int, upper: float) -> tuple[np.ndarray, np.ndarray | None]:
         """starts[y]: the first x from which order[x:y] may be a stage on a device of this profile:
@@ -258,19 +267,25 @@ class StageCosts:
         transfers: np.ndarray,
         forbidden_cuts: np.ndarray,
         starts: tuple[np.ndarray, np.ndarray | None],
+        band: np.ndarray,
     ) -> np.ndarray:
-        """grid[y, x] = f(order[x:y]) on a device of profile ``profile_id`` (inf where x > y or not
-        allowed: before ``starts``, from ``least_starts``)."""
+        """grid[y, x] = f(order[x:y]) on a device of profile ``profile_id``, written only where the DP
+        reads it (``slice``: rows in blocks of DP_ROWS, each from column ``band`` at its first row):
+        inf where x > y or not allowed (before ``starts``, from ``least_starts``)."""
         n, profile = self.n, self.profiles[profile_id]
         prefix = np.concatenate([[0.0], np.cumsum(profile.work[order])])
         grid = self._buffer(profile_id)
         first, refused = starts
-        for y in range(n + 1):  # only the band the DP may use: on 10,000 kernels the square is 800 MB
-            row, x = grid[y], first[y]
-            row[:x] = np.inf
+        cut_forbidden = forbidden_cuts.any()
+        for y in range(n + 1):  # on 10,000 kernels the square is 800 MB: the band is a fifth of it
+            top = y - y % DP_ROWS
+            row, left, x, right = grid[y], band[top], first[y], min(n + 1, top + DP_ROWS)
+            row[left:x] = np.inf
             np.subtract(prefix[y], prefix[x : y + 1], out=row[x : y + 1])
             row[x : y + 1] += transfers[y, x : y + 1]
-            row[y + 1 :] = np.inf
+            row[y + 1 : right] = np.inf
+            if cut_forbidden:  # no stage may start or end inside a co-location group
+                row[left:right][forbidden_cuts[left:right] | forbidden_cuts[y]] = np.inf
         # A model input enters every segment [x, y) that holds one of its consumers: with its
         # consumers c_1 < c_2 < ... in the order (c_0 = -1), the rectangles x in (c_{k-1}, c_k], y > c_k.
         for consumers, price in zip(self._input_consumers, profile.input_price):
@@ -280,9 +295,6 @@ class StageCosts:
                 previous = at
         if refused is not None:
             grid[refused] = np.inf
-        if forbidden_cuts.any():
-            grid[forbidden_cuts, :] = np.inf
-            grid[:, forbidden_cuts] = np.inf
         return grid
 
     def forbidden_cuts(self, pos: np.ndarray) -> np.ndarray:
@@ -303,7 +315,18 @@ class StageCosts:
         is feasible. ``exact``: the value is the simulator's; otherwise it is an upper bound.
         ``upper``: stages whose work exceeds it are not priced (on 10,000 kernels at K = 8 a fifth of
         the segments are left): where the value is at most ``upper`` it is the order's optimum; above,
-        it is a slicing's value and the optimum exceeds ``upper`` too."""
+        it is a slicing's value and the optimum exceeds ``upper`` too. Without ``upper`` the DP first
+        tries ``GUESS_LOADS`` times the least average load: the arrays' memory is paged in only where
+        written (6 s per 800 MB on this machine), and the optimum is almost always within it."""
+        if math.isinf(upper):
+            least = np.minimum.reduce([self.profiles[self.profile_of[d]].work for d in stage_devices])
+            guess = GUESS_LOADS * float(least.sum()) / len(stage_devices)
+            value, cuts, exact = self._slice(order, stage_devices, guess)
+            if value <= guess:
+                return value, cuts, exact
+        return self._slice(order, stage_devices, upper)
+
+    def _slice(self, order: np.ndarray, stage_devices: Sequence[str], upper: float) -> tuple[float, list[int], bool]:
         n = self.n
         pos = np.empty(n + 1, dtype=np.int64)
         pos[order] = np.arange(n)
@@ -322,7 +345,7 @@ class StageCosts:
             if self.host_staged:
                 leaving, entering = self.host_staged_layers(profile)
                 transfers = self.transfer_grid(pos, leaving, entering, starts[profile][0], key=("transfers", profile))
-            grids[profile] = self.stage_grid(order, pos[:n], profile, transfers, forbidden, starts[profile])
+            grids[profile] = self.stage_grid(order, pos[:n], profile, transfers, forbidden, starts[profile], band)
         best = np.full(n + 1, np.inf)
         best[0] = 0.0
         choice = np.empty((len(stage_devices), n + 1), dtype=np.int64)
