@@ -287,11 +287,14 @@ class StageCosts:
             if cut_forbidden:  # no stage may start or end inside a co-location group
                 row[left:right][forbidden_cuts[left:right] | forbidden_cuts[y]] = np.inf
         # A model input enters every segment [x, y) that holds one of its consumers: with its
-        # consumers c_1 < c_2 < ... in the order (c_0 = -1), the rectangles x in (c_{k-1}, c_k], y > c_k.
+        # consumers c_1 < c_2 < ... in the order (c_0 = -1), the rectangles x in (c_{k-1}, c_k], y > c_k,
+        # cut off at the rows whose first column read lies past them.
+        ends = np.arange(n + 1)
+        window = band[ends - ends % DP_ROWS]
         for consumers, price in zip(self._input_consumers, profile.input_price):
             previous = -1
             for at in np.sort(pos[consumers]).tolist() if price else ():
-                grid[at + 1 :, previous + 1 : at + 1] += price
+                grid[at + 1 : np.searchsorted(window, at, side="right"), previous + 1 : at + 1] += price
                 previous = at
         if refused is not None:
             grid[refused] = np.inf
