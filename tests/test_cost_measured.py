@@ -3,6 +3,7 @@ estimated, links measured, and export / import of the whole profile."""
 
 import dataclasses
 import json
+import logging
 import re
 
 import pytest
@@ -89,7 +90,7 @@ def test_export_then_import_gives_the_same_costs(tiny, tmp_path):
     assert json.loads(path.read_text())["sources"] == {"cpu0": "measured", "cpu1": "measured"}
 
 
-def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_path):
+def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_path, caplog):
     platform = get_platform("cpu2")
     with ProfileCache(str(tmp_path / "p.sqlite")) as cache:
         costs = measure(tiny, platform, cache)
@@ -103,6 +104,9 @@ def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_pat
         assert costs.compute_s(first, "cpu0") / costs.compute_s(second, "cpu0") == pytest.approx(
             costs.times["cpu0"][tiny.kernel_func[first]] / costs.times["cpu0"][tiny.kernel_func[second]]
         )
+        with caplog.at_level(logging.WARNING):
+            costs.calibrate_in_context("cpu0", alone * 0.999)  # said below 1.00, which it is
+        assert "priced at 0.99 of its time alone" in caplog.text
         costs.calibrate_in_context("cpu0", alone)  # a later calibration that agrees undoes the scale
         assert sum(costs.compute_s(k, "cpu0") for k in tiny.graph.kernels) == pytest.approx(alone)
 

@@ -569,11 +569,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         )
     for device, seconds in costs.in_context_s.items():
         scale = costs.in_context_scale.get(device, 1.0)
+        share = math.floor(scale * 100) / 100  # 0.996 is not "1.00 of their time"
         print(
             f"inside the model, {device} adds {format_seconds(seconds)} per kernel to its time alone "
             "(from the whole model's run)"
             if scale == 1.0
-            else f"inside the model, {device}'s kernels take {scale:.2f} of their time alone (the whole model's "
+            else f"inside the model, {device}'s kernels take {share:.2f} of their time alone (the whole model's "
             "run took less than its kernels timed alone: they were timed while the machine was busier)"
         )
     if costs.in_context_s:

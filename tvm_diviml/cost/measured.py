@@ -376,7 +376,7 @@ class MeasuredCostModel(CostModel):
                 device,
                 alone * 1e3,
                 whole_model_s * 1e3,
-                self.in_context_scale[device],
+                math.floor(self.in_context_scale[device] * 100) / 100,
             )
         return self.in_context_s[device]
 
