@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 # Timings continue past their ``repeats`` until they took this long (at most 2,000 calls): a model of
 # tens of microseconds timed 5 or 10 times gave medians 1.5x apart between processes.
 SETTLE_S = 0.25
+# Side by side, each candidate runs this many times untimed before its timed inference in a round: the
+# second call after another candidate ran was still 25-45% slower than a model run again and again
+# (twin_branch:hidden=1024 on cpu2, one thread and both: 3.6 against 2.7 ms), the third as fast.
+WARM_CALLS = 2
 # A whole-model timing older than this is timed again, not read from the profile cache: this VM's
 # speed drifts by tens of percent over hours, and the in-context calibration carries the whole
 # model's time into every kernel's (a day-old calibration predicted make demo's plan at 1.37x its
@@ -485,8 +489,8 @@ def candidate_platform(platform: Platform, candidate: Candidate) -> Platform:
 def _time_side_by_side(
     candidates: list[Candidate], builds: dict, model: BuiltModel, reference: list[np.ndarray], repeats: int
 ) -> dict[tuple, BuildTiming]:
-    """One inference at a time, each candidate twice per round (the second timed: warm, as a model run
-    again and again is), ``repeats`` rounds or more, until the fastest candidate too was timed for
+    """One inference at a time, each candidate ``WARM_CALLS`` + 1 times per round (the last timed: warm,
+    as a model run again and again is), ``repeats`` rounds or more, until the fastest candidate too was timed for
     ``SETTLE_S``: a one-device build in one VM with its thread count, a multi-device build on the
     concurrent executor."""
     params = [w for _, w in model.params]
@@ -506,7 +510,8 @@ def _time_side_by_side(
         rounds = repeats
         while len(next(iter(samples.values()))) < rounds:
             for key, runner in runners.items():
-                runner(inputs)  # untimed: the previous candidate left the caches and thread pool its own
+                for _ in range(WARM_CALLS):  # untimed: the previous candidate left the caches and pool its own
+                    runner(inputs)
                 began = time.perf_counter()
                 runner(inputs)
                 samples[key].append(time.perf_counter() - began)
