@@ -258,6 +258,16 @@ def test_bounds_stay_cheap_without_a_mip_budget():
     assert parts["average_load"] == 3.0 and parts["largest_kernel"] == 4.0
 
 
+def test_the_load_lp_charges_each_stage_the_outputs_it_returns():
+    # x and y, 1 s anywhere, each a 1-byte model output (2 s back to the host A from B or C): only A's stage
+    # returns nothing, so A takes T of the work and B and C T / 3 each: 2 = 5T / 3 (without the returns 2 / 3).
+    platform = unit_platform()
+    graph = graph_of([], kernels=["x", "y"], output_bytes={"x": 1, "y": 1})
+    problem = pipeline(graph, platform, table(platform, {"x": 1, "y": 1}), 2)
+    parts = lower_bounds(problem)
+    assert parts["average_load"] == 1.0 and close(parts["lp_load"], 1.2) and best_pipeline(problem) == 2.0
+
+
 @settings(max_examples=examples(30), deadline=None)
 @given(dag_problems(max_kernels=5, transfer_model="host_staged"))
 def test_lp_load_bounds_host_staged_plans(case):
