@@ -166,6 +166,18 @@ def test_a_level_with_more_subsets_than_the_cap_is_refused_at_once():
         enumerate_ideals(predecessors, successors, [], 15)
 
 
+def test_no_more_ideals_are_enumerated_than_their_arrays_fit(monkeypatch):
+    from tvm_diviml.toolkit import downsets
+
+    # the star of 5 kernels has 17 ideals; with one tensor and no input, 2 x 5 + 6 x 2 = 22 bytes each
+    predecessors, successors, tensors = [[], [0], [0], [0], [0]], [[1, 2, 3, 4], [], [], [], []], [(0, [1, 2, 3, 4])]
+    monkeypatch.setattr(downsets, "IDEAL_BYTES", 22 * 17)
+    assert len(downsets.build_ideals(predecessors, successors, [], tensors, [], 100)) == 17
+    monkeypatch.setattr(downsets, "IDEAL_BYTES", 22 * 16)
+    with pytest.raises(TooManyIdeals, match=r"more than 16 ideals: the most whose arrays fit in .* GiB \(5 kernels\)"):
+        downsets.build_ideals(predecessors, successors, [], tensors, [], 100)
+
+
 @settings(max_examples=examples(40), deadline=None)
 @given(
     st.integers(1, 9).flatmap(

@@ -36,6 +36,10 @@ from .pipeline_model import candidate_devices, link_prices, stage_work
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 10.0
 MAX_DP_CELLS = 20_000_000  # ideals x device-count states: the DP's tables take 17 bytes a cell
+# The ideals' arrays (each ideal's members, and how many readers of each tensor it holds) take about
+# 2n + 6 (tensors + inputs) bytes an ideal: 150,000 ideals of llama:layers=588 (10,000 kernels) would
+# take 13 GB. No more ideals are enumerated than fit in this.
+IDEAL_BYTES = 2 * 2**30
 # (ideal, sub-ideal) pairs the DP prices a second, taken low so that a pass begun ends in time on a
 # busy machine: 7.8e6 measured here quiet at K = 8 with two device classes, 3.5e6 busy at K = 2
 PAIRS_PER_S = 3e6
@@ -111,16 +115,17 @@ def enumerate_ideals(
             mask |= ancestors[p]
         ancestors[v] = mask
     closure_of = list(ancestors)  # the smallest group-closed ideal holding v
-    group_mask = [1 << v for v in range(n)]
+    group_mask = {}
     for members in groups:
         mask = sum(1 << m for m in members)
         for m in members:
             group_mask[m] = mask
-    for v in range(n):
+    grouped = sum(1 << m for m in group_mask)  # only a grouped kernel's closure grows past its ancestors
+    for v in range(n) if groups else ():
         grown, done = ancestors[v], 0
         while grown != done:
             fresh, done = grown & ~done, grown
-            for u in _bits(fresh):
+            for u in _bits(fresh & grouped):
                 for m in _bits(group_mask[u]):
                     grown |= ancestors[m]
         closure_of[v] = grown
@@ -183,6 +188,14 @@ def build_ideals(
     ``family``: ideals (bitmasks) to take instead of every one; those that split a group are dropped,
     the empty and the full ideal added (the DP then finds the best chain within the family)."""
     n, g, L = len(predecessors), len(input_consumers), len(tensors)
+    fitting = IDEAL_BYTES // (2 * n + 6 * (L + g + 1))
+    if fitting < max_ideals:
+        try:
+            return build_ideals(predecessors, successors, groups, tensors, input_consumers, fitting, family)
+        except TooManyIdeals as many:
+            raise TooManyIdeals(
+                f"{many}: the most whose arrays fit in {IDEAL_BYTES / 2**30:g} GiB ({n} kernels)"
+            ) from None
     if family is None:
         masks = enumerate_ideals(predecessors, successors, groups, max_ideals)
     else:
