@@ -21,6 +21,7 @@ import math
 
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
+from ..toolkit.pages import without_huge_pages
 from .common import fastest_times, largest_group
 from .cover_alongside import CoverAlongside
 from .latency import critical_path_bound, series_bound, transfer_path_bound
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 LP_ALWAYS_UP_TO = 2_000
 
 
+@without_huge_pages
 def lower_bounds(
     problem: Problem,
     mip_time_limit_s: float = 0.0,

@@ -23,6 +23,7 @@ from ..problem import Problem
 from ..toolkit.deadline import Deadline
 from ..toolkit.downsets import TooManyIdeals, downset_plan
 from ..toolkit.mip_backend import check_backend
+from ..toolkit.pages import without_huge_pages
 from ..toolkit.pipeline_model import (
     BlockPricing,
     BuildStopped,
@@ -46,6 +47,7 @@ PAIRS_PER_PASS = 4_096  # producer-consumer pairs priced per numpy pass (pairs x
 MANY_STAGES = 8
 
 
+@without_huge_pages
 def pipeline_bounds(
     problem: Problem,
     time_limit_s: float = 0.0,

@@ -22,6 +22,7 @@ from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import ABSOLUTE_SLACK, SOLVER_SLACK, meets
 from ..toolkit.deadline import Deadline
+from ..toolkit.pages import without_huge_pages
 from ..toolkit.pipeline_model import stage_count
 from .catalog import solvers_for
 
@@ -44,6 +45,7 @@ class Solver(ABC):
         self.time_limit_s = time_limit_s
         self.seed = seed
 
+    @without_huge_pages
     def solve(
         self,
         problem: Problem,
