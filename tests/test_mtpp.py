@@ -332,3 +332,27 @@ def test_the_separation_bound_prices_the_tensors_no_plan_keeps_inside_a_stage():
     parts = lower_bounds(problem)
     assert close(parts["average_load"], 10.0) and close(parts["separation"], 12.0)
     assert close(best_pipeline(problem), 14.0)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(pipeline_problems(), st.randoms(use_true_random=False))
+def test_the_kept_stage_prices_are_each_kernels_own(problem, rng):
+    """stage_work and link_prices keep the whole graph's prices in problem.memo; any part of the graph,
+    in any order, asked again, gets each kernel's own."""
+    from tvm_diviml.toolkit.pipeline_model import link_prices, stage_work
+
+    names = list(problem.graph.kernels)
+    for device in problem.platform.device_names:
+        stage_work(problem, names, device)
+        part = rng.sample(names, rng.randint(0, len(names)))
+        work, feasible = stage_work(problem, part, device)
+        for v, k in enumerate(part):
+            assert feasible[v] == (device in problem.feasible_devices(k))
+            direct = problem.costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
+            assert work[v] == (direct if feasible[v] else 0.0)
+    devices = problem.platform.device_names
+    cheapest, _ = link_prices(problem, devices)
+    for edge in problem.graph.edges:
+        want = min(problem.costs.transfer_s(edge.bytes, a, b) for a in devices for b in devices if a != b)
+        assert cheapest(edge.bytes) == cheapest(edge.bytes) == want
+    assert link_prices(problem, devices)[0] is cheapest

@@ -39,8 +39,8 @@ class Problem:
     stages: int | None = None  # pipeline: the most stages to use
     # Results several steps of one solve derive from this problem (the list schedules: the split's
     # starting plan and the report's baselines), so that 20,000 kernels are scheduled once, not twice.
-    # Derived from the fields above: a caller that changes one of them makes a new Problem (not an
-    # init field, so that dataclasses.replace starts an empty one).
+    # Derived from the fields above: a caller that changes one of them (or the prices its cost model
+    # gives) makes a new Problem (not an init field, so that dataclasses.replace starts an empty one).
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -48,13 +48,17 @@ class Problem:
         return mode_for(self.objective, self.platform)
 
     def feasible_devices(self, kernel: str) -> list[str]:
-        """Devices that may run ``kernel`` and have a finite cost for it."""
-        allowed = self.graph.kernels[kernel].allowed_devices
-        return [
-            d
-            for d in self.platform.device_names
-            if (allowed is None or d in allowed) and not math.isinf(self.costs.compute_s(kernel, d))
-        ]
+        """Devices that may run ``kernel`` and have a finite cost for it (asked 440,000 times in a
+        10,000-kernel pipeline solve: kept in ``memo``)."""
+        feasible = self.memo.setdefault("feasible_devices", {})
+        if kernel not in feasible:
+            allowed = self.graph.kernels[kernel].allowed_devices
+            feasible[kernel] = [
+                d
+                for d in self.platform.device_names
+                if (allowed is None or d in allowed) and not math.isinf(self.costs.compute_s(kernel, d))
+            ]
+        return list(feasible[kernel])
 
     def output_return_s(self, kernel: str, device: str, *, empty_pays_latency: bool = False) -> float:
         """Seconds for ``kernel``'s model output to reach the host from ``device`` (0 for other kernels).

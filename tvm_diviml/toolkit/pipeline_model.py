@@ -142,16 +142,23 @@ def candidate_devices(problem: Problem) -> list[str]:
 
 def link_prices(problem: Problem, devices: Sequence[str]) -> tuple[Callable[[float], float], bool]:
     """The cheapest link between two of ``devices`` as a price of bytes, and whether every such
-    link prices every tensor of the graph alike (then it is *the* price)."""
-    pairs = [(a, b) for a in devices for b in devices if a != b]
-    costs = problem.costs
+    link prices every tensor of the graph alike (then it is *the* price). Kept in ``problem.memo``,
+    each size priced once: the downset DPs of a pipeline's polish asked again for every window (10
+    million link prices on 10,000 kernels of distinct sizes)."""
+    key = ("link_prices", tuple(devices))
+    if key not in problem.memo:
+        pairs = [(a, b) for a in devices for b in devices if a != b]
+        costs, priced = problem.costs, {}
 
-    def cheapest(nbytes: float) -> float:
-        return min((costs.transfer_s(nbytes, a, b) for a, b in pairs), default=0.0)
+        def cheapest(nbytes: float) -> float:
+            if nbytes not in priced:
+                priced[nbytes] = min((costs.transfer_s(nbytes, a, b) for a, b in pairs), default=0.0)
+            return priced[nbytes]
 
-    sizes = {e.bytes for e in problem.graph.edges}
-    alike = all(len({costs.transfer_s(s, a, b) for a, b in pairs}) <= 1 for s in sizes)
-    return cheapest, alike
+        sizes = {e.bytes for e in problem.graph.edges}
+        alike = all(len({costs.transfer_s(s, a, b) for a, b in pairs}) <= 1 for s in sizes)
+        problem.memo[key] = cheapest, alike
+    return problem.memo[key]
 
 
 def cheapest_pricing(problem: Problem, data: PipelineData | None = None) -> BlockPricing:
@@ -295,17 +302,24 @@ class DeviceClass:
 def stage_work(problem: Problem, names: Sequence[str], device: str) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel of ``names`` on ``device``: what a ``stage_serial`` stage pays for it besides
     transfers (compute plus its model output's return, an empty one at the link's latency; 0 where it
-    may not run there), and whether it may run there."""
-    feasible = np.array([device in problem.feasible_devices(k) for k in names], dtype=bool)
-    work = np.array(
-        [
-            problem.costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
-            if feasible[v]
-            else 0.0
-            for v, k in enumerate(names)
-        ]
-    )
-    return work, feasible
+    may not run there), and whether it may run there. The whole graph's are kept in ``problem.memo``:
+    a pipeline's polish asks for the kernels of every window it re-cuts."""
+    key = ("stage_work", device)
+    if key not in problem.memo:
+        kernels = list(problem.graph.kernels)
+        feasible = np.array([device in problem.feasible_devices(k) for k in kernels], dtype=bool)
+        work = np.array(
+            [
+                problem.costs.compute_s(k, device) + problem.output_return_s(k, device, empty_pays_latency=True)
+                if feasible[v]
+                else 0.0
+                for v, k in enumerate(kernels)
+            ]
+        )
+        problem.memo[key] = {k: v for v, k in enumerate(kernels)}, work, feasible
+    position, work, feasible = problem.memo[key]
+    at = np.array([position[k] for k in names], dtype=np.int64)
+    return work[at], feasible[at]
 
 
 def device_classes(problem: Problem, data: PipelineData, tensors: np.ndarray) -> list[DeviceClass]:
