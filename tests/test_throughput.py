@@ -183,3 +183,15 @@ def test_host_staged_platforms_are_refused_with_a_pointer():
         with pytest.raises(DivimlInputError) as error:
             get_solver(name).solve(problem)
         assert "downsets" in error.value.hint
+
+
+def test_the_load_lp_takes_identical_devices_as_one_class_of_their_size():
+    # Six 1 s kernels, each a 1-byte model output (2 s back to the host A), on A and three identical
+    # devices B, C, D: each of those takes at most T / 2 of the kernels (its link returns 2 s a kernel),
+    # A takes T, so T + 3T / 2 = 6: 2.4. The period at best is 3 (A three kernels, the others one each).
+    platform = unit_platform(devices=("A", "B", "C", "D"))
+    graph = graph_of([], kernels=list("uvwxyz"), output_bytes={k: 1 for k in "uvwxyz"})
+    problem = Problem(graph, platform, table(platform, {k: 1 for k in "uvwxyz"}), objective="throughput")
+    assert lp_load_bound(problem) == pytest.approx(2.4, rel=1e-5) and period_optimum(problem) == pytest.approx(3.0)
+    alike = Problem(graph, platform, table(platform, {k: 1 for k in "uvwxyz"}), objective="latency")
+    assert lp_load_bound(alike) == pytest.approx(6 / 4, rel=1e-5)  # no host terms: all four one class
