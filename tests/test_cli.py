@@ -484,3 +484,19 @@ def test_a_time_limit_past_any_clock_is_no_limit(solver):
     )
     assert result.returncode == 0, result.stderr
     assert "gap: 0.0%" in result.stdout, result.stdout
+
+
+def test_an_unknown_model_is_refused_before_tvm_is_imported():
+    """A typo is answered at once (TVM's import alone takes 5 s here), and named like build_model names it."""
+    code = (
+        "import sys\n"
+        "from tvm_diviml.app.workload import load_graph\n"
+        "from tvm_diviml.errors import DivimlInputError\n"
+        "try:\n"
+        "    load_graph('resnett18')\n"
+        "except DivimlInputError as error:\n"
+        "    print(error, 'tvm' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "unknown model 'resnett18'" in run.stdout and "resnet18" in run.stdout, run.stderr
+    assert run.stdout.strip().endswith("False")

@@ -28,6 +28,7 @@ from ..platform import Platform
 from ..presets import load_platform
 from ..synthetic import branchy, random_dag
 from ..units import format_bytes
+from ..zoo import check_zoo_name
 
 DEFAULT_PLATFORM = "paper-node"
 IMPORTED_SUFFIXES = (".onnx", ".pt2")  # files a TVM importer reads
@@ -96,6 +97,7 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
             raise DivimlInputError(
                 f"bad options for '{name}': {error}", field="MODEL", hint=GENERATORS[name][1]
             ) from None
+    check_zoo_name(name)
     from .load import load_model
 
     loaded = load_model(name, options, shapes=shapes, fused=granularity == "fused")
