@@ -14,8 +14,15 @@ from typing import TypeVar
 import numpy as np
 
 F = TypeVar("F", bound=Callable)
-_set_huge_pages = getattr(getattr(np, "_core", None), "multiarray", None)
-_set_huge_pages = getattr(_set_huge_pages, "_set_madvise_hugepage", None)  # private since numpy 1.19
+# numpy's private switch (since 1.19): numpy._core from 2.0, numpy.core before
+_set_huge_pages = next(
+    (
+        getattr(getattr(np, core).multiarray, "_set_madvise_hugepage", None)
+        for core in ("_core", "core")
+        if hasattr(np, core)
+    ),
+    None,
+)
 
 
 def without_huge_pages(function: F) -> F:
