@@ -211,6 +211,11 @@ def test_only_zoo_models_have_a_batch_to_split(model):
         sub_batch_spec(model, 2)
 
 
+def test_an_unknown_zoo_name_is_refused_with_the_zoo_s_names():
+    with pytest.raises(DivimlInputError, match=r"unknown model 'resnett18'.*zoo models: .*resnet18"):
+        sub_batch_spec("resnett18:batch=4", 2)
+
+
 def test_a_cost_table_cannot_price_a_sub_batch():
     with pytest.raises(DivimlInputError, match="cost table prices one batch size"):
         sub_batch_spec("resnet18:batch=2", 2, "costs.json")

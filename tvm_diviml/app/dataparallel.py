@@ -142,10 +142,10 @@ def sub_batch_spec(model_spec: str, copies: int, cost: str | None = None) -> tup
             field="--cost",
             hint="use --cost roofline or --cost measured with --batch-split",
         )
-    from ..zoo import ZOO, zoo_names  # imports TVM: only for zoo models
+    from ..zoo import ZOO, check_zoo_name, zoo_names
 
-    if name not in zoo_names():
-        raise DivimlInputError(f"unknown model '{name}'", field="MODEL", hint=f"zoo models: {', '.join(zoo_names())}")
+    check_zoo_name(name)  # a typo is refused before TVM is imported
+    zoo_names()  # imports the zoo's modules (and TVM), which fill ZOO
     defaults = ZOO[name].defaults()
     if "batch" not in defaults:
         raise DivimlInputError(f"zoo model '{name}' has no batch option", field="--batch-split")
