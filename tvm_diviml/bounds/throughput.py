@@ -55,23 +55,23 @@ def lp_load_bound(problem: Problem) -> float:
         kernel_classes.setdefault((times, returned, kernel if kernel in reads_input else None), []).append(v)
     model = new_model("lp_load", "highs")
     T = model.add_var(lb=0.0)
-    load: dict = {c: [] for c in range(len(device_classes))}
+    load: dict[tuple[str, int], list] = {("compute", c): [] for c in range(len(device_classes))}
     share: dict[tuple[int, int], tuple[mip.Var, int]] = {}
     for (times, _, _), members in kernel_classes.items():
         for c, seconds in enumerate(times):
             if math.isfinite(seconds):
                 x = model.add_var(lb=0.0, ub=1.0)
                 share[members[0], c] = (x, len(members))
-                load[c].append(len(members) * seconds / unit * x)
+                load["compute", c].append(len(members) * seconds / unit * x)
         model += mip.xsum(share[members[0], c][0] for c in range(len(times)) if (members[0], c) in share) == 1
     sizes = [len(devices) for devices, _ in device_classes]
     if problem.mode == "period_overlap":
         host_link_loads(problem, device_classes, share, load, unit, model)
     elif problem.mode == "stage_serial":  # each stage on a device of its own, which pays the inputs it reads
-        input_loads(problem, device_classes, share, load, unit, model, lambda c: c)
-    for key, terms in load.items():
+        input_loads(problem, device_classes, share, load, unit, model, "compute")
+    for (_, c), terms in load.items():  # a class's devices each within T
         if terms:
-            model += mip.xsum(terms) <= sizes[key if isinstance(key, int) else key[1]] * T
+            model += mip.xsum(terms) <= sizes[c] * T
     try:
         model.objective = mip.minimize(T)
         status = model.optimize(relax=True)
@@ -109,15 +109,15 @@ def host_link_loads(
         nbytes = graph.kernels[kernels[v]].output_bytes
         if kernels[v] in graph.output_set and nbytes > 0 and device != host:
             load.setdefault(("return", c), []).append(count * costs.transfer_s(nbytes, device, host) / unit * x)
-    input_loads(problem, device_classes, share, load, unit, model, lambda c: ("read", c))
+    input_loads(problem, device_classes, share, load, unit, model, "read")
 
 
 def input_loads(
-    problem: Problem, device_classes: list, share: dict, load: dict, unit: float, model: mip.Model, charged
+    problem: Problem, device_classes: list, share: dict, load: dict, unit: float, model: mip.Model, charged: str
 ) -> None:
     """Add to ``load`` each model input's copy from the host to every device that reads a share of it,
-    charged to ``load[charged(c)]`` for device class c (its links, or its stages): at least the
-    largest share of a reader in the class, at most one copy per device."""
+    charged to ``load[charged, c]`` for device class c (its links, "read", or its stages, "compute"): at
+    least the largest share of a reader in the class, at most one copy per device."""
     graph, costs, host = problem.graph, problem.costs, problem.platform.host
     index = {k: v for v, k in enumerate(graph.kernels)}
     for graph_input in graph.inputs:
@@ -128,6 +128,6 @@ def input_loads(
             needed = model.add_var(lb=0.0, ub=len(devices))
             for x in readers:
                 model += needed >= x
-            load.setdefault(charged(c), []).append(
+            load.setdefault((charged, c), []).append(
                 costs.transfer_s(graph_input.bytes, host, devices[0]) / unit * needed
             )

@@ -305,6 +305,8 @@ def stage_work(problem: Problem, names: Sequence[str], device: str) -> tuple[np.
     may not run there), and whether it may run there. The whole graph's are kept in ``problem.memo``:
     a pipeline's polish asks for the kernels of every window it re-cuts."""
     key = ("stage_work", device)
+    if "kernel_position" not in problem.memo:
+        problem.memo["kernel_position"] = {k: v for v, k in enumerate(problem.graph.kernels)}
     if key not in problem.memo:
         kernels = list(problem.graph.kernels)
         feasible = np.array([device in problem.feasible_devices(k) for k in kernels], dtype=bool)
@@ -316,8 +318,8 @@ def stage_work(problem: Problem, names: Sequence[str], device: str) -> tuple[np.
                 for v, k in enumerate(kernels)
             ]
         )
-        problem.memo[key] = {k: v for v, k in enumerate(kernels)}, work, feasible
-    position, work, feasible = problem.memo[key]
+        problem.memo[key] = work, feasible
+    (work, feasible), position = problem.memo[key], problem.memo["kernel_position"]
     at = np.array([position[k] for k in names], dtype=np.int64)
     return work[at], feasible[at]
 
