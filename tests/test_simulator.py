@@ -3,6 +3,8 @@
 Links cost 1 s + 1 s per byte (``unit_platform``) unless a test says otherwise; A is the host CPU.
 """
 
+import itertools
+
 import pytest
 
 from tvm_diviml.cost.base import ExecutorOverheads
@@ -402,3 +404,29 @@ def test_executor_copies_a_tensor_once_per_device_and_inputs_from_the_host():
     # x to B: 0-3, a 3-4; A copies a once (1 + 4): 4-9, b 9-10, c 10-11, d 11-12
     assert sim.value_s == 12
     assert [(t.tensor, t.dst) for t in sim.transfers] == [("x", "B"), ("a", "A")]
+
+
+def test_a_plan_scored_again_on_the_same_problem_is_not_simulated_again(monkeypatch):
+    import tvm_diviml.simulator as simulator
+
+    platform = unit_platform()
+    graph = graph_of([("a", "b", 2), ("b", "c", 3)])
+    problem = Problem(graph, platform, table(platform, {"a": 1, "b": 2, "c": 3}))
+    scored = []
+    real = simulator._latency
+    monkeypatch.setattr(simulator, "_latency", lambda *args: scored.append(args[3].assignment) or real(*args))
+    crossing = {"a": "A", "b": "B", "c": "A"}
+    first = simulate(problem, Plan(dict(crossing)))
+    first.value_s = -1.0  # a caller's change to its copy reaches no one else
+    again = simulate(problem, Plan(dict(reversed(crossing.items()))))  # the same plan, built anew
+    assert again.value_s == 13 and len(scored) == 1
+    assert simulate(problem, Plan({"a": "A", "b": "A", "c": "A"})).value_s == 6 and len(scored) == 2
+    assert simulate(problem, Plan(dict(crossing)), link_contention=True).value_s == 13 and len(scored) == 3
+    other = Problem(graph, platform, table(platform, {"a": 2, "b": 2, "c": 3}))  # new prices: a new problem
+    assert simulate(other, Plan(dict(crossing))).value_s == 14 and len(scored) == 4
+    for devices in itertools.product("ABC", repeat=3):  # 27 plans: only the last KEPT_SIMULATIONS are kept
+        simulate(problem, Plan(dict(zip("abc", devices))))
+    assert len(problem.memo["simulations"]) == simulator.KEPT_SIMULATIONS
+    scored.clear()
+    simulate(problem, Plan(dict(crossing)))
+    assert len(scored) == 1
