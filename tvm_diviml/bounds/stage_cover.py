@@ -138,6 +138,7 @@ class StageCover:
         self.columns: dict[tuple[int, ...], float] = {}  # block -> its cost
         self.stopped_by_time = False
         self.pricings = 0  # MIP pricings run
+        self.most_pricings: int | None = PRICINGS  # past this many, nothing more is refuted (None: no cap)
         self.block_costs = BlockCosts(data, pricing)
         self.neighbourhood = _Neighbourhood(data, self.block_costs)
 
@@ -148,14 +149,15 @@ class StageCover:
         duals = self._interval_rounds(*self._cover_lp(period_s), deadline)
         return None if duals is None else float(duals.sum())
 
-    def refutes(self, period_s: float, deadline: Deadline) -> bool:
+    def refutes(self, period_s: float, deadline: Deadline, rounds: int = PRICING_ROUNDS) -> bool:
         """Whether no pipeline of at most ``stages`` blocks has every block's cost at most
-        ``period_s``: proven where Farley's bound on the cover LP exceeds the stage count."""
+        ``period_s``: proven where Farley's bound on the cover LP exceeds the stage count after at
+        most ``rounds`` pricing MIPs. The blocks priced are kept in ``columns``."""
         data = self.data
         model, cover, fits, add = self._cover_lp(period_s)
         pricer, duals, centre, centre_ratio = None, None, None, 0.0
-        for _ in range(PRICING_ROUNDS):
-            if self.pricings >= PRICINGS:
+        for _ in range(rounds):
+            if self.most_pricings is not None and self.pricings >= self.most_pricings:
                 return False
             if duals is None:
                 duals = self._interval_rounds(model, cover, fits, add, deadline)
