@@ -86,9 +86,14 @@ class Downsets(Solver):
     ) -> Plan:
         """SliceGraph in the time left before ``deadline`` (for pipelines 70% of it), or the split of a
         DP pass that proved nothing (``stopped``) where that is better; for pipelines then
-        ``polish_pipeline`` until ``deadline``. Neither outlives it."""
+        ``polish_pipeline`` for ``POLISH_SHARE`` of the rest, ``recombine_stages`` and the polish again
+        until ``deadline``. None outlives it."""
         left = deadline.left()
-        then = ", then its cuts re-cut by the DP (windows of stages, orders)," if problem.mode == "stage_serial" else ""
+        then = (
+            ", then its cuts re-cut by the DP (windows of stages, orders) and its stages recombined,"
+            if problem.mode == "stage_serial"
+            else ""
+        )
         log.warning("downsets: %s; falling back to SliceGraph%s for %.0f s (not proven optimal)", reason, then, left)
         share = 0.7 * left if problem.mode == "stage_serial" else left
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
