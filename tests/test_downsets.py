@@ -436,3 +436,19 @@ def test_a_dp_stopped_after_an_unproven_pass_keeps_that_pass_s_plan(monkeypatch)
     solved = get_solver("downsets", time_limit_s=10, fallback_options={"generations": 1}).solve(problem)
     assert "stopped for the test" in solved.attrs["fallback_reason"]
     assert solved.value_s <= first.value_s * (1 + 1e-9) and not solved.optimal
+
+
+def test_a_polish_move_begun_near_the_deadline_ends_at_it():
+    """Building a family's arrays took 7-9 s on 10,000 kernels past a polish's deadline: it stops there."""
+    import random
+
+    from tvm_diviml.app.workload import load_workload
+
+    workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    assert len(MaxLoadInstance.of(problem, 10_000).ideals) > 2  # no deadline: built
+    with pytest.raises(TimeoutError):
+        MaxLoadInstance.of(problem, 10_000, deadline=Deadline.after(0))
+    rough = get_solver("slicegraph", generations=1, time_limit_s=5).solve(problem)
+    sim = simulate(problem, rough)
+    assert recut_along_orders(problem, rough, sim, Deadline.after(0), random.Random(0), 0.7) is None

@@ -138,7 +138,7 @@ class StageCover:
         self.columns: dict[tuple[int, ...], float] = {}  # block -> its cost
         self.stopped_by_time = False
         self.pricings = 0  # MIP pricings run
-        self.most_pricings: int | None = PRICINGS  # past this many, nothing more is refuted (None: no cap)
+        self.most_pricings = PRICINGS  # past this many MIP pricings, nothing more is refuted
         self.block_costs = BlockCosts(data, pricing)
         self.neighbourhood = _Neighbourhood(data, self.block_costs)
 
@@ -157,7 +157,7 @@ class StageCover:
         model, cover, fits, add = self._cover_lp(period_s)
         pricer, duals, centre, centre_ratio = None, None, None, 0.0
         for _ in range(rounds):
-            if self.most_pricings is not None and self.pricings >= self.most_pricings:
+            if self.pricings >= self.most_pricings:
                 return False
             if duals is None:
                 duals = self._interval_rounds(model, cover, fits, add, deadline)
@@ -472,7 +472,7 @@ def stage_cover_bound(
     trial = max(
         cover.period_needing(ratio * stages, low, high, deadline, TRIAL_PRECISION), low + (high - low) * LEAST_STEP
     )
-    while high - low > PRECISION * high and cover.pricings < PRICINGS and not deadline.passed():
+    while high - low > PRECISION * high and cover.pricings < cover.most_pricings and not deadline.passed():
         if cover.refutes(trial, deadline.within(deadline.left() * TRIAL_SHARE)):
             low = proven = trial
             ratio = 1 + (ratio - 1) * RATIO_STEP

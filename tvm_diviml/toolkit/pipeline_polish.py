@@ -74,7 +74,9 @@ def recut_window(
         tried.add((kernels, tuple(plan.stage_devices[first:end])))
         try:
             window = plan.stage_devices[first:end] + spare
-            instance = MaxLoadInstance.of(problem, max_ideals, set(kernels), window, end - first + len(spare))
+            instance = MaxLoadInstance.of(
+                problem, max_ideals, set(kernels), window, end - first + len(spare), deadline=deadline
+            )
             split, _ = instance.search(deadline)
         except (TooManyIdeals, TimeoutError):
             continue
@@ -110,7 +112,7 @@ def recut_along_orders(
         held |= sum(1 << index[k] for k in stage)
         family.add(held)
     for _ in range(ORDERS):
-        if len(family) >= FAMILY_SIZE:
+        if len(family) >= FAMILY_SIZE or deadline.passed():
             break
         waiting = [len(p) for p in predecessors]
         ready, held = [v for v, count in enumerate(waiting) if not count], 0
@@ -126,7 +128,7 @@ def recut_along_orders(
                 if not waiting[w]:
                     ready.append(w)
     try:
-        instance = MaxLoadInstance.of(problem, FAMILY_SIZE + len(graph) + 2, family=sorted(family))
+        instance = MaxLoadInstance.of(problem, FAMILY_SIZE + len(graph) + 2, family=sorted(family), deadline=deadline)
         split, _ = instance.search(deadline, upper_s=sim.value_s)
     except (TooManyIdeals, TimeoutError):
         return None
