@@ -142,6 +142,32 @@ def test_the_same_problem_gets_the_same_bound_and_a_past_deadline_none():
     assert stage_cover_bound(data, pricing, 3, 9.0, Deadline.never(), 9.0) is None  # nothing between the two
 
 
+def test_pricings_stop_at_a_node_limit_only_where_the_bound_must_repeat(monkeypatch):
+    import tvm_diviml.bounds.stage_cover as stage_cover
+
+    limits = []
+
+    def recording(builder, time_limit_s, seed, max_nodes=None):
+        limits.append(max_nodes)
+        return optimize(builder, time_limit_s, seed, max_nodes)
+
+    optimize = stage_cover.optimize
+    monkeypatch.setattr(stage_cover, "optimize", recording)
+    graph, platform, costs = chain(8)
+    problem = pipeline(graph, platform, costs, 3)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    by_clock = stage_cover_bound(data, pricing, 3, 2.0, Deadline.never(), 9.0)
+    assert limits and set(limits) == {None}
+    limits.clear()
+    by_nodes = stage_cover_bound(data, pricing, 3, 2.0, Deadline.never(), 9.0, repeatable=True)
+    assert limits and set(limits) == {stage_cover.PRICING_NODES}
+    assert by_nodes == by_clock  # eight kernels: both prove every block the best
+    limits.clear()
+    pipeline_bounds(problem, time_limit_s=30, downsets=False, max_nodes=50)
+    assert limits and stage_cover.PRICING_NODES in limits
+
+
 def test_a_cover_whose_orders_would_not_fit_in_memory_is_not_run(monkeypatch, caplog):
     import tvm_diviml.bounds.stage_cover as stage_cover
 
@@ -184,7 +210,7 @@ def test_the_pricing_mip_finds_a_block_worth_the_target_or_proves_none_is(case, 
     fitting = [inside for inside in convex_blocks(data) if block_cost(data, pricing, inside) <= period]
     best = max((float(duals[inside].sum()) for inside in fitting), default=0.0)
     for target in (t for t in (0.5 * best, best, 1.1 * best + 0.1) if t > 0):  # the cover's targets exceed 1
-        block, value, ceiling = _BlockPricer(data, pricing, period, "highs").best_block(duals, target, 60.0, 0)
+        block, value, ceiling = _BlockPricer(data, pricing, period, "highs").best_block(duals, target, 60.0, 0, None)
         assert ceiling is not None and ceiling >= best * (1 - 1e-6)  # a valid cap on every block's value
         if best < target * (1 - FLOOR_MARGIN):  # proven below the target: the period is refuted
             assert block is None and ceiling < target

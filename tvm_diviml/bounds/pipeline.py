@@ -76,9 +76,9 @@ def pipeline_bounds(
     superblock MIPs only those of the cheapest-priced problem itself (average_load, the dearest
     kernel at its cheapest, three_superblock), the exact MIP every one.
 
-    ``max_nodes``: each MIP also stops after that many branch-and-bound nodes and may use all the
-    time left, so that, where no MIP reaches ``time_limit_s`` first, the bounds are the same on every
-    run (one thread, one seed).
+    ``max_nodes``: each MIP also stops after that many branch-and-bound nodes (the stage cover's
+    pricings after ``PRICING_NODES``) and may use all the time left, so that, where no MIP reaches
+    ``time_limit_s`` first, the bounds are the same on every run (one thread, one seed).
     ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``, the
     stage cover counting as one). ``alongside``: the bound, by a deadline, of a stage cover already
     running beside the solver (``CoverAlongside.result``); taken at the end in place of running the
@@ -97,7 +97,9 @@ def pipeline_bounds(
     if stage_cover and alongside is None:
         share = 2 / 3 if stages >= MANY_STAGES else 1 / 3
         until = deadline if max_nodes is not None else deadline.within(deadline.left() * share)
-        covered, timed_out = timed_stage_cover(data, cheap, stages, max(parts.values()), until, backend, seed)
+        covered, timed_out = timed_stage_cover(
+            data, cheap, stages, max(parts.values()), until, backend, seed, repeatable=max_nodes is not None
+        )
         if covered is not None:  # not the superblock MIPs' floor: it changed their node-limited
             parts["stage_cover"] = covered  # search, and lowered their bound (514 -> 495 us on one graph)
     runs = mip_runs(stages, superblock_positions, exact_mip)
@@ -131,12 +133,21 @@ def pipeline_bounds(
 
 
 def timed_stage_cover(
-    data: PipelineData, cheap: BlockPricing, stages: int, floor_s: float, deadline: Deadline, backend: str, seed: int
+    data: PipelineData,
+    cheap: BlockPricing,
+    stages: int,
+    floor_s: float,
+    deadline: Deadline,
+    backend: str,
+    seed: int,
+    repeatable: bool = False,
 ) -> tuple[float | None, int]:
     """The stage cover's bound above ``floor_s`` (None where it refutes nothing), and 1 where the
     clock stopped it (else 0)."""
     mark, cover_stats = time.perf_counter(), {}
-    covered = stage_cover_bound(data, cheap, stages, floor_s, deadline, seed=seed, backend=backend, stats=cover_stats)
+    covered = stage_cover_bound(
+        data, cheap, stages, floor_s, deadline, seed=seed, backend=backend, stats=cover_stats, repeatable=repeatable
+    )
     log.info("pipeline bounds: stage cover %s in %.2f s", covered, time.perf_counter() - mark)
     return covered, int(cover_stats["stopped_by_time"])
 

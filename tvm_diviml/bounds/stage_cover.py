@@ -40,7 +40,11 @@ ORDERS = 32  # random topological orders whose intervals price columns before an
 AROUND = 2  # orders built around each block a MIP prices in, per end
 PRICING_ROUNDS = 8  # MIP pricings per tested period before it counts as not refuted
 PRICINGS = 24  # MIP pricings per bound, at most: the same work, hence the same bound, on every run
-PRICING_NODES = 400  # branch-and-bound nodes per pricing MIP (at 50 its ceiling stayed 25% loose)
+# Branch-and-bound nodes per pricing MIP where the bound must repeat run to run (at 50 its ceiling
+# stayed 25% loose). Elsewhere the clock alone stops a pricing: on randwire_ws:nodes=64 at K = 16 the
+# one that refuted 81.4 us proved its block the best after 22 s, past these nodes (cover alone for
+# 60 s: 73.8 us with the cap, 81.4 without; six other graphs the same either way).
+PRICING_NODES = 400
 FIRST_RATIO = 1.45  # the first period tried is where the known columns need this many times K blocks
 RATIO_STEP = 0.6  # after a refutation, the next where they need 1 + RATIO_STEP x (the last ratio - 1)
 TRIAL_PRECISION = 0.01  # a trial's period need not be found more finely than this
@@ -139,6 +143,7 @@ class StageCover:
         self.stopped_by_time = False
         self.pricings = 0  # MIP pricings run
         self.most_pricings = PRICINGS  # past this many MIP pricings, nothing more is refuted
+        self.pricing_nodes: int | None = None  # per pricing MIP; None: the deadline alone stops it
         self.block_costs = BlockCosts(data, pricing)
         self.neighbourhood = _Neighbourhood(data, self.block_costs)
 
@@ -170,7 +175,7 @@ class StageCover:
             # a block worth this much refutes nothing, and prices in (the LP needs more than K blocks)
             target = priced.sum() / self.stages
             began = time.perf_counter()
-            block, best, ceiling = pricer.best_block(priced, target, deadline.left(), self.seed)
+            block, best, ceiling = pricer.best_block(priced, target, deadline.left(), self.seed, self.pricing_nodes)
             ratio = priced.sum() / ceiling if ceiling is not None and ceiling > 0 else 0.0
             log.debug(
                 "stage cover at %.6g s: LP %.4f, priced %.4f, block %.4f, ceiling %s, ratio %.4f (%.2f s)",
@@ -404,7 +409,7 @@ class _BlockPricer:
         self.floor: mip.Constr | None = None
 
     def best_block(
-        self, duals: np.ndarray, target: float, time_limit_s: float, seed: int
+        self, duals: np.ndarray, target: float, time_limit_s: float, seed: int, max_nodes: int | None
     ) -> tuple[tuple[int, ...] | None, float, float | None]:
         """The best block under ``duals``, or with HiGHS the first found worth at least ``target``:
         (the block or None, its value, the proven ceiling on any block's value; None where the MIP
@@ -421,7 +426,7 @@ class _BlockPricer:
         self.floor = model.add_constr(value >= floor)
         if model.solver_name.upper() == "HIGHS":  # HiGHS's own option; python-mip has no name for it
             model.solver._set_double_option_value("objective_target", -target)
-        status = optimize(self.builder, max(time_limit_s, 0.01), seed, PRICING_NODES)
+        status = optimize(self.builder, max(time_limit_s, 0.01), seed, max_nodes)
         if status == mip.OptimizationStatus.INFEASIBLE:
             return None, 0.0, floor
         bound = model.objective_bound
@@ -445,13 +450,16 @@ def stage_cover_bound(
     seed: int = 0,
     backend: str = "highs",
     stats: dict | None = None,
+    repeatable: bool = False,
 ) -> float | None:
     """The largest period in (``floor_s``, ``ceiling_s``) the cover LP refutes within ``PRICINGS``
     MIP pricings (None where it refutes none before ``deadline``). ``floor_s``: a bound already known;
     ``ceiling_s``: any cost no bound can pass; the search starts below it and below the least period
     of a split of the cover's orders into intervals, not below a plan's period, so that the bound
     depends on the problem alone and not on how good a time-limited plan turned out. ``stats``, if
-    given, receives whether the clock stopped an LP (``stopped_by_time``)."""
+    given, receives whether the clock stopped an LP (``stopped_by_time``). ``repeatable``: each pricing
+    MIP stops at ``PRICING_NODES`` nodes too, so that the bound is the same on every run unless the
+    deadline comes first."""
     if stats is not None:
         stats["stopped_by_time"] = False
     if not data.n or not math.isfinite(floor_s) or (ceiling_s is not None and ceiling_s <= floor_s):
@@ -461,6 +469,7 @@ def stage_cover_bound(
         log.info("stage cover: not run on %d kernels (its orders' prices would take %s)", data.n, format_bytes(needs))
         return None
     cover = StageCover(data, pricing, stages, seed=seed, backend=backend)
+    cover.pricing_nodes = PRICING_NODES if repeatable else None
     # Above the least period the known columns cover with K blocks nothing is refuted: a tight
     # ceiling, found without a MIP.
     top = min(cover.interval_period(), math.inf if ceiling_s is None else ceiling_s)

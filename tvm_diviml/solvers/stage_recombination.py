@@ -16,7 +16,7 @@ import logging
 import mip
 import networkx as nx
 
-from ..bounds.stage_cover import StageCover
+from ..bounds.stage_cover import PRICING_NODES, StageCover
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
@@ -45,7 +45,7 @@ def recombine_stages(problem: Problem, plan: Plan, deadline: Deadline, seed: int
         return None  # before any pricing: on 10,000 kernels the relaxed pipeline alone takes 0.3-0.6 s
     data, stages = PipelineData.of(problem), stage_count(problem)
     cover = StageCover(data, cheapest_pricing(problem, data), stages, seed=seed, backend="highs")
-    cover.most_pricings = MOST_PRICINGS
+    cover.most_pricings, cover.pricing_nodes = MOST_PRICINGS, PRICING_NODES  # its time is the solver's
     index = {name: v for v, name in enumerate(data.names)}
     for stage in plan.stages:  # the plan's own blocks: the MIP can always rebuild most of it
         block = tuple(sorted(index[k] for k in stage))
