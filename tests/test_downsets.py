@@ -452,3 +452,37 @@ def test_a_polish_move_begun_near_the_deadline_ends_at_it():
     rough = get_solver("slicegraph", generations=1, time_limit_s=5).solve(problem)
     sim = simulate(problem, rough)
     assert recut_along_orders(problem, rough, sim, Deadline.after(0), random.Random(0), 0.7) is None
+
+
+def test_the_fallback_goes_on_recombining_and_polishing_until_rounds_in_a_row_find_nothing(monkeypatch):
+    """Rounds with seeds of their own while time is left: one that improves resets the count, and
+    STALE_ROUNDS in a row that do not end the fallback well before its deadline; every gain is offered."""
+    import tvm_diviml.solvers.downsets as downsets
+    from tvm_diviml.app.workload import load_workload
+    from tvm_diviml.toolkit.incumbents import Incumbents
+
+    workload = load_workload("randwire_ws:nodes=12,stages=1,seed=0", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    seeds = []
+
+    def recombine(problem, plan, deadline, seed=0):
+        seeds.append(seed)
+        if len(seeds) != 3:
+            return None
+        better = plan.copy()
+        better.value_s = plan.value_s * 0.9  # a gain in the third round only
+        return better
+
+    monkeypatch.setattr(downsets, "recombine_stages", recombine)
+    monkeypatch.setattr(downsets, "polish_pipeline", lambda problem, plan, deadline, seed=0: plan)
+    offers = []
+    watch = Incumbents(problem)
+    monkeypatch.setattr(watch, "offer", lambda plan, by, value_s=None: offers.append((by, plan.value_s)))
+    deadline = Deadline.after(600)
+    plan = get_solver("downsets", max_ideals=2, seed=5, fallback_options={"generations": 1}).solve(
+        problem, deadline=deadline, watch=watch
+    )
+    assert seeds == list(range(5, 5 + 3 + downsets.STALE_ROUNDS)) and deadline.left() > 500
+    assert "blocks recombined" in plan.attrs["method"]
+    gains = [value for by, value in offers if by == "downsets: blocks recombined and re-cut"]
+    assert len(gains) == 1 and gains[0] < simulate(problem, plan).value_s  # the fake gain, as claimed
