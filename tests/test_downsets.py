@@ -456,7 +456,7 @@ def test_a_polish_move_begun_near_the_deadline_ends_at_it():
 
 def test_the_fallback_goes_on_recombining_and_polishing_until_rounds_in_a_row_find_nothing(monkeypatch):
     """Rounds with seeds of their own while time is left: one that improves resets the count, and
-    STALE_ROUNDS in a row that do not end the fallback well before its deadline; every gain is offered."""
+    STALE_RECOMBINATIONS in a row that do not end the fallback well before its deadline; every gain is offered."""
     import tvm_diviml.solvers.downsets as downsets
     from tvm_diviml.app.workload import load_workload
     from tvm_diviml.toolkit.incumbents import Incumbents
@@ -482,7 +482,7 @@ def test_the_fallback_goes_on_recombining_and_polishing_until_rounds_in_a_row_fi
     plan = get_solver("downsets", max_ideals=2, seed=5, fallback_options={"generations": 1}).solve(
         problem, deadline=deadline, watch=watch
     )
-    assert seeds == list(range(5, 5 + 3 + downsets.STALE_ROUNDS)) and deadline.left() > 500
+    assert seeds == list(range(5, 5 + 3 + downsets.STALE_RECOMBINATIONS)) and deadline.left() > 500
     assert "blocks recombined" in plan.attrs["method"]
     gains = [value for by, value in offers if by == "downsets: blocks recombined and re-cut"]
     assert len(gains) == 1 and gains[0] < simulate(problem, plan).value_s  # the fake gain, as claimed

@@ -32,7 +32,7 @@ POLISH_SHARE = 0.5
 # fallback stops ahead of its deadline. On graphs of 71-105 kernels at K = 16 it used 11-15 s of 60;
 # rounds in the time left found randwire_ws:nodes=24,seed=1's optimum in the sixth round (1.010 of it
 # before) and took randwire_er:nodes=20,seed=2 from 1.023 to 1.005 of its optimum in the second.
-STALE_ROUNDS = 8
+STALE_RECOMBINATIONS = 8
 
 
 class Downsets(Solver):
@@ -118,10 +118,10 @@ class Downsets(Solver):
 
     def _recombine_and_polish(self, problem: Problem, plan: Plan, deadline: Deadline, watch: Incumbents | None) -> Plan:
         """Rounds of ``recombine_stages`` and ``polish_pipeline`` (along other orders than the polish
-        before), each round with seeds of its own, until ``deadline`` or ``STALE_ROUNDS`` rounds in a
-        row improve nothing; each better plan is offered to ``watch``."""
+        before), each round with seeds of its own, until ``deadline`` or ``STALE_RECOMBINATIONS``
+        rounds in a row improve nothing; each better plan is offered to ``watch``."""
         stale = rounds = 0
-        while not deadline.passed() and stale < STALE_ROUNDS:
+        while not deadline.passed() and stale < STALE_RECOMBINATIONS:
             seed, before = self.seed + rounds, plan.value_s
             rounds += 1
             recombined = recombine_stages(problem, plan, deadline, seed=seed)
