@@ -11,6 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tvm_diviml.app.workload import load_workload
 from tvm_diviml.bounds.pipeline import pipeline_bounds
 from tvm_diviml.bounds.stage_cover import (
     FLOOR_MARGIN,
@@ -22,6 +23,7 @@ from tvm_diviml.bounds.stage_cover import (
     random_topological_orders,
     stage_cover_bound,
 )
+from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.toolkit.deadline import Deadline
 from tvm_diviml.toolkit.pipeline_model import MipBuilder, PipelineData, cheapest_pricing
 
@@ -244,3 +246,48 @@ def test_the_neighbours_of_a_block_are_convex_improving_blocks_within_the_period
         assert block in convex and duals[inside].sum() > 1 and block_cost(data, pricing, inside) <= period
     if found:  # the climb starts with the neighbours of the first block: one kernel in or out
         assert len(set(found[0]) ^ set(first)) == 1
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(dag_problems(max_kernels=7), st.integers(0, 50), st.floats(0.2, 1.0), st.integers(0, 7))
+def test_the_local_search_climbs_from_its_starts_to_convex_blocks_within_the_period(case, seed, share, start):
+    problem = pipeline(*case, 2)
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    period = share * block_cost(data, pricing, np.ones(data.n, dtype=bool))
+    duals = random_duals(data, seed) * 2
+    fitting = [inside for inside in convex_blocks(data) if block_cost(data, pricing, inside) <= period]
+    neighbourhood = _Neighbourhood(data, BlockCosts(data, pricing))
+    starts = [tuple(np.flatnonzero(fitting[(start + i) % len(fitting)]).tolist()) for i in range(2)] if fitting else []
+    runs = [neighbourhood.search(starts, duals, period, math.inf, np.random.default_rng(seed)) for _ in range(2)]
+    assert runs[0] == runs[1]  # its random restarts follow the seed
+    value, block = runs[0]
+    if not starts:
+        assert block is None
+        return
+    inside = np.zeros(data.n, dtype=bool)
+    inside[list(block)] = True
+    assert any((inside == other).all() for other in fitting)
+    assert math.isclose(value, float(duals[inside].sum()), rel_tol=1e-12)
+    assert value >= max(float(duals[list(s)].sum()) for s in starts) - 1e-12
+    assert value <= max(float(duals[other].sum()) for other in fitting) + 1e-12
+
+
+def test_the_cover_leaves_its_pricing_mips_the_blocks_the_local_search_cannot_find(monkeypatch):
+    import tvm_diviml.bounds.stage_cover as stage_cover
+
+    workload = load_workload("randwire_er:nodes=10,stages=1,seed=3", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    optimum = get_solver("downsets").solve(problem).value_s
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    covers = []
+    for searches in (stage_cover.LOCAL_SEARCHES, 0):
+        monkeypatch.setattr(stage_cover, "LOCAL_SEARCHES", searches)
+        cover = StageCover(data, pricing, 4)
+        assert cover.refutes(0.99 * optimum, Deadline.never(), rounds=50)
+        assert not cover.refutes(optimum * (1 + TOLERANCE), Deadline.never(), rounds=50)
+        covers.append(cover)
+    searching, alone = covers
+    assert searching.searched > 0 and alone.searched == 0
+    assert searching.pricings < alone.pricings

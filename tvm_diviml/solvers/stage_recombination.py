@@ -21,7 +21,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
 from ..toolkit.deadline import Deadline
-from ..toolkit.mip_backend import new_model
+from ..toolkit.mip_backend import new_model, optimized
 from ..toolkit.pipeline_model import PipelineData, candidate_devices, cheapest_pricing, stage_count
 from .slicegraph import pipeline_plan, slice_order
 
@@ -88,7 +88,7 @@ def _partition(
         model += mip.xsum(pick[b] for b in held) == 1
     model += mip.xsum(pick) <= stages
     while not deadline.passed():
-        model.optimize(max_seconds=max(deadline.left() * MASTER_SHARE, 0.1))
+        optimized(model, max_seconds=max(deadline.left() * MASTER_SHARE, 0.1))
         if not model.num_solutions:
             return None
         chosen = [b for b in range(len(blocks)) if pick[b].x > 0.5]

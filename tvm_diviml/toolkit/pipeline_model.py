@@ -20,7 +20,7 @@ from ..problem import Problem
 from ..tolerances import SOLVER_SLACK
 from .deadline import Deadline
 from .device_classes import identical_devices
-from .mip_backend import new_model, prove_exactly, proven_bound
+from .mip_backend import new_model, optimized, prove_exactly, proven_bound
 
 
 # ---------------------------------------------------------------------- segment costs
@@ -265,8 +265,8 @@ def optimize(
     same bound on every run, however loaded the machine."""
     prove_exactly(builder.m, seed)
     if max_nodes is None:
-        return builder.m.optimize(max_seconds=max(time_limit_s, 0.01))
-    return builder.m.optimize(max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes)
+        return optimized(builder.m, max_seconds=max(time_limit_s, 0.01))
+    return optimized(builder.m, max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes)
 
 
 def time_unit(pricing: BlockPricing) -> float:
