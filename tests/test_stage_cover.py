@@ -291,3 +291,28 @@ def test_the_cover_leaves_its_pricing_mips_the_blocks_the_local_search_cannot_fi
     searching, alone = covers
     assert searching.searched > 0 and alone.searched == 0
     assert searching.pricings < alone.pricings
+
+
+def test_a_pricing_mip_that_finds_nothing_ends_the_trial_only_where_the_search_has_nothing_either(monkeypatch):
+    import tvm_diviml.bounds.stage_cover as stage_cover
+
+    workload = load_workload("randwire_er:nodes=10,stages=1,seed=3", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    optimum = get_solver("downsets").solve(problem).value_s
+    data = PipelineData.of(problem)
+    pricing = cheapest_pricing(problem, data)
+    asked = []
+
+    def nothing_found(self, duals, target, time_limit_s, seed, max_nodes):
+        asked.append(target)
+        return None, 0.0, None  # stopped before any block or proof
+
+    monkeypatch.setattr(stage_cover._BlockPricer, "best_block", nothing_found)
+    monkeypatch.setattr(stage_cover, "SEARCH_WORTH", math.inf)  # every pricing goes to the MIP
+    calls, default = {}, stage_cover.LOCAL_SEARCHES
+    for searches in (default, 0):
+        monkeypatch.setattr(stage_cover, "LOCAL_SEARCHES", searches)
+        asked.clear()
+        assert not StageCover(data, pricing, 4).refutes(0.99 * optimum, Deadline.never(), rounds=5)
+        calls[searches] = len(asked)
+    assert calls[0] == 1 and calls[default] > 1  # the search's blocks kept the trial going

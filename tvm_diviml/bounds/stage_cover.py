@@ -64,7 +64,8 @@ NEIGHBOURS = 64  # improving neighbours of each priced block added with it, at m
 # it finds goes in as a column without the MIP, which is left the blocks it cannot find and the proofs
 # (on randwire_ws:nodes=12 at 8 stages and 0.99 of the optimum: 6 MIPs instead of 12, 8.6 s instead
 # of 15.1). At most LOCAL_SEARCHES climbs per search (about 1 ms each on 226 kernels), each restart
-# from the best block so far after one to KICK_MOVES random moves.
+# from the best block so far after one to KICK_MOVES random moves. Where the MIP then stops with no
+# block and no proof, the search's best block goes in if it prices in, and the trial goes on.
 LOCAL_SEARCHES = 600
 KICK_MOVES = 5
 SEARCH_WORTH = 1.05
@@ -179,8 +180,8 @@ class StageCover:
                 duals = self._interval_rounds(model, cover, fits, add, deadline)
                 if duals is None or duals.sum() <= self.stages:  # the LP fits over some columns: so it does over all
                     return False
-            searched = self._searched_block(duals, SEARCH_WORTH, fits, period_s)
-            if searched is not None and not deadline.passed():
+            found, searched = self._searched_block(duals, SEARCH_WORTH, fits, period_s)
+            if found >= SEARCH_WORTH and not deadline.passed():
                 self.searched += 1
                 self._add_column(searched, duals, period_s, add)
                 duals = None
@@ -210,8 +211,10 @@ class StageCover:
             moved = ratio > centre_ratio
             if moved:
                 centre, centre_ratio = priced, ratio
-            if block is None:
-                return False
+            if block is None:  # the MIP found none in its nodes or time: the search's best may still price in
+                if searched is None or found <= 1 + 1e-6:
+                    return False
+                block = searched
             if duals[list(block)].sum() <= 1 + 1e-6:  # nothing the LP lacks: price again nearer the LP's duals
                 if not moved:
                     centre = None
@@ -232,9 +235,11 @@ class StageCover:
             self.columns[neighbour] = self.block_cost(neighbour)
             add(neighbour)
 
-    def _searched_block(self, duals: np.ndarray, target: float, fits, period_s: float) -> tuple[int, ...] | None:
-        """A block worth ``target`` under ``duals`` found by local search from the orders' best
-        intervals (None where it finds none)."""
+    def _searched_block(
+        self, duals: np.ndarray, target: float, fits, period_s: float
+    ) -> tuple[float, tuple[int, ...] | None]:
+        """The best block under ``duals`` a local search from the orders' best intervals finds, until
+        one is worth ``target``: (its value, the block)."""
         starts = sorted(
             (
                 (value, order[a:b])
@@ -247,7 +252,7 @@ class StageCover:
         value, block = self.neighbourhood.search(
             [tuple(sorted(b.tolist())) for _, b in starts], duals, period_s, target, rng
         )
-        return block if value >= target else None
+        return value, block
 
     def interval_period(self) -> float:
         """The least period at which one of the orders splits into at most ``stages`` intervals: such
