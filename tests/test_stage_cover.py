@@ -273,14 +273,18 @@ def test_the_local_search_climbs_from_its_starts_to_convex_blocks_within_the_per
     assert value <= max(float(duals[other].sum()) for other in fitting) + 1e-12
 
 
+def small_randwire():
+    """randwire_er:nodes=10 (32 kernels) on gpu4 as 4 stages: its data, pricing and the DP's optimum."""
+    workload = load_workload("randwire_er:nodes=10,stages=1,seed=3", "gpu4", "roofline")
+    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
+    data = PipelineData.of(problem)
+    return data, cheapest_pricing(problem, data), get_solver("downsets").solve(problem).value_s
+
+
 def test_the_cover_leaves_its_pricing_mips_the_blocks_the_local_search_cannot_find(monkeypatch):
     import tvm_diviml.bounds.stage_cover as stage_cover
 
-    workload = load_workload("randwire_er:nodes=10,stages=1,seed=3", "gpu4", "roofline")
-    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
-    optimum = get_solver("downsets").solve(problem).value_s
-    data = PipelineData.of(problem)
-    pricing = cheapest_pricing(problem, data)
+    data, pricing, optimum = small_randwire()
     covers = []
     for searches in (stage_cover.LOCAL_SEARCHES, 0):
         monkeypatch.setattr(stage_cover, "LOCAL_SEARCHES", searches)
@@ -296,11 +300,7 @@ def test_the_cover_leaves_its_pricing_mips_the_blocks_the_local_search_cannot_fi
 def test_a_pricing_mip_that_finds_nothing_ends_the_trial_only_where_the_search_has_nothing_either(monkeypatch):
     import tvm_diviml.bounds.stage_cover as stage_cover
 
-    workload = load_workload("randwire_er:nodes=10,stages=1,seed=3", "gpu4", "roofline")
-    problem = Problem(workload.graph, workload.platform, workload.costs, objective="pipeline", stages=4)
-    optimum = get_solver("downsets").solve(problem).value_s
-    data = PipelineData.of(problem)
-    pricing = cheapest_pricing(problem, data)
+    data, pricing, optimum = small_randwire()
     asked = []
 
     def nothing_found(self, duals, target, time_limit_s, seed, max_nodes):
