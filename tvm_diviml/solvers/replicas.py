@@ -15,7 +15,7 @@ from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import MEETS, SOLVER_SLACK
 from ..toolkit.deadline import Deadline
-from ..toolkit.mip_backend import new_model
+from ..toolkit.mip_backend import new_model, optimized
 from ..toolkit.single_device import single_device_plan
 from ..toolkit.throughput_model import mean_fastest_s, score, throughput_plan
 from . import get_solver
@@ -115,7 +115,7 @@ def stage_share_lp(
                 model += mip.xsum(terms) <= (T if period is None else period * (1 + MEETS) + MEETS)
         moved = mip.xsum(work[key] * var for key, var in y.items() if key[0] != key[1])
         model.objective = mip.minimize(T if phase == "period" else moved)
-        if model.optimize() != mip.OptimizationStatus.OPTIMAL:
+        if optimized(model) != mip.OptimizationStatus.OPTIMAL:
             return {home: {home: 1.0} for home in stages}
         period = T.x
         for home in stages:

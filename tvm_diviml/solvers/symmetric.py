@@ -38,7 +38,7 @@ from ..toolkit.cpsat_session import CpsatSession
 from ..toolkit.deadline import Deadline
 from ..toolkit.heuristics import best_heuristic
 from ..toolkit.incumbents import Incumbents
-from ..toolkit.mip_backend import new_model
+from ..toolkit.mip_backend import new_model, optimized
 from ..toolkit.throughput_exact import exact_throughput
 from . import full_graph_solver, get_solver
 from .base import Solver
@@ -363,7 +363,7 @@ class Symmetric(Solver):
             # among equal periods, the fewest runs: a server that could mix candidates freely otherwise
             # mixes them at random wherever another device sets the period
             model.objective = mip.minimize(period + FEWER_RUNS * mip.xsum(y.values()))
-        status = model.optimize(max_seconds=max(1.0, min(self.time_limit_s / 4, deadline.left())))
+        status = optimized(model, max_seconds=max(1.0, min(self.time_limit_s / 4, deadline.left())))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise DivimlInputError(
                 f"the {total} blocks do not fit in the servers' memory "

@@ -15,7 +15,7 @@ import mip
 
 from ..problem import Problem
 from ..tolerances import TIE_BREAK
-from .mip_backend import new_model, prove_exactly, proven_bound
+from .mip_backend import new_model, optimized, prove_exactly, proven_bound
 from .windows import (
     Context,
     PeakCut,
@@ -230,7 +230,7 @@ class LatencyModel(WindowVariables):
     def solve(self, time_limit_s: float, seed: int = 0, threads: int = 1) -> WindowSolution | None:
         m = self.m
         prove_exactly(m, seed, threads)
-        self.status = status = m.optimize(max_seconds=max(time_limit_s, 0.01))
+        self.status = status = optimized(m, max_seconds=max(time_limit_s, 0.01))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             log.debug("window of %d kernels: status %s", len(self.window), status)
             return None

@@ -18,7 +18,7 @@ from ..plan import Plan, ReplicaGroup
 from ..problem import Problem
 from ..simulator import Simulation, simulate
 from ..tolerances import TIE_BREAK
-from .mip_backend import check_backend, new_model, prove_exactly, proven_bound
+from .mip_backend import check_backend, new_model, optimized, prove_exactly, proven_bound
 from .windows import PeakCut, WindowVariables, add_peak_cuts, window_devices
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ class ThroughputModel(WindowVariables):
         place on every run."""
         m = self.m
         prove_exactly(m, seed, threads)
-        self.status = status = m.optimize(max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes or mip.INT_MAX)
+        self.status = status = optimized(m, max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes or mip.INT_MAX)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             log.debug("throughput window of %d kernels: status %s", len(self.window), status)
             return None
