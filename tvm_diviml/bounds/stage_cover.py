@@ -249,10 +249,7 @@ class StageCover:
             key=lambda start: -start[0],
         )[:ORDERS]
         rng = np.random.default_rng(self.seed + self.pricings + self.searched)
-        value, block = self.neighbourhood.search(
-            [tuple(sorted(b.tolist())) for _, b in starts], duals, period_s, target, rng
-        )
-        return value, block
+        return self.neighbourhood.search([tuple(sorted(b.tolist())) for _, b in starts], duals, period_s, target, rng)
 
     def interval_period(self) -> float:
         """The least period at which one of the orders splits into at most ``stages`` intervals: such

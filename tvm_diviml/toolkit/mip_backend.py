@@ -51,7 +51,7 @@ def optimized(model: mip.Model, **options) -> mip.OptimizationStatus:
     """``model.optimize(**options)``, again without presolve where HiGHS's presolve ends in an error:
     HiGHS 1.15 on an infeasible set partition of the stage recombination reported "MIP solver claims
     optimality, but with ... infeasibilities" and a solve error; without presolve it proves the
-    partition infeasible. Every MIP solve goes through here; the LP relaxations do not."""
+    partition infeasible. Every solve goes through here but the relaxations' (``relax=True``)."""
     try:
         return model.optimize(**options)
     except mip.InterfacingError:
