@@ -230,6 +230,19 @@ def test_mips_left_out_for_time_keep_the_minimum_over_positions_valid(monkeypatc
     assert stats["stopped_by_time"] == 2 and "2 of 5 MIPs left out" in caplog.text
 
 
+def test_the_not_repeatable_warning_counts_the_stage_cover_among_the_searches(monkeypatch, caplog):
+    """A node-limited bound that the clock stopped says how many of its searches it stopped, the
+    cover among them (it read "5 of 4 MIPs" where the cover and four MIPs were stopped)."""
+    import tvm_diviml.bounds.pipeline as bounds
+
+    monkeypatch.setattr(bounds, "timed_stage_cover", lambda *args, **options: (None, 1))
+    stats: dict = {}
+    with caplog.at_level("WARNING", logger="tvm_diviml.bounds.pipeline"):
+        pipeline_bounds(chain_1_1_10(), time_limit_s=10, downsets=False, max_nodes=50, stats=stats)
+    assert stats["stopped_by_time"] == 1 and stats["mips"] == 5
+    assert "1 of 6 searches (the MIPs and the stage cover) stopped" in caplog.text
+
+
 def test_a_model_past_its_build_deadline_stops_building():
     problem = chain_1_1_10()
     data = PipelineData.of(problem)

@@ -121,10 +121,12 @@ def pipeline_bounds(
         ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
     )
     if max_nodes is not None and timed_out:
+        searches = len(runs) + int(stage_cover and alongside is None)  # the cover counts as one
         log.warning(
-            "pipeline bounds: %d of %d MIPs stopped at the time limit before %d nodes: not repeatable",
+            "pipeline bounds: %d of %d searches (the MIPs and the stage cover) stopped at the time limit "
+            "before their node limit (%d): not repeatable",
             timed_out,
-            len(runs),
+            searches,
             max_nodes,
         )
     if stats is not None:
