@@ -7,6 +7,7 @@ import itertools
 import math
 
 import mip
+import networkx as nx
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -199,6 +200,23 @@ def convex_blocks(data):
 
 def random_duals(data, seed):
     return np.random.default_rng(seed).choice([0.0, 0.25, 0.5, 0.75], size=data.n)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(dag_problems(max_kernels=7), st.integers(0, 2**7 - 1))
+def test_the_search_reaches_what_paths_reach(case, bits):
+    """The search's convexity checks read one reachability matrix: it must hold every path."""
+    problem = pipeline(*case, 2)
+    data = PipelineData.of(problem)
+    neighbourhood = _Neighbourhood(data, BlockCosts(data, cheapest_pricing(problem, data)))
+    graph = nx.DiGraph(data.edges)
+    graph.add_nodes_from(range(data.n))
+    inside = np.array([(bits >> v) & 1 for v in range(data.n)], dtype=bool)
+    members = set(np.flatnonzero(inside).tolist())
+    descendants = members.union(*(nx.descendants(graph, v) for v in members))
+    ancestors = members.union(*(nx.ancestors(graph, v) for v in members))
+    assert set(np.flatnonzero(neighbourhood.after(inside)).tolist()) == descendants
+    assert set(np.flatnonzero(neighbourhood.before(inside)).tolist()) == ancestors
 
 
 @settings(max_examples=examples(20), deadline=None)
