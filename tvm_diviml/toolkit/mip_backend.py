@@ -51,7 +51,8 @@ def optimized(model: mip.Model, **options) -> mip.OptimizationStatus:
     """``model.optimize(**options)``, again without presolve where HiGHS's presolve ends in an error:
     HiGHS 1.15 on an infeasible set partition of the stage recombination reported "MIP solver claims
     optimality, but with ... infeasibilities" and a solve error; without presolve it proves the
-    partition infeasible. Every solve goes through here but the relaxations' (``relax=True``)."""
+    partition infeasible. Every MIP solve goes through here; the LPs (the bounds' relaxations, the
+    stage cover's LP) call the solver directly."""
     try:
         return model.optimize(**options)
     except mip.InterfacingError:
