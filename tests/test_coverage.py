@@ -88,6 +88,37 @@ def test_a_model_whose_outputs_ignore_the_input_proves_nothing():
 
 
 @needs_models
+def test_a_model_whose_float32_outputs_are_rounding_proves_nothing():
+    """The logistic map at r = 3.99 doubles rounding errors each step: after 60 steps torch's own
+    float32 outputs are as far from its float64 ones as from any other, so no build can be held to them."""
+    import torch
+
+    class Chaotic(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(60):
+                x = 3.99 * x * (1 - x)
+            return x
+
+    row = coverage.check_model(
+        coverage.EcosystemModel("chaotic", "test", lambda: (Chaotic().eval(), (torch.linspace(0.1, 0.9, 8),)))
+    )
+    assert row["outcome"] == "reference failed" and row["reference_error"] > coverage.TOLERANCE
+    assert "float32 outputs differ from its float64 ones" in row["error"] and row["kernels"] is None
+
+
+@needs_models
+def test_a_stable_model_records_its_reference_error():
+    import torch
+
+    torch.manual_seed(0)
+    row = coverage.check_model(
+        coverage.EcosystemModel("mlp", "test", lambda: (torch.nn.Linear(8, 4).eval(), (torch.randn(2, 8),))),
+        platforms=("cpu2",),
+    )
+    assert row["outcome"] == "ok" and 0 <= row["reference_error"] < 1e-6
+
+
+@needs_models
 def test_lively_weights_make_outputs_follow_the_input():
     import torch
     import torchvision
