@@ -107,6 +107,21 @@ def test_a_model_whose_float32_outputs_are_rounding_proves_nothing():
 
 
 @needs_models
+def test_a_linear_layer_of_one_input_equals_torch():
+    """Linear(1, 32) with its bias and ReLU: a matmul reducing over one element, which the CPU
+    schedules once folded the bias into both its init and its update (outputs 19% off torch's)."""
+    import torch
+
+    def make():
+        torch.manual_seed(0)
+        layers = torch.nn.Sequential(torch.nn.Linear(1, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        return layers.eval(), (torch.randn(8, 1),)
+
+    row = coverage.check_model(coverage.EcosystemModel("linear1", "test", make), platforms=("cpu2",))
+    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE
+
+
+@needs_models
 def test_a_stable_model_records_its_reference_error():
     import torch
 

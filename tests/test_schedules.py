@@ -103,6 +103,23 @@ def injective(draw, kind: str):
     return [data], topi.nn.relu(topi.multiply(data, te.const(2.0, "float32")))
 
 
+def unit_reduction(draw):
+    """A reduction over unit axes only, then an epilogue: normalized, it looks injective but keeps its
+    init (a Linear(1, n) with bias, a sum over an axis of one, a 1x1 depthwise convolution)."""
+    kind, n = draw(st.sampled_from(["matmul", "sum", "depthwise"])), draw(st.sampled_from([8, 16, 33]))
+    if kind == "matmul":
+        a, w = te.placeholder((draw(st.integers(1, 4)), 1), name="a"), te.placeholder((1, n), name="w")
+        out, bias = epilogue(topi.matmul(a, w))
+        return [a, w, bias], out
+    if kind == "sum":
+        data = te.placeholder((draw(st.integers(1, 4)), 1, n), name="data")
+        out, bias = epilogue(topi.sum(data, axis=1))
+        return [data, bias], out
+    data, weight = te.placeholder((1, 4, 4, n), name="data"), te.placeholder((1, 1, 1, n), name="weight")
+    out, bias = epilogue(topi.nn.group_conv2d_nhwc(data, weight, 1, 0, 1, n))
+    return [data, weight, bias], out
+
+
 CONV = {"Conv2d", "Matmul"}  # a 1x1 convolution is a matmul
 KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any but the fallback)
     "conv2d NHWC": (lambda d: conv(d, "NHWC", "plain"), CONV),
@@ -122,6 +139,7 @@ KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any b
     "rms norm": (lambda d: rows(d, "rms_norm"), {"RowReduction"}),
     "elementwise": (lambda d: injective(d, "elementwise"), {"Injective"}),
     "transpose": (lambda d: injective(d, "transpose"), {"Injective"}),
+    "reduction over unit axes": (unit_reduction, None),
 }
 
 
