@@ -124,9 +124,8 @@ CONV = {"Conv2d", "Matmul"}  # a 1x1 convolution is a matmul
 KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any but the fallback)
     "conv2d NHWC": (lambda d: conv(d, "NHWC", "plain"), CONV),
     "conv2d NCHW": (lambda d: conv(d, "NCHW", "plain"), None),  # strided NCHW reads: no vector axis
-    # no class rule yet: the input channel moves with the output channel's group, so no output axis
-    # is read contiguously or not at all (ResNeXt, RegNet)
-    "grouped conv2d NHWC": (lambda d: conv(d, "NHWC", "grouped"), {"Fallback"}),
+    # the input channel moves with the output channel's group: a broadcast within each group (ResNeXt, RegNet)
+    "grouped conv2d NHWC": (lambda d: conv(d, "NHWC", "grouped"), CONV),
     "depthwise conv2d NHWC": (lambda d: conv(d, "NHWC", "depthwise"), CONV),
     "depthwise conv2d NCHW": (lambda d: conv(d, "NCHW", "depthwise"), None),
     "matmul": (lambda d: matmul(d, False), {"Matmul"}),

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, sym, tirx
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.sym.pattern import detect_linear_equation
@@ -55,6 +55,28 @@ class Read:
             return False
         coefficients = detect_linear_equation(last, [axis.var])
         return len(coefficients) == 2 and isinstance(coefficients[0], tirx.IntImm) and int(coefficients[0]) == 1
+
+    def constant_runs(self, axis: Axis) -> int:
+        """The longest aligned run of consecutive values of ``axis`` (a power of two dividing its
+        extent) along which every index stays the same; 1 where there is none. A grouped
+        convolution reads input channel ``c // g * k + r`` for output channel ``c``: the same for
+        each run of g output channels (groups of 16 in RegNet), so within a run it is a broadcast."""
+        runs, dtype = 1, str(axis.var.ty)
+
+        def constant(value: int):
+            return tirx.IntImm(dtype, value)
+
+        while axis.extent % (runs * 2) == 0:
+            run = runs * 2
+            analyzer = sym.Analyzer()
+            start, lane = tirx.Var("start", dtype), tirx.Var("lane", dtype)
+            analyzer.bind(start, ir.Range(constant(0), constant(axis.extent // run)))
+            analyzer.bind(lane, ir.Range(constant(0), constant(run)))
+            analyzer.bind(axis.var, start * constant(run) + lane)
+            if any(uses(analyzer.simplify(index), lane) for index in self.indices):
+                break
+            runs = run
+        return runs
 
     def windowed(self, spatial: list[Axis], reduction: list[Axis]) -> bool:
         """An index that moves with both a spatial and a reduction axis: a sliding window (the input

@@ -54,20 +54,25 @@ def vector_tiles(extent: int, width: int) -> list[int]:
 
 def choose_tiling(c: Contraction, facts: CpuFacts) -> Tiling | None:
     """The best register tile, or None when some input is read neither contiguously along the
-    output's innermost axis nor independently of it (a transposed or strided read)."""
+    output's innermost axis nor independently of it (a transposed or strided read), nor the same
+    along aligned runs of it (a grouped convolution's input: the vector tile then stays within a run,
+    where that input is a broadcast)."""
     vector = c.output_axes[-1]
-    if any(read.depends_on(vector) and not read.contiguous_in(vector) for read in c.reads):
+    moving = [read for read in c.reads if read.depends_on(vector)]
+    vector_reads = [read for read in moving if read.contiguous_in(vector)]
+    runs = [read.constant_runs(vector) for read in moving if not read.contiguous_in(vector)]
+    if min(runs, default=vector.extent) == 1:
         return None
-    vector_reads = [read for read in c.reads if read.depends_on(vector)]
+    tileable = math.gcd(vector.extent, *runs)  # a power of two where some read is grouped
     # an axis reuses a loaded vector when some vector read does not move with it
     reusing = [
         axis
         for axis in reversed(c.output_axes[:-1])
         if axis.extent > 1 and any(not read.depends_on(axis) for read in vector_reads)
     ]
-    width = vector_width(vector.extent, facts.lanes(c.dtype))
+    width = vector_width(tileable, facts.lanes(c.dtype))
     best, best_score = None, math.inf
-    for vector_tile in vector_tiles(vector.extent, width):
+    for vector_tile in vector_tiles(tileable, width):
         vectors = vector_tile // width
         budget = max(1, (facts.registers - SPARE_REGISTERS) // vectors)
         tiles = {}
@@ -163,7 +168,7 @@ def folds_into(c: Contraction, producer, vector: Axis) -> bool:
         return False
     if not has_condition(stmt):
         return True
-    return all(read.depends_on(vector) for read in c.reads if read.buffer.same_as(written))
+    return all(read.contiguous_in(vector) for read in c.reads if read.buffer.same_as(written))
 
 
 def has_condition(stmt) -> bool:
