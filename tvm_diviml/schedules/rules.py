@@ -87,8 +87,8 @@ class Injective(CPUScheduleRule):
     """Kernels with no reduction: each block parallel over its outer loops, vectorized inside. A
     reduction over unit axes only (a mean over a 1x1 image, a matmul with K = 1, a 1x1 depthwise
     convolution) is one too once normalized, but it keeps its init, and dlight's inlining would fold
-    the epilogue into both the init and the update (the bias added twice: 1.96 off on a Linear(1, 32)
-    with bias and ReLU); there every block is scheduled where it is."""
+    the epilogue into both the init and the update (the bias added twice: a torch Linear(1, 32),
+    ReLU, Linear(32, 4) came out 0.19 off); there every block is scheduled where it is."""
 
     def apply(self, func, target, _tunable):
         if not self.is_target_available(target):
