@@ -122,6 +122,27 @@ def test_a_linear_layer_of_one_input_equals_torch():
 
 
 @needs_models
+def test_a_recurrent_model_read_at_its_last_step_equals_torch():
+    """A GRU whose head reads ``y[:, -1]``: TVM's importer took -1 as an index before the row."""
+    import torch
+
+    class LastStep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn, self.head = torch.nn.GRU(8, 16, batch_first=True), torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0][:, -1])
+
+    def make():
+        torch.manual_seed(0)
+        return LastStep().eval(), (torch.randn(2, 4, 8),)
+
+    row = coverage.check_model(coverage.EcosystemModel("gru", "test", make), platforms=("cpu2",))
+    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE
+
+
+@needs_models
 def test_a_stable_model_records_its_reference_error():
     import torch
 

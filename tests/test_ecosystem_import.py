@@ -52,6 +52,25 @@ def test_boolean_cumsum_is_rewritten_to_int64_and_matches_numpy():
     np.testing.assert_allclose(got, np.cumsum(x > 0, axis=1) + x, rtol=1e-6, atol=1e-6)
 
 
+def test_a_take_from_the_end_counts_from_the_end():
+    """torch's ``x[:, -1]`` imports as ``take`` at -1, which TVM's fast mode reads before the row:
+    the front end counts such constant indices from the start (an LSTM's head came out 1e20 off)."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([3, 5, 4], "float32"))
+    with builder.function("main", [x], attrs={"num_input": 1}):
+        with builder.dataflow():
+            last = builder.emit(relax.op.take(x, relax.const(-1, "int64"), axis=1))
+            picked = builder.emit(relax.op.take(x, relax.const(np.array([0, -2, -4], "int64")), axis=2))
+            row = builder.emit(relax.op.reshape(x, [60]))
+            flat = builder.emit(relax.op.take(row, relax.const(np.array([-1, 7], "int64"))))
+            out = builder.emit_output(relax.Tuple([last, picked, flat]))
+        builder.emit_func_output(out)
+    data = np.random.default_rng(0).standard_normal((3, 5, 4)).astype("float32")
+    got = run_placed(from_relax(builder.get()).mod, [], [data])
+    for have, want in zip(got, [data[:, -1], data[:, :, [0, -2, -4]], data.reshape(-1)[[-1, 7]]], strict=True):
+        np.testing.assert_array_equal(have, want)
+
+
 def test_a_kernel_tvm_cannot_compile_is_named_in_one_line():
     """Without the front end's rewrite, TVM's LLVM code generation rejects the boolean scan."""
     with pytest.raises(DivimlInputError) as caught:
