@@ -143,6 +143,30 @@ def test_a_recurrent_model_read_at_its_last_step_equals_torch():
 
 
 @needs_models
+def test_a_decoder_with_a_transposed_convolution_equals_torch():
+    """ConvTranspose2d, as U-Nets and GAN decoders upsample: in NHWC TOPI cannot lower it, so it keeps
+    NCHW (the layout pass moved it along with the convolutions, and extraction refused the model)."""
+    import torch
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+            self.up = torch.nn.ConvTranspose2d(8, 4, 2, stride=2)
+
+        def forward(self, x):
+            return self.up(torch.relu(self.down(x))) + x[:, :1]
+
+    def make():
+        torch.manual_seed(0)
+        return coverage.lively(Decoder()).eval(), (torch.randn(1, 3, 8, 8),)
+
+    for route in coverage.ROUTES:
+        row = coverage.check_model(coverage.EcosystemModel("decoder", "test", make), route, platforms=("cpu2",))
+        assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, (route, row["error"])
+
+
+@needs_models
 def test_a_stable_model_records_its_reference_error():
     import torch
 

@@ -23,7 +23,9 @@ from ..errors import raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
-CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+# Transposed convolutions stay in NCHW: TOPI lowers them in no other layout (moved to NHWC along with the
+# convolutions around them, they were left outside any kernel and the model refused)
+CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
 
 
 @relax.expr_functor.mutator
