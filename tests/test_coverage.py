@@ -167,6 +167,22 @@ def test_a_decoder_with_a_transposed_convolution_equals_torch():
 
 
 @needs_models
+def test_amax_and_amin_import_from_torch():
+    """TVM 0.27's torch importer lacks them; the front end maps them to Relax's max and min."""
+    import torch
+
+    class Extremes(torch.nn.Module):
+        def forward(self, x):
+            return x.amax(1, keepdim=True) + x.amin((0, 2), keepdim=True) - x.amax() + x.amin(-1).unsqueeze(-1)
+
+    def make():
+        return Extremes().eval(), (torch.randn(2, 3, 4),)
+
+    row = coverage.check_model(coverage.EcosystemModel("extremes", "test", make), platforms=("cpu2",))
+    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, row["error"]
+
+
+@needs_models
 def test_a_stable_model_records_its_reference_error():
     import torch
 

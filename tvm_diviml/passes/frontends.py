@@ -134,6 +134,23 @@ def integer_initializers_as_constants(model):
     return model
 
 
+def _reduction(op):
+    """An importer for torch's ``amax``/``amin`` (``dim`` empty: every axis) as the Relax reduction ``op``."""
+
+    def convert(node, importer):
+        args = importer.retrieve_args(node)
+        dim = args[1] if len(args) > 1 else node.kwargs.get("dim", ())
+        keepdim = args[2] if len(args) > 2 else node.kwargs.get("keepdim", False)
+        axis = [dim] if isinstance(dim, int) else list(dim or ())
+        return importer.block_builder.emit(op(args[0], axis or None, bool(keepdim)))
+
+    return convert
+
+
+# torch operators TVM 0.27's importer lacks ("Unsupported function types ['amax.default']")
+MISSING_TORCH_OPS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min)}
+
+
 def from_torch_export(program, shapes: dict[str, int] | None = None, name: str = "torch") -> BuiltModel:
     """A ``torch.export`` ExportedProgram through ``from_exported_program`` (not ``from_fx``, which
     gets BatchNorm wrong)."""
@@ -141,7 +158,7 @@ def from_torch_export(program, shapes: dict[str, int] | None = None, name: str =
     from tvm.relax.frontend.torch import from_exported_program
 
     with importer_errors(name):
-        mod = from_exported_program(program, keep_params_as_input=True)
+        mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=MISSING_TORCH_OPS)
     origin = f"torch.export (torch {torch.__version__}) through relax.frontend.torch (TVM {tvm.__version__})"
     return from_relax(mod, "main", shapes=shapes, name=name, origin=origin)
 
