@@ -167,13 +167,15 @@ def test_a_decoder_with_a_transposed_convolution_equals_torch():
 
 
 @needs_models
-def test_amax_and_amin_import_from_torch():
-    """TVM 0.27's torch importer lacks them; the front end maps them to Relax's max and min."""
+def test_amax_amin_and_unfold_import_from_torch():
+    """TVM 0.27's torch importer lacks them; the front end maps amax and amin to Relax's max and min,
+    and unfold to a take of the windows' indices."""
     import torch
 
     class Extremes(torch.nn.Module):
         def forward(self, x):
-            return x.amax(1, keepdim=True) + x.amin((0, 2), keepdim=True) - x.amax() + x.amin(-1).unsqueeze(-1)
+            extremes = x.amax(1, keepdim=True) + x.amin((0, 2), keepdim=True) - x.amax() + x.amin(-1).unsqueeze(-1)
+            return extremes, x.unfold(2, 2, 1), x.unfold(-2, 2, 2).sum(-1), x.unfold(0, 1, 1)
 
     def make():
         return Extremes().eval(), (torch.randn(2, 3, 4),)

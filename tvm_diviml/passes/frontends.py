@@ -147,8 +147,29 @@ def _reduction(op):
     return convert
 
 
+def _unfold(node, importer):
+    """torch's ``x.unfold(dim, size, step)``: every window of ``size`` along ``dim``, ``step`` apart, as a
+    new last axis; one ``take`` of the windows' indices (static shapes), a reshape and a transpose."""
+    x, dim, size, step = importer.retrieve_args(node)[:4]
+    dims = importer.shape_of(x)
+    if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        raise NotImplementedError("unfold over a tensor of symbolic shape")
+    shape, dim = [int(d) for d in dims], dim % len(dims)
+    count = (shape[dim] - size) // step + 1
+    windows = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    builder = importer.block_builder
+    taken = builder.emit(relax.op.take(x, relax.const(windows, "int64"), axis=dim))
+    split = builder.emit(relax.op.reshape(taken, [*shape[:dim], count, size, *shape[dim + 1 :]]))
+    order = [*range(dim + 1), *range(dim + 2, len(shape) + 1), dim + 1]
+    return builder.emit(relax.op.permute_dims(split, order))
+
+
 # torch operators TVM 0.27's importer lacks ("Unsupported function types ['amax.default']")
-MISSING_TORCH_OPS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min)}
+MISSING_TORCH_OPS = {
+    "amax.default": _reduction(relax.op.max),
+    "amin.default": _reduction(relax.op.min),
+    "unfold.default": _unfold,
+}
 
 
 def from_torch_export(program, shapes: dict[str, int] | None = None, name: str = "torch") -> BuiltModel:
