@@ -185,6 +185,23 @@ def test_amax_amin_and_unfold_import_from_torch():
 
 
 @needs_models
+def test_selu_celu_and_elu_keep_their_scales():
+    """torch passes SELU and CELU as ``elu`` with a scale and an input scale, which TVM's importer dropped."""
+    import torch
+    import torch.nn.functional as F
+
+    class Units(torch.nn.Module):
+        def forward(self, x):
+            return F.selu(x), F.celu(x, alpha=2.0), F.elu(x, alpha=0.5)
+
+    def make():
+        return Units().eval(), (torch.linspace(-6.0, 3.0, 24).reshape(2, 12),)
+
+    row = coverage.check_model(coverage.EcosystemModel("units", "test", make), platforms=("cpu2",))
+    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, (row["rel_diff"], row["error"])
+
+
+@needs_models
 def test_a_stable_model_records_its_reference_error():
     import torch
 

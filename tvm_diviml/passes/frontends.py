@@ -164,11 +164,34 @@ def _unfold(node, importer):
     return builder.emit(relax.op.permute_dims(split, order))
 
 
-# torch operators TVM 0.27's importer lacks ("Unsupported function types ['amax.default']")
-MISSING_TORCH_OPS = {
+def _elu(node, importer):
+    """torch's ``elu(x, alpha, scale, input_scale)``: ``scale * x`` above 0, ``scale * alpha * (exp(input_scale
+    * x) - 1)`` below. TVM's importer drops ``scale`` and ``input_scale``, and ``selu`` and ``celu`` arrive as
+    ``elu`` with them (a SELU came out 0.048 off torch)."""
+    args = importer.retrieve_args(node)
+    x, dtype = args[0], str(args[0].ty.dtype)
+    alpha, scale, input_scale = (
+        float(args[i] if len(args) > i else node.kwargs.get(name, 1.0))
+        for i, name in enumerate(("alpha", "scale", "input_scale"), start=1)
+    )
+
+    def const(value: float):
+        return relax.const(value, dtype)
+
+    below = relax.op.multiply(
+        const(alpha), relax.op.subtract(relax.op.exp(relax.op.multiply(x, const(input_scale))), const(1.0))
+    )
+    chosen = relax.op.where(relax.op.greater(x, const(0.0)), x, below)
+    return importer.block_builder.emit(relax.op.multiply(chosen, const(scale)))
+
+
+# torch operators TVM 0.27's importer lacks ("Unsupported function types ['amax.default']") or imports
+# wrongly (elu)
+TORCH_OPS = {
     "amax.default": _reduction(relax.op.max),
     "amin.default": _reduction(relax.op.min),
     "unfold.default": _unfold,
+    "elu.default": _elu,
 }
 
 
@@ -179,7 +202,7 @@ def from_torch_export(program, shapes: dict[str, int] | None = None, name: str =
     from tvm.relax.frontend.torch import from_exported_program
 
     with importer_errors(name):
-        mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=MISSING_TORCH_OPS)
+        mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=TORCH_OPS)
     origin = f"torch.export (torch {torch.__version__}) through relax.frontend.torch (TVM {tvm.__version__})"
     return from_relax(mod, "main", shapes=shapes, name=name, origin=origin)
 
