@@ -185,14 +185,21 @@ def test_amax_amin_and_unfold_import_from_torch():
 
 
 @needs_models
-def test_selu_celu_and_elu_keep_their_scales():
-    """torch passes SELU and CELU as ``elu`` with a scale and an input scale, which TVM's importer dropped."""
+def test_selu_celu_elu_and_rounded_divisions_import_as_torch_computes_them():
+    """torch passes SELU and CELU as ``elu`` with a scale and an input scale, which TVM's importer
+    dropped; a float tensor divided by a whole number with a rounding mode was refused."""
     import torch
     import torch.nn.functional as F
 
     class Units(torch.nn.Module):
         def forward(self, x):
-            return F.selu(x), F.celu(x, alpha=2.0), F.elu(x, alpha=0.5)
+            floor, trunc = torch.div(x * 5, 2, rounding_mode="floor"), torch.div(x * 5, 2, rounding_mode="trunc")
+            return (
+                F.selu(x),
+                F.celu(x, alpha=2.0),
+                F.elu(x, alpha=0.5),
+                floor + trunc + torch.div(x, 2.5, rounding_mode="floor"),
+            )
 
     def make():
         return Units().eval(), (torch.linspace(-6.0, 3.0, 24).reshape(2, 12),)

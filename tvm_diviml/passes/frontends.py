@@ -185,9 +185,28 @@ def _elu(node, importer):
     return importer.block_builder.emit(relax.op.multiply(chosen, const(scale)))
 
 
+def _divide_by_number(node, importer):
+    """torch's ``div(x, number, rounding_mode)``: TVM's importer makes the number an int32 constant
+    beside a float tensor and then refuses the division ("Binary operators must have the same
+    datatype"); the number takes the tensor's dtype (a float tensor where the number is a float)."""
+    args = importer.retrieve_args(node)
+    x, y, builder = args[0], args[1], importer.block_builder
+    mode = args[2] if len(args) > 2 else node.kwargs.get("rounding_mode")
+    if isinstance(y, int | float):
+        dtype = str(x.ty.dtype)
+        if isinstance(y, float) and "float" not in dtype:
+            x, dtype = builder.emit(relax.op.astype(x, "float32")), "float32"
+        y = relax.const(y, dtype)
+    if mode == "floor":
+        return builder.emit(relax.op.floor_divide(x, y))
+    quotient = relax.op.divide(x, y)
+    return builder.emit(relax.op.trunc(quotient) if mode == "trunc" else quotient)
+
+
 # torch operators TVM 0.27's importer lacks ("Unsupported function types ['amax.default']") or imports
-# wrongly (elu)
+# wrongly (elu, a division by a number with a rounding mode)
 TORCH_OPS = {
+    "div.Tensor_mode": _divide_by_number,
     "amax.default": _reduction(relax.op.max),
     "amin.default": _reduction(relax.op.min),
     "unfold.default": _unfold,
