@@ -106,6 +106,13 @@ def test_a_model_whose_float32_outputs_are_rounding_proves_nothing():
     assert "float32 outputs differ from its float64 ones" in row["error"] and row["kernels"] is None
 
 
+def assert_equals_torch(name: str, make, routes=("torch",)) -> None:
+    """``make``'s model through each route, placed on cpu2, built and run: torch's outputs within the tolerance."""
+    for route in routes:
+        row = coverage.check_model(coverage.EcosystemModel(name, "test", make), route, platforms=("cpu2",))
+        assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, (route, row["rel_diff"], row["error"])
+
+
 @needs_models
 def test_a_linear_layer_of_one_input_equals_torch():
     """Linear(1, 32) with its bias and ReLU: a matmul reducing over one element, which the CPU
@@ -117,8 +124,7 @@ def test_a_linear_layer_of_one_input_equals_torch():
         layers = torch.nn.Sequential(torch.nn.Linear(1, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
         return layers.eval(), (torch.randn(8, 1),)
 
-    row = coverage.check_model(coverage.EcosystemModel("linear1", "test", make), platforms=("cpu2",))
-    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE
+    assert_equals_torch("linear1", make)
 
 
 @needs_models
@@ -138,8 +144,7 @@ def test_a_recurrent_model_read_at_its_last_step_equals_torch():
         torch.manual_seed(0)
         return LastStep().eval(), (torch.randn(2, 4, 8),)
 
-    row = coverage.check_model(coverage.EcosystemModel("gru", "test", make), platforms=("cpu2",))
-    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE
+    assert_equals_torch("gru", make)
 
 
 @needs_models
@@ -161,9 +166,7 @@ def test_a_decoder_with_a_transposed_convolution_equals_torch():
         torch.manual_seed(0)
         return coverage.lively(Decoder()).eval(), (torch.randn(1, 3, 8, 8),)
 
-    for route in coverage.ROUTES:
-        row = coverage.check_model(coverage.EcosystemModel("decoder", "test", make), route, platforms=("cpu2",))
-        assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, (route, row["error"])
+    assert_equals_torch("decoder", make, coverage.ROUTES)
 
 
 @needs_models
@@ -180,8 +183,7 @@ def test_amax_amin_and_unfold_import_from_torch():
     def make():
         return Extremes().eval(), (torch.randn(2, 3, 4),)
 
-    row = coverage.check_model(coverage.EcosystemModel("extremes", "test", make), platforms=("cpu2",))
-    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, row["error"]
+    assert_equals_torch("extremes", make)
 
 
 @needs_models
@@ -204,8 +206,7 @@ def test_selu_celu_elu_and_rounded_divisions_import_as_torch_computes_them():
     def make():
         return Units().eval(), (torch.linspace(-6.0, 3.0, 24).reshape(2, 12),)
 
-    row = coverage.check_model(coverage.EcosystemModel("units", "test", make), platforms=("cpu2",))
-    assert row["outcome"] == "ok" and row["rel_diff"] <= coverage.TOLERANCE, (row["rel_diff"], row["error"])
+    assert_equals_torch("units", make)
 
 
 @needs_models
