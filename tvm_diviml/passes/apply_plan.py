@@ -9,7 +9,8 @@ them, so they are uploaded once (``PlacedExecutable.upload_weights``) and never 
 Each PrimFunc carries its device's target (FuseTIR drops it; a CPU kernel would otherwise compile
 for CUDA) and is scheduled as the cost model measured it: dlight's default rules on GPU targets, a
 MetaSchedule database where one is given, nothing else on llvm
-(see docs/design.md#tvm-027-traps).
+(see docs/design.md#tvm-027-traps). The module's other Relax functions (a decode step beside a
+prefill, a cache creator) are kept as they were, run on the host: a pass never deletes what it did not place.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from tvm_diviml.servers import server_platform
 from tvm_diviml.simulator import PlanError, run_order
 
 from .emit import FunctionEmitter, Param
-from .extract import Extraction, Ref, extract
+from .extract import Extraction, Ref, extract, lower
 from .segments import emit_segments, tensor_key
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,6 @@ def apply_plan(
     used = [d.name for d in local.devices if d.name in set(assignment.values()) | {host}]
     devices = [host] + [d for d in used if d != host]
     vdevices = vdevices_of(local, devices)
-    lowered = extraction.mod
     builder = relax.BlockBuilder()
     target_funcs = _add_targeted_primfuncs(builder, extraction, assignment, local, database)
     emitter = FunctionEmitter(extraction, plan.assignment, vdevices)
@@ -149,8 +149,10 @@ def apply_plan(
     else:
         weight_params = list(map(list, dict.fromkeys(tuple(w) for seg in segments for w in seg["weights"])))
         copies = sum(_count_copies(placed[seg["name"]]) for seg in segments)
-    for gvar, other in _weight_preparation(lowered, extraction, taken=placed).items():
-        placed[gvar] = other
+    if extraction.transform_params is not None:
+        placed.update(_host_functions(extraction.mod, [extraction.transform_params], placed, suffix="_weights"))
+    if server is None:
+        placed.update(_unplaced_functions(mod, extraction.entry, placed))
     constant_ids = sorted({name for kind, name, _ in weight_params if kind == "const"})
     constants_func = f"{extraction.entry}_constants" if constant_ids else None
     if constants_func:
@@ -207,28 +209,69 @@ def _placement(
     )
 
 
-def _weight_preparation(lowered, extraction: Extraction, taken) -> dict:
-    """The lifted weight preparation (run once, on the host) and the PrimFuncs it calls. A PrimFunc
-    that a kernel also calls (the same transpose, say) is already in ``taken`` with that kernel's
-    target and schedule: the preparation gets its own copy, renamed."""
-    if extraction.transform_params is None:
-        return {}
-    gvar = lowered.get_global_var(extraction.transform_params)
-    names = {g.name_hint for g in taken.get_global_vars()}
-    callees: dict = {}
-
-    def visit(expr):
-        if isinstance(expr, tvm.ir.GlobalVar) and isinstance(lowered[expr], tvm.tirx.PrimFunc):
-            callees[expr] = lowered[expr]
-
-    relax.analysis.post_order_visit(lowered[gvar].body, visit)
-    renamed = {old: _renamed_global_var(old, f"{old.name_hint}_weights") for old in callees if old.name_hint in names}
+def _host_functions(lowered, names: list[str], taken, suffix: str) -> dict:
+    """The Relax functions ``names`` of ``lowered`` (run on the host) and the PrimFuncs they call. A
+    PrimFunc whose name is in ``taken`` already (the same transpose that a kernel calls, with that
+    kernel's target and schedule) gets its own copy, renamed with ``suffix``."""
+    gvars = [lowered.get_global_var(name) for name in names]
+    taken_names = {g.name_hint for g in taken.get_global_vars()}
+    callees = {
+        callee: lowered[callee]
+        for gvar in gvars
+        for callee in _global_vars_in(lowered[gvar])
+        if isinstance(lowered[callee], tvm.tirx.PrimFunc)
+    }
+    renamed = {
+        old: _renamed_global_var(old, f"{old.name_hint}{suffix}") for old in callees if old.name_hint in taken_names
+    }
     functions = {
         renamed.get(old, old): func.with_attr("global_symbol", renamed.get(old, old).name_hint)
         for old, func in callees.items()
     }
-    functions[gvar] = _CalleeRenamer(lowered, renamed).visit_expr(lowered[gvar]) if renamed else lowered[gvar]
+    for gvar in gvars:
+        functions[gvar] = _CalleeRenamer(lowered, renamed).visit_expr(lowered[gvar]) if renamed else lowered[gvar]
     return functions
+
+
+def _unplaced_functions(mod, entry: str, taken) -> dict:
+    """Every Relax function of ``mod`` but the placed ``entry``, with the PrimFuncs it calls: a pass never
+    deletes functions it did not place (a module's prefill, decode and cache creator stay callable).
+    They run on the host, lowered as extraction lowers but with their weights not lifted, so that
+    each keeps the calling convention of a plain build."""
+    names = [g.name_hint for g, f in mod.functions_items() if isinstance(f, relax.Function) and g.name_hint != entry]
+    clash = next((name for name in names if any(g.name_hint == name for g in taken.get_global_vars())), None)
+    if clash:
+        raise DivimlInputError(
+            f"the module's function '{clash}' has the name of a function the placed build adds",
+            field="MODEL",
+            hint="rename that function",
+        )
+    caller = next((name for name in names if entry in {g.name_hint for g in _global_vars_in(mod[name])}), None)
+    if caller:
+        raise DivimlInputError(
+            f"the module's function '{caller}' calls '{entry}', the function being placed, whose "
+            "calling convention placing changes",
+            field="MODEL",
+            hint=f"call '{entry}' from your own code rather than from '{caller}'",
+        )
+    if not names:
+        return {}
+    unplaced = tvm.IRModule(
+        {g: f for g, f in mod.functions_items() if g.name_hint != entry}, attrs=mod.attrs, global_infos=mod.global_infos
+    )
+    return _host_functions(lower(unplaced, lift_params=False), names, taken, suffix="_host")
+
+
+def _global_vars_in(func) -> list:
+    """The functions ``func`` refers to, in order of first use."""
+    found: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.GlobalVar):
+            found.setdefault(expr, None)
+
+    relax.analysis.post_order_visit(func, visit)
+    return list(found)
 
 
 def _renamed_global_var(gvar, name: str):

@@ -63,14 +63,15 @@ class Extraction:
     transform_params: str | None = None  # the lifted weight-preparation function
 
 
-def lowering_passes(fused: bool = True) -> list:
-    """The passes extraction applies; the heterogeneous build applies the same ones."""
+def lowering_passes(fused: bool = True, lift_params: bool = True) -> list:
+    """The passes extraction applies; the heterogeneous build applies the same ones. Without
+    ``lift_params`` a function keeps its calling convention (its weights are not pre-transformed)."""
     passes = [
         *layout_passes(),
         backend.DispatchSampling(),
         backend.DispatchSortScan(),
         legalize_ops(),
-        relax.transform.LiftTransformParams(),
+        *([relax.transform.LiftTransformParams()] if lift_params else []),
     ]
     if fused:
         passes += [
@@ -83,6 +84,12 @@ def lowering_passes(fused: bool = True) -> list:
         passes += [relax.transform.FoldConstant()]
     # A pure reshape becomes a view of its input, as the build makes it: no kernel runs for it.
     return passes + [relax.transform.RewriteDataflowReshape()]
+
+
+def lower(mod, *, fused: bool = True, lift_params: bool = True):
+    """``mod`` through ``lowering_passes``, for the host CPU (the dispatch passes pick kernels by target)."""
+    with tvm.target.Target("llvm"):
+        return tvm.transform.Sequential(lowering_passes(fused, lift_params))(mod)
 
 
 def bind_shapes(mod, entry: str, shapes: dict[str, int] | None):
@@ -151,8 +158,7 @@ def extract(
     refuse_tensors_past_int32(mod[entry])
     func = mod[entry]
     num_inputs = _num_inputs(func)
-    with tvm.target.Target("llvm"):  # the dispatch passes pick kernels by target
-        lowered = tvm.transform.Sequential(lowering_passes(fused))(mod)
+    lowered = lower(mod, fused=fused)
     lifted = f"{entry}_transform_params"
     lifted = lifted if any(gv.name_hint == lifted for gv in lowered.get_global_vars()) else None
     names = _weight_names(lowered, lifted, func, num_inputs)
