@@ -20,6 +20,7 @@ from tvm import relax
 
 from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
 from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.zoo.input_ranges import integer_input_ranges
 
 from .extract import bind_shapes, tensor_bytes
 from .rewrites import ImportRewrites
@@ -71,7 +72,9 @@ def from_relax(
                 f"weight '{param.name}' has {array.nbytes} bytes, the function expects {tensor_bytes(param.ty):.0f}",
                 field="params",
             )
-    return BuiltModel(name, mod, entry, inputs, list(zip(names, params, strict=True)), origin=origin)
+    weights = list(zip(names, params, strict=True))
+    ranges = integer_input_ranges(mod, entry, inputs)
+    return BuiltModel(name, mod, entry, inputs, weights, origin=origin, input_ranges=ranges)
 
 
 def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:

@@ -9,6 +9,7 @@ with ``@register``; its keyword arguments with defaults *are* the model's option
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,10 @@ import numpy as np
 from ..errors import DivimlInputError
 from ..modelspec import check_counts, format_model_spec
 from .registry import ZOO
+
+# The values of an integer input that indexes no table (an attention mask; a mask whose running sum
+# makes positions): those of a flag, which keep any index computed from them small.
+FLAG_RANGE = (0, 2)
 
 
 @dataclass
@@ -30,14 +35,21 @@ class BuiltModel:
     inputs: list[tuple[str, tuple[int, ...], str]]  # (name, shape, dtype), in parameter order
     params: Sequence[tuple[str, np.ndarray]] = field(default_factory=list)  # weights, in parameter order
     origin: str = "a Relax IRModule"  # the importer and the versions it used
+    # integer input -> [low, high) of the values it may take (input_ranges.integer_input_ranges);
+    # an integer input not named here takes FLAG_RANGE
+    input_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Deterministic random inputs (integers in [0, 100) for integer inputs such as token ids)."""
+        """Deterministic random inputs: floats standard normal, integers (token ids, token types,
+        masks) uniform within ``input_ranges``, inside every table they index."""
         rng = np.random.default_rng(seed)
         out = []
-        for _, shape, dtype in self.inputs:
+        for name, shape, dtype in self.inputs:
             if np.issubdtype(np.dtype(dtype), np.integer):
-                out.append(rng.integers(0, 100, size=shape).astype(dtype))
+                low, high = self.input_ranges.get(name, FLAG_RANGE)
+                if high <= low and math.prod(shape):
+                    raise DivimlInputError(f"integer input '{name}' indexes a table of no rows", field="MODEL")
+                out.append(rng.integers(low, high, size=shape).astype(dtype))
             else:
                 out.append(rng.standard_normal(shape).astype(dtype))
         return out
@@ -119,6 +131,8 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     import tvm
     from tvm.relax.frontend import nn
 
+    from .input_ranges import integer_input_ranges
+
     check_zoo_name(name)
     _load_all()
     options = dict(options or {})
@@ -145,13 +159,15 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     label = format_model_spec(name, options)
     if seed and "seed" not in allowed:
         label += f"{',' if options else ':'}seed={seed}"
+    named_inputs = [(k, tuple(s), d) for k, (s, d) in inputs.items()]
     return BuiltModel(
         label,
         mod,
         "forward",
-        [(k, tuple(s), d) for k, (s, d) in inputs.items()],
+        named_inputs,
         LazyWeights(shapes, seed),
         origin=f"the zoo (tvm.relax.frontend.nn, TVM {tvm.__version__})",
+        input_ranges=integer_input_ranges(mod, "forward", named_inputs),
     )
 
 
