@@ -328,4 +328,4 @@ def test_side_by_side_times_each_candidate_warm(monkeypatch):
     timings = timing._time_side_by_side(candidates, builds, model, [np.ones(2)], 5)
     for t in timings.values():
         assert len(t.samples_s) == 5 and warm_s <= t.measured_s < (warm_s + cold_s) / 2
-        assert t.max_rel_diff == 0.0
+        assert t.outputs.max_rel_diff == 0.0

@@ -11,6 +11,7 @@ with given timings.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +26,10 @@ from .toolkit.single_device import single_device_plan
 @dataclass
 class Candidate:
     """A plan to build and time; ``threads`` sizes a single-device plan's CPU pool (None: as the
-    platform gives the device); ``predicted_s`` is None where the cost model has no figure for it;
-    ``default_schedules``: built with the default rules only, not the run's tuning database."""
+    platform gives the device); ``predicted_s`` is None where the cost model has no figure for it, and
+    ``measured_s`` where no time was measured; ``default_schedules``: built with the default rules
+    only, not the run's tuning database; ``outputs_differ``: from the reference's, so it never wins
+    over a candidate whose outputs match."""
 
     label: str
     plan: Plan
@@ -34,6 +37,7 @@ class Candidate:
     threads: int | None = None
     measured_s: float | None = None
     default_schedules: bool = False
+    outputs_differ: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +48,7 @@ class Candidate:
             "default_schedules": self.default_schedules,
             "predicted_s": self.predicted_s,
             "measured_s": self.measured_s,
+            "outputs_differ": self.outputs_differ,
         }
 
 
@@ -55,7 +60,7 @@ class Selection:
     @property
     def margin(self) -> float | None:
         """How much faster the winner measured than the next candidate (runner-up time / winner's)."""
-        if len(self.candidates) < 2 or not self.winner.measured_s:
+        if len(self.candidates) < 2 or not self.winner.measured_s or self.candidates[1].measured_s is None:
             return None
         return self.candidates[1].measured_s / self.winner.measured_s
 
@@ -101,13 +106,15 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
 
 
 def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], float]) -> Selection:
-    """Time every candidate with ``measure`` (seconds per inference) and rank them, fastest first;
-    a tie goes to the earlier candidate."""
+    """Time every candidate with ``measure`` (seconds per inference; not finite: no time) and rank
+    them, those whose outputs match first, then fastest first, those without a time last; a tie goes
+    to the earlier candidate."""
     if not candidates:
         raise DivimlInputError("no candidate plans to time", field="--candidates")
     for candidate in candidates:
-        candidate.measured_s = measure(candidate)
-    ranked = sorted(candidates, key=lambda c: c.measured_s)
+        seconds = measure(candidate)
+        candidate.measured_s = seconds if math.isfinite(seconds) else None
+    ranked = sorted(candidates, key=lambda c: (c.outputs_differ, c.measured_s is None, c.measured_s or 0.0))
     return Selection(ranked, ranked[0])
 
 
@@ -119,7 +126,9 @@ def format_selection(selection: Selection) -> str:
     width = max(44, *(len(c.label) + 2 for c in selection.candidates))
     for candidate in selection.candidates:
         mark = "  <- kept" if candidate is selection.winner else ""
-        predicted = format_seconds(candidate.predicted_s) if candidate.predicted_s is not None else "not predicted"
+        mark += "  (outputs DIFFERENT from the reference)" if candidate.outputs_differ else ""
+        known = candidate.predicted_s is not None and math.isfinite(candidate.predicted_s)
+        predicted = format_seconds(candidate.predicted_s) if known else "not predicted"
         lines.append(
             f"  {candidate.label:<{width}}predicted {predicted:>12}   measured "
             f"{format_seconds(candidate.measured_s):>12}{mark}"

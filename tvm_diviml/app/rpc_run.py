@@ -23,12 +23,13 @@ import numpy as np
 from tvm_diviml.cost.rpc_hops import DriverHop
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
-from tvm_diviml.runtime.measure import compare_outputs, time_stream
+from tvm_diviml.runtime.measure import time_stream
 from tvm_diviml.runtime.rpc import RpcRunner, ServersBuild
 from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
 from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import per_server, server_devices, server_of
 from tvm_diviml.simulator import run_order
+from tvm_diviml.tolerances import compare_outputs
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
@@ -129,7 +130,7 @@ def run_plan_rpc(
         if own_sessions:
             cleanup.callback(lambda: [remote.close() for remote in remotes.values()])
         runner = cleanup.enter_context(RpcRunner(built, remotes, params, timeout_s=timeout_s))
-        abs_diff, rel_diff = compare_outputs(runner(inputs), reference)
+        outputs = compare_outputs(runner(inputs), reference)
         if plan.objective == "latency":
             measured, samples, busy, stats, flight = *_latency(runner, inputs, repeats), 1
             runs = repeats + 1
@@ -142,8 +143,7 @@ def run_plan_rpc(
         objective=plan.objective,
         predicted_s=predicted_s,
         measured_s=measured,
-        max_abs_diff=abs_diff,
-        max_rel_diff=rel_diff,
+        outputs=outputs,
         server_busy_s={sid: seconds / runs for sid, seconds in per_server(busy, platform).items()},
         predicted_server_busy_s=per_server(predicted_busy_s or {}, platform),
         device_busy_s={d: s / runs for d, s in busy.items()},
@@ -201,8 +201,8 @@ def _latency(runner: RpcRunner, inputs: list[np.ndarray], repeats: int):
     return statistics.median(samples), samples, dict(busy), {**totals, "by_pair": dict(totals["by_pair"])}
 
 
-def format_rpc_run(run: RpcRunMeasurement, rtol: float) -> str:
-    """The measured-against-predicted report of a run across servers."""
+def format_rpc_run(run: RpcRunMeasurement, rtol: float | None = None) -> str:
+    """The measured-against-predicted report of a run across servers (``rtol`` None: by the outputs' dtypes)."""
     from tvm_diviml.units import format_seconds
 
     lines = headline(run, rtol, "the single-device reference", how=" over RPC")

@@ -10,6 +10,7 @@ on each single-device configuration, so that the speed-up is measured side by si
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from tvm_diviml.candidates import Selection
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.vm import PlacedExecutable
+from tvm_diviml.tolerances import OutputComparison
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
@@ -40,16 +42,23 @@ class MeasuredRun:
     objective: str
     predicted_s: float | None  # the simulator's latency or period (None: a configuration it has no device for)
     measured_s: float  # median latency, or seconds per inference of the stream
-    max_abs_diff: float  # against the single-device reference
-    max_rel_diff: float
+    outputs: OutputComparison  # against the single-device reference
     device_busy_s: dict[str, float]  # per inference
     build_s: float
     in_flight: int = 1
     samples_s: list[float] = field(default_factory=list)
 
     @property
+    def max_abs_diff(self) -> float:
+        return self.outputs.max_abs_diff
+
+    @property
+    def max_rel_diff(self) -> float:
+        return self.outputs.max_rel_diff
+
+    @property
     def measured_over_predicted(self) -> float | None:
-        return self.measured_s / self.predicted_s if self.predicted_s else None
+        return ratio(self.measured_s, self.predicted_s)
 
     def headline_json(self) -> dict[str, Any]:
         """The keys that open both reports' JSON, in their order."""
@@ -60,6 +69,7 @@ class MeasuredRun:
             "measured_over_predicted": self.measured_over_predicted,
             "max_abs_diff": self.max_abs_diff,
             "max_rel_diff": self.max_rel_diff,
+            "nonfinite_unmatched": self.outputs.misplaced,
         }
 
 
@@ -77,12 +87,12 @@ class RunMeasurement(MeasuredRun):
         return name, self.single_device_s[name]
 
     @property
-    def speedup_over_best_single(self) -> float:
-        return self.best_single_device[1] / self.measured_s
+    def speedup_over_best_single(self) -> float | None:
+        return ratio(self.best_single_device[1], self.measured_s)
 
     @property
-    def speedup_over_one_worker(self) -> float:
-        return self.single_device_s[self.one_worker] / self.measured_s
+    def speedup_over_one_worker(self) -> float | None:
+        return ratio(self.single_device_s[self.one_worker], self.measured_s)
 
     def to_json(self) -> dict[str, Any]:
         best_name, best_s = self.best_single_device
@@ -150,7 +160,7 @@ def run_candidates(
     stream_inputs: int = 16,
     in_flight: int | None = None,
     database=None,
-    rtol: float = 1e-4,
+    rtol: float | None = None,
     progress=print,
 ) -> tuple[Selection, RunMeasurement, PlacedExecutable]:
     """``choose_by_measurement``, and the winner's run as ``run_plan`` reports one, from the same
@@ -192,8 +202,7 @@ def _measurement(
         objective=objective,
         predicted_s=predicted_s,
         measured_s=timing.measured_s,
-        max_abs_diff=timing.max_abs_diff,
-        max_rel_diff=timing.max_rel_diff,
+        outputs=timing.outputs,
         device_busy_s=timing.busy_s,
         single_device_s=single_device_s,
         one_worker=one_worker,
@@ -204,53 +213,68 @@ def _measurement(
     )
 
 
-def headline(run: MeasuredRun, rtol: float, reference: str, how: str = "", detail: str = "") -> list[str]:
-    """The first lines of a run's report: the outputs against ``reference``, then measured against
-    predicted (``how`` after the objective, e.g. " over RPC"; ``detail`` after the sample count)."""
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator`` where both are times (positive and finite), else None: a report
+    prints "-" then, never "inf" or "nan"."""
+    times = (numerator, denominator)
+    if any(t is None or not math.isfinite(t) or t <= 0 for t in times):
+        return None
+    return numerator / denominator
+
+
+def format_ratio(value: float | None, unit: str = "x") -> str:
+    return "-" if value is None else f"{value:.2f}{unit}"
+
+
+def format_time(seconds: float | None) -> str:
+    """Seconds as a report prints them; "-" where no time was measured (None, or not finite)."""
     from tvm_diviml.units import format_seconds
 
-    verdict = "equal" if run.max_rel_diff <= rtol else f"DIFFERENT (beyond rtol {rtol:g})"
-    lines = [
-        f"outputs against {reference}: max abs diff {run.max_abs_diff:.3g}, "
-        f"max rel diff {run.max_rel_diff:.3g}: {verdict}"
-    ]
+    return format_seconds(seconds if seconds is not None and math.isfinite(seconds) else None)
+
+
+def headline(run: MeasuredRun, rtol: float | None, reference: str, how: str = "", detail: str = "") -> list[str]:
+    """The first lines of a run's report: the outputs against ``reference`` (``rtol`` None: by their
+    dtypes), then measured against predicted (``how`` after the objective, e.g. " over RPC";
+    ``detail`` after the sample count)."""
+    lines = [f"outputs against {reference}: {run.outputs.describe(rtol)}"]
+    measured_over = f"measured/predicted {format_ratio(run.measured_over_predicted, '')}"
     if run.predicted_s is None:
         predicted = "not predicted (the cost model prices no device with these threads or schedules)"
     elif run.objective == "latency":
-        predicted = f"predicted {format_seconds(run.predicted_s)}: measured/predicted {run.measured_over_predicted:.2f}"
+        predicted = f"predicted {format_time(run.predicted_s)}: {measured_over}"
     else:
         predicted = (
-            f"predicted {1 / run.predicted_s:.2f} /s (period {format_seconds(run.predicted_s)}): "
-            f"measured/predicted {run.measured_over_predicted:.2f}"
+            f"predicted {format_ratio(ratio(1.0, run.predicted_s), ' /s')} (period {format_time(run.predicted_s)}): "
+            f"{measured_over}"
         )
     if run.objective == "latency":
         lines.append(
-            f"latency{how}: measured {format_seconds(run.measured_s)} (median of {len(run.samples_s)}"
+            f"latency{how}: measured {format_time(run.measured_s)} (median of {len(run.samples_s)}"
             f"{detail}), {predicted}"
         )
     else:
         lines.append(
-            f"throughput{how}: measured {1 / run.measured_s:.2f} /s ({format_seconds(run.measured_s)} per "
-            f"inference, {run.in_flight} in flight), {predicted}"
+            f"throughput{how}: measured {format_ratio(ratio(1.0, run.measured_s), ' /s')} "
+            f"({format_time(run.measured_s)} per inference, {run.in_flight} in flight), {predicted}"
         )
     return lines
 
 
-def format_run(run: RunMeasurement, rtol: float) -> str:
-    """The measured-against-predicted report of one run."""
-    from tvm_diviml.units import format_seconds
-
+def format_run(run: RunMeasurement, rtol: float | None = None) -> str:
+    """The measured-against-predicted report of one run (``rtol`` None: by the outputs' dtypes)."""
     lines = headline(run, rtol, "the single-device build", detail=f", {run.executor} executor")
-    lines.append("busy per inference: " + ", ".join(f"{d} {format_seconds(s)}" for d, s in run.device_busy_s.items()))
+    lines.append("busy per inference: " + ", ".join(f"{d} {format_time(s)}" for d, s in run.device_busy_s.items()))
     lines.append("single-device configurations, measured now (one inference at a time):")
     width = max(40, *(len(name) + 2 for name in run.single_device_s))
     for name, seconds in run.single_device_s.items():
         lines.append(
-            f"  {name:<{width}}{format_seconds(seconds):>14}" + ("   (one worker)" if name == run.one_worker else "")
+            f"  {name:<{width}}{format_time(seconds):>14}" + ("   (one worker)" if name == run.one_worker else "")
         )
     best_name, _ = run.best_single_device
     lines.append(
-        f"speed-up over the best single-device configuration ({best_name}): {run.speedup_over_best_single:.2f}x"
+        f"speed-up over the best single-device configuration ({best_name}): "
+        f"{format_ratio(run.speedup_over_best_single)}"
     )
-    lines.append(f"speed-up over one worker ({run.one_worker}): {run.speedup_over_one_worker:.2f}x")
+    lines.append(f"speed-up over one worker ({run.one_worker}): {format_ratio(run.speedup_over_one_worker)}")
     return "\n".join(lines)

@@ -28,9 +28,10 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Device, Platform
 from tvm_diviml.problem import Problem
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
-from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
+from tvm_diviml.runtime.measure import time_calls, time_stream
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.simulator import simulate
+from tvm_diviml.tolerances import OutputComparison, compare_outputs
 from tvm_diviml.toolkit.single_device import single_device_plan
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
@@ -224,8 +225,7 @@ class BuildTiming:
     busy_s: dict[str, float]
     in_flight: int
     executor: str
-    max_abs_diff: float
-    max_rel_diff: float
+    outputs: OutputComparison
 
 
 def time_build(
@@ -246,7 +246,7 @@ def time_build(
     inputs = model.sample_inputs()
     concurrent = len(built.placement.devices) > 1 or objective != "latency"
     with ConcurrentRunner(built, params) as runner:
-        abs_diff, rel_diff = compare_outputs(runner(inputs), reference)
+        outputs = compare_outputs(runner(inputs), reference)
         if objective != "latency":
             flight = in_flight or 2 * len(built.placement.devices)
             stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
@@ -259,7 +259,7 @@ def time_build(
         samples = time_calls(single, inputs, repeats, SETTLE_S)
         measured, flight = statistics.median(samples), 1
         busy = {built.placement.devices[0]: measured}
-    return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", abs_diff, rel_diff)
+    return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", outputs)
 
 
 def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, predict=None) -> list[Candidate]:
@@ -387,14 +387,15 @@ def choose_by_measurement(
     stream_inputs: int = 16,
     in_flight: int | None = None,
     database=None,
-    rtol: float = 1e-4,
+    rtol: float | None = None,
     progress=print,
 ) -> tuple[Selection, dict, dict]:
     """Build and time ``candidate_set``'s plans; the fastest measured whose outputs match the reference
-    within ``rtol`` wins. Latency is timed side by side, one inference of each candidate per round
-    (drift and load then touch them alike); streams one candidate after another. Returns the
-    selection, the builds and the timings (both by ``timing_key``). With a tuning ``database`` each
-    single-device configuration is also built with the default schedules and timed beside the rest."""
+    within ``rtol`` (None: by their dtypes, ``tolerances.output_rtol``) wins. Latency is timed side by
+    side, one inference of each candidate per round (drift and load then touch them alike); streams one
+    candidate after another. Returns the selection, the builds and the timings (both by ``timing_key``).
+    With a tuning ``database`` each single-device configuration is also built with the default
+    schedules and timed beside the rest."""
     candidates = candidate_set(
         problem,
         chosen,
@@ -432,13 +433,9 @@ def choose_by_measurement(
             )
     for candidate in candidates:
         timing = timings[timing_key(candidate)]
+        candidate.outputs_differ = not timing.outputs.equal(rtol)
         progress(f"candidate {candidate.label}: {timing.measured_s * 1e3:.3f} ms per inference")
-
-    def measure(candidate: Candidate) -> float:
-        timing = timings[timing_key(candidate)]
-        return timing.measured_s if timing.max_rel_diff <= rtol else math.inf  # wrong outputs never win
-
-    return select_fastest(candidates, measure), builds, timings
+    return select_fastest(candidates, lambda c: timings[timing_key(c)].measured_s), builds, timings
 
 
 def predict_configuration(
@@ -527,7 +524,7 @@ def _time_side_by_side(
         devices = builds[key][0].placement.devices
         per_run = {d: s / len(samples[key]) for d, s in busy[key].items()} if concurrent else {devices[0]: measured}
         out[key] = BuildTiming(
-            measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM", *checks[key]
+            measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM", checks[key]
         )
     return out
 
