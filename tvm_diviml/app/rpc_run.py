@@ -136,7 +136,7 @@ def run_plan_rpc(
             runs = repeats + 1
         else:
             flight = in_flight or 2 * len(runner.busy_s)
-            stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
+            stream = model.sample_stream(stream_inputs, distinct=flight)
             measured, samples = time_stream(runner, stream, flight), []
             busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs  # the last stream's
     return RpcRunMeasurement(

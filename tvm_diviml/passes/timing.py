@@ -249,7 +249,7 @@ def time_build(
         outputs = compare_outputs(runner(inputs), reference)
         if objective != "latency":
             flight = in_flight or 2 * len(built.placement.devices)
-            stream = [model.sample_inputs(seed) for seed in range(stream_inputs)]
+            stream = model.sample_stream(stream_inputs, distinct=flight)
             measured, samples = time_stream(runner, stream, flight), []
             busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}  # busy_s covers the last stream
         elif concurrent:

@@ -54,6 +54,29 @@ class BuiltModel:
                 out.append(rng.standard_normal(shape).astype(dtype))
         return out
 
+    def sample_stream(self, count: int, distinct: int) -> CyclicInputs:
+        """``count`` inputs for a stream: the sample inputs of seeds 0 .. ``distinct`` - 1, taken in
+        turn. A stream holds at most ``distinct`` inputs however long it is (``--inputs 100000000``
+        drew every input before the first inference)."""
+        return CyclicInputs([self.sample_inputs(seed) for seed in range(min(count, distinct))], count)
+
+
+class CyclicInputs(Sequence):
+    """``count`` items that cycle through ``pool``: what a stream reads, one item at a time."""
+
+    def __init__(self, pool: list, count: int):
+        self.pool, self.count = pool, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        if not -self.count <= index < self.count:
+            raise IndexError(index)
+        return self.pool[index % self.count % len(self.pool)]
+
 
 class LazyWeights(Sequence):
     """The zoo's weights, drawn when first read: planning needs only the module, and a large model's
