@@ -1,6 +1,7 @@
 """Programs are built with their meaning or refused in one line, never changed without a word: a
 placement keeps the module's functions it did not place, callable and computing what a plain build
-computes."""
+computes; a program exported in training mode or drawing random numbers is refused at import, naming
+the operator and the fix."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 import tvm
 from tvm import relax, tirx
 
+from tvm_diviml.cli import main
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes import ApplyPlan, extract, placed_build_pipeline
+from tvm_diviml.passes.frontends import from_torch_export, load_onnx
 from tvm_diviml.passes.partition import PartitionForDevices
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
@@ -90,3 +93,120 @@ def test_a_function_calling_the_placed_one_is_refused_in_one_line():
     with pytest.raises(DivimlInputError, match=r"function 'twice' calls 'main', the function being placed") as caught:
         placed_across_both_cpus(builder.get())
     assert "\n" not in str(caught.value)
+
+
+# ---------------------------------------------------------------------- programs that train or keep state
+def torch_programs():
+    """name -> (a torch module in training mode, its example inputs, what the refusal says)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'tvm-diviml[torch]')")
+
+    class Normalised(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.norm, self.drop = torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Identity()
+
+        def forward(self, x):
+            return self.drop(self.norm(self.linear(x)))
+
+    class Dropped(Normalised):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.drop = torch.nn.Identity(), torch.nn.Dropout(0.5)
+
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.randn_like(x)
+
+    x = torch.randn(4, 8)
+    return {
+        "batch norm": (
+            Normalised(),
+            (x,),
+            r"BatchNorm1d 'norm' runs in training mode \(.*model.eval\(\) before torch.export",
+        ),
+        "dropout": (Dropped(), (x,), r"Dropout 'drop' runs in training mode \(.*model.eval\(\) before torch.export"),
+        "random": (Noisy(), (x,), r"operator 'randn_like' draws random numbers \(aten.randn_like.default\)"),
+    }
+
+
+@pytest.mark.parametrize("name", ["batch norm", "dropout", "random"])
+def test_a_torch_program_whose_meaning_the_build_would_change_is_refused_in_one_line(name):
+    """Before, each imported: the BatchNorm used its running statistics (0.53 relative off torch's
+    training-mode outputs), the Dropout vanished, and the random draw was made once at import."""
+    import torch
+
+    module, args, message = torch_programs()[name]
+    with pytest.raises(DivimlInputError, match=message) as caught:
+        from_torch_export(torch.export.export(module, args))
+    assert "\n" not in str(caught.value)
+
+
+def test_the_same_modules_in_eval_mode_import():
+    import torch
+
+    for name in ("batch norm", "dropout"):
+        module, args, _ = torch_programs()[name]
+        assert from_torch_export(torch.export.export(module.eval(), args)).inputs == [("x", (4, 8), "float32")]
+
+
+def test_a_saved_training_program_is_refused_by_the_command_line_in_one_line(tmp_path, capsys):
+    import torch
+
+    module, args, _ = torch_programs()["batch norm"]
+    path = tmp_path / "trained.pt2"
+    torch.export.save(torch.export.export(module, args), str(path))
+    assert main(["graph", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: field 'MODEL': BatchNorm1d 'norm' runs in training mode" in err and err.count("\n") == 1, err
+
+
+def onnx_file(tmp_path, node, initializers) -> str:
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install 'tvm-diviml[onnx]')")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        [onnx.numpy_helper.from_array(np.asarray(value), name) for name, value in initializers.items()],
+    )
+    path = str(tmp_path / "model.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), path)
+    return path
+
+
+def onnx_cases():
+    from onnx import helper
+
+    statistics = {name: np.full(3, value, np.float32) for name, value in (("s", 1), ("b", 0), ("m", 0), ("v", 1))}
+    return {
+        "batch norm": (
+            helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], training_mode=1, name="bn"),
+            statistics,
+            r"BatchNormalization 'bn' runs in training mode \(training_mode=1\)",
+        ),
+        "dropout": (
+            helper.make_node("Dropout", ["x", "ratio", "training"], ["y"], name="drop"),
+            {"ratio": np.float32(0.5), "training": np.bool_(True)},
+            r"Dropout 'drop' runs in training mode \(its training_mode is true\)",
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["batch norm", "dropout"])
+def test_an_onnx_model_in_training_mode_is_refused_in_one_line(tmp_path, name):
+    """TVM's ONNX importer made every Dropout an identity and imported a training BatchNormalization."""
+    pytest.importorskip("onnx", reason="onnx is not installed (pip install 'tvm-diviml[onnx]')")
+    node, initializers, message = onnx_cases()[name]
+    path = onnx_file(tmp_path, node, initializers)
+    with pytest.raises(DivimlInputError, match=message) as caught:
+        load_onnx(path)
+    assert str(caught.value).startswith(path) and "model.eval()" in str(caught.value)
+
+
+def test_an_onnx_dropout_in_inference_mode_imports(tmp_path):
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install 'tvm-diviml[onnx]')")
+    node = onnx.helper.make_node("Dropout", ["x", "ratio", "training"], ["y"], name="drop")
+    path = onnx_file(tmp_path, node, {"ratio": np.float32(0.5), "training": np.bool_(False)})
+    assert load_onnx(path).inputs == [("x", (4, 3), "float32")]

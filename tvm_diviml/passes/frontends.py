@@ -23,6 +23,7 @@ from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.input_ranges import integer_input_ranges
 
 from .extract import bind_shapes, tensor_bytes
+from .program_checks import inference_program, refuse_onnx_training_nodes
 from .rewrites import ImportRewrites
 
 
@@ -95,6 +96,7 @@ def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
         raise DivimlInputError(
             f"not a readable ONNX model ({type(error).__name__}: {first_line(error)})", source=path
         ) from None
+    refuse_onnx_training_nodes(model, path)
     with importer_errors(path):
         mod = from_onnx(integer_initializers_as_constants(model), keep_params_in_input=True)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import) or "none"
@@ -219,12 +221,17 @@ TORCH_OPS = {
 
 def from_torch_export(program, shapes: dict[str, int] | None = None, name: str = "torch") -> BuiltModel:
     """A ``torch.export`` ExportedProgram through ``from_exported_program`` (not ``from_fx``, which
-    gets BatchNorm wrong)."""
+    gets BatchNorm wrong); one whose import would change what it computes is refused (``program_checks``)."""
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
     with importer_errors(name):
-        mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=TORCH_OPS)
+        mod = from_exported_program(
+            inference_program(program),
+            keep_params_as_input=True,
+            custom_convert_map=TORCH_OPS,
+            run_ep_decomposition=False,  # inference_program decomposed it
+        )
     origin = f"torch.export (torch {torch.__version__}) through relax.frontend.torch (TVM {tvm.__version__})"
     return from_relax(mod, "main", shapes=shapes, name=name, origin=origin)
 
