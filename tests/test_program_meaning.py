@@ -1,7 +1,7 @@
 """Programs are built with their meaning or refused in one line, never changed without a word: a
 placement keeps the module's functions it did not place, callable and computing what a plain build
-computes; a program exported in training mode or drawing random numbers is refused at import, naming
-the operator and the fix."""
+computes; a program exported in training mode, drawing random numbers or updating its buffers in place
+is refused at import, naming the operator or the buffer and the fix."""
 
 from __future__ import annotations
 
@@ -113,6 +113,21 @@ def torch_programs():
             super().__init__()
             self.norm, self.drop = torch.nn.Identity(), torch.nn.Dropout(0.5)
 
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x):
+            self.count.add_(1)
+            return self.linear(x) * self.count
+
+    class Accumulator(torch.nn.Module):
+        def forward(self, x, total):
+            total.add_(x)
+            return total * 2
+
     class Noisy(torch.nn.Module):
         def forward(self, x):
             return x + torch.randn_like(x)
@@ -125,14 +140,16 @@ def torch_programs():
             r"BatchNorm1d 'norm' runs in training mode \(.*model.eval\(\) before torch.export",
         ),
         "dropout": (Dropped(), (x,), r"Dropout 'drop' runs in training mode \(.*model.eval\(\) before torch.export"),
+        "buffer": (Counter().eval(), (x,), r"the program updates buffer 'count' in place; a build .* keeps no state"),
+        "input": (Accumulator(), (x, x.clone()), r"the program updates input 'total' in place"),
         "random": (Noisy(), (x,), r"operator 'randn_like' draws random numbers \(aten.randn_like.default\)"),
     }
 
 
-@pytest.mark.parametrize("name", ["batch norm", "dropout", "random"])
+@pytest.mark.parametrize("name", ["batch norm", "dropout", "buffer", "input", "random"])
 def test_a_torch_program_whose_meaning_the_build_would_change_is_refused_in_one_line(name):
     """Before, each imported: the BatchNorm used its running statistics (0.53 relative off torch's
-    training-mode outputs), the Dropout vanished, and the random draw was made once at import."""
+    training-mode outputs), the Dropout vanished, and the counter's second call was 0.5 off."""
     import torch
 
     module, args, message = torch_programs()[name]

@@ -2,8 +2,10 @@
 
 TVM's importers build inference programs. A training-mode BatchNorm (``.eval()`` forgotten before
 export) would come out normalised by its running statistics instead of each batch's, a training-mode
-Dropout would be dropped, and a random draw would not be made anew on each call. None of these
-meanings can be kept, so each is refused, naming the operator (and the module it belongs to) and the fix.
+Dropout would be dropped, and a random draw would not be made anew on each call.
+A build keeps no state between calls either, so a program that updates its buffers (or its inputs)
+in place would compute differently from the second call on. None of these meanings can be kept, so
+each is refused, naming the operator (and the module it belongs to) or the buffers, and the fix.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ TRAINING_OPS = {
 
 
 def inference_program(program):
-    """``program`` decomposed as TVM's importer decomposes it (core ATen); refused where importing it
-    would change what it computes."""
+    """``program`` decomposed as TVM's importer decomposes it (core ATen, with its buffer updates made
+    explicit in its signature); refused where importing it would change what it computes."""
     import torch
 
     decomposed = program.run_decompositions()
@@ -49,6 +51,16 @@ def inference_program(program):
                 field="MODEL",
                 hint=f"{EVAL_HINT} if it samples only in training; otherwise pass the random values as an input",
             )
+    signature = decomposed.graph_signature
+    updated = [f"buffer '{name}'" for name in signature.buffers_to_mutate.values()]
+    updated += [f"input '{name}'" for name in signature.user_inputs_to_mutate.values()]
+    if updated:
+        raise DivimlInputError(
+            f"the program updates {', '.join(dict.fromkeys(updated))} in place; a build returns only its outputs and "
+            "keeps no state between calls, so the update would be lost and a second call would differ from torch's",
+            field="MODEL",
+            hint="return the new value as an output instead of updating it in place",
+        )
     return decomposed
 
 
