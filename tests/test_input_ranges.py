@@ -17,8 +17,7 @@ from tvm_diviml.passes.frontends import from_relax, from_torch_export
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
-from tvm_diviml.zoo import FLAG_RANGE
-from tvm_diviml.zoo.input_ranges import integer_input_ranges
+from tvm_diviml.zoo.input_ranges import FLAG_RANGE, integer_input_ranges
 
 CPU2 = get_platform("cpu2")
 

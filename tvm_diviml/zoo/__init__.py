@@ -20,10 +20,6 @@ from ..errors import DivimlInputError
 from ..modelspec import check_counts, format_model_spec
 from .registry import ZOO
 
-# The values of an integer input that indexes no table (an attention mask; a mask whose running sum
-# makes positions): those of a flag, which keep any index computed from them small.
-FLAG_RANGE = (0, 2)
-
 
 @dataclass
 class BuiltModel:
@@ -36,12 +32,14 @@ class BuiltModel:
     params: Sequence[tuple[str, np.ndarray]] = field(default_factory=list)  # weights, in parameter order
     origin: str = "a Relax IRModule"  # the importer and the versions it used
     # integer input -> [low, high) of the values it may take (input_ranges.integer_input_ranges);
-    # an integer input not named here takes FLAG_RANGE
+    # an integer input not named here takes input_ranges.FLAG_RANGE
     input_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Deterministic random inputs: floats standard normal, integers (token ids, token types,
         masks) uniform within ``input_ranges``, inside every table they index."""
+        from .input_ranges import FLAG_RANGE
+
         rng = np.random.default_rng(seed)
         out = []
         for name, shape, dtype in self.inputs:

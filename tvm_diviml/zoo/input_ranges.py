@@ -17,7 +17,9 @@ import numpy as np
 from tvm import relax
 from tvm.ir import GenericConst, Op
 
-from . import FLAG_RANGE
+# The values of an integer input that indexes no table (an attention mask; a mask whose running sum
+# makes positions): those of a flag, which keep any index computed from them small.
+FLAG_RANGE = (0, 2)
 
 # operators whose outputs hold values of these arguments only (rearranged, sliced, repeated, cast)
 KEEPS_VALUES = {
