@@ -283,3 +283,44 @@ def test_an_empty_file_becomes_a_cache_without_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"), ProfileCache(str(path)) as cache:
         cache.put_many({key("a"): measurement(1e-3)})
     assert caplog.records == [] and not list(tmp_path.glob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "PRAGMA max_page_count = 1",  # no page beyond those it has: "database or disk is full", as on a full disk
+        "PRAGMA query_only = 1",  # and as on a read-only file system: "attempt to write a readonly database"
+    ],
+)
+def test_a_cache_that_cannot_be_written_goes_on_in_memory_with_a_warning(tmp_path, caplog, refusal):
+    path = tmp_path / "c.sqlite"
+    with ProfileCache(str(path)) as cache:
+        cache.put_many({key("kept"): measurement(1e-3)})
+        cache._db.execute(refusal)
+        many = {key(f"a{i}"): measurement(2e-3) for i in range(1000)}  # more than the pages it has
+        with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"):
+            cache.put_many(many)
+            cache.put_link(LinkKey("cpu:0", "cpu:1", "host", "0.27"), LinkMeasurement(1e-5, 1e10, 0.01))
+        assert cache.in_memory and cache.get_many(many) == many
+    assert "cannot be written" in caplog.text and "DIVIML_CACHE_DIR" in caplog.text
+    assert caplog.text.count("cannot be written") == 1  # said once
+    with ProfileCache(str(path)) as cache:  # the file is as it was before the refusal
+        assert cache.get_many([key("kept"), *many]) == {key("kept"): measurement(1e-3)}
+
+
+def test_a_damaged_cache_that_cannot_be_moved_aside_goes_on_in_memory(tmp_path, caplog, monkeypatch):
+    """A damaged file on a read-only file system: it cannot be moved aside nor replaced."""
+    from tvm_diviml.cost import cache as cache_module
+
+    path = tmp_path / "c.sqlite"
+    random_bytes(path)
+
+    def read_only(path):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(cache_module, "_move_aside", read_only)
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"):
+        with ProfileCache(str(path)) as cache:
+            cache.put_many({key("a"): measurement(1e-3)})
+            assert cache.in_memory and cache.get_many([key("a")]) == {key("a"): measurement(1e-3)}
+    assert "Read-only file system" in caplog.text

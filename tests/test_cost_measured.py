@@ -14,6 +14,7 @@ from tvm_diviml.cost.cache import ProfileCache
 from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import OpGraph
 from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
 
@@ -87,7 +88,13 @@ def test_export_then_import_gives_the_same_costs(tiny, tmp_path):
         for device in platform.device_names:
             assert table.compute_s(kernel, device) == costs.compute_s(kernel, device)
     assert table.transfer_s(4096, "cpu0", "cpu1") == costs.transfer_s(4096, "cpu0", "cpu1")
-    assert json.loads(path.read_text())["sources"] == {"cpu0": "measured", "cpu1": "measured"}
+    exported = json.loads(path.read_text())
+    assert exported["sources"] == {"cpu0": "measured", "cpu1": "measured"}
+    assert exported["made_for"]["targets"] == {d.name: d.target for d in platform.devices}
+    other = tiny.graph.to_json()  # another size of the model: its kernels keep their names
+    other["kernels"][1]["attrs"]["primfunc_hash"] = "another shape"
+    with pytest.raises(DivimlInputError, match=f"kernel '{other['kernels'][1]['name']}' differs"):
+        TableCostModel.load(str(path), platform, OpGraph.from_json(other))
 
 
 def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_path, caplog):
@@ -274,3 +281,21 @@ def test_tuning_searches_each_thread_count_a_plan_may_build_for(tiny, monkeypatc
     assert {budget for _, budget, _ in searched} == {tuning.TuningBudget(trials=3, minutes=4 / len(searched))}
     assert len({work_dir for _, _, work_dir in searched}) == 1
     assert applied == {"cpu0": f"result {len(searched)}", "cpu1": f"result {len(searched)}"}
+
+
+@pytest.mark.parametrize(
+    "target, says",
+    [("llvmm", 'Target kind "llvmm" is not defined'), ({"kind": "llvm", "num_cores": 2}, "num_cores")],
+)
+def test_a_target_tvm_rejects_is_named_when_the_platform_loads(tmp_path, capsys, target, says):
+    """``run`` and ``profile`` name the device and TVM's reason in one line, before the model is read."""
+    from tvm_diviml.cli import main
+
+    platform = get_platform("cpu2").to_json()
+    platform["devices"][1]["target"] = target
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps(platform))
+    for command in ("run", "profile"):
+        assert main([command, "no-such-model-is-read.onnx", "--platform", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "devices[cpu1].target" in err and says in err and err.count("\n") == 1, err

@@ -325,3 +325,91 @@ def test_onnx_external_data_outside_the_model_folder_is_refused_with_onnx_reason
     err = capsys.readouterr().err
     assert "not a readable ONNX model (ValidationError" in err and "points outside" in err, err
     assert err.count("\n") == 1, err
+
+
+def test_a_pt2_naming_a_transformers_module_this_version_lacks_is_one_line(tmp_path, capsys):
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'tvm-diviml[torch]')")
+    import json
+    import zipfile
+
+    spec = json.dumps([1, {"type": "transformers.models.no_such_model.modeling.Output", "children_spec": []}])
+    program = {"graph_module": {"module_call_graph": [{"fqn": "", "signature": {"in_spec": spec, "out_spec": spec}}]}}
+    path = tmp_path / "newer.pt2"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("newer/models/model.json", json.dumps(program))
+    with pytest.raises(DivimlInputError, match="transformers .* lacks") as error:
+        register_pytree_types(str(path))
+    assert "transformers.models.no_such_model.modeling" in str(error.value)
+
+
+def onnx_gemm(path, *, weights_as_inputs: bool):
+    """``y = x @ W.T + B`` as ONNX; with ``weights_as_inputs`` W and B are also listed as graph inputs,
+    the classic ONNX Model Zoo form (IR version 3: an initializer is an input's default value)."""
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install 'tvm-diviml[onnx]')")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((4, 8)).astype("float32"), rng.standard_normal(4).astype("float32")
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])]
+    if weights_as_inputs:
+        inputs += [
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 8]),
+            helper.make_tensor_value_info("B", TensorProto.FLOAT, [4]),
+        ]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "B"], ["y"], transB=1)],
+        "gemm",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return w, b
+
+
+def test_an_onnx_model_listing_its_weights_as_inputs_takes_them_as_weights(tmp_path):
+    from tvm_diviml.passes.frontends import load_onnx
+
+    path = tmp_path / "zoo_form.onnx"
+    w, b = onnx_gemm(path, weights_as_inputs=True)
+    built = load_onnx(str(path))
+    assert [name for name, _, _ in built.inputs] == ["x"]
+    x = np.random.default_rng(1).standard_normal((1, 8)).astype("float32")
+    (got,) = run_placed(built.mod, [p for _, p in built.params], [x])
+    np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
+def test_an_onnx_input_of_size_zero_is_refused_naming_it(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install 'tvm-diviml[onnx]')")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "empty",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 8])],
+    )
+    path = tmp_path / "empty.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    for shape in ([], ["--shape", "v=1"]):  # TVM's importer names the dimension "v"; binding it crashed TVM
+        assert main(["graph", str(path), *shape]) == 2
+        err = capsys.readouterr().err
+        assert "input 'x' has axis 0 of size 0" in err and err.count("\n") == 1, err
+
+
+def test_a_shape_tvm_cannot_bind_is_one_line():
+    """Two symbolic variables of one name: TVM's BindSymbolicVars fails inside (what an ONNX model of
+    unnamed dimensions gives)."""
+    import tvm
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([tvm.tirx.Var("n", "int64"), 4], "float32"))
+    y = relax.Var("y", relax.TensorType([tvm.tirx.Var("n", "int64"), 4], "float32"))
+    with builder.function("main", [x, y], attrs={"num_input": 2}):
+        with builder.dataflow():
+            out = builder.emit_output(relax.op.add(relax.op.sum(x), relax.op.sum(y)))
+        builder.emit_func_output(out)
+    with pytest.raises(DivimlInputError, match="TVM cannot bind --shape n=2"):
+        from_relax(builder.get(), shapes={"n": 2})

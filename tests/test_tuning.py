@@ -398,3 +398,70 @@ def test_ctrl_c_during_tuning_stops_after_a_batch_and_keeps_the_database(tmp_pat
     (logs,) = cache.glob("**/logs")
     database = tuning.open_database(str(logs.parent))
     assert len(database) > 0  # the records measured before the interrupt were kept
+
+
+# ---------------------------------------------------------------------- a database made for another model
+def test_a_database_without_records_for_the_model_is_refused_naming_a_kernel(tuned, caplog):
+    result, funcs = tuned
+    tuning.check_database_covers(result.database, funcs, ["llvm"], "db")  # the model it was tuned for
+    with pytest.raises(DivimlInputError, match="no record for any kernel of this model .*'other'"):
+        tuning.check_database_covers(result.database, {"other": matmul(32)}, ["llvm"], "db")
+    with pytest.raises(DivimlInputError, match="on 1 thread"):  # tuned for every core, not one
+        tuning.check_database_covers(result.database, funcs, [{"kind": "llvm", "num-cores": 1}], "db")
+    with caplog.at_level(logging.WARNING):
+        tuning.check_database_covers(result.database, {**funcs, "other": matmul(32)}, ["llvm"], "db")
+    assert "records for 3 of 4 kernel and target pairs (none for 'other'" in caplog.text
+
+
+# ---------------------------------------------------------------------- damaged databases heal
+def one_record_database(work_dir) -> None:
+    """A MetaSchedule database of one workload and one record, as a tuning run writes it."""
+    func = matmul(16).with_attr("global_symbol", "main")
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    workload = database.commit_workload(tvm.IRModule({"main": func}))
+    trace = tvm.s_tir.Schedule(tvm.IRModule({"main": func})).trace
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    args = ms.arg_info.ArgInfo.from_prim_func(func)
+    database.commit_tuning_record(ms.database.TuningRecord(trace, workload, [1e-3], target, args))
+
+
+def test_a_truncated_record_line_is_dropped_and_the_file_kept_aside(tmp_path, caplog):
+    one_record_database(tmp_path)
+    records = tmp_path / "database_tuning_record.json"
+    damaged = records.read_text() * 2
+    records.write_text(damaged[: len(damaged) - 40])  # the second record cut short: an interrupted append
+    with caplog.at_level(logging.WARNING):
+        database = tuning.open_database(str(tmp_path))
+    assert len(database.get_all_tuning_records()) == 1
+    assert (tmp_path / "database_tuning_record.json.damaged").read_text() == damaged[: len(damaged) - 40]
+    assert "dropped 1 damaged line" in caplog.text
+    assert len(tuning.open_database(str(tmp_path)).get_all_tuning_records()) == 1  # healed for good
+
+
+def test_a_truncated_last_workload_goes_with_the_records_that_name_it(tmp_path):
+    one_record_database(tmp_path)
+    workloads, records = tmp_path / "database_workload.json", tmp_path / "database_tuning_record.json"
+    line = workloads.read_text()
+    workloads.write_text(line + line[:30])  # a second workload, cut short
+    records.write_text(records.read_text() + records.read_text().replace("[0,", "[1,", 1))
+    database = tuning.open_database(str(tmp_path))
+    assert len(database.get_all_tuning_records()) == 1 and workloads.read_text() == line
+
+
+def test_a_damaged_workload_before_the_last_is_refused_saying_how_to_start_again(tmp_path):
+    one_record_database(tmp_path)
+    workloads = tmp_path / "database_workload.json"
+    workloads.write_text('["cut short\n' + workloads.read_text())
+    with pytest.raises(DivimlInputError, match="line 1 of database_workload.json is damaged.*move the folder aside"):
+        tuning.open_database(str(tmp_path))
+
+
+def test_cache_clear_removes_the_tuning_databases_too(tmp_path, monkeypatch, capsys):
+    from tvm_diviml.cli import main
+
+    monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path))
+    damaged = tmp_path / "metaschedule" / "llvm-0123"
+    damaged.mkdir(parents=True)
+    (damaged / "database_workload.json").write_text('["cut short\n')
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 tuning database(s)" in capsys.readouterr().out and not (tmp_path / "metaschedule").exists()

@@ -161,12 +161,18 @@ def test_grouped_query_attention_shares_one_kv_head_across_query_heads():
         {"hidden": 60, "heads": 4},  # head dimension 15: rotary pairs need it even
         {"hidden": 64, "heads": 5, "kv_heads": 1},  # hidden not divisible by heads
         {"step": "decode", "cache": 0},  # nothing to attend to
-        {"vocab": 50},  # sampled token ids would index past the embedding
     ],
 )
 def test_inconsistent_options_are_input_errors(options):
     with pytest.raises(DivimlInputError):
         build_model("llama", {**SMALL_OPTIONS["llama"], **options})
+
+
+def test_a_vocabulary_smaller_than_any_default_range_is_sampled_inside_it():
+    """Token ids are drawn below the embedding's rows (a vocabulary of 50 was refused when every id was
+    drawn from [0, 100))."""
+    (ids,) = build_model("llama", {**SMALL_OPTIONS["llama"], "vocab": 50}).sample_inputs()
+    assert ids.max() < 50 and ids.max() > 2
 
 
 def test_models_command_lists_llama(capsys):

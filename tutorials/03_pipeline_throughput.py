@@ -37,10 +37,11 @@ from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
 from tvm_diviml.plan import Plan
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
-from tvm_diviml.runtime.measure import compare_outputs, time_calls, time_stream
+from tvm_diviml.runtime.measure import time_calls, time_stream
 from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.tolerances import compare_outputs
 from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
 
@@ -131,7 +132,7 @@ def main() -> int:
         ),
         weights,
     )
-    _, whole_rel = compare_outputs(single(stream[0]), run_reference(model, stream[0]))
+    whole_rel = compare_outputs(single(stream[0]), run_reference(model, stream[0])).max_rel_diff
     references = [single(inputs) for inputs in stream]
     single_s = statistics.median(time_calls(single, stream[0], repeats=3))
     single_predicted = sum(costs.compute_s(kernel, platform.host) for kernel in graph.kernels)
@@ -154,7 +155,7 @@ def main() -> int:
             outputs = list(runner.stream(stream, in_flight=args.in_flight))
             measured = time_stream(runner, stream, args.in_flight)
             busy = {device: seconds / len(stream) for device, seconds in runner.busy_s.items()}  # last stream
-        rel = max(compare_outputs(got, want)[1] for got, want in zip(outputs, references, strict=True))
+        rel = max(compare_outputs(got, want).max_rel_diff for got, want in zip(outputs, references, strict=True))
         worst = max(worst, rel)
         print(
             f"period: predicted {predicted * 1e3:.2f} ms (simulator, mode {plan.mode}), measured "

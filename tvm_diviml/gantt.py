@@ -23,6 +23,7 @@ from .plan import Plan
 from .platform import Platform
 from .simulator import Simulation
 from .units import format_seconds
+from .writes import written_whole
 
 MAX_LABELLED_KERNELS = 300  # above this, no kernel names: they would be unreadable and slow
 LABEL_FONT_PT = 7.0
@@ -86,7 +87,8 @@ def draw_schedule(
     figure.set_size_inches(FIGURE_WIDTH_IN, height)
     drawing.artists = len(axes.get_children())
     try:
-        figure.savefig(path)
+        with written_whole(path, "the picture") as temporary:
+            figure.savefig(temporary)
     except OSError as error:
         raise DivimlInputError(
             f"cannot write: {error.strerror}", source=path, hint="check that the folder exists and is writable"

@@ -9,7 +9,10 @@ those edges reads).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import heapq
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +38,14 @@ class Kernel:
     allowed_devices: tuple[str, ...] | None = None  # None: any device of the platform
     colocate: str | None = None  # kernels with the same group must share a device
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """What the kernel computes, as far as its costs go: its PrimFunc's hash (shapes included) where
+        extraction gave one, its FLOPs and bytes. Names alone prove nothing: a model's kernels keep their
+        names at every size, so costs or records made for one size must not price another."""
+        what = [self.attrs.get("primfunc_hash"), self.flops, self.bytes_moved, self.output_bytes]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {

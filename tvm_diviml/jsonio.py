@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from typing import Any
 
 from .errors import DivimlInputError
+from .writes import write_text
 
 # Limits on numbers read from files: beyond any real device or kernel, and beyond what the MILP and
 # CP-SAT scale without overflow.
@@ -95,11 +98,22 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# The largest JSON file read (a graph of a million kernels is about 200 MB): Python's objects take about ten
+# times a file's bytes, and a path to an endless file (/dev/zero, a pipe) must not be read until memory ends.
+MAX_JSON_BYTES = 512 << 20
+
+
 def read_json(path: str) -> Any:
-    """Parse a JSON file; a missing or malformed file becomes a DivimlInputError naming it."""
+    """Parse a JSON file; a missing, malformed, endless or oversized file becomes a DivimlInputError naming it."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle, parse_int=_integer, object_pairs_hook=_unique_keys)
+        check_regular_file(path, os.stat(path), MAX_JSON_BYTES)  # before open(), which waits on a pipe
+        with open(path, "rb") as handle:
+            text = handle.read(MAX_JSON_BYTES + 1)
+        if len(text) > MAX_JSON_BYTES:
+            raise DivimlInputError(
+                f"grew beyond {MAX_JSON_BYTES >> 20} MiB while it was read", source=path, hint="read a finished file"
+            )
+        return json.loads(text.decode("utf-8"), parse_int=_integer, object_pairs_hook=_unique_keys)
     except DivimlInputError as error:
         raise error.within(path) from None
     except FileNotFoundError:
@@ -120,6 +134,21 @@ def read_json(path: str) -> Any:
         ) from None
 
 
+def check_regular_file(path: str, status: os.stat_result, limit: int) -> None:
+    """Refuse what is not a regular file (a device such as /dev/zero or a pipe never ends) or is larger
+    than ``limit`` bytes, before a byte of it is read."""
+    if not stat.S_ISREG(status.st_mode):
+        raise DivimlInputError(
+            "is not a regular file (a device or a pipe, which may never end)", source=path, hint="give a file"
+        )
+    if status.st_size > limit:
+        raise DivimlInputError(
+            f"is {status.st_size / 2**20:.0f} MiB, more than the {limit >> 20} MiB read at most",
+            source=path,
+            hint="check that the file is the one meant",
+        )
+
+
 class JsonFile:
     """``save(path)`` and ``load(path, *context)`` for classes with ``to_json``/``from_json``."""
 
@@ -131,8 +160,8 @@ class JsonFile:
         raise NotImplementedError
 
     def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_json(), handle, indent=1)
+        """Write the JSON form to ``path``, whole or not at all."""
+        write_text(path, json.dumps(self.to_json(), indent=1), "the file")
 
     @classmethod
     def load(cls, path: str, *context: Any):

@@ -73,7 +73,8 @@ class Problem:
         """Fail early, naming the kernel or group, when no plan at all can satisfy the constraints:
         no device may run a kernel, a co-location group has no common device, the weights of one
         kernel or group exceed every device that may hold them, or the model's weights exceed all
-        devices together."""
+        devices together. Costs made for another graph are refused here too (``check_made_for``)."""
+        self.costs.check_made_for(self.graph)
 
         def roomiest(devices: list[str]) -> tuple[str, float]:
             capacity = {d: self.platform.device(d).memory_bytes for d in devices}

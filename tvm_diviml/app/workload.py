@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +22,13 @@ from ..cost.roofline import RooflineCostModel
 from ..cost.table import TableCostModel
 from ..errors import DivimlInputError
 from ..graph import OpGraph
+from ..host_memory import available_memory_bytes
 from ..jsonio import read_json
 from ..modelspec import check_counts, parse_model_spec
 from ..msr_fiddle import is_msr_fiddle, read_msr_fiddle
 from ..platform import Platform
 from ..presets import load_platform
+from ..servers import PREFIX as SERVERS_PREFIX
 from ..synthetic import branchy, random_dag
 from ..units import format_bytes
 from ..zoo import check_zoo_name
@@ -73,7 +76,7 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
 
         loaded = load_model(model, {}, shapes=shapes, fused=granularity == "fused", path=model)
         return ModelGraph(loaded.extraction.graph, loaded)
-    if model.endswith(".json") or os.path.sep in model:
+    if is_model_file(model):
         data = read_json(model)
         try:
             if is_msr_fiddle(data):
@@ -104,6 +107,22 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
     return ModelGraph(loaded.extraction.graph, loaded)
 
 
+def is_model_file(model: str) -> bool:
+    """Whether MODEL names a file (an imported model, a graph .json, any path), not a zoo name or generator."""
+    return model.endswith((*IMPORTED_SUFFIXES, ".json")) or os.path.sep in model
+
+
+def platform_files(spec: str | None) -> list[str]:
+    """The files a ``--platform`` spec reads: a platform .json, or the .json kinds of a ``servers:`` spec."""
+    if not spec:
+        return []
+    if spec.startswith(SERVERS_PREFIX):
+        groups = spec.removeprefix(SERVERS_PREFIX).split(",")[0].split("+")
+        kinds = [re.sub(r"^\d+\s*x\s*", "", group.strip()) for group in groups]
+        return [kind for kind in kinds if kind.endswith(".json")]
+    return [spec] if spec.endswith(".json") else []
+
+
 def load_workload(
     model: str,
     platform: str | None = None,
@@ -116,7 +135,15 @@ def load_workload(
     runs_here: bool = False,
 ) -> Workload:
     """``runs_here``: the model will be built and run on this machine (``diviml run``), as it is to
-    measure its costs: its memory is checked against this machine's first."""
+    measure its costs: its memory is checked against this machine's first. The platform is read (and,
+    where it will be built for, its targets checked with TVM) before the model, the slow part."""
+    plat = load_platform(platform or DEFAULT_PLATFORM)
+    tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
+    cost = cost or ("measured" if tuned else None)
+    if runs_here or cost == "measured":
+        from ..cost.measured import check_targets  # imports TVM, which these commands use anyway
+
+        check_targets(plat, platform)
     found = load_graph(model, shapes=shapes, granularity=granularity)
     if found.platform is not None:
         if platform is not None or cost is not None:
@@ -127,9 +154,7 @@ def load_workload(
             )
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
-    plat = load_platform(platform or DEFAULT_PLATFORM)
-    tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
-    cost = cost or ("measured" if tuned else "roofline")
+    cost = cost or "roofline"
     if tuned and cost != "measured":
         raise DivimlInputError(
             "--tune, --tune-minutes and --tuning-db apply to measured costs",
@@ -168,15 +193,3 @@ def require_memory_to_run(graph: OpGraph, model: str) -> None:
             source=model,
             hint="choose smaller model options (batch, resolution, seq) or --shape values, or plan it without running",
         )
-
-
-def available_memory_bytes() -> float | None:
-    """MemAvailable from /proc/meminfo (Linux), else None."""
-    try:
-        with open("/proc/meminfo") as file:
-            for line in file:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None

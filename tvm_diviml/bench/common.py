@@ -13,6 +13,7 @@ from tqdm import tqdm
 from ..errors import DivimlInputError
 from ..simulator import simulate
 from ..solvers import get_solver
+from ..writes import write_text
 from .suite import Row
 
 # One logger for every suite, so that their warnings keep reading "tvm_diviml.bench: ...".
@@ -85,9 +86,6 @@ def markdown_table(rows: list[Row]) -> str:
 
 
 def write_markdown(rows: list[Row], path: str) -> None:
-    """Write ``markdown_table(rows)`` to ``path``; a file that cannot be written is bad input, not a crash."""
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(markdown_table(rows) + "\n")
-    except OSError as error:
-        raise DivimlInputError(f"cannot write: {error.strerror}", source=path) from None
+    """Write ``markdown_table(rows)`` to ``path``, whole or not at all; a file that cannot be written is bad
+    input, not a crash."""
+    write_text(path, markdown_table(rows) + "\n", "--markdown")

@@ -6,6 +6,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from ..errors import DivimlInputError
+from ..graph import Kernel, OpGraph
 from ..platform import Platform
 
 
@@ -63,6 +65,37 @@ class CostModel(ABC):
         )
         return best[2], best[0]
 
+    def fingerprint_of(self, kernel: str) -> str | None:
+        """The fingerprint (``Kernel.fingerprint``) of the kernel of this name that these costs were made
+        for; None where they do not say. A model built from a graph says: its graph's kernel."""
+        graph = getattr(self, "graph", None)
+        made_for = graph.kernels.get(kernel) if graph is not None else None
+        return made_for.fingerprint if made_for is not None else None
+
+    def check_made_for(self, graph: OpGraph, source: str | None = None) -> None:
+        """Refuse costs made for another graph, naming the first kernel that differs from the one they
+        describe (``twin_branch:hidden=64``'s costs would price ``hidden=2048``'s kernels of the same names)."""
+        if getattr(self, "graph", None) is graph:
+            return
+        for name, kernel in graph.kernels.items():
+            theirs = self.fingerprint_of(name)
+            if theirs is not None and theirs != kernel.fingerprint:
+                raise DivimlInputError(
+                    f"the costs were made for another model: kernel '{name}' differs from the one they describe "
+                    f"({_kernel_summary(kernel)} here)",
+                    source=source,
+                    field=f"fingerprints.{name}",
+                    hint="measure this model's costs (diviml profile MODEL --export PATH), or give the model they "
+                    "were made for",
+                )
+
     @staticmethod
     def runs(seconds: float) -> bool:
         return not math.isinf(seconds)
+
+
+def _kernel_summary(kernel: Kernel) -> str:
+    """FLOPs and output shapes, as a user can compare them with the model they meant."""
+    outputs = kernel.attrs.get("outputs") or []
+    shapes = ", ".join("x".join(map(str, o.get("shape", []))) + f" {o.get('dtype', '')}" for o in outputs)
+    return f"{kernel.flops:.4g} FLOPs, " + (f"output {shapes}" if shapes else f"{kernel.output_bytes:.4g} output bytes")

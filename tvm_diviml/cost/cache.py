@@ -56,6 +56,8 @@ UNUSABLE_CODES = {
     sqlite3.SQLITE_READONLY,
     sqlite3.SQLITE_PERM,
 }
+# Result codes of a write that the disk refused: moving the file aside would not cure them.
+UNWRITABLE_CODES = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY}
 NOT_WRITABLE_HINT = "set DIVIML_CACHE_DIR to a writable directory"
 
 T = TypeVar("T")
@@ -69,6 +71,11 @@ def default_cache_dir() -> str:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tvm-diviml")
+
+
+def tuning_cache_dir() -> str:
+    """Where ``--tune`` keeps its MetaSchedule databases (one folder per target), beside the profiles."""
+    return os.path.join(default_cache_dir(), "metaschedule")
 
 
 @dataclass(frozen=True)
@@ -246,6 +253,7 @@ class ProfileCache:
 
     # ------------------------------------------------------------------ damage
     def _open(self) -> None:
+        self.in_memory = False
         try:
             self._db = _connect(self.path)
         except _Unusable:
@@ -255,23 +263,41 @@ class ProfileCache:
     def _run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
         """``operation(connection)`` on the file now at ``self.path``: if another process moved ours
         aside, reopen (our rows would go to the moved file otherwise); if the file turns out unusable
-        midway, recover and run it once more."""
-        if _file_identity(self.path) != self._file:
+        midway, recover and run it once more; if it cannot be written (a full disk, a read-only file
+        system), go on in memory."""
+        if not self.in_memory and _file_identity(self.path) != self._file:
             self._db.close()
             self._open()
         try:
             return operation(self._db)
         except sqlite3.DatabaseError as error:
+            if _is_unwritable(error) and not self.in_memory:
+                self._db.close()
+                self._db = self._in_memory(error)
+                return operation(self._db)
             if not _is_unusable(error):
                 raise
         self._db.close()
         self._open()
         return operation(self._db)
 
+    def _in_memory(self, problem: object) -> sqlite3.Connection:
+        """An empty cache in memory, for a file that cannot be written: the run goes on and measures
+        what it needs, keeping nothing for the next one (the warning says how to fix it)."""
+        log.warning(
+            "profile cache %s cannot be written (%s): this run's measurements are not kept; free space, fix the "
+            "permissions or %s",
+            self.path,
+            problem,
+            NOT_WRITABLE_HINT,
+        )
+        self.in_memory = True
+        return _connect(":memory:")
+
     def _recover(self) -> sqlite3.Connection:
         """Move the unusable file aside and start an empty cache. Under a lock and after checking again,
         so that of two processes that found the same damage, the second uses the first one's new file
-        instead of moving it aside too."""
+        instead of moving it aside too. Where no file can be made there, an empty cache in memory."""
         try:
             with _exclusive_lock(self.path + ".lock"):
                 try:
@@ -287,9 +313,7 @@ class ProfileCache:
                         )
                 return _connect(self.path)
         except (OSError, _Unusable) as error:
-            raise DivimlInputError(
-                f"cannot create the profile cache: {error}", source=self.path, hint=NOT_WRITABLE_HINT
-            ) from None
+            return self._in_memory(getattr(error, "strerror", None) or error)
 
 
 def _columns(key: ProfileKey | LinkKey) -> tuple[str, ...]:
@@ -307,6 +331,11 @@ def _file_identity(path: str) -> tuple[int, int] | None:
 
 def _is_unusable(error: sqlite3.DatabaseError) -> bool:
     return (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in UNUSABLE_CODES
+
+
+def _is_unwritable(error: sqlite3.DatabaseError) -> bool:
+    """A write the disk refused: full, an I/O error, or a file system mounted read-only."""
+    return (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in UNWRITABLE_CODES
 
 
 def _connect(path: str) -> sqlite3.Connection:

@@ -68,15 +68,35 @@ def tvm_target(device: Device):
     return device_target(device)
 
 
-def existing_tuning(work_dir: str, devices: list[Device]) -> dict[str, Any]:
-    """A user's MetaSchedule database applied on every present device of its target kind."""
+def check_targets(platform: Platform, source: str | None = None) -> None:
+    """Every device's target is one TVM builds: checked when the platform is loaded to be measured or
+    run, so that a typo (``llvmm``, ``num_cores`` for ``num-cores``) is named before any work."""
+    for device in platform.devices:
+        try:
+            tvm_target(device)
+        except Exception as error:  # TVM raises ValueError or its own types for a target it rejects
+            raise_if_interrupted()
+            raise DivimlInputError(
+                f"TVM rejects target {device.target!r} ({first_line(error)})",
+                source=source,
+                field=f"devices[{device.name}].target",
+                hint='write a target TVM knows, e.g. {"kind": "llvm", "num-cores": 4} or '
+                '{"kind": "cuda", "arch": "sm_90"}',
+            ) from None
+
+
+def existing_tuning(work_dir: str, devices: list[Device], funcs: dict[str, Any]) -> dict[str, Any]:
+    """A user's MetaSchedule database applied on every present device of its target kind; refused where
+    it holds no record for any of ``funcs`` (the model's PrimFuncs) on those devices."""
     from types import SimpleNamespace
 
-    from .tuning import database_digest, open_database
+    from .tuning import check_database_covers, database_digest, open_database, tuning_target
 
     database = open_database(work_dir)
+    present = [d for d in devices if device_present(d)]
+    check_database_covers(database, funcs, [tuning_target(tvm_target(d)) for d in present], work_dir)
     tuned = SimpleNamespace(database=database, digest=database_digest(database))
-    return {d.name: tuned for d in devices if device_present(d)}
+    return {d.name: tuned for d in present}
 
 
 def tune_for_devices(funcs: dict[str, Any], devices: list[Device], budget, work_root: str, progress: bool = True):
@@ -466,8 +486,11 @@ class MeasuredCostModel(CostModel):
 
     # -------------------------------------------------------------- export
     def to_table(self):
-        """All costs (kernels and links) as a TableCostModel: measure here, plan anywhere."""
-        from .table import TableCostModel
+        """All costs (kernels and links) as a TableCostModel: measure here, plan anywhere. The table says
+        what it was measured for (each kernel's fingerprint, the model, each device's target, the
+        versions), so that it never prices another model's kernels of the same names."""
+        from .. import __version__
+        from .table import TableCostModel, tvm_version
 
         compute = {k: {d: self.compute_s(k, d) for d in self.platform.device_names} for k in self.graph.kernels}
         sources = {d: self.source(next(iter(self.graph.kernels)), d) for d in self.platform.device_names}
@@ -479,6 +502,12 @@ class MeasuredCostModel(CostModel):
             executor_segments=self.executor_segments,
             prediction_error=self.prediction_error,
             executor_overheads=self.executor_overheads,
+            fingerprints={name: kernel.fingerprint for name, kernel in self.graph.kernels.items()},
+            made_for={
+                "model": self.graph.name,
+                "targets": {d.name: d.target for d in self.platform.devices},
+                "versions": {"tvm": tvm_version(), "tvm_diviml": __version__},
+            },
         )
 
 

@@ -6,6 +6,8 @@ cannot run the kernel. Optional ``links`` replace the platform's link figures.
 
 from __future__ import annotations
 
+import importlib.metadata
+import logging
 import math
 from typing import Any
 
@@ -16,6 +18,8 @@ from ..platform import Link, Platform, link_from_json
 from .base import CostModel, ExecutorOverheads
 
 FORMAT = "diviml.costs/1"
+
+log = logging.getLogger(__name__)
 
 
 class TableCostModel(CostModel, JsonFile):
@@ -29,8 +33,13 @@ class TableCostModel(CostModel, JsonFile):
         executor_segments: bool = False,
         prediction_error: float = 0.0,
         executor_overheads: ExecutorOverheads | None = None,
+        fingerprints: dict[str, str] | None = None,
+        made_for: dict | None = None,
     ):
+        """``fingerprints``: kernel -> ``Kernel.fingerprint`` of the kernels the costs were measured for;
+        ``made_for``: the model, each device's target and the versions that measured them."""
         super().__init__(platform)
+        self.fingerprints, self.made_for = dict(fingerprints or {}), dict(made_for or {})
         self.executor_segments, self.prediction_error = executor_segments, prediction_error
         self.executor_overheads = executor_overheads or ExecutorOverheads()
         self.compute = {
@@ -51,8 +60,25 @@ class TableCostModel(CostModel, JsonFile):
     def source(self, kernel: str, device: str) -> str:
         return self.sources.get(device, "table")
 
+    def fingerprint_of(self, kernel: str) -> str | None:
+        return self.fingerprints.get(kernel)
+
+    def check_made_for(self, graph: OpGraph, source: str | None = None) -> None:
+        try:
+            super().check_made_for(graph, source)
+        except DivimlInputError as error:
+            model = self.made_for.get("model")
+            raise DivimlInputError(
+                error.detail + (f"; they were measured for {model}" if model else ""),
+                source=error.source,
+                field=error.field,
+                hint=error.hint,
+            ) from None
+
     def check_covers(self, graph: OpGraph, where: str = "costs") -> None:
-        """Every kernel has a cost on every device it may run on; no unknown device; no negative."""
+        """The costs were made for this graph (where they say what for); every kernel has a cost on every
+        device it may run on; no unknown device; no negative."""
+        self.check_made_for(graph, where)
         devices = set(self.platform.device_names)
         for name, kernel in graph.kernels.items():
             row = self.compute.get(name)
@@ -109,6 +135,8 @@ class TableCostModel(CostModel, JsonFile):
                 "segment_s": self.executor_overheads.segment_s,
                 "corun_factor": self.executor_overheads.corun_factor,
             },
+            **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
+            **({"made_for": self.made_for} if self.made_for else {}),
         }
 
     @classmethod
@@ -178,6 +206,8 @@ class TableCostModel(CostModel, JsonFile):
             executor_segments=executor.get("segments", False),
             prediction_error=float(executor.get("prediction_error", 0.0)),
             executor_overheads=overheads,
+            fingerprints=_fingerprints_from_json(data.get("fingerprints", {})),
+            made_for=_made_for_from_json(data.get("made_for", {}), platform),
         )
 
     @classmethod
@@ -190,3 +220,46 @@ class TableCostModel(CostModel, JsonFile):
 
 def _is_fraction(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _fingerprints_from_json(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise DivimlInputError(
+            "must be an object {kernel: fingerprint}",
+            field="fingerprints",
+            hint="as `diviml profile --export` writes it",
+        )
+    return {str(k): v for k, v in raw.items()}
+
+
+def _made_for_from_json(raw: Any, platform: Platform) -> dict:
+    """What the costs were measured for; a device whose target differs from the platform's is refused
+    (its kernels were timed as another target builds them)."""
+    targets = raw.get("targets", {}) if isinstance(raw, dict) else None
+    if not isinstance(targets, dict):
+        raise DivimlInputError(
+            'must be {"model": ..., "targets": {device: target}, "versions": {...}}',
+            field="made_for",
+            hint="as `diviml profile --export` writes it",
+        )
+    for device, target in targets.items():
+        if device in platform.by_name and platform.device(device).target != target:
+            raise DivimlInputError(
+                f"device '{device}' was measured as target {target!r}; platform '{platform.name}' builds it as "
+                f"{platform.device(device).target!r}",
+                field=f"made_for.targets.{device}",
+                hint="measure on this platform (diviml profile MODEL --platform P --export PATH)",
+            )
+    versions = raw.get("versions", {})
+    theirs, ours = (versions.get("tvm") if isinstance(versions, dict) else None), tvm_version()
+    if theirs and ours and theirs != ours:
+        log.warning("costs measured with TVM %s, used with TVM %s: kernel times may differ", theirs, ours)
+    return dict(raw)
+
+
+def tvm_version() -> str | None:
+    """The installed TVM's version, read without importing TVM (this module plans without it)."""
+    try:
+        return importlib.metadata.version("apache-tvm")
+    except importlib.metadata.PackageNotFoundError:
+        return None

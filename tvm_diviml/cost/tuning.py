@@ -41,6 +41,7 @@ from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from ..errors import DivimlInputError, Stop, first_line, interrupts_deferred, raise_if_interrupted
+from ..writes import write_text
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def tune_primfuncs(
     target = tuning_target(target)
     started = time.perf_counter()
     os.makedirs(work_dir, exist_ok=True)
-    database = ms.database.JSONDatabase(work_dir=work_dir)
+    database = _json_database(work_dir, allow_missing=True)
     _check_one_target_kind(database, target, work_dir)
     searched = _load_searched(work_dir)
     workloads = _distinct_workloads(funcs)
@@ -266,7 +267,126 @@ def open_database(work_dir: str):
             source=work_dir,
             hint="give the work_dir that MetaSchedule tuning wrote",
         )
-    return ms.database.JSONDatabase(work_dir=work_dir, allow_missing=False)
+    return _json_database(work_dir, allow_missing=False)
+
+
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def _json_database(work_dir: str, *, allow_missing: bool):
+    """MetaSchedule's JSON database over ``work_dir``, its damaged lines healed first (``heal_database``).
+    A database TVM still cannot read is refused in one line, never a traceback."""
+    heal_database(work_dir)
+    try:
+        return ms.database.JSONDatabase(work_dir=work_dir, allow_missing=allow_missing)
+    except Exception as error:  # TVM raises its own error types for a file it cannot parse
+        raise_if_interrupted()
+        raise DivimlInputError(
+            f"TVM cannot read this MetaSchedule database ({first_line(error)})",
+            source=work_dir,
+            hint="move the folder aside to start a new database (diviml cache clear does it for the cache's own)",
+        ) from None
+
+
+def heal_database(work_dir: str) -> None:
+    """Drop the lines of a MetaSchedule database that an interrupted write or a damaged disk left
+    unreadable (MetaSchedule fails on the first with "Unexpected EOF", and every later tuning run with
+    it): any damaged record line, a damaged last workload line, and the records that name a workload
+    past the end. The file as it was is kept beside it (``.damaged``), with a warning. A damaged
+    workload line before the last cannot be dropped (records name workloads by line): refused, saying how to
+    start again."""
+    workloads_path, records_path = (os.path.join(work_dir, name) for name in DATABASE_FILES)
+    workloads = _lines(workloads_path)
+    damaged = [i for i, line in enumerate(workloads) if not _is_workload_line(line)]
+    if damaged and damaged != [len(workloads) - 1]:
+        raise DivimlInputError(
+            f"line {damaged[0] + 1} of {DATABASE_FILES[0]} is damaged, and records name the workloads after it "
+            "by their line",
+            source=work_dir,
+            hint="move the folder aside to start a new database (diviml cache clear does it for the cache's own)",
+        )
+    kept_workloads = workloads[: len(workloads) - len(damaged)]
+    records = _lines(records_path)
+    kept_records = [line for line in records if _is_record_line(line, len(kept_workloads))]
+    for path, lines, kept in ((workloads_path, workloads, kept_workloads), (records_path, records, kept_records)):
+        if len(kept) == len(lines):
+            continue
+        os.replace(path, path + ".damaged")
+        write_text(path, "".join(line + "\n" for line in kept), "the healed tuning database")
+        log.warning(
+            "%s: dropped %d damaged line(s) (an interrupted write?); the file as it was is kept as %s.damaged",
+            path,
+            len(lines) - len(kept),
+            os.path.basename(path),
+        )
+
+
+def _lines(path: str) -> list[str]:
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8", errors="replace") as file:
+        return [line.rstrip("\n") for line in file if line.strip()]
+
+
+def _is_workload_line(line: str) -> bool:
+    """``[structural hash, serialized module]``, as MetaSchedule writes a workload."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry)
+
+
+def _is_record_line(line: str, workloads: int) -> bool:
+    """``[workload line, [trace, run_secs, target, args_info]]`` naming one of the ``workloads`` kept."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], int)
+        and 0 <= entry[0] < workloads
+        and isinstance(entry[1], list)
+        and len(entry[1]) == 4
+    )
+
+
+def check_database_covers(database, funcs: dict[str, tirx.PrimFunc], targets: list, source: str) -> None:
+    """A user's database (``--tuning-db``) must hold records for this model's kernels on these targets
+    (each of its kind and CPU thread count): one made for another model, another size of it, or
+    another thread count matches none and would leave every kernel on the default schedules without a
+    word; refused, naming the first kernel. One that covers some kernels is used, with a warning."""
+    targets = [_as_target(t) for t in targets]
+    workloads = {name: _workload_module(func) for name, func in sorted(funcs.items())}
+    missing = [
+        (name, target)
+        for name, mod in workloads.items()
+        for target in targets
+        if _best_record(database, mod, target) is None
+    ]
+    if not workloads or not targets or not missing:
+        return
+    covered = len(workloads) * len(targets) - len(missing)
+    name, target = missing[0]
+    where = f"{target.kind.name}" + (f" on {_threads_of(target)} thread(s)" if _threads_of(target) else "")
+    if not covered:
+        raise DivimlInputError(
+            f"the tuning database has no record for any kernel of this model (the first: '{name}' for {where}): "
+            "it was made for another model, another size of it or another thread count",
+            source=source,
+            hint="tune this model (--tune or --tune-minutes), or give the database tuned for it",
+        )
+    log.warning(
+        "the tuning database %s has records for %d of %d kernel and target pairs (none for '%s' for %s): "
+        "the others keep the default schedules",
+        source,
+        covered,
+        covered + len(missing),
+        name,
+        where,
+    )
 
 
 def apply_database(mod: tvm.IRModule, target, database) -> AppliedDatabase:

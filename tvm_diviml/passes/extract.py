@@ -26,7 +26,7 @@ import tvm
 from tvm import relax
 from tvm.relax import backend
 
-from tvm_diviml.errors import DivimlInputError, raise_if_interrupted
+from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 
 from .layout import layout_passes
@@ -103,7 +103,15 @@ def bind_shapes(mod, entry: str, shapes: dict[str, int] | None):
                 field="--shape",
                 hint=f"symbolic dimensions: {', '.join(sorted(known)) or 'none'}",
             )
-        mod = relax.transform.BindSymbolicVars(dict(shapes), entry)(mod)
+        try:
+            mod = relax.transform.BindSymbolicVars(dict(shapes), entry)(mod)
+        except Exception as error:  # TVM's own error types, e.g. two symbolic variables of one name
+            raise_if_interrupted()
+            raise DivimlInputError(
+                f"TVM cannot bind --shape {', '.join(f'{k}={v}' for k, v in shapes.items())} ({first_line(error)})",
+                field="--shape",
+                hint="export the model with these dimensions fixed, or with distinct names for them",
+            ) from None
     left = sorted(_symbolic_dims(mod[entry]))
     if left:
         raise DivimlInputError(

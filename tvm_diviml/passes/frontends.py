@@ -19,6 +19,9 @@ import tvm
 from tvm import relax
 
 from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
+from tvm_diviml.host_memory import available_memory_bytes
+from tvm_diviml.jsonio import check_regular_file
+from tvm_diviml.units import format_bytes
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.input_ranges import integer_input_ranges
 
@@ -88,14 +91,15 @@ def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
         ) from None
     from tvm.relax.frontend.onnx import from_onnx
 
+    check_model_file(path)
     try:
         model = onnx.load(path)
-    except FileNotFoundError:
-        raise DivimlInputError("no such file", source=path) from None
     except Exception as error:  # onnx raises DecodeError and friends for files that are not ONNX
         raise DivimlInputError(
             f"not a readable ONNX model ({type(error).__name__}: {first_line(error)})", source=path
         ) from None
+    model = initializers_as_weights(model)
+    refuse_sizeless_inputs(model, path)
     refuse_onnx_training_nodes(model, path)
     with importer_errors(path):
         mod = from_onnx(integer_initializers_as_constants(model), keep_params_in_input=True)
@@ -109,6 +113,40 @@ def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
         return from_relax(mod, "main", shapes=shapes, name=path, origin=origin)
     except DivimlInputError as error:
         raise error.within(path) from None
+
+
+def initializers_as_weights(model):
+    """The model without the graph inputs that are also initializers, which are its weights. The classic
+    ONNX Model Zoo form (IR version 3) lists every weight as a graph input with a default value; TVM's
+    importer then takes each both as an input and as a weight and the model cannot be called. A
+    deployment feeds only the real inputs: such an input is kept at its initializer's value."""
+    initialized = {init.name for init in model.graph.initializer}
+    if not any(i.name in initialized for i in model.graph.input):
+        return model
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())  # the caller's model stays as it was
+    inputs = [i for i in model.graph.input if i.name not in initialized]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    return model
+
+
+def refuse_sizeless_inputs(model, path: str) -> None:
+    """Refuse an input dimension that is 0 or has neither a size nor a name: TVM's importer makes each such
+    dimension a symbolic variable named "v", which no ``--shape`` can bind (several share the name), and
+    a zero-size input leaves nothing to compute."""
+    for graph_input in model.graph.input:
+        dims = graph_input.type.tensor_type.shape.dim
+        for axis, dim in enumerate(dims):
+            if dim.dim_param or dim.dim_value > 0:
+                continue
+            raise DivimlInputError(
+                f"input '{graph_input.name}' has axis {axis} of size 0 or without a size or name",
+                source=path,
+                hint="export the model with a positive size there, or name the dimension (a dim_param) and bind it "
+                "with --shape NAME=VALUE",
+            )
 
 
 def integer_initializers_as_constants(model):
@@ -245,14 +283,14 @@ def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> Built
         raise DivimlInputError(
             "reading .pt2 files needs torch", source=path, hint="pip install 'tvm-diviml[torch]'"
         ) from None
-    if not os.path.isfile(path):
-        raise DivimlInputError("no such file", source=path)
+    check_model_file(path)
     if not zipfile.is_zipfile(path):  # torch would log its own traceback before failing
         raise DivimlInputError(
             "not a torch.export program (a .pt2 file is a zip archive)",
             source=path,
             hint="save it with torch.export.save(torch.export.export(model, args), path)",
         )
+    check_archive_sizes(path)
     refuse_pickled_objects(path)
     register_pytree_types(path)
     quiet = logging.getLogger("torch.export")  # it logs a traceback before its fallback reader
@@ -272,6 +310,49 @@ def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> Built
         return from_torch_export(program, shapes, name=path)
     except DivimlInputError as error:
         raise error.within(path) from None
+
+
+MAX_MODEL_BYTES = 1 << 40  # where the machine does not say how much memory it has free
+
+
+def check_model_file(path: str) -> None:
+    """A model file exists, is a regular file (not /dev/zero or a pipe) and fits in the memory free."""
+    if not os.path.exists(path):
+        raise DivimlInputError("no such file", source=path, hint="check the path")
+    check_regular_file(path, os.stat(path), int(available_memory_bytes() or MAX_MODEL_BYTES))
+
+
+# A compressed member that inflates more than this many times, to more than BOMB_MIN_BYTES, is refused:
+# torch.export.save stores every member uncompressed, and weights compress little.
+MAX_INFLATION = 100
+BOMB_MIN_BYTES = 64 << 20
+
+
+def check_archive_sizes(path: str) -> None:
+    """Refuse, from the archive's directory and before any member is read, a .pt2 whose members would
+    take more memory than this machine has free, or a member that inflates like a zip bomb (a 35 MB
+    member declared at 8 GiB). Readers stop at a member's declared size, so that bounds what is read."""
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+    for member in members:
+        if member.compress_type != zipfile.ZIP_STORED and member.file_size > max(
+            BOMB_MIN_BYTES, MAX_INFLATION * member.compress_size
+        ):
+            raise DivimlInputError(
+                f"member {member.filename} inflates from {format_bytes(member.compress_size)} to "
+                f"{format_bytes(member.file_size)}: not what torch.export.save writes",
+                source=path,
+                hint="save the program again with torch.export.save",
+            )
+    total, available = sum(m.file_size for m in members), available_memory_bytes()
+    if available is not None and total > available:
+        largest = max(members, key=lambda m: m.file_size)
+        raise DivimlInputError(
+            f"its members take {format_bytes(total)} ({largest.filename}: {format_bytes(largest.file_size)}); this "
+            f"machine has {format_bytes(available)} free",
+            source=path,
+            hint="read it on a machine with more memory, or export a smaller model",
+        )
 
 
 def refuse_pickled_objects(path: str) -> None:
@@ -331,6 +412,7 @@ def register_pytree_types(path: str) -> None:
     Hugging Face model returns a ``ModelOutput``, which torch can read back only once registered),
     from ``PYTREE_PACKAGES`` only; a type from another package is left to torch's own error."""
     import importlib
+    import importlib.metadata
     import importlib.util
 
     with zipfile.ZipFile(path) as archive:
@@ -355,7 +437,15 @@ def register_pytree_types(path: str) -> None:
                 source=path,
                 hint=f"pip install {package} (the version the program was exported with)",
             )
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ImportError as error:  # a module of another version of the package
+            version = importlib.metadata.version(package)
+            raise DivimlInputError(
+                f"the program returns a type of {module}, which {package} {version} lacks ({first_line(error)})",
+                source=path,
+                hint=f"install the {package} version the program was exported with",
+            ) from None
 
 
 @contextlib.contextmanager

@@ -71,7 +71,7 @@ def measured_costs(
     as built, after MetaSchedule tuning within ``tune`` (a ``TuningBudget``), or with a user's MetaSchedule database
     (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
     (the whole model timed once per present device, ``calibrate_in_context``)."""
-    from tvm_diviml.cost.cache import ProfileCache, default_cache_dir
+    from tvm_diviml.cost.cache import ProfileCache, tuning_cache_dir
     from tvm_diviml.cost.measured import (
         MeasuredCostModel,
         MeasureOptions,
@@ -92,10 +92,10 @@ def measured_costs(
         raise DivimlInputError(
             "--tune and --tuning-db both choose the schedules", field="--tuning-db", hint="give one of them"
         )
+    funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
     if tuning_db:
-        tuning = existing_tuning(tuning_db, platform.devices)
+        tuning = existing_tuning(tuning_db, platform.devices, funcs)
     if tune:
-        funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
         present = any(device_present(device) for device in platform.devices)  # else: nothing to tune
         configurations = [
             device if threads == device.num_threads else replace(device, num_threads=threads)
@@ -105,7 +105,7 @@ def measured_costs(
             funcs,
             [*platform.devices, *configurations],
             tune,
-            os.path.join(default_cache_dir(), "metaschedule"),
+            tuning_cache_dir(),
             progress=progress,
         )
     costs = MeasuredCostModel(

@@ -7,8 +7,25 @@ which weight goes to which device before the first inference.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+
+SUFFIX = ".placement.json"
+
+
+def placement_path(library: str) -> str:
+    """Where an exported library's placement lives: beside it, ``lib.so.placement.json``."""
+    return library + SUFFIX
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -30,6 +47,8 @@ class Placement:
     outputs: list[str] = field(default_factory=list)  # the outputs' tensor keys (segments write them)
     segments: list[dict] = field(default_factory=list)  # per segment function: name, device, kernels,
     # reads, writes (tensor keys), weights
+    library_sha256: str | None = None  # the library exported with it: a pair from two exports is refused
+    versions: dict[str, str] = field(default_factory=dict)  # what built it: {"tvm": ..., "tvm_diviml": ...}
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

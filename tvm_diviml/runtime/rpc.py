@@ -31,13 +31,27 @@ from typing import Any
 import numpy as np
 
 from ..errors import DivimlInputError, ServerFailure
+from ..writes import write_text
 from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
-from .placement import Placement
+from .placement import Placement, placement_path
 from .rpc_servers import RemoteServer, last_line, within
 from .vm import PlacedExecutable
 
-
 # ---------------------------------------------------------------------- the build the driver runs
+INDEX_FILE = "servers.json"  # a per-server export's index, beside one library per server
+
+
+def server_library(directory: str, server: str) -> str:
+    return os.path.join(directory, f"{server}.so")
+
+
+def export_files(directory: str, servers: Iterable[str]) -> list[str]:
+    """Every file a per-server export to ``directory`` may write (one library and placement per server
+    that runs segments, and the index), for checks made before the build."""
+    libraries = [server_library(directory, sid) for sid in servers]
+    return [*libraries, *map(placement_path, libraries), os.path.join(directory, INDEX_FILE)]
+
+
 @dataclass
 class ServersBuild:
     """One PlacedExecutable per server that runs segments, and the driver's view of the whole: the
@@ -60,21 +74,18 @@ class ServersBuild:
         return next(iter(self.builds.values())).placement
 
     def export(self, directory: str) -> str:
-        """``directory/SERVER.so`` (+ ``.placement.json``) per server and ``directory/servers.json``."""
+        """``directory/SERVER.so`` (+ its placement) per server and ``directory/servers.json``, the index,
+        written last: each file whole or not at all."""
         os.makedirs(directory, exist_ok=True)
         for sid, built in self.builds.items():
-            built.export(os.path.join(directory, f"{sid}.so"))
-        with open(os.path.join(directory, "servers.json"), "w", encoding="utf-8") as out:
-            json.dump(
-                {"servers": list(self.builds), "server_of": self.server_of, "segment_order": self.segment_order},
-                out,
-                indent=1,
-            )
+            built.export(server_library(directory, sid))
+        index = {"servers": list(self.builds), "server_of": self.server_of, "segment_order": self.segment_order}
+        write_text(os.path.join(directory, INDEX_FILE), json.dumps(index, indent=1), "the servers' index")
         return directory
 
     @classmethod
     def load(cls, directory: str) -> ServersBuild:
-        path = os.path.join(directory, "servers.json")
+        path = os.path.join(directory, INDEX_FILE)
         try:
             with open(path, encoding="utf-8") as raw:
                 index = json.load(raw)
@@ -83,7 +94,7 @@ class ServersBuild:
             raise DivimlInputError(
                 f"not a per-server build ({error})", source=path, hint="write it with ServersBuild.export"
             ) from None
-        return cls({sid: PlacedExecutable.load(os.path.join(directory, f"{sid}.so")) for sid in servers}, owner, order)
+        return cls({sid: PlacedExecutable.load(server_library(directory, sid)) for sid in servers}, owner, order)
 
 
 # ---------------------------------------------------------------------- running it

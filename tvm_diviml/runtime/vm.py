@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -11,9 +12,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import DivimlInputError, raise_if_interrupted
-from .placement import Placement
+from ..writes import write_text, written_whole
+from .placement import Placement, file_sha256, placement_path
 
 log = logging.getLogger(__name__)
+
+MAX_PLACEMENT_BYTES = 256 << 20  # a placement lists kernels and segments: far below this; read no more
 
 
 def tvm_device(spec: str):
@@ -141,17 +145,28 @@ class PlacedExecutable:
         self.executable, self.placement = executable, placement
 
     def export(self, path: str) -> str:
-        """Write the library to ``path`` and the placement beside it (``path + '.placement.json'``)."""
-        self.executable.export_library(path)
-        with open(path + ".placement.json", "w", encoding="utf-8") as out:
-            out.write(self.placement.to_json())
+        """Write the library to ``path`` and the placement beside it (``placement_path``), each whole or
+        not at all; the placement names the library's SHA-256, so that a pair from two exports (one
+        interrupted between its two files, or one file replaced) is refused when loaded."""
+        import tvm
+
+        from .. import __version__
+
+        with written_whole(path, "the exported library") as library:
+            self.executable.export_library(library)
+            placement = dataclasses.replace(
+                self.placement,
+                library_sha256=file_sha256(library),
+                versions={"tvm": tvm.__version__, "tvm_diviml": __version__},
+            )
+            write_text(placement_path(path), placement.to_json(), "the exported placement")
         return path
 
     @classmethod
     def load(cls, path: str) -> PlacedExecutable:
         import tvm
 
-        sidecar = path + ".placement.json"
+        sidecar = placement_path(path)
         if not os.path.isfile(path) or not os.path.isfile(sidecar):
             raise DivimlInputError(
                 f"no placed build at {path} (it needs {os.path.basename(sidecar)} beside it)",
@@ -160,13 +175,25 @@ class PlacedExecutable:
             )
         try:
             with open(sidecar, encoding="utf-8") as raw:
-                placement = Placement.from_json(raw.read())
+                placement = Placement.from_json(raw.read(MAX_PLACEMENT_BYTES))
         except (ValueError, TypeError) as error:  # not JSON, or written by another version
             raise DivimlInputError(
                 f"{os.path.basename(sidecar)} is not a placement this version reads ({error})",
                 source=sidecar,
                 hint="export the build again",
             ) from None
+        if placement.library_sha256 is None:
+            log.warning("%s names no library fingerprint (an older export): its pairing is not checked", sidecar)
+        elif placement.library_sha256 != file_sha256(path):
+            raise DivimlInputError(
+                f"the library and {os.path.basename(sidecar)} come from different exports (one was interrupted "
+                "or replaced)",
+                source=path,
+                hint="export the build again",
+            )
+        built_with = placement.versions.get("tvm")
+        if built_with and built_with != tvm.__version__:
+            log.warning("%s was built with TVM %s; this is TVM %s", path, built_with, tvm.__version__)
         try:
             executable = tvm.runtime.load_module(path)
         except RuntimeError as error:  # e.g. CUDA code on a machine whose TVM has no CUDA runtime

@@ -23,7 +23,7 @@ from tvm import te
 from tvm.relax.frontend import nn
 
 from .registry import register
-from .transformers import check_vocab, mask_future
+from .transformers import mask_future
 
 STEPS = ("prefill", "decode")
 ROTARY_BASE = 10000.0
@@ -193,7 +193,6 @@ def llama(
         raise ValueError(f"head dimension hidden/heads={hidden // heads} is odd; rotary embeddings need it even")
     if step == "decode" and cache < 1:
         raise ValueError(f"cache={cache}: decode needs at least one cached position")
-    check_vocab(vocab)
     decode = step == "decode"
     model = Llama(layers, hidden, heads, kv_heads, intermediate, vocab, batch, cache if decode else None)
     return model, {"input_ids": ((batch, 1 if decode else seq), "int32")}
