@@ -54,5 +54,5 @@ setup(
         # for the model-coverage suite (`diviml bench --suite models`, tests/test_coverage.py).
         "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],
     },
-    entry_points={"console_scripts": ["diviml=tvm_diviml.cli:entry"]},
+    entry_points={"console_scripts": ["diviml=tvm_diviml.entry:main"]},
 )

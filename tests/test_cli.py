@@ -324,7 +324,7 @@ BAD_INPUTS = {
         ["run", "twin_branch", "--export", t / "nodir" / "x.so"],
         ["cannot write --export", "does not exist"],
     ),
-    "gantt onto a folder": lambda t: (["plan", "random", "--gantt", t], ["cannot write --gantt there"]),
+    "gantt onto a folder": lambda t: (["plan", "random", "--gantt", t], ["cannot write --gantt", "a folder of that"]),
     "a folder as the model": lambda t: (["plan", t], [str(t), "is a folder, not a model"]),
     "json and gantt to one file": lambda t: (
         ["plan", "random", "--json", t / "x.png", "--gantt", t / "x.png"],

@@ -79,7 +79,7 @@ def test_the_wheel_ships_every_module_of_every_package(wheel):
     assert not missing, f"the wheel lacks {missing}"
     assert not any(n.startswith(("passes/", "tests/", "benchmarks/")) for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "diviml = tvm_diviml.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "diviml = tvm_diviml.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 @pytest.fixture(scope="module")

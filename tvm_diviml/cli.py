@@ -3,30 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import importlib.util
 import json
 import logging
 import math
 import os
-import signal
 import sys
 import tempfile
 import threading
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 
 from . import __version__
 from .app.dataparallel import format_batch_splits, plan_with_batch_splits
+from .app.files import Read, Written, check_files
 from .app.report import format_row, solve_and_report
-from .app.workload import GENERATORS, load_graph, load_workload
-from .errors import DivimlInputError, ServerFailure, forget_interrupt, interrupted, on_interrupt, raise_if_interrupted
+from .app.workload import GENERATORS, is_model_file, load_graph, load_workload, platform_files
+from .errors import (
+    DivimlInputError,
+    ServerFailure,
+    answer_interrupts,
+    forget_interrupt,
+    interrupted,
+    raise_if_interrupted,
+)
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
+from .runtime.placement import placement_path
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
 from .toolkit.incumbents import Event
 from .units import format_seconds
+from .writes import write_text
 
 log = logging.getLogger("tvm_diviml")
 
@@ -44,54 +56,63 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_json(data: Any, destination: str) -> None:
+# Where ``--json -`` writes: the command's stdout, while its human report goes to stderr.
+_JSON_STDOUT: contextvars.ContextVar[TextIO | None] = contextvars.ContextVar("json_stdout", default=None)
+
+
+@contextlib.contextmanager
+def _report_on_stderr_beside_json(args: argparse.Namespace) -> Iterator[None]:
+    """With ``--json -``, stdout carries the JSON alone: whatever else the command prints goes to stderr."""
+    if getattr(args, "json", None) != "-":
+        yield
+        return
+    token = _JSON_STDOUT.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _JSON_STDOUT.reset(token)
+
+
+def write_json(data: Any, destination: str, what: str = "--json") -> None:
+    """``data`` as JSON on stdout (``-``) or in a file, written whole or not at all."""
     text = json.dumps(_json_safe(data), indent=1)
     if destination == "-":
-        print(text)
+        print(text, file=_JSON_STDOUT.get() or sys.stdout)
     else:
-        try:
-            with open(destination, "w", encoding="utf-8") as handle:
-                handle.write(text + "\n")
-        except OSError as error:
-            raise DivimlInputError(
-                f"cannot write: {error.strerror}",
-                source=destination,
-                hint="check that the folder exists and is writable",
-            ) from None
+        write_text(destination, text + "\n", what)
 
 
-OUTPUT_FLAGS = ("json", "gantt", "export", "markdown")  # options that name a file to write
+def command_files(args: argparse.Namespace) -> tuple[list[Read], list[Written]]:
+    """What the command will read (MODEL, platform, cost and tuning files, the profile cache) and write
+    (every output option, with the files an export writes beside its library)."""
+    reads = [Read(args.model, "MODEL")] if is_model_file(getattr(args, "model", "")) else []
+    reads += [Read(path, "--platform") for path in platform_files(getattr(args, "platform", None))]
+    cost = getattr(args, "cost", None)
+    if cost not in (None, "roofline", "measured"):
+        reads.append(Read(cost, "--cost"))
+    if getattr(args, "tuning_db", None):
+        reads.append(Read(args.tuning_db, "--tuning-db", folder=True))
+    if args.command in ("run", "profile") or cost == "measured":
+        from .cost.cache import FILE_NAME, default_cache_dir
 
+        reads.append(Read(os.path.join(default_cache_dir(), FILE_NAME), "the profile cache"))
+    writes = [
+        Written(getattr(args, flag), f"--{flag}")
+        for flag in ("json", "gantt", "markdown")
+        if getattr(args, flag, None) and getattr(args, flag) != "-" and args.command != "platforms"  # NAME there
+    ]
+    export = getattr(args, "export", None)
+    if export and getattr(args, "rpc", None):
+        from .runtime.rpc import export_files
+        from .servers import server_devices
 
-def check_output_paths(args: argparse.Namespace) -> None:
-    """Every file a command will write can be written, checked before any solving or building (a
-    folder that does not exist or is read-only would otherwise fail after minutes of work), and no
-    file named by two of them (the second would overwrite the first)."""
-    named: dict[str, str] = {}
-    for flag in OUTPUT_FLAGS:
-        path = getattr(args, flag, None)
-        if not isinstance(path, str) or path == "-":
-            continue
-        same = named.setdefault(os.path.realpath(path), flag)
-        if same != flag:
-            raise DivimlInputError(
-                f"--{same} and --{flag} name the same file, and the second would overwrite the first",
-                source=path,
-                hint="give each output a path of its own",
-            )
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise DivimlInputError(
-                f"cannot write --{flag}: folder {folder} does not exist",
-                source=path,
-                hint="create the folder first, or write elsewhere",
-            )
-        if os.path.isdir(path) or not os.access(path if os.path.exists(path) else folder, os.W_OK):
-            raise DivimlInputError(
-                f"cannot write --{flag} there (a folder, or not writable)",
-                source=path,
-                hint="give a file path you may write",
-            )
+        writes.append(Written(export, "--export", folder=True))
+        servers = server_devices(get_platform(args.platform))
+        writes += [Written(path, f"--export's {os.path.basename(path)}") for path in export_files(export, servers)]
+    elif export:
+        writes += [Written(export, "--export"), Written(placement_path(export), "--export's placement")]
+    return reads, writes
 
 
 # ---------------------------------------------------------------------- commands
@@ -478,7 +499,7 @@ def _demo_run(model: str) -> None:
     loaded = workload.loaded
     selection, measured, _ = run_candidates(loaded.built, loaded.extraction, problem, plan, 1)
     print(format_selection(selection))
-    print(f"\nthe kept plan, run:\n{format_run(measured, rtol=1e-4)}")
+    print(f"\nthe kept plan, run:\n{format_run(measured)}")
     _demo_frameworks(loaded.built, measured.measured_s)
 
 
@@ -588,10 +609,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.json:
         write_json(rows, args.json)
     if args.export:
-        try:
-            costs.to_table().save(args.export)
-        except OSError as error:
-            raise DivimlInputError(f"cannot write: {error.strerror}", source=args.export) from None
+        costs.to_table().save(args.export)
         print(f"all costs written to {args.export}: plan anywhere with --cost {args.export}")
     return 0
 
@@ -612,14 +630,27 @@ def _print_roofline_fits(costs) -> None:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cost.cache import ProfileCache
+    """``info``: the profile cache's rows and the tuning databases; ``clear``: empty both (a damaged tuning
+    database is removed with the rest)."""
+    import shutil
 
+    from .cost.cache import ProfileCache, tuning_cache_dir
+
+    tuning = tuning_cache_dir()
+    databases = sorted(os.listdir(tuning)) if os.path.isdir(tuning) else []
     with ProfileCache() as cache:
         if args.action == "clear":
             print(f"removed {cache.clear()} entries from {cache.path}")
+            try:
+                if databases:
+                    shutil.rmtree(tuning)
+            except OSError as error:
+                raise DivimlInputError(f"cannot remove: {error}", source=tuning, hint="remove it by hand") from None
+            print(f"removed {len(databases)} tuning database(s) from {tuning}")
         else:
             for key, value in cache.stats().items():
                 print(f"{key}: {value}")
+            print(f"tuning databases: {len(databases)} in {tuning}")
     return 0
 
 
@@ -1029,35 +1060,37 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    # SIGTERM unwinds like Ctrl-C, so that subprocesses (CP-SAT, RPC servers) are stopped on the way out;
-    # both are remembered, so that one TVM turned into another error still ends the command (exit 130)
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so that subprocesses (CP-SAT, RPC servers) are stopped on the way
+    # out; each is remembered, so that one TVM turned into another error still ends the command (exit 130)
     forget_interrupt()
-    signal.signal(signal.SIGTERM, on_interrupt)
-    signal.signal(signal.SIGINT, on_interrupt)
+    answer_interrupts()
     try:
-        check_output_paths(args)
-        code = args.run(args)
+        check_files(*command_files(args))
+        with _report_on_stderr_beside_json(args):
+            code = args.run(args)
         raise_if_interrupted()
         return code
-    except DivimlInputError as error:
-        if interrupted():
-            print("diviml: interrupted", file=sys.stderr)
-            return 130
-        if args.debug:
-            raise
-        print(f"diviml: error: {error}", file=sys.stderr)
-        return 2
-    except ServerFailure as error:  # the other servers were released on the way out
-        if args.debug:
-            raise
-        print(f"diviml: error: {error}", file=sys.stderr)
-        return 3
     except KeyboardInterrupt:
-        print("diviml: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted_exit()
     except BrokenPipeError:  # output piped into head or a closed pager: not an error
         sys.stdout = open(os.devnull, "w")
         return 0
+    except (DivimlInputError, ServerFailure) as error:  # with --rpc, the other servers were released on the way out
+        if interrupted():
+            return _interrupted_exit()
+        if args.debug:
+            raise
+        print(f"diviml: error: {error}", file=sys.stderr)
+        return 2 if isinstance(error, DivimlInputError) else 3
+    except Exception:  # an interrupt that TVM turned into its own error on the way up (a pass's callback)
+        if not interrupted():
+            raise
+        return _interrupted_exit()
+
+
+def _interrupted_exit() -> int:
+    print("diviml: interrupted", file=sys.stderr)
+    return 130
 
 
 def entry() -> None:

@@ -50,9 +50,19 @@ log = logging.getLogger(__name__)
 
 _interrupted = threading.Event()
 
+# Signals that stop a command as Ctrl-C does: a terminal closed (SIGHUP) or a job stopped (SIGTERM) must
+# stop CP-SAT workers and local RPC servers on the way out too.
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def answer_interrupts() -> None:
+    """Have every signal of ``INTERRUPT_SIGNALS`` unwind as Ctrl-C does (``on_interrupt``)."""
+    for number in INTERRUPT_SIGNALS:
+        signal.signal(number, on_interrupt)
+
 
 def on_interrupt(signum, frame) -> None:
-    """The CLI's SIGINT and SIGTERM handler: remember the interrupt, then unwind as Ctrl-C does.
+    """The CLI's handler of ``INTERRUPT_SIGNALS``: remember the interrupt, then unwind as Ctrl-C does.
 
     TVM turns a KeyboardInterrupt raised while one of its calls runs into a plain RuntimeError, which
     a handler for a kernel's failure (a schedule rule refused, a kernel that does not build) would take
@@ -80,7 +90,7 @@ class Stop:
 
 @contextlib.contextmanager
 def interrupts_deferred(notice: str = "") -> Iterator[Stop]:
-    """Within: SIGINT and SIGTERM are only remembered (``Stop.requested``, with ``notice`` logged), for
+    """Within: the ``INTERRUPT_SIGNALS`` are only remembered (``Stop.requested``, with ``notice`` logged), for
     work that must reach a safe point before it stops: a tuning search, whose C++ loop and worker pools
     crashed (exit -11) or left tracebacks when Ctrl-C unwound them at a random point. The caller stops
     at its safe point and raises KeyboardInterrupt there; a second interrupt raises it at once.
@@ -97,7 +107,7 @@ def interrupts_deferred(notice: str = "") -> Iterator[Stop]:
         if notice:
             log.warning("%s", notice)
 
-    previous = {number: signal.signal(number, remember) for number in (signal.SIGINT, signal.SIGTERM)}
+    previous = {number: signal.signal(number, remember) for number in INTERRUPT_SIGNALS}
     try:
         yield stop
     finally:
