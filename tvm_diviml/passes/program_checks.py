@@ -89,9 +89,16 @@ def refuse_onnx_training_nodes(model, source: str) -> None:
     import onnx
     from onnx import numpy_helper
 
-    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    # the Dropouts' training_mode inputs only: converting every weight would copy the whole model
+    flags = {node.input[2] for node in _nodes(model.graph) if node.op_type == "Dropout" and len(node.input) > 2}
+    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer if init.name in flags}
     for node in _nodes(model.graph):
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        if (
+            node.op_type == "Constant"
+            and node.output[0] in flags
+            and node.attribute[:1]
+            and node.attribute[0].name == "value"
+        ):
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     for node in _nodes(model.graph):
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
