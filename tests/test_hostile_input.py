@@ -22,6 +22,7 @@ from tvm_diviml.graph import OpGraph
 from tvm_diviml.msr_fiddle import is_msr_fiddle, read_msr_fiddle
 from tvm_diviml.platform import Platform
 from tvm_diviml.presets import get_platform
+from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem
 from tvm_diviml.synthetic import random_dag
 
@@ -284,8 +285,9 @@ def mutated(data, path, value, drop):
     return data
 
 
-def solved_or_refused(graph_json, platform_json, table_json=None):
-    """Reading and planning give a DivimlInputError or a report without NaN; nothing else."""
+def solved_or_refused(graph_json, platform_json, table_json=None, objective="latency", finite=False):
+    """Reading and planning give a DivimlInputError or a report without NaN; nothing else. ``finite``:
+    a plan's value is also finite and the simulator's."""
     try:
         graph, platform = OpGraph.from_json(graph_json), Platform.from_json(platform_json)
         if table_json is None:
@@ -295,12 +297,16 @@ def solved_or_refused(graph_json, platform_json, table_json=None):
         else:
             costs = TableCostModel.from_json(table_json, platform)
             costs.check_covers(graph)
-        _, sim, row = solve_and_report(Problem(graph, platform, costs), SOLVER, "fuzz", "fuzz", time_limit_s=2)
+        stages = len(platform.devices) if objective == "pipeline" else None
+        problem = Problem(graph, platform, costs, objective=objective, stages=stages)
+        plan, sim, row = solve_and_report(problem, SOLVER, "fuzz", "fuzz", time_limit_s=2)
     except DivimlInputError as error:
         assert "\n" not in str(error)
         return
     json.dumps(row, allow_nan=False) if sim.feasible else None
     assert not math.isnan(row["value_s"])
+    if finite:
+        assert math.isfinite(row["value_s"]) and row["value_s"] == simulate(problem, plan).value_s
 
 
 SOLVER = "auto"  # split with CP-SAT windows for latency: the default path
@@ -404,3 +410,90 @@ def test_fuzzed_profile_cache_rows_are_measured_again_or_served_whole(tmp_path_f
             assert served_link.latency_s >= 0 and math.isfinite(served_link.latency_s)
         cache.put_many({key: Measurement(2e-3, 1e-5, 5, "measured")})
         assert cache.get_many([key])[key].median_s == 2e-3
+
+
+# ---------------------------------------------------------------------- value fuzz
+# Numbers the validators accept must plan, from 1e-300 to 1e300 and with units off by 1e9 either way
+# (GB/s written as B/s): a cost table's 1e5 s to disable a device overflowed CP-SAT's integers, links
+# of 12 B/s too, a peak of 1e-300 FLOP/s made inf seconds, costs of 1e-20 s a HiGHS error.
+VALUE_FUZZ = settings(
+    max_examples=examples(30), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+OBJECTIVES = st.sampled_from(["latency", "throughput", "pipeline"])
+DEVICE_FIGURES = ["peak_flops", "bandwidth_Bps", "efficiency", "memory_bytes", "launch_overhead_s"]
+LINK_FIGURES = ["latency_s", "bandwidth_Bps"]
+
+
+def magnitudes(old: float):
+    """A value log-uniform from 1e-300 to 1e300, or ``old`` with its unit off by 1e9 either way."""
+    anywhere = st.floats(-300.0, 300.0).map(lambda exponent: 10.0**exponent)
+    return st.one_of(anywhere, st.sampled_from([1e9, 1e-9]).map(lambda slip: old * slip))
+
+
+def with_values(data, entries: list[dict], field: str) -> None:
+    """One entry's ``field``, or every entry's (a unit slipped throughout a file), set to a drawn magnitude."""
+    chosen = entries if data.draw(st.booleans()) else [data.draw(st.sampled_from(entries))]
+    value = data.draw(magnitudes(chosen[0][field]))
+    for entry in chosen:
+        entry[field] = value
+
+
+@VALUE_FUZZ
+@given(st.data(), OBJECTIVES)
+def test_platform_figures_of_any_magnitude_are_planned_or_refused_in_one_line(data, objective):
+    platform = copy.deepcopy(SMALL_PLATFORM)
+    if data.draw(st.booleans()):
+        with_values(data, platform["devices"], data.draw(st.sampled_from(DEVICE_FIGURES)))
+    else:
+        with_values(data, platform["links"], data.draw(st.sampled_from(LINK_FIGURES)))
+    solved_or_refused(SMALL_GRAPH, platform, objective=objective, finite=True)
+
+
+@VALUE_FUZZ
+@given(st.data(), OBJECTIVES)
+def test_cost_table_seconds_of_any_magnitude_are_planned_or_refused_in_one_line(data, objective):
+    graph, platform = OpGraph.from_json(SMALL_GRAPH), Platform.from_json(SMALL_PLATFORM)
+    from tvm_diviml.cost.roofline import RooflineCostModel
+
+    roofline = RooflineCostModel(graph, platform)
+    cells = [
+        {"kernel": k, "device": d, "s": roofline.compute_s(k, d)} for k in graph.kernels for d in platform.device_names
+    ]
+    with_values(data, cells, "s")
+    rows = {k: {} for k in graph.kernels}
+    for cell in cells:
+        rows[cell["kernel"]][cell["device"]] = cell["s"]
+    solved_or_refused(SMALL_GRAPH, SMALL_PLATFORM, {"kernels": rows}, objective=objective, finite=True)
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (("links", 0, "bandwidth_Bps"), 12.0, "12 B/s is below any real link"),
+        (("default_link",), {"latency_s": 1e-5, "bandwidth_Bps": 12.0}, "12 B/s is below any real link"),
+        (("devices", 1, "peak_flops"), 1e-300, "1e-300 FLOP/s is below any real device"),
+        (("devices", 1, "bandwidth_Bps"), 616.0, "616 B/s is below any real memory"),
+        (("devices", 1, "efficiency"), 1e-300, "below any real build's efficiency"),
+    ],
+)
+def test_figures_in_the_wrong_unit_are_refused_in_one_line_naming_the_unit(path, value, message):
+    """bandwidth_Bps written in GB/s (12.0) planned to a traceback: "Invoked with: 0, 29052847970573287428"."""
+    with pytest.raises(DivimlInputError, match=message) as refused:
+        Platform.from_json(platform_with(path, value))
+    assert "\n" not in str(refused.value) and path[-1] in refused.value.field
+    assert "per second" in str(refused.value) or "fraction" in str(refused.value)
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput", "pipeline"])
+@pytest.mark.parametrize("seconds", [{"cpu1": 1e5}, {"cpu0": 1e-20, "cpu1": 1e-20}])
+def test_a_cost_table_that_disables_a_device_or_prices_everything_tiny_plans(objective, seconds):
+    """1e5 s for a device (to disable it) overflowed CP-SAT's ticks; every cost at 1e-20 s was a HiGHS error."""
+    graph = random_dag(kernels=6, seed=1)
+    platform = get_platform("cpu2")
+    rows = {k: {"cpu0": 1e-3, "cpu1": 2e-3, **seconds} for k in graph.kernels}
+    problem = Problem(graph, platform, TableCostModel.from_json({"kernels": rows}, platform), objective=objective)
+    problem.stages = 2 if objective == "pipeline" else None
+    plan, sim, row = solve_and_report(problem, SOLVER, "table", "table", time_limit_s=5)
+    assert math.isfinite(row["value_s"]) and row["value_s"] == simulate(problem, plan).value_s
+    if "cpu1" in seconds and len(seconds) == 1:
+        assert set(plan.assignment.values()) == {"cpu0"}

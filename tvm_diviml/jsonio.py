@@ -15,6 +15,9 @@ from .writes import write_text
 # CP-SAT scale without overflow.
 MAX_QUANTITY = 1e18  # FLOPs, FLOP/s, bytes, bytes/s
 MAX_SECONDS = 1e6  # a kernel time, a launch overhead, a link latency
+# The least rate of any real device or link (FLOP/s, bytes/s): a figure below it is a unit slip (12 GB/s
+# written as 12), whose costs (a megabyte in a day) are no machine's.
+MIN_RATE = 1e3
 
 
 def require_number(

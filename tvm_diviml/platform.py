@@ -15,11 +15,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import DivimlInputError
-from .jsonio import MAX_SECONDS, JsonFile, long_integers_as_floats, require_number
+from .jsonio import MAX_SECONDS, MIN_RATE, JsonFile, long_integers_as_floats, require_number
 
 FORMAT = "diviml.platform/1"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|rocm|metal|vulkan|opencl|ext_dev):(\d+)$")
 _TRANSFER_MODELS = ("direct", "host_staged")
+# The least efficiency of a real build: TVM's unscheduled CPU kernels reached 0.001-0.005 of the peak;
+# a millionth is a slip (a percentage written as a fraction of one).
+MIN_EFFICIENCY = 1e-6
 
 
 @dataclass(frozen=True)
@@ -278,7 +281,7 @@ class Platform(JsonFile):
             if raw.get("bidirectional"):
                 links[(link.dst, link.src)] = Link(link.dst, link.src, link.latency_s, link.bandwidth_Bps)
         attrs = _attrs_from_json(data.get("attrs", {}))
-        return cls(
+        platform = cls(
             name=str(data.get("name", "platform")),
             devices=devices,
             links=links,
@@ -289,6 +292,9 @@ class Platform(JsonFile):
             network=_network_from_attrs(attrs.pop("network", None)),
             extra_attrs=attrs,
         )
+        for device in platform.devices:
+            check_device_rates(device)
+        return platform
 
 
 # Readers of the platform files of another form, by the top-level key that marks them: ``presets.py``
@@ -330,7 +336,7 @@ def _network_from_attrs(raw: Any) -> Network | None:
     if not isinstance(raw, dict) or set(raw) != {"bandwidth_Bps", "latency_s"}:
         raise DivimlInputError('must be {"bandwidth_Bps": B, "latency_s": S}', field="attrs.network")
     return Network(
-        require_number(raw["bandwidth_Bps"], "attrs.network.bandwidth_Bps", above=0.0),
+        require_link_bandwidth(raw["bandwidth_Bps"], "attrs.network.bandwidth_Bps"),
         require_number(raw["latency_s"], "attrs.network.latency_s", minimum=0.0, maximum=MAX_SECONDS),
     )
 
@@ -387,11 +393,41 @@ def _check_device(dev: Device) -> None:
         )
 
 
+def require_rate(value: Any, field: str, what: str, unit: str, example: str) -> float:
+    """A rate per second of a device or link (``unit`` FLOP or B): more than 0, at most
+    ``MAX_QUANTITY`` and, below ``MIN_RATE``, refused as the unit slip it is (costs of days per
+    megabyte, which no solver's integers scale beside a real machine's microseconds)."""
+    words = {"B": "bytes", "FLOP": "FLOP"}[unit]
+    hint = f"{field.rsplit('.', 1)[-1]} is {words} per second: {example}"
+    rate = require_number(value, field, above=0.0, hint=hint)
+    if rate < MIN_RATE:
+        raise DivimlInputError(f"{rate:g} {unit}/s is below any real {what}", field=field, hint=hint)
+    return rate
+
+
+def require_link_bandwidth(value: Any, field: str) -> float:
+    return require_rate(value, field, "link", "B", "12 GB/s is 12e9; null for unlimited")
+
+
 def check_link(link: Link, field: str) -> None:
     """A link's latency is seconds >= 0; its bandwidth bytes/s > 0, or None for unlimited."""
     require_number(link.latency_s, f"{field}.latency_s", minimum=0.0, maximum=MAX_SECONDS)
     if link.bandwidth_Bps is not None:
         require_number(link.bandwidth_Bps, f"{field}.bandwidth_Bps", above=0.0, hint="bytes/s, or null for unlimited")
+
+
+def check_device_rates(dev: Device) -> None:
+    """What a file may not say of a device though the API may (unit-scale test platforms): rates
+    below ``MIN_RATE`` and efficiencies below ``MIN_EFFICIENCY``, the unit slips they are."""
+    where = f"devices[{dev.name}]"
+    require_rate(dev.peak_flops, f"{where}.peak_flops", "device", "FLOP", "10 TFLOP/s is 1e13")
+    require_rate(dev.bandwidth_Bps, f"{where}.bandwidth_Bps", "memory", "B", "500 GB/s is 5e11")
+    if dev.efficiency < MIN_EFFICIENCY:
+        raise DivimlInputError(
+            f"{dev.efficiency:g} is below any real build's efficiency",
+            field=f"{where}.efficiency",
+            hint=f"the fraction of the datasheet peak that the built kernels reach, from {MIN_EFFICIENCY:g} to 1",
+        )
 
 
 def _device_from_json(raw: Any, index: int) -> Device:
@@ -417,9 +453,7 @@ def link_from_json(raw: Any, where: str) -> Link:
     bandwidth = raw.get("bandwidth_Bps")
     latency = require_number(raw.get("latency_s", 0.0), f"{where}.latency_s", minimum=0.0, maximum=MAX_SECONDS)
     if bandwidth is not None:
-        bandwidth = require_number(
-            bandwidth, f"{where}.bandwidth_Bps", above=0.0, hint="bytes/s, or null for unlimited"
-        )
+        bandwidth = require_link_bandwidth(bandwidth, f"{where}.bandwidth_Bps")
     for end in ("src", "dst"):
         if not isinstance(raw[end], str):
             raise DivimlInputError(f"must be a device name, got {raw[end]!r}", field=f"{where}.{end}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import DivimlInputError
+from .jsonio import MAX_QUANTITY, MAX_SECONDS, MIN_RATE
 from .platform import Link, Network, Platform, Server
 
 PREFIX = "servers:"
@@ -184,21 +185,24 @@ def _network_options(options: list[str], spec: str) -> Network:
         except ValueError:
             value = math.nan
         attribute, unit = scale[key.strip()]
-        values[attribute] = _checked(value, attribute, f"platform option {key.strip()}")
-        values[attribute] *= unit
+        values[attribute] = _checked(value * unit, attribute, f"platform option {key.strip()}")
     return Network(**values)
 
 
 def _checked(value: Any, attribute: str, where: str) -> float:
-    """A network figure: a finite number, positive for bandwidth, non-negative for latency."""
+    """A network figure: a finite number, positive for bandwidth, non-negative for latency, at most
+    ``MAX_QUANTITY`` bytes/s or ``MAX_SECONDS``; a bandwidth below ``MIN_RATE`` is a unit slip."""
     number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     positive = attribute == "bandwidth_Bps"
+    hint = "bandwidth in bytes/s (Gb/s in specs), latency in seconds (µs in specs)"
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
         raise DivimlInputError(
-            f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}",
-            field=where,
-            hint="bandwidth in bytes/s (Gb/s in specs), latency in seconds (µs in specs)",
+            f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}", field=where, hint=hint
         )
+    if number > (MAX_QUANTITY if positive else MAX_SECONDS):
+        raise DivimlInputError(f"{number:g} is beyond any real network", field=where, hint=hint)
+    if positive and number < MIN_RATE:
+        raise DivimlInputError(f"{number:g} B/s is below any real network", field=where, hint=hint)
     return float(number)
 
 

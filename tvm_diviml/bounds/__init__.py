@@ -22,6 +22,7 @@ import math
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
 from ..toolkit.pages import without_huge_pages
+from ..toolkit.solvable import solvable
 from .common import fastest_times, largest_group
 from .cover_alongside import CoverAlongside
 from .latency import critical_path_bound, series_bound, transfer_path_bound
@@ -50,7 +51,9 @@ def lower_bounds(
     decomposition's bound (CP-SAT per segment, where it is exact) and ``overlap_branching``; 0 keeps every bound cheap.
     ``upper_s``: a known plan's value (pipelines: it spares the downset DP a pass). ``deadline``: past
     it, the load LPs are left out (on 10,000s of kernels each takes seconds). ``alongside``: a
-    pipeline's stage cover started beside the solver, whose bound is taken in place of running it."""
+    pipeline's stage cover started beside the solver, whose bound is taken in place of running it.
+    The bounds are those of the problem as ``toolkit.solvable`` models it: the same optimum."""
+    problem = solvable(problem)
     mode = problem.mode
     fastest = fastest_times(problem)
     parts: dict[str, float] = {}

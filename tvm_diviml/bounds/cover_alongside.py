@@ -22,6 +22,7 @@ import time
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
 from ..toolkit.pipeline_model import BlockPricing, PipelineData
+from ..toolkit.solvable import solvable
 from .pipeline import relaxed_pipeline
 from .stage_cover import stage_cover_bound
 
@@ -62,6 +63,7 @@ class CoverAlongside:
             return cls()
         if not KERNELS_FROM <= len(problem.graph) <= KERNELS_UP_TO:
             return cls()
+        problem = solvable(problem)
         data, cheap, stages, parts = relaxed_pipeline(problem)
         if not parts or not math.isfinite(parts["largest_kernel"]):  # a kernel no device runs: no plan to bound
             return cls()

@@ -24,6 +24,7 @@ from ..tolerances import ABSOLUTE_SLACK, SOLVER_SLACK, meets
 from ..toolkit.deadline import Deadline
 from ..toolkit.pages import without_huge_pages
 from ..toolkit.pipeline_model import stage_count
+from ..toolkit.solvable import solvable
 from .catalog import solvers_for
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class Solver(ABC):
     # The per-call inputs of ``solve`` that its ``place`` takes as keyword arguments ("hint",
     # "session", "watch"); a solver that takes none keeps ``place(problem, deadline)`` and solves without them.
     inputs: ClassVar[tuple[str, ...]] = ()
+    # Whether ``place`` solves the problem as ``toolkit.solvable`` models it (a solver that builds a
+    # model of it) or the caller's problem itself (one that only simulates plans at the caller's prices).
+    modelled: ClassVar[bool] = True
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
         self.time_limit_s = time_limit_s
@@ -59,13 +63,16 @@ class Solver(ABC):
         solving a larger problem passes its own). This call's inputs, for the solvers that declare them
         in ``inputs``: ``hint``, a plan to start from; ``session``, an open CP-SAT process to solve in
         (a caller that solves many small problems saves OR-Tools' start-up for each); ``watch``, where
-        the plans found on the way are offered as they improve (and the final one in any case)."""
+        the plans found on the way are offered as they improve (and the final one in any case).
+        ``place`` solves ``problem`` as ``toolkit.solvable`` models it where the solver is ``modelled``
+        (prices in range: the same optimum); ``finish`` scores the plan on ``problem``."""
         began = time.perf_counter()
         self.check(problem)
         given = {"hint": hint, "session": session, "watch": watch}
         inputs = {name: value for name, value in given.items() if name in self.inputs}
         own = Deadline.after(self.time_limit_s) if deadline is None else deadline.within(self.time_limit_s)
-        plan = self.finish(problem, self.place(problem, own, **inputs), began)
+        problem_placed = solvable(problem) if self.modelled else problem
+        plan = self.finish(problem, self.place(problem_placed, own, **inputs), began)
         if watch is not None:
             watch.offer(plan, self.name)
             watch.bound(plan.lower_bound_s, f"{self.name}'s bound")

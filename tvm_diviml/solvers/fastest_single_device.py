@@ -12,6 +12,7 @@ from .base import Solver
 
 class FastestSingleDevice(Solver):
     name = "fastest_single_device"
+    modelled = False  # it simulates each device alone: every device, at the caller's prices
 
     def check(self, problem: Problem) -> None:
         """No ``validate``: the baseline names, per device, why it cannot run the whole model, which

@@ -17,6 +17,7 @@ from ..tolerances import MEETS, SOLVER_SLACK
 from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import new_model, optimized
 from ..toolkit.single_device import single_device_plan
+from ..toolkit.solvable import solvable
 from ..toolkit.throughput_model import mean_fastest_s, score, throughput_plan
 from . import get_solver
 from .base import Solver
@@ -94,8 +95,9 @@ def stage_replicas(problem: Problem, base: Plan, solver: str = "replicas") -> Pl
 def stage_share_lp(
     problem: Problem, stages: dict[str, list[str]], options: dict[str, list[str]]
 ) -> dict[str, dict[str, float]]:
-    """Home device -> {device: share} (see ``stage_replicas``)."""
-    costs, unit = problem.costs, mean_fastest_s(problem)
+    """Home device -> {device: share} (see ``stage_replicas``), priced in range (``toolkit.solvable``)."""
+    modelled = solvable(problem)
+    costs, unit = modelled.costs, mean_fastest_s(modelled)
     work = {
         (home, d): sum(costs.compute_s(k, d) for k in kernels) / unit
         for home, kernels in stages.items()

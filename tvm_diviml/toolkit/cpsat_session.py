@@ -33,6 +33,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpsat_worker.
 
 
 HORIZON_TICKS = 2**40
+MEMORY_UNITS = 2**50  # the most memory units a request holds in all (bytes, or larger units past it)
 
 
 PROOF_GAP = 1e-10  # CP-SAT stops here: closing the last ticks of a 2**40-tick gap can take minutes
@@ -72,17 +73,20 @@ class TickModel:
 
 @dataclass(frozen=True)
 class TickGrid:
-    """Seconds to ticks, and (kernel, device) to the worker's indices."""
+    """Seconds to ticks, and (kernel, device) to the worker's indices. ``never``: one tick past the
+    model's horizon, where every longer time stops (a kernel that long on a device, or a copy that
+    long, cannot be in a schedule within the horizon, and 64-bit ticks hold it)."""
 
     scale: float  # ticks per second
     kernel: dict[str, int]
     device: dict[str, int]
+    never: int
 
     def down(self, seconds: float) -> int:
-        return math.floor(seconds * self.scale)
+        return math.floor(min(seconds * self.scale, self.never))
 
     def up(self, seconds: float) -> int:  # a time set by a fixed kernel: never earlier than it
-        return math.ceil(seconds * self.scale)
+        return math.ceil(min(seconds * self.scale, self.never))
 
     def on(self, kernel: str, device: str) -> list[int]:
         return [self.kernel[kernel], self.device[device]]
@@ -214,7 +218,8 @@ def tick_model(
     if horizon_s is not None and not memory_binds:
         horizon = min(horizon, max(horizon_s, *context.finish_s.values()) if context.finish_s else horizon_s)
     scale = tick_scale(horizon)
-    grid = TickGrid(scale, k_index, d_index)
+    horizon_ticks = math.ceil(horizon * scale) + len(kernels)  # a tick of rounding per kernel on a path
+    grid = TickGrid(scale, k_index, d_index, never=horizon_ticks + 1)
     ticks, ticks_up = grid.down, grid.up
     duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
     precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid)
@@ -234,10 +239,9 @@ def tick_model(
             if ticks_up(f) > max(ticks(s), earliest)
         ]
     )
-    latest = max([math.ceil(horizon * scale), *(b + size for _, b, size in busy_ticks), *(t for _, t, _ in releases)])
     data = {
         "duration": duration,
-        "horizon": latest + len(kernels),
+        "horizon": horizon_ticks,
         "precedences": precedences,
         "delays": delays,
         "releases": releases,
@@ -295,7 +299,9 @@ def memory_items(
     (once), and each activation tensor (a kernel's output where it or a consumer runs, a model input
     where a consumer runs), bytes rounded up. What a fixed kernel of ``context`` already holds on a
     device takes its room there; kernels neither in the window nor fixed hold nothing yet. Also
-    whether memory can cut any plan at all."""
+    whether memory can cut any plan at all. Past ``MEMORY_UNITS`` bytes in all, the worker counts in
+    a power of two of bytes (items rounded up, room down: a restriction still), so that no sum of
+    them overflows 64 bits."""
     graph = problem.graph
     fixed = context.assignment if context is not None else {}
     items: list[tuple[float, list[str]]] = []
@@ -307,19 +313,20 @@ def memory_items(
     items += [(graph.weights[weight], kernels) for weight, kernels in users.items()]
     items += [(graph_input.bytes, list(graph_input.consumers)) for graph_input in graph.inputs]
     everything = sum(math.ceil(nbytes) for nbytes, _ in items)
+    unit = 1 << max(0, math.ceil(math.log2(max(everything, 1) / MEMORY_UNITS)))
     out, binds = [], False
     for device in problem.platform.devices:
         d = device.name
         if device.memory_bytes is None or everything <= device.memory_bytes:
             continue  # even the whole graph fits: no constraint
-        held = sum(math.ceil(nbytes) for nbytes, kernels in items if any(fixed.get(k) == d for k in kernels))
+        held = sum(math.ceil(nbytes / unit) for nbytes, kernels in items if any(fixed.get(k) == d for k in kernels))
         here = [
-            [math.ceil(nbytes), [k_index[k] for k in kernels if k in k_index and d in feasible[k]]]
+            [math.ceil(nbytes / unit), [k_index[k] for k in kernels if k in k_index and d in feasible[k]]]
             for nbytes, kernels in items
             if not any(fixed.get(k) == d for k in kernels)
         ]
         here = [item for item in here if item[0] > 0 and item[1]]
-        capacity = math.floor(device.memory_bytes) - held
+        capacity = math.floor(device.memory_bytes / unit) - held
         if sum(nbytes for nbytes, _ in here) <= capacity:
             continue  # everything fits: no constraint
         binds = True
@@ -328,9 +335,10 @@ def memory_items(
 
 
 def tick_scale(horizon: float) -> float:
-    """Ticks per second: the power of two that puts ``horizon`` seconds at most HORIZON_TICKS."""
+    """Ticks per second: the power of two that puts ``horizon`` seconds at most HORIZON_TICKS (within
+    what a float holds: a horizon of 1e-300 s gets 2**1000 ticks a second)."""
     exponent = 40 if horizon <= 0 else math.floor(math.log2(HORIZON_TICKS / horizon))
-    return math.ldexp(1.0, max(-60, min(exponent, 60)))
+    return math.ldexp(1.0, max(-1000, min(exponent, 1000)))
 
 
 class CpsatSession:
