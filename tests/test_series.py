@@ -129,7 +129,7 @@ def test_a_segment_too_large_to_model_in_time_is_not_decomposed(monkeypatch):
     prices = series_module.largest_segment_prices(problem, series)
     assert prices == 64 * max(sum(len(graph.pred[k]) for k in series.segment(i)) for i in range(len(series.cuts) + 1))
     assert series_module.series_obstacle(problem, series) is None
-    monkeypatch.setattr(series_module, "MAX_SEGMENT_PRICES", prices - 1)
+    monkeypatch.setattr(series_module, "MAX_PRICES", prices - 1)
     assert "prices" in series_module.series_obstacle(problem, series)
 
 

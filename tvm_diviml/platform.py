@@ -87,6 +87,70 @@ class Link:
         return self.latency_s + nbytes / self.bandwidth_Bps if nbytes > 0 else 0.0
 
 
+class LinkTable(dict):
+    """A platform's links: those given, and for every other ordered pair of distinct ``devices`` a
+    link of the ``default`` figures (latency, bandwidth), made when first asked for. A thousand GPUs
+    on one fabric then hold the links that are read instead of a million (4 s to make); whatever
+    reads every link (iteration, ``items``, ``len``) makes them all first."""
+
+    def __init__(self, devices: list[str], default: tuple[float, float | None], given: dict | None = None):
+        super().__init__(given or {})
+        self.devices, self.default = list(devices), default
+        self._known = set(self.devices)
+
+    def _pair(self, key: Any) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and key[0] != key[1] and set(key) <= self._known
+
+    def __missing__(self, key: tuple[str, str]) -> Link:
+        if not self._pair(key):
+            raise KeyError(key)
+        link = Link(key[0], key[1], *self.default)
+        dict.__setitem__(self, key, link)
+        return link
+
+    def __contains__(self, key: Any) -> bool:
+        return dict.__contains__(self, key) or self._pair(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def complete(self) -> LinkTable:
+        """This table with every link made."""
+        if dict.__len__(self) < len(self.devices) * (len(self.devices) - 1):
+            for a in self.devices:
+                for b in self.devices:
+                    if a != b:
+                        self[a, b]  # noqa: B018 (made by __missing__)
+        return self
+
+    def __iter__(self):
+        return dict.__iter__(self.complete())
+
+    def __len__(self) -> int:
+        return dict.__len__(self.complete())
+
+    def keys(self):
+        return dict.keys(self.complete())
+
+    def values(self):
+        return dict.values(self.complete())
+
+    def items(self):
+        return dict.items(self.complete())
+
+    def __eq__(self, other: object) -> bool:
+        return dict.__eq__(self.complete(), other.complete() if isinstance(other, LinkTable) else other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # a dict
+
+    def figures(self) -> set[tuple[float, float | None]]:
+        """The distinct (latency, bandwidth) of the links, without making the default ones."""
+        return {self.default} | {(link.latency_s, link.bandwidth_Bps) for link in dict.values(self)}
+
+
 # A 100 Gb/s data-centre Ethernet/InfiniBand port (100GbE, EDR InfiniBand): 12.5 GB/s.
 DEFAULT_NETWORK_BANDWIDTH_BPS = 100e9 / 8
 # One message through a data-centre fabric with an RDMA-class stack: a few µs of NIC and switch
@@ -154,7 +218,12 @@ class Platform(JsonFile):
                     f"device '{dev.name}' appears twice", field="devices", hint="device names must be unique"
                 )
             seen.add(dev.name)
-        for (src, dst), link in self.links.items():
+        table = isinstance(self.links, LinkTable)
+        if table:
+            if self.links.devices != names:
+                raise DivimlInputError("the link table names other devices than the platform", field="links")
+            check_link(Link("", "", *self.links.default), "default_link")
+        for (src, dst), link in dict.items(self.links) if table else self.links.items():
             for end in (src, dst):
                 if end not in seen:
                     raise DivimlInputError(
@@ -163,7 +232,7 @@ class Platform(JsonFile):
                         hint=f"known devices: {', '.join(names)}",
                     )
             check_link(link, f"links[{src}->{dst}]")
-        missing = [(a, b) for a in names for b in names if a != b and (a, b) not in self.links]
+        missing = [] if table else [(a, b) for a in names for b in names if a != b and (a, b) not in self.links]
         if missing:
             a, b = missing[0]
             raise DivimlInputError(
@@ -210,6 +279,12 @@ class Platform(JsonFile):
 
     def link(self, src: str, dst: str) -> Link:
         return self.links[(src, dst)]
+
+    def link_figures(self) -> set[tuple[float, float | None]]:
+        """The distinct (latency, bandwidth) of its links."""
+        if isinstance(self.links, LinkTable):
+            return self.links.figures()
+        return {(link.latency_s, link.bandwidth_Bps) for link in self.links.values()}
 
     def transfer_s(self, nbytes: float, src: str, dst: str) -> float:
         """Seconds to send ``nbytes`` from ``src`` to ``dst``; nothing on one device."""
@@ -264,17 +339,15 @@ class Platform(JsonFile):
             raise DivimlInputError(
                 f"must be an object {{latency_s, bandwidth_Bps}}, got {default!r}", field="default_link"
             )
+        if default is not None:
+            figures = link_from_json({**default, "src": "", "dst": ""}, "default_link")
+            links = LinkTable(names, (figures.latency_s, figures.bandwidth_Bps))
         if not isinstance(data.get("links", []), list):
             raise DivimlInputError(
                 f"must be a list of links, got {data.get('links')!r}",
                 field="links",
                 hint="leave it out, or give [] when default_link covers every pair",
             )
-        if default is not None:
-            for a in names:
-                for b in names:
-                    if a != b:
-                        links[(a, b)] = link_from_json({**default, "src": a, "dst": b}, "default_link")
         for i, raw in enumerate(data.get("links", [])):
             link = link_from_json(raw, f"links[{i}]")
             links[(link.src, link.dst)] = link

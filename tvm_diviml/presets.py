@@ -10,7 +10,7 @@ from dataclasses import replace
 from functools import partial
 
 from .errors import DivimlInputError
-from .platform import Device, Link, Platform, register_file_form
+from .platform import Device, Link, LinkTable, Platform, register_file_form
 from .servers import PREFIX, servers_from_json, servers_platform
 
 
@@ -194,7 +194,7 @@ def gpu_k(count: int) -> Platform:
     return Platform(
         f"gpu{count}",
         gpus,
-        _full_mesh(gpus, lambda a, b: (3e-6, 450e9)),
+        LinkTable([g.name for g in gpus], (3e-6, 450e9)),
         description=f"{count} identical H100-class GPUs on NVLink-class links",
     )
 

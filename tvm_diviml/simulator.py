@@ -94,11 +94,14 @@ def simulate(problem: Problem, plan: Plan, *, link_contention: bool = False) -> 
 
 
 def _plan_key(graph: OpGraph, plan: Plan) -> tuple:
-    """Everything of ``plan`` that the simulator reads, hashable."""
+    """Everything of ``plan`` that the simulator reads, hashable; no order reads as the one it stands
+    for (``device_orders``), so that a plan given its order after a simulation is not simulated again
+    (a second or more on 100,000 kernels)."""
+    orders = plan.order if plan.order else device_orders(graph, plan)
     return (
         plan.mode,
         tuple(plan.assignment[k] for k in graph.topo_order),
-        tuple((d, tuple(kernels)) for d, kernels in sorted(plan.order.items())) if plan.order else None,
+        tuple((d, tuple(kernels)) for d, kernels in sorted(orders.items())),
         tuple(tuple(stage) for stage in plan.stages) if plan.stages else None,
         tuple(plan.stage_devices) if plan.stage_devices else None,
         tuple((tuple(g.kernels), tuple(sorted(g.shares.items()))) for g in plan.replicas),
@@ -485,6 +488,7 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
             platform.device(device)
     device_load: dict[str, float] = defaultdict(float)
     link_load: dict[tuple[str, str], float] = defaultdict(float)
+    devices = platform.device_names
     for kernel in graph.kernels:
         for device, share in shares[kernel].items():
             device_load[device] += share * costs.compute_s(kernel, device)
@@ -496,8 +500,11 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
                 continue  # moves with the producer: always on the same device
             dist, nbytes = consumer_groups.get(gid, (shares[edge.dst], 0.0))
             consumer_groups[gid] = (dist, max(nbytes, edge.bytes))
+        # only devices where a consumer may run receive the tensor (a model replicated on 1,000 devices
+        # would otherwise ask every pair of them for each kernel: 14 s a simulation)
+        receivers = [d for d in devices if any(dist.get(d, 0.0) > 0 for dist, _ in consumer_groups.values())]
         for src, p_src in shares[kernel].items():
-            for dst in platform.device_names:
+            for dst in receivers:
                 if dst == src:
                     continue
                 p_absent, nbytes = 1.0, 0.0

@@ -44,6 +44,8 @@ class Solver(ABC):
     # Whether ``place`` solves the problem as ``toolkit.solvable`` models it (a solver that builds a
     # model of it) or the caller's problem itself (one that only simulates plans at the caller's prices).
     modelled: ClassVar[bool] = True
+    # Whether ``place`` needs every device, identical ones included (replicas use as many as there are).
+    every_device: ClassVar[bool] = False
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0):
         self.time_limit_s = time_limit_s
@@ -65,13 +67,18 @@ class Solver(ABC):
         (a caller that solves many small problems saves OR-Tools' start-up for each); ``watch``, where
         the plans found on the way are offered as they improve (and the final one in any case).
         ``place`` solves ``problem`` as ``toolkit.solvable`` models it where the solver is ``modelled``
-        (prices in range: the same optimum); ``finish`` scores the plan on ``problem``."""
+        (spare identical devices gone, prices in range: the same optimum); ``finish`` scores the plan
+        on ``problem``."""
         began = time.perf_counter()
         self.check(problem)
         given = {"hint": hint, "session": session, "watch": watch}
         inputs = {name: value for name, value in given.items() if name in self.inputs}
         own = Deadline.after(self.time_limit_s) if deadline is None else deadline.within(self.time_limit_s)
-        problem_placed = solvable(problem) if self.modelled else problem
+        if self.modelled:
+            keeping = hint.devices_used() if hint is not None else ()
+            problem_placed = solvable(problem, keeping, every_device=self.every_device)
+        else:
+            problem_placed = problem
         plan = self.finish(problem, self.place(problem_placed, own, **inputs), began)
         if watch is not None:
             watch.offer(plan, self.name)
@@ -84,7 +91,9 @@ class Solver(ABC):
         self.check_mode(problem)
         if problem.objective == "pipeline":
             stage_count(problem)
-        problem.validate()
+        if "validated" not in problem.memo:  # a second solver of the problem (a baseline) checks it once
+            problem.validate()
+            problem.memo["validated"] = True
 
     def check_objective(self, problem: Problem) -> None:
         if problem.objective in self.objectives:

@@ -17,8 +17,8 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import meets
-from ..toolkit.cpsat_session import CpsatSession, tick_model
-from ..toolkit.deadline import Deadline
+from ..toolkit.cpsat_session import MAX_PRICES, CpsatSession, tick_model
+from ..toolkit.deadline import Deadline, OutOfTime
 from ..toolkit.series import series_plan
 from ..toolkit.windows import WindowSolution, order_by_start
 from .base import Solver
@@ -62,16 +62,31 @@ class Cpsat(Solver):
     ) -> Plan:
         """CP-SAT over the whole graph at once, from ``hint`` (or HEFT's plan)."""
         graph = problem.graph
-        fallback = self._starting_plan(problem, hint, deadline)
+        fallback = self._starting_plan(problem, hint)
         warm = horizon = None
         if fallback is not None:
             hinted = simulate(problem, fallback)
             warm = WindowSolution(fallback.assignment, hinted.start_s, hinted.finish_s, hinted.value_s, 0.0, False)
             horizon = hinted.value_s if hinted.feasible else None  # the optimum is no longer than a feasible plan
         combinatorial = lower_bound(problem)
-        model = tick_model(problem, hint=warm, horizon_s=horizon, lower_bound_s=combinatorial)
+        try:
+            model = tick_model(
+                problem,
+                hint=warm,
+                horizon_s=horizon,
+                lower_bound_s=combinatorial,
+                deadline=deadline,
+                prices_at_most=MAX_PRICES,
+            )
+        except OutOfTime as error:
+            if fallback is None:
+                raise
+            log.info("cpsat: %s; returning the warm start", error)
+            plan = Plan(dict(fallback.assignment), order=fallback.order, solver=self.name, lower_bound_s=combinatorial)
+            plan.attrs["cpsat_status"] = "OUT_OF_TIME"
+            return plan
         with self._session(session) as opened:
-            answer = opened.solve(model, deadline.left())
+            answer = opened.solve(model, deadline.left(), deadline=deadline)
         status = answer["status"]
         if status == "INFEASIBLE":  # memory held every activation at once: a restriction
             return exact_instead(
@@ -101,8 +116,9 @@ class Cpsat(Solver):
                 plan, sim = Plan(dict(fallback.assignment), order=fallback.order), sim_fallback
         bound_s = answer["bound"] / model.scale
         plan.solver, plan.value_s = self.name, sim.value_s
-        plan.lower_bound_s = combinatorial if model.memory_binds else max(bound_s, combinatorial)
-        plan.optimal = status == "OPTIMAL" and not model.memory_binds and meets(sim.value_s, bound_s)
+        exact = not (model.memory_binds or model.restricted)  # else the model is a restriction: no bound
+        plan.lower_bound_s = max(bound_s, combinatorial) if exact else combinatorial
+        plan.optimal = status == "OPTIMAL" and exact and meets(sim.value_s, bound_s)
         plan.attrs.update(
             {
                 "cpsat_status": status,
@@ -110,6 +126,7 @@ class Cpsat(Solver):
                 "cpsat_bound_s": bound_s,
                 "ticks_per_s": model.scale,
                 "memory_restricts_bound": model.memory_binds,
+                "devices_restricted": model.restricted,
             }
         )
         log.info("cpsat: %s in %.3g s: %.6g s (bound %.6g s)", status, answer["wall_s"], sim.value_s, bound_s)
@@ -121,14 +138,16 @@ class Cpsat(Solver):
             return contextlib.nullcontext(session)
         return CpsatSession(workers=self.workers, seed=self.seed)
 
-    def _starting_plan(self, problem: Problem, hint: Plan | None, deadline: Deadline) -> Plan | None:
+    def _starting_plan(self, problem: Problem, hint: Plan | None) -> Plan | None:
         if hint is not None:
             simulate(problem, hint)  # a plan for another graph fails here
             return hint
         if not self.warm_start:
             return None
         try:
-            return Heft(exact_fallback=False).solve(problem, deadline=deadline)
+            # not stopped by the deadline: it is what stands in when CP-SAT gets no time (milliseconds on
+            # the tens of kernels CP-SAT is for)
+            return Heft(exact_fallback=False).solve(problem)
         except DivimlInputError as error:
             log.info("cpsat: no HEFT warm start (%s)", error)
             return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..plan import Plan
 from ..problem import Problem
+from ..toolkit.deadline import Deadline
 from ..toolkit.list_scheduling import fastest_device_placement, greedy_throughput
 from .list_scheduler import ListScheduler
 
@@ -16,7 +17,7 @@ class Greedy(ListScheduler):
     modes = ("latency", "period_overlap")
     placement = staticmethod(fastest_device_placement)
 
-    def schedule(self, problem: Problem) -> Plan:
+    def schedule(self, problem: Problem, deadline: Deadline) -> Plan:
         if problem.objective == "throughput":
-            return greedy_throughput(problem, self.reserve, self.name)
-        return super().schedule(problem)
+            return greedy_throughput(problem, self.reserve, self.name, deadline)
+        return super().schedule(problem, deadline)

@@ -39,7 +39,7 @@ class ListScheduler(Solver):
 
     def place(self, problem: Problem, deadline: Deadline) -> Plan:
         try:
-            plan = self.schedule(problem)
+            plan = self.schedule(problem, deadline)
         except DivimlInputError as error:
             if error.field != "memory_bytes" or not self.exact_fallback:
                 raise
@@ -49,9 +49,9 @@ class ListScheduler(Solver):
             return self._exact(problem, deadline, "; ".join(sim.problems))
         return plan
 
-    def schedule(self, problem: Problem) -> Plan:
-        """The list schedule under the memory budget."""
-        return list_schedule_plan(problem, type(self).placement, self.name, self.reserve)
+    def schedule(self, problem: Problem, deadline: Deadline) -> Plan:
+        """The list schedule under the memory budget, made by ``deadline`` (else ``OutOfTime``)."""
+        return list_schedule_plan(problem, type(self).placement, self.name, self.reserve, deadline)
 
     def _exact(self, problem: Problem, deadline: Deadline, why: str) -> Plan:
         return exact_instead(

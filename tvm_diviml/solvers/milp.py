@@ -15,7 +15,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import within_slack
-from ..toolkit.deadline import Deadline
+from ..toolkit.deadline import Deadline, OutOfTime
 from ..toolkit.heuristics import best_heuristic
 from ..toolkit.latency_model import LatencyModel
 from ..toolkit.memory import solve_within_memory
@@ -62,9 +62,9 @@ class Milp(Solver):
                 threads=self.threads,
                 warm_start=self.use_warm_start,
             )
-        incumbent = best_heuristic(problem) if self.use_warm_start else None
+        incumbent = best_heuristic(problem, deadline) if self.use_warm_start else None
         return solve_within_memory(
-            problem, lambda reserve, cuts: self._solve_once(problem, incumbent, reserve, cuts, deadline.left())
+            problem, lambda reserve, cuts: self._solve_once(problem, incumbent, reserve, cuts, deadline)
         )
 
     def _solve_once(
@@ -73,15 +73,24 @@ class Milp(Solver):
         incumbent: Plan | None,
         reserve: dict[str, float],
         cuts: tuple[PeakCut, ...],
-        time_limit_s: float,
+        deadline: Deadline,
     ) -> Plan:
         graph = problem.graph
         upper = incumbent.value_s if incumbent is not None and math.isfinite(incumbent.value_s) else None
-        model = LatencyModel(problem, backend=self.backend, upper_bound_s=upper, reserve=reserve, cuts=cuts)
+        try:
+            model = LatencyModel(
+                problem, backend=self.backend, upper_bound_s=upper, reserve=reserve, cuts=cuts, build_by=deadline
+            )
+        except OutOfTime:
+            if incumbent is None:
+                raise
+            plan = incumbent.copy(self.name)
+            plan.attrs["milp_status"] = "its model was not built in time"
+            return plan
         if incumbent is not None:
             sim = simulate(problem, incumbent)
             model.warm_start(incumbent.assignment, sim.start_s, sim.value_s)
-        found = model.solve(time_limit_s, seed=self.seed, threads=self.threads)
+        found = model.solve(deadline.left(), seed=self.seed, threads=self.threads)
         if found is None:
             if incumbent is None:
                 raise nothing_found(model.status, "MILP", "heft")

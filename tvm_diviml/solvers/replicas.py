@@ -12,11 +12,10 @@ import mip
 from ..errors import DivimlInputError
 from ..plan import Plan, ReplicaGroup
 from ..problem import Problem
-from ..simulator import simulate
 from ..tolerances import MEETS, SOLVER_SLACK
 from ..toolkit.deadline import Deadline
 from ..toolkit.mip_backend import new_model, optimized
-from ..toolkit.single_device import single_device_plan
+from ..toolkit.single_device import single_device_values
 from ..toolkit.solvable import solvable
 from ..toolkit.throughput_model import mean_fastest_s, score, throughput_plan
 from . import get_solver
@@ -30,11 +29,8 @@ def whole_model_replicas(problem: Problem, solver: str = "replicas") -> Plan | N
     """The whole model on every device that can run and hold it, each taking a share of the stream
     proportional to its speed (1 / its period alone): each device and its links to and from the host
     then carry share x its own period, so the period is 1 / sum(1 / t_d). None below two devices."""
-    alone: dict[str, float] = {}
-    for device in problem.platform.device_names:
-        sim = simulate(problem, single_device_plan(problem, device))
-        if sim.feasible and sim.value_s > 0:
-            alone[device] = sim.value_s
+    _, per_device = single_device_values(problem)  # identical devices share one simulation
+    alone = {d: entry["value_s"] for d, entry in per_device.items() if entry["value_s"]}
     if len(alone) < 2:
         return None
     speed = {d: 1.0 / t for d, t in alone.items()}
@@ -66,8 +62,9 @@ def stage_replicas(problem: Problem, base: Plan, solver: str = "replicas") -> Pl
     stages: dict[str, list[str]] = defaultdict(list)
     for kernel in graph.topo_order:
         stages[base.assignment[kernel]].append(kernel)
+    feasible = {k: set(problem.feasible_devices(k)) for k in graph.kernels}
     movable = {
-        home: [d for d in problem.platform.device_names if all(d in problem.feasible_devices(k) for k in kernels)]
+        home: [d for d in problem.platform.device_names if all(d in feasible[k] for k in kernels)]
         for home, kernels in stages.items()
         if all(graph.kernels[k].colocate is None for k in kernels)
     }  # a shared group may not split
@@ -96,7 +93,7 @@ def stage_share_lp(
     problem: Problem, stages: dict[str, list[str]], options: dict[str, list[str]]
 ) -> dict[str, dict[str, float]]:
     """Home device -> {device: share} (see ``stage_replicas``), priced in range (``toolkit.solvable``)."""
-    modelled = solvable(problem)
+    modelled = solvable(problem, every_device=True)
     costs, unit = modelled.costs, mean_fastest_s(modelled)
     work = {
         (home, d): sum(costs.compute_s(k, d) for k in kernels) / unit
@@ -132,6 +129,7 @@ class Replicas(Solver):
     name = "replicas"
     objectives = ("throughput",)
     modes = ("period_overlap",)
+    every_device = True
     BASES = ("greedy", "split", "milp")
 
     def __init__(self, *, time_limit_s: float = 60.0, seed: int = 0, base: str = "milp"):

@@ -23,6 +23,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import Simulation, simulate
 from ..units import format_bytes
+from .deadline import Deadline, OutOfTime
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +54,18 @@ def default_reserve(problem: Problem) -> dict[str, float]:
     kernel it runs, so a device whose free memory is below the largest one it may receive is
     likely to overflow. It is an estimate, not a bound: tensors that stay live across other
     kernels (skip connections) can push the peak higher, which ``place_within_memory`` repairs.
+    Made once per problem (``Problem.memo``: a second on 100,000 kernels); each caller gets a copy.
     """
-    graph = problem.graph
-    inputs_of = model_inputs_of(graph)
-    reserve = {d: 0.0 for d in problem.platform.device_names}
-    for kernel in graph.kernels:
-        need = working_set_bytes(graph, kernel, inputs_of)
-        for device in problem.feasible_devices(kernel):
-            reserve[device] = max(reserve[device], need)
-    return reserve
+    if "default_reserve" not in problem.memo:
+        graph = problem.graph
+        inputs_of = model_inputs_of(graph)
+        reserve = {d: 0.0 for d in problem.platform.device_names}
+        for kernel in graph.kernels:
+            need = working_set_bytes(graph, kernel, inputs_of)
+            for device in problem.feasible_devices(kernel):
+                reserve[device] = max(reserve[device], need)
+        problem.memo["default_reserve"] = reserve
+    return dict(problem.memo["default_reserve"])
 
 
 class DeviceBudget:
@@ -69,11 +73,12 @@ class DeviceBudget:
 
     ``reserve`` (device -> bytes kept free for activations) overrides ``default_reserve`` for the
     devices it names. A device never keeps less free than the largest working set of the kernels
-    placed on it (or being placed): the simulator charges at least that.
+    placed on it (or being placed): the simulator charges at least that. Past ``deadline``, placing
+    a kernel raises ``OutOfTime`` (a list schedule of 100,000 kernels takes 10 s and more).
     """
 
-    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None):
-        self.problem = problem
+    def __init__(self, problem: Problem, reserve: dict[str, float] | None = None, deadline: Deadline | None = None):
+        self.problem, self.deadline = problem, deadline
         names = problem.platform.device_names
         for device in reserve or {}:
             if device not in names:
@@ -147,6 +152,8 @@ class DeviceBudget:
 
     def place(self, kernel: str, device: str) -> None:
         """Put ``kernel`` on ``device`` (one of ``allowed(kernel)``) and charge its weights there."""
+        if self.deadline is not None:
+            self.deadline.check("the list schedule")
         if kernel in self.device_of:
             raise ValueError(f"kernel '{kernel}' is already placed on '{self.device_of[kernel]}'")
         if device not in self.allowed(kernel):
@@ -184,15 +191,22 @@ class DeviceBudget:
 
 
 def place_within_memory(
-    problem: Problem, place: Callable[[DeviceBudget], Plan], reserve: dict[str, float] | None = None, attempts: int = 3
+    problem: Problem,
+    place: Callable[[DeviceBudget], Plan],
+    reserve: dict[str, float] | None = None,
+    attempts: int = 3,
+    deadline: Deadline | None = None,
 ) -> tuple[Plan, Simulation]:
     """Run the heuristic ``place`` under a DeviceBudget and simulate its plan; while a device
     overflows because its activations outgrew the reserve, raise that device's reserve to the
     activation peak the simulator measured and place again.
 
     Returns the first plan that fits, or else the last plan made (the simulator lists its
-    problems), so a heuristic always answers once a first placement succeeded.
+    problems), so a heuristic always answers once a first placement succeeded (past ``deadline`` it
+    places no more; before a first placement ends, it raises ``OutOfTime``).
     """
+    if deadline is not None:  # the default reserve prices every kernel's working set: seconds at scale
+        deadline.check("the list schedule")
     budget_reserve = {**default_reserve(problem), **(reserve or {})}
     plan: Plan | None = None
     sim: Simulation | None = None
@@ -200,7 +214,12 @@ def place_within_memory(
     attempt = 0
     while attempt < attempts:
         try:
-            candidate = place(DeviceBudget(problem, budget_reserve))
+            candidate = place(DeviceBudget(problem, budget_reserve, deadline))
+        except OutOfTime:
+            if plan is None:
+                raise
+            log.info("the time limit ended a placement again: keeping the plan that overflows")
+            break
         except DivimlInputError as error:
             if plan is None and not lowered and error.field == "memory_bytes":
                 # the reserve stood in for activations a device may never hold: keep free only the

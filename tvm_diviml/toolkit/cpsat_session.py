@@ -24,6 +24,7 @@ from typing import Self
 
 from ..errors import DivimlInputError
 from ..problem import Problem
+from .deadline import Deadline, OutOfTime
 from .windows import Context, WindowSolution, trivial_horizon_s, window_devices
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,13 @@ MEMORY_UNITS = 2**50  # the most memory units a request holds in all (bytes, or 
 PROOF_GAP = 1e-10  # CP-SAT stops here: closing the last ticks of a 2**40-tick gap can take minutes
 
 
-WORKER_STARTUP_S = 60.0  # import of OR-Tools and model building, beyond CP-SAT's own limit
+WORKER_STARTUP_S = 60.0  # import of OR-Tools, before the worker's first answer, beyond the time limit
+ANSWER_GRACE_S = 2.0  # past a solve's time limit (its model's building included), before it is stopped
+# A model prices each edge into a window kernel on every pair of its ends' devices, at about 3 us a
+# price in Python and as long again in the worker: a 2,000-kernel segment took 2.6 s to build on 8
+# devices, minutes on 64; 16 kernels on 192 devices (64 servers) priced 1.2 million and ran 60 s past a
+# 10 s limit. Past this many prices, a model keeps the devices its starting plan and context use.
+MAX_PRICES = 200_000
 FINISH_ANSWER_S = 10.0  # a closing session waits this long for a solve under way, unless stopped at once
 LONGEST_WAIT_S = 3600.0  # one wait on the worker; a longer limit waits again
 
@@ -53,6 +60,7 @@ class TickModel:
     kernels: list[str]  # the window's kernels, in the worker's order
     devices: list[str]
     memory_binds: bool  # memory can cut plans: the model is a restriction of the problem
+    restricted: bool = False  # some kernels left only the devices of the starting plan (``MAX_PRICES``)
 
     def solution(self, problem: Problem, answer: dict) -> WindowSolution | None:
         """The worker's answer in seconds (None when it found no solution)."""
@@ -66,8 +74,8 @@ class TickModel:
             start,
             finish,
             answer["objective"] / self.scale,
-            answer["bound"] / self.scale,
-            answer["status"] == "OPTIMAL",
+            0.0 if self.restricted else answer["bound"] / self.scale,
+            answer["status"] == "OPTIMAL" and not self.restricted,
         )
 
 
@@ -93,16 +101,23 @@ class TickGrid:
 
 
 def edge_timing(
-    problem: Problem, kernels: list[str], context: Context, feasible: dict[str, list[str]], grid: TickGrid
+    problem: Problem,
+    kernels: list[str],
+    context: Context,
+    feasible: dict[str, list[str]],
+    grid: TickGrid,
+    deadline: Deadline | None = None,
 ) -> tuple[list, list, list]:
     """The window's edges as the worker reads them: precedences between window kernels, delays when a
     tensor crosses devices (the largest edge read on the destination, by the sibling rule), and release
-    times after fixed producers."""
+    times after fixed producers. ``OutOfTime`` past ``deadline``."""
     graph, costs, host = problem.graph, problem.costs, problem.platform.host
     inside, k_index = set(kernels), grid.kernel
     ticks, ticks_up, on = grid.down, grid.up, grid.on
     precedences, delays, releases = [], [], []
     for w in kernels:
+        if deadline is not None:
+            deadline.check("building the CP-SAT model")
         for edge in graph.pred[w]:
             u = edge.src
             if u not in inside and u not in context.assignment:
@@ -135,6 +150,13 @@ def edge_timing(
                         elif ticks(delay) > 0:
                             delays.append([k_index[u], k_index[w], ticks(delay), [on(u, d), *condition]])
     return precedences, delays, releases
+
+
+def transfer_prices(problem: Problem, kernels: list[str], feasible: dict[str, list[str]]) -> int:
+    """How many transfers a model of ``kernels`` prices: per edge into one, its ends' device pairs."""
+    return sum(
+        len(feasible.get(edge.src, [None])) * len(feasible[w]) for w in kernels for edge in problem.graph.pred[w]
+    )
 
 
 def input_releases(problem: Problem, kernels: list[str], feasible: dict[str, list[str]], grid: TickGrid) -> list:
@@ -189,6 +211,8 @@ def tick_model(
     horizon_s: float | None = None,
     ends_on: dict[str, str] | None = None,
     lower_bound_s: float = 0.0,
+    deadline: Deadline | None = None,
+    prices_at_most: int | None = None,
 ) -> TickModel:
     """The worker's input for ``window`` (default: every kernel) with ``context`` fixed: durations and
     transfers in ticks, rounded down. ``fixed_start_s``: start times of fixed kernels, whose runs
@@ -200,7 +224,11 @@ def tick_model(
     in the window or in ``context``. ``ends_on``: window kernels that end it on a given device (a
     series segment's closing cut kernel), whose output's trip home belongs to what follows.
     ``lower_bound_s``: a proven bound on the makespan (whole graph only), less what rounding every
-    duration and transfer down may take off one path, so that it never cuts off the ticks' optimum."""
+    duration and transfer down may take off one path, so that it never cuts off the ticks' optimum.
+    ``deadline``: building stops there (``OutOfTime``). ``prices_at_most``: where the model would
+    price more transfers (``transfer_prices``), each kernel keeps only the devices that ``hint`` and
+    ``context`` use and the host, and the model is ``restricted`` (no bound, no proof); ``OutOfTime``
+    where that is still more, or there is no hint."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
     context = context or Context()
     kernels = list(window) if window is not None else list(graph.topo_order)
@@ -212,6 +240,14 @@ def tick_model(
         if device not in feasible[kernel]:
             raise DivimlInputError(f"kernel '{kernel}' cannot end the window on '{device}'", field="allowed_devices")
         feasible[kernel] = [device]
+    restricted = prices_at_most is not None and transfer_prices(problem, kernels, feasible) > prices_at_most
+    if restricted:
+        used = {platform.host, *context.assignment.values(), *(hint.assignment.values() if hint else ())}
+        feasible = {k: [d for d in options if d in used] or options for k, options in feasible.items()}
+        prices = transfer_prices(problem, kernels, feasible)
+        if hint is None or prices > prices_at_most:
+            raise OutOfTime(f"a CP-SAT model pricing {prices} transfers cannot be built in time", field="time_limit")
+        log.info("cpsat: %d kernels kept to the %d devices their plan uses (a restriction)", len(kernels), len(used))
     memory, memory_binds = memory_items(problem, feasible, k_index, d_index, context)
     busy = {k: (s, context.finish_s[k]) for k, s in (fixed_start_s or {}).items()}
     horizon = trivial_horizon_s(problem, kernels, context, tail_s)
@@ -222,7 +258,7 @@ def tick_model(
     grid = TickGrid(scale, k_index, d_index, never=horizon_ticks + 1)
     ticks, ticks_up = grid.down, grid.up
     duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
-    precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid)
+    precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid, deadline)
     releases += input_releases(problem, kernels, feasible, grid)
     tails = output_tails(problem, kernels, feasible, grid, tail_s, returning=set(kernels) - set(ends_on or {}))
     groups: dict[str, str] = {}
@@ -257,7 +293,7 @@ def tick_model(
             "device": [d_index[hint.assignment[k]] for k in kernels],
             "start": [min(ticks_up(hint.start_s[k]), data["horizon"]) for k in kernels],
         }
-    return TickModel(data, scale, kernels, devices, memory_binds)
+    return TickModel(data, scale, kernels, devices, memory_binds, restricted)
 
 
 def merged_intervals(runs: list[tuple[int, int, int]]) -> list[list[int]]:
@@ -352,6 +388,7 @@ class CpsatSession:
         self._process: subprocess.Popen | None = None
         self._errors = None
         self._pending = b""
+        self._answered = False
 
     def __enter__(self) -> Self:
         self._start()
@@ -370,6 +407,7 @@ class CpsatSession:
             bufsize=0,
         )
         self._pending = b""
+        self._answered = False
 
     def close(self, at_once: bool = False) -> None:
         """End the CP-SAT process: let it finish its answer (up to ``FINISH_ANSWER_S``), or kill it
@@ -388,12 +426,16 @@ class CpsatSession:
         process.stdout.close()
         self._errors.close()
 
-    def request(self, data: dict, timeout_s: float) -> dict:
-        """Send one request (``cpsat_worker``'s format) and wait at most ``timeout_s`` (plus time for
-        OR-Tools' start-up and the model's building) for its answer."""
+    def request(self, data: dict, timeout_s: float, deadline: Deadline | None = None) -> dict:
+        """Send one request (``cpsat_worker``'s format) and wait at most ``timeout_s`` (the worker
+        builds and solves within it) plus ``ANSWER_GRACE_S`` for its answer, plus OR-Tools' start-up
+        before the process's first answer; never more than ``ANSWER_GRACE_S`` past ``deadline``."""
         if self._process is None:
             self._start()
-        give_up_at = time.monotonic() + timeout_s + WORKER_STARTUP_S  # a wait on a pipe, not a solve's Deadline
+        wait_s = timeout_s + (ANSWER_GRACE_S if self._answered else WORKER_STARTUP_S)
+        if deadline is not None:
+            wait_s = min(wait_s, deadline.left() + ANSWER_GRACE_S)
+        give_up_at = time.monotonic() + wait_s  # a wait on a pipe
         try:
             self._process.stdin.write(json.dumps(data).encode() + b"\n")
         except BrokenPipeError:
@@ -405,6 +447,7 @@ class CpsatSession:
             self.close()
             return {"status": "TIMEOUT", "bound": 0, "wall_s": timeout_s}
         answer = json.loads(line)
+        self._answered = True
         if answer["status"] == "NO_ORTOOLS":  # installed (a dependency) but broken, e.g. a protobuf clash
             raise DivimlInputError(
                 f"the CP-SAT process cannot import OR-Tools: {answer['error']}",
@@ -413,8 +456,16 @@ class CpsatSession:
             )
         return answer
 
-    def solve(self, model: TickModel, time_limit_s: float, *, relative_gap: float = PROOF_GAP) -> dict:
-        """The worker's answer for ``model`` after at most ``time_limit_s`` of CP-SAT."""
+    def solve(
+        self,
+        model: TickModel,
+        time_limit_s: float,
+        *,
+        relative_gap: float = PROOF_GAP,
+        deadline: Deadline | None = None,
+    ) -> dict:
+        """The worker's answer for ``model`` after at most ``time_limit_s`` (building the model in the
+        worker included), and no later than ``deadline`` (see ``request``)."""
         data = {
             **model.data,
             "time_limit_s": time_limit_s,
@@ -422,7 +473,7 @@ class CpsatSession:
             "workers": self.workers,
             "relative_gap": relative_gap,
         }
-        return self.request(data, time_limit_s)
+        return self.request(data, time_limit_s, deadline)
 
     def solve_window(
         self,
@@ -434,10 +485,13 @@ class CpsatSession:
         tail_s: dict[str, float | dict[str, float]] | None = None,
         hint: WindowSolution | None = None,
         time_limit_s: float,
+        deadline: Deadline | None = None,
     ) -> WindowSolution | None:
-        """The best schedule of ``window`` found around ``context`` (see ``tick_model``); None when
-        CP-SAT found none in time. ``hint`` (a list schedule) seeds the search, and its makespan
-        (window tails included) bounds the horizon."""
+        """The best schedule of ``window`` found around ``context`` (see ``tick_model``; on the
+        devices ``hint`` and ``context`` use where it would price more than ``MAX_PRICES``
+        transfers); None when CP-SAT found none in time. ``hint`` (a list schedule) seeds the
+        search, and its makespan (window tails included) bounds the horizon. ``OutOfTime`` where
+        ``deadline`` passes while the model is built."""
         model = tick_model(
             problem,
             window,
@@ -446,8 +500,10 @@ class CpsatSession:
             tail_s=tail_s,
             hint=hint,
             horizon_s=hint.objective_s if hint is not None else None,
+            deadline=deadline,
+            prices_at_most=MAX_PRICES,
         )
-        return model.solution(problem, self.solve(model, time_limit_s))
+        return model.solution(problem, self.solve(model, time_limit_s, deadline=deadline))
 
     def _read_line(self, give_up_at: float) -> bytes | None:
         """The worker's next line, or None where none came by ``give_up_at`` (``time.monotonic``)."""

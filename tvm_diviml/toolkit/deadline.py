@@ -8,6 +8,13 @@ import math
 import time
 from dataclasses import dataclass
 
+from ..errors import DivimlInputError
+
+
+class OutOfTime(DivimlInputError):
+    """A phase stopped at its deadline with nothing to hand back: its caller keeps what it has, and a
+    user who asked for that phase alone is told to allow more time."""
+
 
 @dataclass(frozen=True)
 class Deadline:
@@ -27,6 +34,13 @@ class Deadline:
 
     def passed(self) -> bool:
         return time.perf_counter() >= self.at
+
+    def check(self, what: str) -> None:
+        """Raise ``OutOfTime`` naming ``what`` once the deadline passed: a long loop calls this per step."""
+        if self.passed():
+            raise OutOfTime(
+                f"{what} did not finish within the time limit", field="time_limit", hint="raise --time-limit"
+            )
 
     def within(self, seconds: float) -> Deadline:
         """The earlier of this deadline and ``seconds`` from now: a sub-solve's own limit, inside ours."""

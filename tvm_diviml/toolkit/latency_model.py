@@ -15,6 +15,7 @@ import mip
 
 from ..problem import Problem
 from ..tolerances import TIE_BREAK
+from .deadline import Deadline
 from .mip_backend import new_model, optimized, prove_exactly, proven_bound
 from .windows import (
     Context,
@@ -46,12 +47,14 @@ class LatencyModel(WindowVariables):
         descendants: dict[str, int] | None = None,
         tie_break: bool = False,
         tail_s: dict[str, float] | None = None,
+        build_by: Deadline | None = None,
     ):
         """``tie_break``: also minimise (slightly) the mean start time, so that kernels off the critical
         path still finish early. ``tail_s``: per kernel, work that must still follow it outside the window
         (C >= finish + tail), so that a window's makespan stands for the whole graph's. Both serve the
-        splitting heuristic; the exact solver of the whole graph uses neither."""
-        self.problem = problem
+        splitting heuristic; the exact solver of the whole graph uses neither. ``build_by``: building
+        stops there (``OutOfTime``)."""
+        self.problem, self.build_by = problem, build_by
         graph, costs = problem.graph, problem.costs
         self.window = list(window) if window is not None else list(graph.topo_order)
         self.inside = set(self.window)
@@ -104,6 +107,8 @@ class LatencyModel(WindowVariables):
         graph = self.problem.graph
         m, x, s = self.m, self.x, self.s
         for w in self.window:
+            if self.build_by is not None:
+                self.build_by.check("building the latency MILP")
             for edge in graph.pred[w]:
                 u = edge.src
                 if u in self.inside:
@@ -162,6 +167,8 @@ class LatencyModel(WindowVariables):
         graph, M = self.problem.graph, self.horizon
         ordered = sorted(self.window, key=graph.position.__getitem__)
         for i, v in enumerate(ordered):
+            if self.build_by is not None:
+                self.build_by.check("building the latency MILP")
             for w in ordered[i + 1 :]:
                 if descendants[v] >> graph.position[w] & 1:
                     continue

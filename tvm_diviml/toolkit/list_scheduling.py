@@ -18,6 +18,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import device_orders
 from .constraints import DeviceBudget, model_inputs_of, place_within_memory
+from .deadline import Deadline
 from .throughput_model import throughput_plan
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def heft_placement(budget: DeviceBudget) -> Plan:
     """HEFT: kernels by decreasing upward rank, each where it finishes earliest, gaps filled."""
     problem = budget.problem
     graph, costs, host = problem.graph, problem.costs, problem.platform.host
-    ranks = upward_ranks(problem)
+    ranks = upward_ranks(problem, budget.deadline)
     inputs_of = model_inputs_of(graph)
     timelines = {d: Timeline() for d in problem.platform.device_names}
     finish: dict[str, float] = {}
@@ -80,13 +81,16 @@ def heft_placement(budget: DeviceBudget) -> Plan:
     )
 
 
-def upward_ranks(problem: Problem) -> dict[str, float]:
+def upward_ranks(problem: Problem, deadline: Deadline | None = None) -> dict[str, float]:
     """HEFT's rank_u: the mean-cost length of the longest path from a kernel to the end, the
-    kernel included; an output's path ends with its mean return to the host."""
+    kernel included; an output's path ends with its mean return to the host. ``OutOfTime`` past
+    ``deadline``."""
     graph, costs, host = problem.graph, problem.costs, problem.platform.host
     latency, per_byte = mean_link(problem)
     ranks: dict[str, float] = {}
     for kernel in reversed(graph.topo_order):
+        if deadline is not None:
+            deadline.check("HEFT's ranking")
         devices = problem.feasible_devices(kernel)
         compute = sum(costs.compute_s(kernel, d) for d in devices) / len(devices)
         tail = 0.0
@@ -149,15 +153,20 @@ class Timeline:
 
 
 def list_schedule_plan(
-    problem: Problem, place: Callable[[DeviceBudget], Plan], name: str, reserve: dict[str, float] | None = None
+    problem: Problem,
+    place: Callable[[DeviceBudget], Plan],
+    name: str,
+    reserve: dict[str, float] | None = None,
+    deadline: Deadline | None = None,
 ) -> Plan:
     """A latency list schedule under the memory budget, claimed at the simulator's value (which may
     report an overflow: callers decide what to do with it). Without a ``reserve``, scheduled once per
-    problem (``Problem.memo``); each caller gets its own copy."""
+    problem (``Problem.memo``); each caller gets its own copy. ``OutOfTime`` where ``deadline`` passes
+    before it is made."""
     key = ("list_schedule", place, name)
     if reserve is None and key in problem.memo:
         return copy.deepcopy(problem.memo[key])
-    plan, sim = place_within_memory(problem, place, reserve)
+    plan, sim = place_within_memory(problem, place, reserve, deadline=deadline)
     plan.solver, plan.value_s, plan.optimal = name, sim.value_s, False
     log.info(
         "%s: %.6g s, kernels per device %s%s",
@@ -220,10 +229,13 @@ def balance_greedy(budget: DeviceBudget) -> Plan:
     return throughput_plan(budget.device_of, "greedy")
 
 
-def greedy_throughput(problem: Problem, reserve: dict[str, float] | None = None, solver: str = "greedy") -> Plan:
+def greedy_throughput(
+    problem: Problem, reserve: dict[str, float] | None = None, solver: str = "greedy", deadline: Deadline | None = None
+) -> Plan:
     """``balance_greedy`` under the memory budget (placed again where activations outgrew the reserve),
-    for a problem its solver has checked (throughput in ``period_overlap`` mode)."""
-    plan, sim = place_within_memory(problem, balance_greedy, reserve)
+    for a problem its solver has checked (throughput in ``period_overlap`` mode); ``OutOfTime`` where
+    ``deadline`` passes before it is made."""
+    plan, sim = place_within_memory(problem, balance_greedy, reserve, deadline=deadline)
     plan.solver, plan.value_s, plan.optimal = solver, sim.value_s, False
     log.info("%s (throughput): period %.6g s%s", solver, sim.value_s, "" if sim.feasible else f"; {sim.problems}")
     return plan

@@ -21,7 +21,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
 from ..tolerances import within_slack
-from .cpsat_session import CpsatSession, TickModel, tick_model
+from .cpsat_session import MAX_PRICES, CpsatSession, TickModel, tick_model
 from .deadline import Deadline
 from .windows import Context, list_schedule, order_by_start
 
@@ -31,10 +31,6 @@ MIN_SEGMENT_S = 0.5
 # Measured: bert_base on paper-node asks 468 (proven in 0.6 s); llama:layers=8,hidden=128 on 4 x paper-node
 # (12 devices) asks 2,736: 136 of 300 distinct segments proven in 24 s, the bound 32% below the plan.
 MAX_SEGMENT_PAIRS = 1000
-# A segment's CP-SAT model prices each of its edges on every pair of devices, at about 3 us a price in
-# Python: a 2,000-kernel segment takes 2.6 s to build on 8 devices (and CP-SAT 4 s past a 0.9 s limit
-# to answer), minutes on 64. Past this many prices in the largest segment, the decomposition is not used.
-MAX_SEGMENT_PRICES = 200_000
 SOURCE, SINK = ("series", "source"), ("series", "sink")  # virtual ends: tuples never clash with kernel names
 
 
@@ -108,7 +104,7 @@ def series_obstacle(problem: Problem, series: Series) -> str | None:
     if why is None and pairs > MAX_SEGMENT_PAIRS:
         why = f"{pairs} segment schedules (a pair of end devices per segment) are too many to solve in time"
     prices = largest_segment_prices(problem, series) if why is None else 0
-    if prices > MAX_SEGMENT_PRICES:
+    if prices > MAX_PRICES:  # a model too large to build in time (``cpsat_session.MAX_PRICES``)
         why = f"its largest segment's model prices {prices} transfers, too many to build in time"
     return why
 
@@ -265,6 +261,9 @@ def series_plan(
 ) -> Plan | None:
     """The latency plan of the series decomposition, with the DP's bound and proof, or None where
     ``series_obstacle`` names a reason not to use it or it found no plan in time."""
+    if deadline.passed():  # finding the cut kernels alone takes a second on 100,000 kernels
+        log.info("series decomposition not tried: the time limit has passed")
+        return None
     series = series_decomposition(problem.graph)
     why = series_obstacle(problem, series)
     if why is not None:

@@ -8,6 +8,7 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import simulate
+from .device_classes import interchangeable_devices
 
 
 def single_device_plan(problem: Problem, device: str) -> Plan:
@@ -26,15 +27,19 @@ def single_device_plan(problem: Problem, device: str) -> Plan:
 
 def single_device_values(problem: Problem) -> tuple[Plan | None, dict[str, dict]]:
     """The fastest feasible single-device plan (None when no device can run the whole model), and
-    per device its value (None where it does not fit) and first problems."""
+    per device its value (None where it does not fit) and first problems. Interchangeable devices
+    (``interchangeable_devices``) share the simulation of the first of them."""
     per_device: dict[str, dict] = {}
     best: tuple[float, int, Plan] | None = None
-    for index, device in enumerate(problem.platform.device_names):
-        plan = single_device_plan(problem, device)
+    index = {d: i for i, d in enumerate(problem.platform.device_names)}
+    for first, *others in interchangeable_devices(problem):
+        plan = single_device_plan(problem, first)
         sim = simulate(problem, plan)
-        per_device[device] = {"value_s": sim.value_s if sim.feasible else None, "problems": sim.problems[:3]}
+        for device in (first, *others):
+            per_device[device] = {"value_s": sim.value_s if sim.feasible else None, "problems": sim.problems[:3]}
         if sim.feasible and (best is None or sim.value_s < best[0]):
-            best = (sim.value_s, index, plan)
+            best = (sim.value_s, index[first], plan)
+    per_device = {d: per_device[d] for d in problem.platform.device_names}
     if best is None:
         return None, per_device
     value, _, plan = best

@@ -73,9 +73,15 @@ class ThroughputWindowSolver:
             return None
         try:
             model = ThroughputModel(
-                self.problem, window, fixed, backend=self.backend, reserve=self.reserve, tie_break=True
+                self.problem,
+                window,
+                fixed,
+                backend=self.backend,
+                reserve=self.reserve,
+                tie_break=True,
+                build_by=self.deadline,
             )
-        except DivimlInputError as error:  # e.g. a co-location group left without a device
+        except DivimlInputError as error:  # e.g. a co-location group left without a device; OutOfTime
             log.debug("split: window of %d kernels skipped: %s", len(window), error)
             return None
         model.warm_start(hint)

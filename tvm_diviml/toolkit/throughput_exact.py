@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..plan import Plan
 from ..problem import Problem
 from ..tolerances import within_slack
-from .deadline import Deadline
+from .deadline import Deadline, OutOfTime
 from .heuristics import best_heuristic
 from .memory import solve_within_memory
 from .mip_backend import nothing_found, proven_bound
@@ -32,12 +32,10 @@ def exact_throughput(
     """The throughput MILP over the whole graph, repaired where the simulator saw activations overflow;
     warm-started from ``incumbent`` (a plan with its value), else from the best heuristic."""
     if incumbent is None and warm_start:
-        incumbent = best_heuristic(problem)
+        incumbent = best_heuristic(problem, deadline)
     return solve_within_memory(
         problem,
-        lambda reserve, cuts: _solve_once(
-            problem, incumbent, reserve, cuts, deadline.left(), backend, seed, threads, solver
-        ),
+        lambda reserve, cuts: _solve_once(problem, incumbent, reserve, cuts, deadline, backend, seed, threads, solver),
     )
 
 
@@ -46,18 +44,26 @@ def _solve_once(
     incumbent: Plan | None,
     reserve: dict[str, float],
     cuts: tuple[PeakCut, ...],
-    time_limit_s: float,
+    deadline: Deadline,
     backend: str,
     seed: int,
     threads: int,
     solver: str,
 ) -> Plan:
     """One throughput MILP with this activation ``reserve`` and these ``cuts``: its plan, or the
-    incumbent's where that is better or the MILP found none."""
-    model = ThroughputModel(problem, backend=backend, reserve=reserve, cuts=cuts)
+    incumbent's where that is better, the MILP found none, or its model was not built by ``deadline``."""
+    try:
+        model = ThroughputModel(problem, backend=backend, reserve=reserve, cuts=cuts, build_by=deadline)
+    except OutOfTime:
+        if incumbent is None:
+            raise
+        plan = throughput_plan(incumbent.assignment, solver)
+        score(problem, plan)
+        plan.attrs["milp_status"] = "its model was not built in time; the heuristic's plan"
+        return plan
     if incumbent is not None:
         model.warm_start(incumbent.assignment)
-    found = model.solve(time_limit_s, seed=seed, threads=threads)
+    found = model.solve(deadline.left(), seed=seed, threads=threads)
     if found is None:
         if incumbent is None:
             raise nothing_found(model.status, "throughput MILP", "greedy")

@@ -98,6 +98,7 @@ class WindowSolver:
                     tail_s=tail,
                     hint=hint,
                     time_limit_s=limit,
+                    deadline=self.deadline,
                 )
             else:
                 model = LatencyModel(
@@ -109,10 +110,11 @@ class WindowSolver:
                     upper_bound_s=hint.objective_s,
                     tie_break=True,
                     tail_s=tail,
+                    build_by=self.deadline,
                 )
                 model.warm_start(hint.assignment, hint.start_s, hint.objective_s)
                 solution = model.solve(limit, seed=self.seed)
-        except DivimlInputError as error:  # e.g. a co-location group left without a device
+        except DivimlInputError as error:  # e.g. a co-location group left without a device; OutOfTime
             log.debug("windows: window of %d kernels skipped: %s", len(window), error)
             return None
         self.solved += 1
