@@ -50,6 +50,16 @@ def test_a_thousand_gpus_on_one_fabric_hold_the_links_that_are_read():
     }
 
 
+def test_a_platform_on_one_fabric_is_written_as_its_default_link_and_read_back():
+    platform = gpu_k(1000)
+    platform.links["gpu1", "gpu2"] = Link("gpu1", "gpu2", 1e-6, 1e9)
+    data = platform.to_json()
+    assert data["default_link"] == {"latency_s": 3e-6, "bandwidth_Bps": 450e9} and len(data["links"]) == 1
+    again = Platform.from_json(data)
+    assert again.link("gpu1", "gpu2").bandwidth_Bps == 1e9 and again.link("gpu2", "gpu1").bandwidth_Bps == 450e9
+    assert again.to_json() == data
+
+
 def test_a_link_table_names_the_platform_devices():
     devices = gpu_k(2).devices
     with pytest.raises(ValueError, match="other devices"):
