@@ -27,8 +27,9 @@ List schedules and quick plans:
 Structure of the graph:
   ``communities``, ``louvain``  split's modules (modularity communities, exact gains)
   ``blocks``            repeated blocks (transformer layers), for the symmetric solver
-  ``device_classes``    identical devices as one class
+  ``device_classes``    identical devices as one class; interchangeable ones beyond the kernel count dropped
+  ``solvable``          the problem solvers and bounds model: spare devices gone, prices in range
 Time and progress:
-  ``deadline``          one wall-clock end per solve, handed to every sub-solve
+  ``deadline``          one wall-clock end per solve, handed to every sub-solve; OutOfTime past it
   ``incumbents``        the best plan and bound of a solve as they improve (progress, Ctrl-C's result)
 """
