@@ -23,6 +23,7 @@ from .app.dataparallel import format_batch_splits, plan_with_batch_splits
 from .app.files import Read, Written, check_files
 from .app.report import format_row, solve_and_report
 from .app.workload import GENERATORS, is_model_file, load_graph, load_workload, platform_files
+from .cost.cache import FILE_NAME, default_cache_dir
 from .errors import (
     DivimlInputError,
     ServerFailure,
@@ -34,6 +35,7 @@ from .errors import (
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
 from .runtime.placement import placement_path
+from .servers import server_devices
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
 from .toolkit.incumbents import Event
@@ -94,8 +96,6 @@ def command_files(args: argparse.Namespace) -> tuple[list[Read], list[Written]]:
     if getattr(args, "tuning_db", None):
         reads.append(Read(args.tuning_db, "--tuning-db", folder=True))
     if args.command in ("run", "profile") or cost == "measured":
-        from .cost.cache import FILE_NAME, default_cache_dir
-
         reads.append(Read(os.path.join(default_cache_dir(), FILE_NAME), "the profile cache"))
     writes = [
         Written(getattr(args, flag), f"--{flag}")
@@ -104,8 +104,7 @@ def command_files(args: argparse.Namespace) -> tuple[list[Read], list[Written]]:
     ]
     export = getattr(args, "export", None)
     if export and getattr(args, "rpc", None):
-        from .runtime.rpc import export_files
-        from .servers import server_devices
+        from .runtime.rpc import export_files  # the RPC runtime loads only for --rpc
 
         writes.append(Written(export, "--export", folder=True))
         servers = server_devices(get_platform(args.platform))
@@ -360,12 +359,9 @@ def _report_run(args: argparse.Namespace, row: dict, measured, report: str, buil
 def _run_rpc(args: argparse.Namespace) -> int:
     """``run --rpc``: one RPC server per server of the platform (given, or started on the loopback); the
     plan prices cross-server copies as two hops through the driver, at figures measured over the sessions."""
-    import contextlib
-
     from .app.rpc_run import format_rpc_run, run_plan_rpc
     from .cost.rpc_hops import driver_hop_platform, driver_io_s, measure_driver_hops, with_driver_io
     from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
-    from .servers import server_devices
 
     count = len(server_devices(get_platform(args.platform)))
     with contextlib.ExitStack() as stack:

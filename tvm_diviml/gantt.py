@@ -86,15 +86,11 @@ def draw_schedule(
     height = min(MAX_FIGURE_HEIGHT_IN, 1.5 + ROW_HEIGHT_IN * max(len(drawing.rows), 1))
     figure.set_size_inches(FIGURE_WIDTH_IN, height)
     drawing.artists = len(axes.get_children())
-    try:
-        with written_whole(path, "the picture") as temporary:
+    with written_whole(path, "the picture") as temporary:  # a file that cannot be written: one line
+        try:
             figure.savefig(temporary)
-    except OSError as error:
-        raise DivimlInputError(
-            f"cannot write: {error.strerror}", source=path, hint="check that the folder exists and is writable"
-        ) from None
-    except ValueError as error:  # matplotlib's "Format 'xyz' is not supported"
-        raise DivimlInputError(f"cannot draw: {error}", source=path, hint="name a .png file") from None
+        except ValueError as error:  # matplotlib's "Format 'xyz' is not supported"
+            raise DivimlInputError(f"cannot draw: {error}", source=path, hint="name a .png file") from None
     return drawing
 
 

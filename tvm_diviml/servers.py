@@ -146,9 +146,15 @@ def _check_groups(groups: list[ServerGroup], where: str) -> None:
 def servers_platform(spec: str, load_kind: KindLoader) -> Platform:
     """``servers:4xpaper-node``, ``servers:2xpaper-node+2xh200-node,network_gbps=25,network_latency_us=50``.
     A kind is anything ``load_kind`` takes except another ``servers:`` spec; ``1x`` may be left out."""
-    body = spec.removeprefix(PREFIX)
-    kinds, *options = [part.strip() for part in body.split(",")]
+    counted, options = spec_groups(spec)
     network = _network_options(options, spec)
+    groups = [ServerGroup(kind, _kind_platform(kind, "platform", load_kind), count) for count, kind in counted]
+    return build_servers(groups, network, name=spec, field="platform")
+
+
+def spec_groups(spec: str) -> tuple[list[tuple[int, str]], list[str]]:
+    """A ``servers:`` spec's (count, kind) groups, and its network options unparsed."""
+    kinds, *options = [part.strip() for part in spec.removeprefix(PREFIX).split(",")]
     groups = []
     for part in kinds.split("+"):
         match = re.fullmatch(r"(?:(\d+)\s*x\s*)?(\S+)", part.strip())
@@ -165,8 +171,8 @@ def servers_platform(spec: str, load_kind: KindLoader) -> Platform:
                 field="platform",
                 hint="each group needs at least one server, e.g. 1xpaper-node",
             )
-        groups.append(ServerGroup(kind, _kind_platform(kind, "platform", load_kind), count))
-    return build_servers(groups, network, name=spec, field="platform")
+        groups.append((count, kind))
+    return groups, options
 
 
 def _network_options(options: list[str], spec: str) -> Network:

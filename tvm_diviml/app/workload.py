@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from ..msr_fiddle import is_msr_fiddle, read_msr_fiddle
 from ..platform import Platform
 from ..presets import load_platform
 from ..servers import PREFIX as SERVERS_PREFIX
+from ..servers import spec_groups
 from ..synthetic import branchy, random_dag
 from ..units import format_bytes
 from ..zoo import check_zoo_name
@@ -117,9 +117,7 @@ def platform_files(spec: str | None) -> list[str]:
     if not spec:
         return []
     if spec.startswith(SERVERS_PREFIX):
-        groups = spec.removeprefix(SERVERS_PREFIX).split(",")[0].split("+")
-        kinds = [re.sub(r"^\d+\s*x\s*", "", group.strip()) for group in groups]
-        return [kind for kind in kinds if kind.endswith(".json")]
+        return [kind for _, kind in spec_groups(spec)[0] if kind.endswith(".json")]
     return [spec] if spec.endswith(".json") else []
 
 

@@ -72,6 +72,10 @@ class CostModel(ABC):
         made_for = graph.kernels.get(kernel) if graph is not None else None
         return made_for.fingerprint if made_for is not None else None
 
+    def made_for_model(self) -> str | None:
+        """The model these costs were measured for, where they say (a cost table exported by ``profile``)."""
+        return None
+
     def check_made_for(self, graph: OpGraph, source: str | None = None) -> None:
         """Refuse costs made for another graph, naming the first kernel that differs from the one they
         describe (``twin_branch:hidden=64``'s costs would price ``hidden=2048``'s kernels of the same names)."""
@@ -80,9 +84,10 @@ class CostModel(ABC):
         for name, kernel in graph.kernels.items():
             theirs = self.fingerprint_of(name)
             if theirs is not None and theirs != kernel.fingerprint:
+                model = self.made_for_model()
                 raise DivimlInputError(
                     f"the costs were made for another model: kernel '{name}' differs from the one they describe "
-                    f"({_kernel_summary(kernel)} here)",
+                    f"({_kernel_summary(kernel)} here)" + (f"; they were measured for {model}" if model else ""),
                     source=source,
                     field=f"fingerprints.{name}",
                     hint="measure this model's costs (diviml profile MODEL --export PATH), or give the model they "

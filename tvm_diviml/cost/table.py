@@ -63,17 +63,8 @@ class TableCostModel(CostModel, JsonFile):
     def fingerprint_of(self, kernel: str) -> str | None:
         return self.fingerprints.get(kernel)
 
-    def check_made_for(self, graph: OpGraph, source: str | None = None) -> None:
-        try:
-            super().check_made_for(graph, source)
-        except DivimlInputError as error:
-            model = self.made_for.get("model")
-            raise DivimlInputError(
-                error.detail + (f"; they were measured for {model}" if model else ""),
-                source=error.source,
-                field=error.field,
-                hint=error.hint,
-            ) from None
+    def made_for_model(self) -> str | None:
+        return self.made_for.get("model")
 
     def check_covers(self, graph: OpGraph, where: str = "costs") -> None:
         """The costs were made for this graph (where they say what for); every kernel has a cost on every

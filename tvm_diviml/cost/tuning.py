@@ -22,6 +22,7 @@ import inspect
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -256,10 +257,13 @@ def _time_schedule(mod: tvm.IRModule, target) -> float:
     return statistics.median(timer(*args).results)
 
 
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # MetaSchedule's JSON database
+
+
 def open_database(work_dir: str):
     """An existing MetaSchedule JSON database (``database_workload.json`` and
     ``database_tuning_record.json`` in ``work_dir``), for builds that apply a user's tuning."""
-    paths = [os.path.join(work_dir, f"database_{table}.json") for table in ("workload", "tuning_record")]
+    paths = [os.path.join(work_dir, name) for name in DATABASE_FILES]
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         raise DivimlInputError(
@@ -268,9 +272,6 @@ def open_database(work_dir: str):
             hint="give the work_dir that MetaSchedule tuning wrote",
         )
     return _json_database(work_dir, allow_missing=False)
-
-
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
 def _json_database(work_dir: str, *, allow_missing: bool):
@@ -311,7 +312,7 @@ def heal_database(work_dir: str) -> None:
     for path, lines, kept in ((workloads_path, workloads, kept_workloads), (records_path, records, kept_records)):
         if len(kept) == len(lines):
             continue
-        os.replace(path, path + ".damaged")
+        shutil.copyfile(path, path + ".damaged")
         write_text(path, "".join(line + "\n" for line in kept), "the healed tuning database")
         log.warning(
             "%s: dropped %d damaged line(s) (an interrupted write?); the file as it was is kept as %s.damaged",
@@ -319,6 +320,14 @@ def heal_database(work_dir: str) -> None:
             len(lines) - len(kept),
             os.path.basename(path),
         )
+
+
+def _parsed(line: str):
+    """A database line's JSON, or None where it is not JSON (cut short)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def _lines(path: str) -> list[str]:
@@ -330,19 +339,13 @@ def _lines(path: str) -> list[str]:
 
 def _is_workload_line(line: str) -> bool:
     """``[structural hash, serialized module]``, as MetaSchedule writes a workload."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return False
+    entry = _parsed(line)
     return isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry)
 
 
 def _is_record_line(line: str, workloads: int) -> bool:
     """``[workload line, [trace, run_secs, target, args_info]]`` naming one of the ``workloads`` kept."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return False
+    entry = _parsed(line)
     return (
         isinstance(entry, list)
         and len(entry) == 2
@@ -738,10 +741,8 @@ def _load_searched(work_dir: str) -> dict[str, int]:
 
 
 def _save_searched(work_dir: str, searched: dict[str, int]) -> None:
-    path = os.path.join(work_dir, _SEARCHED_FILE)
-    with open(path + ".tmp", "w") as file:
-        json.dump({"trials": dict(sorted(searched.items()))}, file, indent=1)
-    os.replace(path + ".tmp", path)
+    text = json.dumps({"trials": dict(sorted(searched.items()))}, indent=1)
+    write_text(os.path.join(work_dir, _SEARCHED_FILE), text, "the tuning progress")
 
 
 def _check_one_target_kind(database, target, work_dir: str) -> None:

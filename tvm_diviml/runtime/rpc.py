@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DivimlInputError, ServerFailure
+from ..jsonio import read_json
 from ..writes import write_text
 from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
 from .placement import Placement, placement_path
@@ -86,11 +87,10 @@ class ServersBuild:
     @classmethod
     def load(cls, directory: str) -> ServersBuild:
         path = os.path.join(directory, INDEX_FILE)
+        index = read_json(path)  # bounded: a regular file of sane size
         try:
-            with open(path, encoding="utf-8") as raw:
-                index = json.load(raw)
             servers, owner, order = index["servers"], index["server_of"], index["segment_order"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (KeyError, TypeError) as error:
             raise DivimlInputError(
                 f"not a per-server build ({error})", source=path, hint="write it with ServersBuild.export"
             ) from None
