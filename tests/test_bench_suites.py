@@ -24,7 +24,7 @@ def test_declared_options_match_the_suite_function(name):
 def test_the_command_line_offers_the_declared_flags():
     bench = build_parser().parse_args(["bench"])
     assert bench.suite == "simulator"
-    flags = {"--time-limit", "--bound-time-limit", "--mip-nodes", "--quick", "--tune-minutes", "--models"}
+    flags = {"--time-limit", "--bound-time-limit", "--mip-nodes", "--quick", "--tune-minutes", "--models", "--case"}
     assert set(offers_by_flag(SUITES.values())) == flags
     assert (bench.time_limit, bench.bound_time_limit, bench.quick) == (None, None, None)
 

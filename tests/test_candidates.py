@@ -17,6 +17,8 @@ from tvm_diviml.presets import get_platform
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.synthetic import branchy
 
+from .conftest import graph_of
+
 
 @pytest.fixture
 def problem():
@@ -96,3 +98,29 @@ def test_no_candidates_and_a_count_below_one_are_refused(problem):
         select_fastest([], lambda c: 1.0)
     with pytest.raises(DivimlInputError, match="--candidates"):
         candidate_plans(problem, get_solver("heft").solve(problem), 0)
+
+
+def test_a_stream_always_times_the_replicated_plans_and_the_best_pipeline_and_leaves_cycles_out():
+    """On two CPUs a chain a -> b -> c -> d: the whole model replicated and a 2-stage pipeline are
+    candidates whatever their rank, each priced as its stream runs (with its inputs in flight); a plan
+    that goes cpu0 -> cpu1 -> cpu0 is listed, not built, with why."""
+    from tvm_diviml.simulator import stream_price
+
+    graph = graph_of([("a", "b", 4), ("b", "c", 4), ("c", "d", 4)])
+    platform = get_platform("cpu2")
+    costs = TableCostModel(platform, {k: {d: 1e-3 for d in platform.device_names} for k in "abcd"})
+    problem = Problem(graph, platform, costs, objective="throughput")
+    cyclic = Plan({"a": "cpu0", "b": "cpu1", "c": "cpu0", "d": "cpu0"}, objective="throughput", mode="period_overlap")
+    cyclic.solver = "hand"
+    candidates = candidate_plans(problem, cyclic, 1)
+    by_label = {c.label: c for c in candidates}
+    assert by_label["hand plan"].left_out and "cycle" in by_label["hand plan"].left_out
+    replicated = by_label["the whole model replicated"]
+    assert replicated.plan.replicas and replicated.left_out is None
+    assert by_label["the best pipeline"].plan.mode == "stage_serial"
+    for candidate in candidates:
+        price = stream_price(problem, candidate.plan)
+        assert candidate.predicted_s == price.period_s and candidate.in_flight == price.in_flight
+    assert [c.left_out is None for c in candidates] == sorted((c.left_out is None for c in candidates), reverse=True)
+    text = format_selection(select_fastest(candidates, lambda c: 1.0))
+    assert "hand plan" in text and "not built: its devices pass tensors back and forth" in text

@@ -113,13 +113,16 @@ def test_candidates_are_refused_across_rpc_servers(capsys):
 @pytest.mark.parametrize(
     "objective, extra, in_flight",
     [
-        ("throughput", [], 4),  # default: two per device
+        ("throughput", [], None),  # default: as many as the stream's price asks
         ("pipeline", ["--stages", "2", "--in-flight", "3"], 3),
     ],
 )
 def test_stream_objectives_report_throughput(capsys, tmp_path, objective, extra, in_flight):
     code, out, err = diviml_run(capsys, "--objective", objective, *extra, "--json", str(tmp_path / "row.json"))
     assert code == 0, err
+    if in_flight is None:
+        in_flight = int(re.search(r"([0-9]+) in flight\)", out).group(1))
+        assert 1 <= in_flight <= 8
     assert re.search(
         rf"^throughput: measured [0-9.]+ /s \(.* per inference, {in_flight} in flight\), "
         r"predicted [0-9.]+ /s \(period .*\): measured/predicted [0-9.]+$",
@@ -382,3 +385,42 @@ def test_side_by_side_times_each_candidate_warm(monkeypatch):
     for t in timings.values():
         assert len(t.samples_s) == 5 and warm_s <= t.measured_s < (warm_s + cold_s) / 2
         assert t.outputs.max_rel_diff == 0.0
+
+
+def test_a_throughput_run_builds_and_times_the_replicated_plans_and_the_pipeline(tmp_path, capsys):
+    """The whole model replicated (one build per device) and the best pipeline are built and timed
+    beside the plan and the single-device configurations; every output equals the reference."""
+    row_path = tmp_path / "row.json"
+    code, out, err = diviml_run(capsys, "--objective", "throughput", "--candidates", "1", "--json", str(row_path))
+    assert code == 0, err
+    row = json.loads(row_path.read_text())
+    timed = {c["label"]: c for c in row["candidates"]["candidates"] if not c["left_out"]}
+    (replicated,) = [c for label, c in timed.items() if label.endswith("the whole model replicated")]
+    assert replicated["replicas"] == 1 and len(replicated["devices"]) == 1  # the primary device
+    assert "the best pipeline" in timed
+    for candidate in timed.values():
+        assert candidate["measured_s"] > 0 and not candidate["outputs_differ"], candidate
+        assert candidate["in_flight"] >= 1 and candidate["predicted_s"] > 0
+    assert re.search(r"^kept .+: [0-9.]+x faster than the next candidate", out, re.MULTILINE), out
+    assert "single-device configurations, measured now (a stream each, side by side with the plans)" in out
+
+
+def test_a_batch_split_run_equals_the_whole_batch(tmp_path, capsys):
+    """Two sub-batch copies, one per core, built from the batch-2 model, run side by side and joined:
+    the outputs equal the batch-4 model's single-device build. (A convolutional net: an MLP's copies
+    read the same weights, which roofline prices as the time they take, so no split of one wins.)"""
+    row_path = tmp_path / "row.json"
+    model = "resnet18:resolution=32,classes=10,batch=4"
+    code = main(["run", model, *FAST, "--batch-split", "2", "--json", str(row_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    row = json.loads(row_path.read_text())
+    assert row["batch_split"] == 2 and sorted(row["copies"]) == ["0", "1"], out
+    assert "outputs against the single-device build: " in out and ": equal" in out
+    assert row["run"]["max_abs_diff"] <= 1e-5 and row["run"]["measured_s"] > 0
+
+
+def test_a_batch_split_across_rpc_servers_is_refused(capsys):
+    assert_one_line_error(
+        capsys, ["run", MODEL, "--batch-split", "2", "--rpc", "local"], "--batch-split runs its copies"
+    )

@@ -430,3 +430,61 @@ def test_a_plan_scored_again_on_the_same_problem_is_not_simulated_again(monkeypa
     scored.clear()
     simulate(problem, Plan(dict(crossing)))
     assert len(scored) == 1
+
+
+# ---------------------------------------------------------------------- streams as the executor runs them
+def stream_problem(segment_s=0.0, run_s=0.0):
+    """a -> b -> c on two identical devices, 1 s a kernel, free links; costs of the executor given."""
+    from tvm_diviml.cost.table import TableCostModel
+
+    platform = unit_platform(("A", "B"), latency=0.0, bandwidth=1e18)
+    costs = TableCostModel(
+        platform,
+        {k: {"A": 1.0, "B": 1.0} for k in "abc"},
+        executor_segments=segment_s > 0,
+        executor_overheads=ExecutorOverheads(run_s=run_s, segment_s=segment_s),
+    )
+    return Problem(graph_of([("a", "b", 1), ("b", "c", 1)]), platform, costs, objective="throughput")
+
+
+def whole_model_on(shares):
+    """a, b and c replicated on the devices of ``shares``."""
+    return Plan(
+        dict.fromkeys("abc", "A"),
+        objective="throughput",
+        mode="period_overlap",
+        replicas=[ReplicaGroup(list("abc"), shares)],
+    )
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 3, 7])
+def test_a_stream_is_no_faster_than_its_load_or_its_inputs_in_flight_allow(in_flight):
+    from tvm_diviml.simulator import stream_price
+
+    problem = stream_problem()
+    pipeline = Plan({"a": "A", "b": "B", "c": "B"}, objective="throughput", mode="period_overlap")
+    price = stream_price(problem, pipeline, in_flight)
+    assert price.load_s == simulate(problem, pipeline).value_s == 2.0
+    assert price.latency_s == 3.0
+    assert price.period_s == max(2.0, 3.0 / in_flight) and price.in_flight == in_flight
+
+
+def test_the_stream_chooses_enough_inputs_in_flight_to_keep_its_busiest_device_busy():
+    from tvm_diviml.simulator import STREAM_SLACK, stream_price
+
+    problem = stream_problem()
+    price = stream_price(problem, whole_model_on({"A": 0.5, "B": 0.5}))
+    assert price.load_s == 1.5 and price.latency_s == 3.0  # each input runs the whole model on one device
+    assert price.in_flight == 2 + STREAM_SLACK and price.period_s == 1.5
+
+
+def test_replicas_pay_their_routes_segment_calls_by_share_and_the_driver_bounds_the_stream():
+    from tvm_diviml.simulator import stream_price
+
+    problem = stream_problem(segment_s=0.1, run_s=0.05)
+    whole = whole_model_on({"A": 0.75, "B": 0.25})
+    sim = simulate(problem, whole)
+    assert sim.device_busy_s["A"] == pytest.approx(0.75 * 3.1) and sim.device_busy_s["B"] == pytest.approx(0.25 * 3.1)
+    # the driver's work shares the host's one core with the host's own load (A is the host CPU)
+    slow_driver = stream_problem(segment_s=0.1, run_s=50.0)
+    assert stream_price(slow_driver, whole).period_s == pytest.approx(0.75 * 3.1 + 50.0)

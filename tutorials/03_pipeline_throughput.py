@@ -7,11 +7,16 @@ step by step:
 
 1. loads a zoo model and prices its kernels on ``cpu2`` (this machine's CPU as two single-thread
    devices): roofline estimates by default, ``--cost measured`` times every kernel with TVM,
-2. places it twice: as a 2-stage pipeline (SliceGraph: contiguous stages, one device each) and for
-   throughput (the exact MILP by default: any assignment whose busiest device is least loaded),
-3. scores each plan's period with the simulator,
-4. builds each plan (one executable, one Relax function per same-device segment) and streams inputs
-   through ``ConcurrentRunner.stream`` with several in flight, one worker thread per device,
+2. places it three times: as a 2-stage pipeline (SliceGraph: contiguous stages, one device each),
+   for throughput (the exact MILP by default: any assignment whose busiest device is least loaded),
+   and as the whole model replicated on every device (each input runs on one of them, the stream
+   shared in proportion to their speed: data parallelism),
+3. prices each plan's stream as the executor runs it (``simulator.stream_price``: the busiest
+   device's load per inference, and what one input takes through the executor over the inputs in
+   flight),
+4. builds each plan (``build_runnable``: one executable, one Relax function per same-device segment;
+   a replicated plan is one executable per replica) and streams inputs through its runner
+   (``open_runner``: one worker thread per device; replicas side by side) with several in flight,
 5. prints predicted against measured seconds per inference, and the single-device build's time,
 6. checks every streamed output against the single-device build, itself checked against the
    model compiled whole (``run_reference``).
@@ -35,12 +40,14 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.modelspec import format_model_spec
 from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
+from tvm_diviml.passes.timing import build_runnable, open_runner
 from tvm_diviml.plan import Plan
-from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import time_calls, time_stream
+from tvm_diviml.runtime.routed import RoutedBuild
 from tvm_diviml.runtime.vm import SingleVMRunner
-from tvm_diviml.simulator import simulate
+from tvm_diviml.simulator import simulate, stream_price
 from tvm_diviml.solvers import Problem, get_solver
+from tvm_diviml.solvers.replicas import whole_model_replicas
 from tvm_diviml.tolerances import compare_outputs
 from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
@@ -67,7 +74,9 @@ def parse_args() -> argparse.Namespace:
         help="the solver of the throughput plan",
     )
     parser.add_argument("--inputs", type=positive_int, default=8, help="inputs streamed through each build")
-    parser.add_argument("--in-flight", type=positive_int, default=2, help="inputs in the devices at once")
+    parser.add_argument(
+        "--in-flight", type=positive_int, help="inputs in the devices at once (default: as each stream's price asks)"
+    )
     parser.add_argument("--time-limit", type=float, default=5.0, help="solver time limit in seconds")
     parser.add_argument("--seed", type=int, default=0, help="the solvers' seed")
     parser.add_argument(
@@ -98,7 +107,12 @@ def model_spec(model: str) -> str:
 
 
 def describe(built, acyclic: bool) -> str:
-    """The build's segments in run order; a device that comes back in the chain makes the device graph cyclic."""
+    """The build's segments in run order; a device that comes back in the chain makes the device graph
+    cyclic. A replicated build: its replicas and their shares of the stream."""
+    if isinstance(built, RoutedBuild):
+        return "replicas, each input on one: " + ", ".join(
+            f"{name} {100 * share:.0f}%" for name, share in zip(built.names, built.shares, strict=True)
+        )
     segments = built.placement.segments
     chain = " -> ".join(f"{seg['device']}[{len(seg['kernels'])}]" for seg in segments)
     return (
@@ -142,30 +156,41 @@ def main() -> int:
     )
     worst = whole_rel
 
-    objectives = [("pipeline", "slicegraph", 2), ("throughput", args.throughput_solver, None)]
-    for number, (objective, solver, stages) in enumerate(objectives, start=3):
-        step(f"{number}. {objective}" + (f" in {stages} stages" if stages else "") + f", solved by {solver}")
-        problem = Problem(graph, platform, costs, objective=objective, stages=stages)
-        plan = get_solver(solver, time_limit_s=args.time_limit, seed=args.seed).solve(problem)
-        sim = simulate(Problem(graph, platform, costs), plan)
-        predicted = sim.value_s
-        built = build(apply_plan(model.mod, plan, platform, extraction=extraction))
-        print(describe(built, sim.device_graph_acyclic))
-        with ConcurrentRunner(built, weights) as runner:
-            outputs = list(runner.stream(stream, in_flight=args.in_flight))
-            measured = time_stream(runner, stream, args.in_flight)
+    throughput = Problem(graph, platform, costs, objective="throughput")
+    plans = [
+        (
+            "a pipeline in 2 stages, solved by slicegraph",
+            Problem(graph, platform, costs, objective="pipeline", stages=2),
+        ),
+        (f"throughput, solved by {args.throughput_solver}", throughput),
+        ("throughput, the whole model replicated on every device", throughput),
+    ]
+    for number, (title, problem) in enumerate(plans, start=3):
+        step(f"{number}. {title}")
+        if "replicated" in title:
+            plan = whole_model_replicas(problem)
+        else:
+            solver = "slicegraph" if problem.objective == "pipeline" else args.throughput_solver
+            plan = get_solver(solver, time_limit_s=args.time_limit, seed=args.seed).solve(problem)
+        price = stream_price(problem, plan, args.in_flight)
+        built, _ = build_runnable(model, extraction, platform, plan, progress=print)
+        print(describe(built, simulate(problem, plan).device_graph_acyclic))
+        with open_runner(built, weights) as runner:
+            outputs = list(runner.stream(stream, in_flight=price.in_flight))
+            measured = time_stream(runner, stream, price.in_flight)
             busy = {device: seconds / len(stream) for device, seconds in runner.busy_s.items()}  # last stream
         rel = max(compare_outputs(got, want).max_rel_diff for got, want in zip(outputs, references, strict=True))
         worst = max(worst, rel)
         print(
-            f"period: predicted {predicted * 1e3:.2f} ms (simulator, mode {plan.mode}), measured "
-            f"{measured * 1e3:.2f} ms per inference ({args.inputs} inputs, {args.in_flight} in flight): "
-            f"measured/predicted {measured / predicted:.2f}"
+            f"period: predicted {price.period_s * 1e3:.2f} ms (busiest device {price.load_s * 1e3:.2f} ms, one "
+            f"input {price.latency_s * 1e3:.2f} ms over {price.in_flight} in flight), measured "
+            f"{measured * 1e3:.2f} ms per inference ({args.inputs} inputs): "
+            f"measured/predicted {measured / price.period_s:.2f}"
         )
         print("busy per inference: " + ", ".join(f"{d} {s * 1e3:.2f} ms" for d, s in sorted(busy.items())))
         print(
-            f"speed-up over the single-device build: predicted {single_predicted / predicted:.2f}x, measured "
-            f"{single_s / measured:.2f}x; {len(outputs)} outputs in input order, max rel diff {rel:.2g}"
+            f"speed-up over the single-device build: predicted {single_predicted / price.period_s:.2f}x, "
+            f"measured {single_s / measured:.2f}x; {len(outputs)} outputs in input order, max rel diff {rel:.2g}"
         )
 
     verdict = worst <= args.rtol

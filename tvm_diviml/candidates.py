@@ -3,14 +3,18 @@
 ``diviml run --candidates N`` builds and times the N best distinct plans by prediction (the solver's,
 HEFT's, greedy's, each device alone), always with the best single-device plan and every single-device
 configuration of the machine (the whole CPU with all its threads among them), and keeps the fastest
-measured. A tuned run also times each single-device configuration with the default schedules, so
-tuning that measures slower inside the model than the default rules is not kept. This module
-chooses and ranks; how a candidate is timed is the caller's (``measure``), so the choice is tested
-with given timings.
+measured. For a stream (throughput, pipeline) the replicated plans (the whole model, the plan's
+stages) and the best pipeline are always among them, each priced as the stream runs
+(``simulator.stream_price``, with the inputs in flight it runs at); a plan whose devices pass tensors
+back and forth (a cycle) is left out of the build, named with why. A tuned run also times each
+single-device configuration with the default schedules, so tuning that measures slower inside the
+model than the default rules is not kept. This module chooses and ranks; how a candidate is timed
+is the caller's (``measure``), so the choice is tested with given timings.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,9 +22,11 @@ from typing import Any
 
 from .errors import DivimlInputError
 from .plan import Plan
-from .simulator import simulate
+from .simulator import simulate, stream_price
 from .solvers import Problem, get_solver
 from .toolkit.single_device import single_device_plan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +44,8 @@ class Candidate:
     measured_s: float | None = None
     default_schedules: bool = False
     outputs_differ: bool = False
+    in_flight: int | None = None  # a stream's inputs in flight, as priced (None: one at a time)
+    left_out: str | None = None  # why it is not built and timed (None: it is)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +57,9 @@ class Candidate:
             "predicted_s": self.predicted_s,
             "measured_s": self.measured_s,
             "outputs_differ": self.outputs_differ,
+            "in_flight": self.in_flight,
+            "replicas": len(self.plan.replicas),
+            "left_out": self.left_out,
         }
 
 
@@ -73,16 +84,20 @@ class Selection:
 
 
 def plan_key(plan: Plan) -> tuple:
-    """Two plans that build the same executable have the same key: the assignment, and the device
-    orders where there are several devices (one device runs its kernels in the order data allows)."""
+    """Two plans that build the same executable have the same key: the assignment, the device orders
+    where there are several devices (one device runs its kernels in the order data allows), and the
+    replica groups."""
     several = len(set(plan.assignment.values())) > 1
     order = tuple(sorted((d, tuple(ks)) for d, ks in plan.order.items())) if plan.order and several else None
-    return tuple(sorted(plan.assignment.items())), order
+    replicas = tuple((tuple(g.kernels), tuple(sorted(g.shares.items()))) for g in plan.replicas)
+    return tuple(sorted(plan.assignment.items())), order, replicas
 
 
 def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidate]:
     """The ``count`` best distinct plans by prediction among ``chosen``, HEFT's and greedy's (latency),
-    and each device alone; the best single-device plan is always among them."""
+    and each device alone; the best single-device plan is always among them. For a stream, the
+    replicated plans and the best pipeline are always among them too, and plans whose device graph
+    has a cycle are left out (``Candidate.left_out``)."""
     if count < 1:
         raise DivimlInputError(f"must be at least 1, got {count}", field="--candidates")
     plans = [(f"{chosen.solver or 'given'} plan", chosen)]
@@ -91,18 +106,70 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
             (f"{name} plan", get_solver(name, exact_fallback=False).solve(problem)) for name in ("heft", "greedy")
         ]
     plans += [(f"{device} alone", single_device_plan(problem, device)) for device in problem.platform.device_names]
+    always = stream_plans(problem, chosen) if problem.objective != "latency" else []
     scored: dict[tuple, Candidate] = {}
-    for label, plan in plans:
+    left_out = []
+    for label, plan in plans + always:
         sim = simulate(problem, plan)
+        if plan_key(plan) in scored and (label, plan) in always:
+            scored[plan_key(plan)].label += f" = {label}"  # the solver's plan is the replicated one
         if not sim.feasible or plan_key(plan) in scored:
             continue
-        scored[plan_key(plan)] = Candidate(label, plan, sim.value_s)
+        candidate = priced(problem, label, plan)
+        if problem.objective != "latency" and not sim.device_graph_acyclic:
+            candidate.left_out = CYCLE
+            left_out.append(candidate)
+            continue
+        scored[plan_key(plan)] = candidate
     ranked = sorted(scored.values(), key=lambda c: c.predicted_s)
-    singles = [c for c in ranked if len(c.plan.devices_used()) == 1]
+    singles = [c for c in ranked if len(c.plan.devices_used()) == 1 and not c.plan.replicas]
     chosen_ones = ranked[:count]
-    if singles and singles[0] not in chosen_ones:
-        chosen_ones.append(singles[0])
-    return chosen_ones
+    for candidate in [*singles[:1], *(scored.get(plan_key(plan)) for _, plan in always)]:
+        if candidate is not None and candidate not in chosen_ones:
+            chosen_ones.append(candidate)
+    return chosen_ones + left_out
+
+
+CYCLE = (
+    "its devices pass tensors back and forth (a cycle in the device graph): each input waits on both "
+    "devices in turn, which a stream's period does not price"
+)
+
+
+def priced(problem: Problem, label: str, plan: Plan, threads: int | None = None) -> Candidate:
+    """A candidate with its predicted time: the latency, or the period of its stream as it runs."""
+    if problem.objective == "latency":
+        return Candidate(label, plan, simulate(problem, plan).value_s, threads=threads)
+    price = stream_price(problem, plan)
+    return Candidate(label, plan, price.period_s, threads=threads, in_flight=price.in_flight)
+
+
+def stream_plans(problem: Problem, chosen: Plan) -> list[tuple[str, Plan]]:
+    """What a stream is always timed with: the whole model replicated on every device that holds it,
+    ``chosen``'s stages replicated (where it has none), and the best pipeline of one stage per device
+    (SliceGraph within a few seconds)."""
+    from .solvers.replicas import stage_replicas, whole_model_replicas
+
+    out = []
+    if problem.objective == "throughput":
+        whole = whole_model_replicas(problem)
+        if whole is not None:
+            out.append(("the whole model replicated", whole))
+        stages = None if chosen.replicas else stage_replicas(problem, chosen)
+        if stages is not None:
+            out.append((f"{chosen.solver or 'given'} plan, its stages replicated", stages))
+    if problem.objective != "pipeline" and len(problem.platform.devices) > 1:
+        pipeline = Problem(
+            problem.graph, problem.platform, problem.costs, objective="pipeline", stages=len(problem.platform.devices)
+        )
+        try:
+            out.append(("the best pipeline", get_solver("slicegraph", time_limit_s=PIPELINE_TIME_S).solve(pipeline)))
+        except DivimlInputError as error:  # no pipeline fits: the other plans still run
+            log.info("no pipeline candidate: %s", error)
+    return out
+
+
+PIPELINE_TIME_S = 5.0  # SliceGraph's limit for the pipeline that a stream is timed with
 
 
 def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], float]) -> Selection:
@@ -112,7 +179,7 @@ def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], f
     if not candidates:
         raise DivimlInputError("no candidate plans to time", field="--candidates")
     for candidate in candidates:
-        seconds = measure(candidate)
+        seconds = math.inf if candidate.left_out else measure(candidate)
         candidate.measured_s = seconds if math.isfinite(seconds) else None
     ranked = sorted(candidates, key=lambda c: (c.outputs_differ, c.measured_s is None, c.measured_s or 0.0))
     return Selection(ranked, ranked[0])
@@ -122,17 +189,25 @@ def format_selection(selection: Selection) -> str:
     """The candidates' table: predicted and measured side by side, the winner marked."""
     from .units import format_seconds
 
-    lines = [f"candidates, built and timed now ({len(selection.candidates)}; the fastest measured is kept):"]
+    timed = [c for c in selection.candidates if not c.left_out]
+    lines = [f"candidates, built and timed now ({len(timed)}; the fastest measured is kept):"]
     width = max(44, *(len(c.label) + 2 for c in selection.candidates))
-    for candidate in selection.candidates:
+    for candidate in timed:
         mark = "  <- kept" if candidate is selection.winner else ""
         mark += "  (outputs DIFFERENT from the reference)" if candidate.outputs_differ else ""
+        mark += f"  ({candidate.in_flight} in flight)" if candidate.in_flight else ""
         known = candidate.predicted_s is not None and math.isfinite(candidate.predicted_s)
         predicted = format_seconds(candidate.predicted_s) if known else "not predicted"
         lines.append(
             f"  {candidate.label:<{width}}predicted {predicted:>12}   measured "
             f"{format_seconds(candidate.measured_s):>12}{mark}"
         )
+    for candidate in selection.candidates:
+        if candidate.left_out:
+            lines.append(
+                f"  {candidate.label:<{width}}predicted {format_seconds(candidate.predicted_s):>12}   "
+                f"not built: {candidate.left_out}"
+            )
     if selection.margin is not None:
         lines.append(
             f"kept {selection.winner.label}: {selection.margin:.2f}x faster than the next candidate "

@@ -13,13 +13,14 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 
 from . import __version__
-from .app.dataparallel import format_batch_splits, plan_with_batch_splits
+from .app.dataparallel import batch_split_workloads, build_split, format_batch_splits, solve_batch_splits
 from .app.files import Read, Written, check_files
 from .app.report import format_row, solve_and_report
 from .app.workload import GENERATORS, is_model_file, load_graph, load_workload, platform_files
@@ -174,23 +175,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.batch_split > 1:
-        plan, sim, row, problem = plan_with_batch_splits(
-            args.model,
-            args.platform,
-            args.cost,
-            args.batch_split,
+        plan, sim, row, problem = solve_batch_splits(
+            _batch_split_workloads(args),
             args.solver,
             args.objective,
-            args.time_limit,
-            args.seed,
             stages=args.stages,
-            shapes=args.shape,
-            granularity=args.granularity,
-            tune=_budget(args),
-            tuning_db=args.tuning_db,
+            time_limit_s=args.time_limit,
+            seed=args.seed,
         )
     else:
-        plan, sim, row, problem = _solve(args, _workload(args), interrupt_keeps_best=True, replicas=True)
+        plan, sim, row, problem = _solve(args, _workload(args), interrupt_keeps_best=True)
     if args.json != "-":
         print(format_row(row, problem.platform.device_names))
         if "batch_splits_tried" in row:
@@ -216,11 +210,11 @@ class Solved(NamedTuple):
     problem: Problem
 
 
-def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = False, replicas: bool = False) -> Solved:
+def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = False) -> Solved:
     """Place ``workload`` as the plan/run options say. ``interrupt_keeps_best``: Ctrl-C during the
     solve reports the best plan so far (``plan``: the plan is the result) instead of stopping the
-    command (``run``: a user who interrupts it wants nothing built). ``replicas``: the plan is not
-    built, so throughput may replicate (``plan``; ``run`` builds)."""
+    command (``run``: a user who interrupts it wants nothing built). Throughput may replicate the
+    model or its stages (``run`` builds a replicated plan as one executable per route)."""
     objective = args.objective or workload.default_objective
     problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=args.stages)
     if objective == "pipeline" and args.stages is None:
@@ -235,7 +229,7 @@ def _solve(args: argparse.Namespace, workload, interrupt_keeps_best: bool = Fals
         bound_time_limit_s=args.bound_time_limit,
         listener=ProgressLines(),
         interrupt_keeps_best=interrupt_keeps_best,
-        replicas=replicas,
+        replicas=True,
     )
     return Solved(plan, sim, row, problem)
 
@@ -261,10 +255,19 @@ class ProgressLines:
 
 def _workload(args: argparse.Namespace, runs_here: bool = False):
     """The workload the plan/run options name."""
-    return load_workload(
-        args.model,
-        args.platform,
-        args.cost,
+    return load_workload(args.model, args.platform, args.cost, **_load_options(args, runs_here))
+
+
+def _batch_split_workloads(args: argparse.Namespace, runs_here: bool = False) -> dict:
+    """The model unsplit and as each sub-batch split that ``--batch-split`` allows (R -> workload)."""
+    return batch_split_workloads(
+        args.model, args.platform, args.cost, args.batch_split, **_load_options(args, runs_here)
+    )
+
+
+def _load_options(args: argparse.Namespace, runs_here: bool) -> dict[str, Any]:
+    """How the plan/run options load a model (``load_workload``'s keywords)."""
+    return dict(
         shapes=args.shape,
         granularity=args.granularity,
         tune=_budget(args),
@@ -299,6 +302,12 @@ def _tuning_database(args: argparse.Namespace, costs=None):
 def cmd_run(args: argparse.Namespace) -> int:
     """Plan, build and execute on this machine's devices; measured against predicted."""
     if args.rpc:
+        if args.batch_split > 1:
+            raise DivimlInputError(
+                "--batch-split runs its copies on this machine's devices, not across RPC servers",
+                field="--batch-split",
+                hint="drop --batch-split or --rpc",
+            )
         if args.candidates > 1:
             raise DivimlInputError(
                 "--candidates times plans on this machine, not across RPC servers",
@@ -306,12 +315,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 hint="drop --candidates or --rpc",
             )
         return _run_rpc(args)
+    if args.batch_split > 1:
+        return _run_batch_split(args)
+    from .app.run import format_run, predicted_run, run_candidates, run_plan  # TVM: after the arguments' checks
+
     workload = _runnable_workload(args)
     plan, sim, row, problem = _solve(args, workload)
     print(format_row(row, problem.platform.device_names))
     print()
-    from .app.run import format_run, run_plan
-
     loaded = workload.loaded
     options = dict(
         repeats=args.repeats,
@@ -320,7 +331,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         database=_tuning_database(args, workload.costs),
     )
     if not args.candidates:
-        measured, built = run_plan(loaded.built, loaded.extraction, problem.platform, plan, sim.value_s, **options)
+        predicted, in_flight = predicted_run(problem, plan, args.in_flight)
+        measured, built = run_plan(
+            loaded.built, loaded.extraction, problem.platform, plan, predicted, **{**options, "in_flight": in_flight}
+        )
         return _report_run(
             args,
             row,
@@ -329,7 +343,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             built,
             f"build exported to {args.export} (+ .placement.json)",
         )
-    from .app.run import run_candidates
     from .candidates import format_selection
 
     selection, measured, built = run_candidates(
@@ -341,6 +354,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _report_run(
         args, row, measured, report, built, f"the kept plan's build exported to {args.export} (+ .placement.json)"
     )
+
+
+def _run_batch_split(args: argparse.Namespace) -> int:
+    """``run --batch-split R``: the best split planned (``plan --batch-split``), its copies built on
+    their devices and run side by side, the joined outputs checked against the batch's single-device
+    build; timed one batch at a time beside the single-device configurations."""
+    from .app.run import format_run, predicted_run, run_plan  # TVM: after the arguments' checks
+    from .passes.timing import build_runnable
+
+    workloads = _batch_split_workloads(args, runs_here=True)
+    plan, sim, row, problem = solve_batch_splits(
+        workloads, args.solver, args.objective, stages=args.stages, time_limit_s=args.time_limit, seed=args.seed
+    )
+    print(format_row(row, problem.platform.device_names))
+    print(format_batch_splits(row))
+    print()
+    whole = workloads[1].loaded
+    database = _tuning_database(args, workloads[1].costs)
+    built = None
+    if plan.batch_split > 1:
+        began = time.perf_counter()
+        split = build_split(
+            plan,
+            workloads[1],
+            workloads[plan.batch_split],
+            lambda model, extraction, copy: build_runnable(
+                model, extraction, problem.platform, copy, database=database
+            )[0],
+        )
+        built = (split, time.perf_counter() - began)
+    predicted, in_flight = sim.value_s, args.in_flight
+    if plan.batch_split == 1:
+        predicted, in_flight = predicted_run(problem, plan, args.in_flight)
+    measured, built = run_plan(
+        whole.built,
+        whole.extraction,
+        problem.platform,
+        plan,
+        predicted,
+        repeats=args.repeats,
+        stream_inputs=args.inputs,
+        in_flight=in_flight,
+        database=database,
+        built=built,
+    )
+    return _report_run(args, row, measured, format_run(measured, args.rtol), built, f"build exported to {args.export}")
 
 
 def _report_run(args: argparse.Namespace, row: dict, measured, report: str, built, exported: str) -> int:
@@ -358,9 +417,11 @@ def _report_run(args: argparse.Namespace, row: dict, measured, report: str, buil
 
 def _run_rpc(args: argparse.Namespace) -> int:
     """``run --rpc``: one RPC server per server of the platform (given, or started on the loopback); the
-    plan prices cross-server copies as two hops through the driver, at figures measured over the sessions."""
-    from .app.rpc_run import format_rpc_run, run_plan_rpc
-    from .cost.rpc_hops import driver_hop_platform, driver_io_s, measure_driver_hops, with_driver_io
+    plan prices cross-server copies as two hops through the driver, at figures measured over the sessions.
+    For throughput, ``auto`` keeps the model (or its stages) replicated where that is predicted faster:
+    each replica is built for its servers and takes its share of the stream."""
+    from .app.rpc_run import ReplicatedServersBuild, format_rpc_run, plan_line, routed_driver_io_s, run_plan_rpc
+    from .cost.rpc_hops import driver_hop_platform, measure_driver_hops, with_driver_io
     from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
 
     count = len(server_devices(get_platform(args.platform)))
@@ -378,9 +439,10 @@ def _run_rpc(args: argparse.Namespace) -> int:
         workload.platform = workload.costs.platform = driver_hop_platform(workload.platform, hops)
         plan, sim, row, problem = _solve(args, workload)
         print(format_row(row, problem.platform.device_names))
+        print(plan_line(plan, problem.platform))
         print()
         loaded = workload.loaded
-        io = driver_io_s(problem.graph, plan, problem.platform, hops)
+        io = routed_driver_io_s(problem.graph, plan, problem.platform, hops)
         measured, built = run_plan_rpc(
             loaded.built,
             loaded.extraction,
@@ -397,13 +459,14 @@ def _run_rpc(args: argparse.Namespace) -> int:
             database=_tuning_database(args, workload.costs),
             driver_hops=hops,
         )
+    per_route = " in a folder per replica" if isinstance(built, ReplicatedServersBuild) else ""
     return _report_run(
         args,
         row,
         measured,
         format_rpc_run(measured, args.rtol),
         built,
-        f"builds exported to {args.export}/ (one .so per server, + servers.json)",
+        f"builds exported to {args.export}/ (one .so per server, + servers.json{per_route})",
     )
 
 
@@ -731,6 +794,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _batch_split_argument(parser) -> None:
+    parser.add_argument(
+        "--batch-split",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
+        "of B as sub-batch copies placed together; the best plan wins, the bound is the minimum "
+        "(run: the copies are built, run side by side and their outputs joined)",
+    )
+
+
 def _plan_parser(commands) -> None:
     plan = commands.add_parser("plan", help="place a model's kernels and report value, bound and gap")
     _model_arguments(plan)
@@ -744,14 +819,7 @@ def _plan_parser(commands) -> None:
         time_limit=60.0,
         bound_time_limit=10.0,
     )
-    plan.add_argument(
-        "--batch-split",
-        type=_positive_int,
-        default=1,
-        metavar="R",
-        help="data parallelism (zoo models, MODEL:batch=B): also try R and every smaller divisor "
-        "of B as sub-batch copies placed together; the best plan wins, the bound is the minimum",
-    )
+    _batch_split_argument(plan)
     plan.add_argument(
         "--cost",
         help="roofline (default), measured (time the kernels with TVM on the devices "
@@ -784,6 +852,7 @@ def _run_parser(commands) -> None:
     run.add_argument(
         "--cost", default="measured", help="measured (default: time the kernels here), roofline, or a cost table .json"
     )
+    _batch_split_argument(run)
     _tuning_arguments(run, "build and price with an existing MetaSchedule database (its work_dir)")
     run.add_argument(
         "--repeats",
@@ -799,7 +868,10 @@ def _run_parser(commands) -> None:
         "the first output to the last)",
     )
     run.add_argument(
-        "--in-flight", type=_positive_int, metavar="N", help="inputs in flight when streaming (default: two per device)"
+        "--in-flight",
+        type=_positive_int,
+        metavar="N",
+        help="inputs in flight when streaming (default: as many as the stream's price asks, reported)",
     )
     run.add_argument(
         "--candidates",

@@ -86,6 +86,24 @@ class Plan(JsonFile):
     def devices_used(self) -> list[str]:
         return sorted(set(self.assignment.values()))
 
+    def routes(self) -> list[tuple[dict[str, str], float]]:
+        """The plain assignments an input of the stream runs with, and the share of inputs each takes:
+        each replica group's device is drawn with its share, independently of the other groups (as
+        the simulator prices it); the same assignment reached twice is one route. A plan without
+        replicas has one route, its assignment."""
+        routes: dict[tuple, tuple[dict[str, str], float]] = {(): (dict(self.assignment), 1.0)}
+        for group in self.replicas:
+            grown: dict[tuple, tuple[dict[str, str], float]] = {}
+            for assignment, share in routes.values():
+                for device, part in group.shares.items():
+                    if part <= 0:
+                        continue
+                    routed = {**assignment, **dict.fromkeys(group.kernels, device)}
+                    name = tuple(sorted(routed.items()))
+                    grown[name] = (routed, grown.get(name, (routed, 0.0))[1] + share * part)
+            routes = grown
+        return list(routes.values())
+
     def to_json(self) -> dict:
         out = {"format": FORMAT, **asdict(self)}
         out["replicas"] = [asdict(g) for g in self.replicas]

@@ -48,7 +48,7 @@ class Solved:
     bounds: dict[str, float]
     baselines: dict[str, float | None]
     kept_single_device: str | None = None  # why auto kept the single device instead of the split
-    replicated: str | None = None  # why auto replicated kernels (plans that are not built only)
+    replicated: str | None = None  # why auto replicated kernels (None: it did not)
     trace: list[Event] = field(default_factory=list)  # the best plan and bound as they improved
     interrupted: bool = False  # Ctrl-C ended the solve: the plan is the best found until then
 
@@ -75,9 +75,9 @@ def plan_model(
     ``listener``: called with each improvement of the best plan or bound (``Event``). With
     ``interrupt_keeps_best``, an interrupt during the solve keeps the best plan offered so far (none
     yet: the interrupt goes on), and the bounds are then the combinatorial ones; without, it goes on.
-    ``replicas``: the plan will not be built (a build runs each kernel on one device), so ``auto`` may
-    replicate the model or its stages for throughput (``replicate_where_faster``); a solver's own
-    bound, proven among plans without replicas, then does not count."""
+    ``replicas``: ``auto`` may replicate the model or its stages for throughput
+    (``replicate_where_faster``; a replicated plan builds as one executable per route,
+    ``runtime.routed``); a solver's own bound, proven among plans without replicas, then does not count."""
     deadline = Deadline.after(time_limit_s)
     # a pipeline's stage cover starts now on a spare core, where there is one; stopped on the way out
     alongside = CoverAlongside.start(problem, deadline, seed) if bound_time_limit_s > 0 else CoverAlongside()

@@ -93,6 +93,66 @@ def simulate(problem: Problem, plan: Plan, *, link_contention: bool = False) -> 
     return dataclasses.replace(sim)
 
 
+@dataclass(frozen=True)
+class StreamPrice:
+    """A stream of a plan as the concurrent executor runs it, ``in_flight`` inputs at a time: each
+    input takes ``latency_s`` (its route as executed, averaged over the routes by their shares), so
+    by Little's law the period is at least ``latency_s / in_flight``; and at least ``load_s``, the
+    simulator's period (the busiest device or link per inference) or what the driver's own work per
+    inference allows (``_driver_bound``), whichever is larger."""
+
+    period_s: float
+    in_flight: int
+    load_s: float
+    latency_s: float
+
+
+STREAM_SLACK = 1  # inputs in flight beyond what Little's law asks: a device never waits for the driver
+
+
+def stream_price(problem: Problem, plan: Plan, in_flight: int | None = None) -> StreamPrice:
+    """``plan``'s stream priced as it runs, at ``in_flight`` inputs in flight (None: the fewest that
+    keep the busiest device busy, ``ceil(latency / load)``, and ``STREAM_SLACK`` more)."""
+    sim = simulate(problem, plan)
+    load = max(sim.value_s, _driver_bound(problem, sim))
+    latency = sum(share * _route_latency(problem, route) for route, share in route_plans(plan))
+    if in_flight is None:
+        in_flight = max(1, math.ceil(latency / load - 1e-9)) + STREAM_SLACK if load > 0 else 1
+    return StreamPrice(max(load, latency / in_flight), in_flight, load, latency)
+
+
+def _driver_bound(problem: Problem, sim: Simulation) -> float:
+    """The driver's own work per inference (``run_s``: inputs handed in, outputs collected) is serial,
+    and it runs on the host's cores: where the host's CPU devices are busy, they share their threads
+    with it (on cpu2 a stream of two replicas left no core free: a model of ~100 us per inference ran
+    at (both devices' work + the driver's) / 2 cores, not at the devices' load)."""
+    platform, driver = problem.platform, problem.costs.executor_overheads.run_s
+    if driver <= 0:
+        return 0.0
+    host = platform.device(platform.host)
+    group = next((g for g in corun_groups(platform) if host.name in g), {host.name} if host.kind == "cpu" else set())
+    cores = sum(platform.device(d).num_threads or 1 for d in group)
+    busy = sum(sim.device_busy_s.get(d, 0.0) for d in group)
+    return max(driver, (busy + driver) / cores) if cores else driver
+
+
+def route_plans(plan: Plan) -> list[tuple[Plan, float]]:
+    """``plan``'s routes (``Plan.routes``) as plain plans, with their shares; a plan without replicas
+    is its one route, its device orders kept."""
+    if not plan.replicas:
+        return [(plan, 1.0)]
+    return [(Plan(assignment), share) for assignment, share in plan.routes()]
+
+
+def _route_latency(problem: Problem, route: Plan) -> float:
+    """One input's time through one route (a plan without replicas) on the concurrent executor:
+    segment by segment where the costs describe that executor, else the latency mode's schedule."""
+    graph, platform, costs = problem.graph, problem.platform, problem.costs
+    if costs.executor_segments:
+        return _latency_as_executed(graph, platform, costs, route).value_s
+    return _latency(graph, platform, costs, route, False).value_s
+
+
 def _plan_key(graph: OpGraph, plan: Plan) -> tuple:
     """Everything of ``plan`` that the simulator reads, hashable; no order reads as the one it stands
     for (``device_orders``), so that a plan given its order after a simulation is not simulated again
@@ -532,9 +592,9 @@ def _period_overlap(graph: OpGraph, platform: Platform, costs: CostModel, plan: 
     stretch = _corun_stretch(platform, costs, device_load)
     for device, extra in stretch.items():
         device_load[device] *= 1.0 + extra
-    if not plan.replicas:
-        for device, seconds in _segment_charges(graph, costs, plan).items():
-            device_load[device] += seconds
+    for route, share in route_plans(plan):
+        for device, seconds in _segment_charges(graph, costs, route).items():
+            device_load[device] += share * seconds
     period = max([0.0, *device_load.values(), *link_load.values()])
     return Simulation("period_overlap", period, device_busy_s=dict(device_load), link_busy_s=dict(link_load))
 
@@ -555,9 +615,9 @@ def _corun_stretch(platform: Platform, costs: CostModel, work: dict[str, float])
 
 
 def _segment_charges(graph: OpGraph, costs: CostModel, plan: Plan) -> dict[str, float]:
-    """What a stream of ``plan`` pays each device per inference beyond its kernels when its costs
-    describe the concurrent executor (``executor_segments``): ``segment_s`` per segment call. A
-    stream always runs on that executor, one device or several."""
+    """What a stream of ``plan`` (one route, no replicas) pays each device per inference beyond its
+    kernels when its costs describe the concurrent executor (``executor_segments``): ``segment_s``
+    per segment call. A stream always runs on that executor, one device or several."""
     if not costs.executor_segments or costs.executor_overheads.segment_s <= 0:
         return {}
     charges: dict[str, float] = defaultdict(float)

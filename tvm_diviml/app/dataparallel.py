@@ -29,6 +29,7 @@ from ..errors import DivimlInputError
 from ..graph import Edge, GraphInput, Kernel, OpGraph
 from ..modelspec import format_model_spec, parse_model_spec
 from ..plan import Plan
+from ..runtime.routed import SplitBuild
 from ..simulator import Simulation
 from ..solvers import Problem
 from ..tolerances import meets
@@ -298,6 +299,20 @@ def best_of_splits(
     return plan, sim, row, problem
 
 
+def batch_split_workloads(
+    model_spec: str, platform: str | None = None, cost: str | None = None, max_split: int = 1, **load_options: Any
+) -> dict[int, Workload]:
+    """Zoo model ``model_spec`` (batch B) unsplit (R = 1) and as R copies for every divisor R of B up
+    to ``max_split`` (which must divide B)."""
+    _, batch = sub_batch_spec(model_spec, max_split, cost)  # fail before loading anything
+    splits = [r for r in divisors(batch) if r <= max_split]
+    log.info("%s: batch %d, trying splits %s", model_spec, batch, splits)
+    workloads = {1: load_workload(model_spec, platform, cost, **load_options)}
+    for copies in splits[1:]:
+        workloads[copies] = split_workload(model_spec, platform, cost, copies, **load_options)
+    return workloads
+
+
 def plan_with_batch_splits(
     model_spec: str,
     platform: str | None = None,
@@ -313,13 +328,33 @@ def plan_with_batch_splits(
 ) -> tuple[Plan, Simulation, dict, Problem]:
     """Place zoo model ``model_spec`` (batch B) unsplit and as R copies for every divisor R of B up
     to ``max_split`` (which must divide B); return the best plan, its simulation, row and problem."""
-    _, batch = sub_batch_spec(model_spec, max_split, cost)  # fail before loading anything
-    splits = [r for r in divisors(batch) if r <= max_split]
-    log.info("%s: batch %d, trying splits %s", model_spec, batch, splits)
-    workloads = {1: load_workload(model_spec, platform, cost, **load_options)}
-    for copies in splits[1:]:
-        workloads[copies] = split_workload(model_spec, platform, cost, copies, **load_options)
+    workloads = batch_split_workloads(model_spec, platform, cost, max_split, **load_options)
     return solve_batch_splits(workloads, solver, objective, stages=stages, time_limit_s=time_limit_s, seed=seed)
+
+
+def build_split(plan: Plan, whole: Workload, split: Workload, build_one) -> SplitBuild:
+    """A batch split's builds: the sub-batch model (``split``'s) placed as each copy's kernels are,
+    by ``build_one(model, extraction, plan)``; copies placed alike share one build. An input is cut
+    along axis 0 where the batch model's has R times the sub-batch's rows there."""
+    copies = plan.batch_split
+    by_copy: dict[int, dict[str, str]] = {index: {} for index in range(copies)}
+    for kernel, device in plan.assignment.items():
+        index, name = split_copy_name(kernel)
+        by_copy[index][name] = device
+    sub = split.loaded
+    builds: dict[tuple, Any] = {}
+    per_copy, names = [], []
+    for index, assignment in sorted(by_copy.items()):
+        key = tuple(sorted(assignment.items()))
+        if key not in builds:
+            builds[key] = build_one(sub.built, sub.extraction, Plan(assignment, objective=plan.objective))
+        per_copy.append(builds[key])
+        names.append(f"copy {index} ({', '.join(sorted(set(assignment.values())))})")
+    whole_inputs, sub_inputs = whole.loaded.built.sample_inputs(), sub.built.sample_inputs()
+    batched = [
+        w.ndim > 0 and s.ndim > 0 and w.shape[0] == s.shape[0] * copies for w, s in zip(whole_inputs, sub_inputs)
+    ]
+    return SplitBuild(per_copy, names, batched, [w for _, w in sub.built.params])
 
 
 def format_batch_splits(row: dict[str, Any]) -> str:

@@ -130,7 +130,7 @@ def _replicas_line(group: dict[str, Any]) -> str:
     )
     return (
         f"replicas: {group['kernels']} kernels on {len(group['shares'])} devices, shares of the stream: {shares} "
-        "(plan only: a build runs each kernel on one device)"
+        "(run builds one executable per route of an input)"
     )
 
 

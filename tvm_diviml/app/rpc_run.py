@@ -6,29 +6,39 @@ cannot hold two servers' devices: each server's segment functions are placed and
 ``run_plan_rpc`` is ``run_plan`` for that case: outputs against the single-device reference, the
 latency or the period measured against the simulator's, and per server the busy time measured
 against predicted, with the tensors that crossed servers through the driver (two hops each).
+
+A replicated plan (``Plan.replicas``: the whole model on each server, say) is built as one such
+per-server build per route (``Plan.routes``, ``ReplicatedServersBuild``), each run by its own
+``RpcRunner`` as a lane of a ``ReplicatedRunner``: each input of the stream goes to one route, by
+the plan's shares, and the report says how many inputs each replica took.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import statistics
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tvm_diviml.cost.rpc_hops import DriverHop
+from tvm_diviml.cost.rpc_hops import DriverHop, driver_io_s
+from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.measure import time_stream
-from tvm_diviml.runtime.rpc import RpcRunner, ServersBuild
+from tvm_diviml.runtime.replicas import ReplicaError, ReplicatedRunner
+from tvm_diviml.runtime.routed import build_routes
+from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServersBuild
 from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
 from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import per_server, server_devices, server_of
-from tvm_diviml.simulator import run_order
+from tvm_diviml.simulator import route_plans, run_order
 from tvm_diviml.tolerances import compare_outputs
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
@@ -52,6 +62,114 @@ def build_per_server(mod, plan: Plan, platform: Platform, *, extraction: Extract
     return ServersBuild(builds, server_of(platform), [seg.name for seg in order])
 
 
+@dataclass
+class ReplicatedServersBuild:
+    """A replicated plan across servers: one ``ServersBuild`` per route (``Plan.routes``) and the share
+    of the stream it takes; a route on one server is named by that server."""
+
+    routes: list[ServersBuild]
+    shares: list[float]
+    names: list[str]
+
+    @property
+    def segments(self) -> list[dict]:
+        """Every route's segments (an input runs one route's)."""
+        return [seg for route in self.routes for seg in route.segments]
+
+    def runner(self, remotes: Mapping[str, RemoteServer], params: list, *, timeout_s: float) -> ReplicatedRunner:
+        """An ``RpcRunner`` per route (each uploads its build and the weights), as the lanes of one runner."""
+        lanes: list[RpcRunner] = []
+        try:
+            for route in self.routes:
+                lanes.append(RpcRunner(route, remotes, params, timeout_s=timeout_s))
+        except BaseException:
+            for lane in lanes:
+                lane.close()
+            raise
+        return ReplicatedRunner(lanes, self.shares, self.names)
+
+    def export(self, directory: str) -> str:
+        """Each route's per-server export in ``directory/NAME``."""
+        for name, route in zip(self.names, self.routes, strict=True):
+            route.export(os.path.join(directory, name))
+        return directory
+
+
+def build_for_servers(
+    mod, plan: Plan, platform: Platform, *, extraction: Extraction, database=None
+) -> ServersBuild | ReplicatedServersBuild:
+    """``build_per_server`` of ``plan``, or of each of its routes where it has replicas."""
+    if not plan.replicas:
+        return build_per_server(mod, plan, platform, extraction=extraction, database=database)
+    routed = build_routes(
+        plan, lambda route: build_per_server(mod, route, platform, extraction=extraction, database=database)
+    )
+    names = [
+        servers[0] if len(servers) == 1 else f"route{index}-{'+'.join(servers)}"
+        for index, servers in enumerate(list(route.builds) for route in routed.builds)
+    ]
+    return ReplicatedServersBuild(routed.builds, routed.shares, names)
+
+
+def open_runner(
+    built: ServersBuild | ReplicatedServersBuild,
+    remotes: Mapping[str, RemoteServer],
+    params: list,
+    *,
+    timeout_s: float,
+) -> RpcRunner | ReplicatedRunner:
+    """The runner of a build across servers: one ``RpcRunner``, or one per replica side by side."""
+    if isinstance(built, ReplicatedServersBuild):
+        return built.runner(remotes, params, timeout_s=timeout_s)
+    return RpcRunner(built, remotes, params, timeout_s=timeout_s)
+
+
+@contextlib.contextmanager
+def replica_failures_as_server_errors():
+    """A replica whose server failed stays a ``ServerError`` (the CLI's one line and exit status 3),
+    its message naming the replica and the input as well as the server, its address and the segment."""
+    try:
+        yield
+    except ReplicaError as error:
+        cause = error.__cause__
+        if not isinstance(cause, ServerError):
+            raise
+        raise type(cause)(
+            str(error),
+            server=cause.server,
+            address=cause.address,
+            segment=cause.segment,
+            device=cause.device,
+            input_index=error.input_index,
+        ) from error
+
+
+def plan_line(plan: Plan, platform: Platform) -> str:
+    """Which plan ``run --rpc`` builds: on which servers, and with replicas, each route's share."""
+
+    def servers(assignment: dict[str, str]) -> str:
+        used = set(assignment.values())
+        return "+".join(sid for sid, devices in server_devices(platform).items() if used.intersection(devices))
+
+    if not plan.replicas:
+        return f"run over RPC: {plan.solver}'s plan, without replicas, on {servers(plan.assignment)}"
+    routes = plan.routes()
+    taken = ", ".join(f"{servers(assignment)} {100 * share:.0f}%" for assignment, share in routes)
+    return f"run over RPC: {plan.solver}'s plan with replicas, each input on one of {len(routes)} routes: {taken}"
+
+
+def routed_driver_io_s(
+    graph: OpGraph, plan: Plan, platform: Platform, hops: Mapping[str, DriverHop]
+) -> dict[str, float]:
+    """``driver_io_s`` per server, each route's weighted by its share of the stream (a plan without
+    replicas: its own)."""
+    io: Counter = Counter()
+    for route, share in route_plans(plan):
+        for server, seconds in driver_io_s(graph, route, platform, hops).items():
+            io[server] += share * seconds
+    return dict(io)
+
+
 @dataclass(kw_only=True)
 class RpcRunMeasurement(MeasuredRun):
     """What one run of a plan across servers measured, per server and through the driver."""
@@ -67,6 +185,7 @@ class RpcRunMeasurement(MeasuredRun):
     addresses: dict[str, str]  # server -> HOST:PORT
     segments: int
     driver_hops: dict[str, dict] = field(default_factory=dict)  # per server: the hop figures planned with
+    replicas: dict[str, dict] = field(default_factory=dict)  # per replica: its "share", the "inputs" it took
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +205,7 @@ class RpcRunMeasurement(MeasuredRun):
             "in_flight": self.in_flight,
             "samples_s": self.samples_s,
             "driver_hops": self.driver_hops,
+            "replicas": self.replicas,
             "executor": "rpc",
         }
 
@@ -107,20 +227,17 @@ def run_plan_rpc(
     database=None,
     driver_hops: dict[str, DriverHop] | None = None,
     progress=print,
-) -> tuple[RpcRunMeasurement, ServersBuild]:
-    """Build ``plan`` per server, run it over RPC (``addresses`` in server order, or sessions from
-    ``connect_servers``), check it against the reference and time it. ``predicted_s``: the plan's value
-    with the driver's model I/O (``rpc_hops.with_driver_io``); ``predicted_busy_s``: the simulator's
-    device_busy_s, for the per-server comparison; ``predicted_io_s`` (per server, priced by
-    ``rpc_hops.driver_io_s``) and ``driver_hops``: recorded in the result."""
+) -> tuple[RpcRunMeasurement, ServersBuild | ReplicatedServersBuild]:
+    """Build ``plan`` per server (per route, where it has replicas), run it over RPC (``addresses`` in
+    server order, or sessions from ``connect_servers``), check it against the reference and time it.
+    ``predicted_s``: the plan's value with the driver's model I/O (``rpc_hops.with_driver_io``);
+    ``predicted_busy_s``: the simulator's device_busy_s, for the per-server comparison;
+    ``predicted_io_s`` (per server, priced by ``routed_driver_io_s``) and ``driver_hops``: recorded in
+    the result."""
     began = time.perf_counter()
-    built = build_per_server(model.mod, plan, platform, extraction=extraction, database=database)
+    built = build_for_servers(model.mod, plan, platform, extraction=extraction, database=database)
     build_s = time.perf_counter() - began
-    segments = built.segments
-    progress(
-        f"built for servers {', '.join(built.builds)} in {build_s:.1f} s ({len(segments)} segments, "
-        f"{len(crossing_tensors(segments))} tensors cross servers)"
-    )
+    progress(f"built for servers {', '.join(_servers(built))} in {build_s:.1f} s ({_describe(built)})")
     own_sessions = not isinstance(addresses, dict)
     remotes = connect_servers(platform, addresses, timeout_s=timeout_s) if own_sessions else addresses
     params = [w for _, w in model.params]
@@ -129,7 +246,8 @@ def run_plan_rpc(
     with contextlib.ExitStack() as cleanup:
         if own_sessions:
             cleanup.callback(lambda: [remote.close() for remote in remotes.values()])
-        runner = cleanup.enter_context(RpcRunner(built, remotes, params, timeout_s=timeout_s))
+        runner = cleanup.enter_context(open_runner(built, remotes, params, timeout_s=timeout_s))
+        cleanup.enter_context(replica_failures_as_server_errors())
         outputs = compare_outputs(runner(inputs), reference)
         if plan.objective == "latency":
             measured, samples, busy, stats, flight = *_latency(runner, inputs, repeats), 1
@@ -139,6 +257,7 @@ def run_plan_rpc(
             stream = model.sample_stream(stream_inputs, distinct=flight)
             measured, samples = time_stream(runner, stream, flight), []
             busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs  # the last stream's
+        replicas = _replicas_taken(runner)
     return RpcRunMeasurement(
         objective=plan.objective,
         predicted_s=predicted_s,
@@ -155,11 +274,38 @@ def run_plan_rpc(
         predicted_io_s=dict(predicted_io_s or {}),
         addresses={sid: r.address for sid, r in remotes.items()},
         build_s=build_s,
-        segments=len(segments),
+        segments=len(built.segments),
         in_flight=flight,
         samples_s=samples,
         driver_hops={sid: hop.to_json() for sid, hop in (driver_hops or {}).items()},
+        replicas=replicas,
     ), built
+
+
+def _servers(built: ServersBuild | ReplicatedServersBuild) -> list[str]:
+    routes = built.routes if isinstance(built, ReplicatedServersBuild) else [built]
+    return list(dict.fromkeys(sid for route in routes for sid in route.builds))
+
+
+def _describe(built: ServersBuild | ReplicatedServersBuild) -> str:
+    """Segments and crossing tensors of a build; with replicas, per route and its share."""
+    if isinstance(built, ServersBuild):
+        return f"{len(built.segments)} segments, {len(crossing_tensors(built.segments))} tensors cross servers"
+    routes = "; ".join(
+        f"{name} {100 * share:.0f}%: {_describe(route)}"
+        for name, share, route in zip(built.names, built.shares, built.routes, strict=True)
+    )
+    return f"{len(built.routes)} replicas, each input on one: {routes}"
+
+
+def _replicas_taken(runner: RpcRunner | ReplicatedRunner) -> dict[str, dict]:
+    """Per replica, its planned share of the stream and the inputs it took in the last one."""
+    if not isinstance(runner, ReplicatedRunner):
+        return {}
+    return {
+        name: {"share": share, "inputs": runner.sent[name]}
+        for name, share in zip(runner.names, runner.shares, strict=True)
+    }
 
 
 def crossing_tensors(segments: list[dict]) -> set[tuple[str, str]]:
@@ -174,18 +320,20 @@ def crossing_tensors(segments: list[dict]) -> set[tuple[str, str]]:
     }
 
 
-def _stats(runner: RpcRunner) -> dict:
-    stats = runner.stats
+def _stats(runner: RpcRunner | ReplicatedRunner) -> dict:
+    """The driver's figures of the last run or stream, over every replica."""
+    lanes = runner.lanes if isinstance(runner, ReplicatedRunner) else [runner]
+    every = [lane.stats for lane in lanes]
     return {
-        "hops": stats.hops,
-        "hop_s": stats.hop_s,
-        "hop_bytes": stats.hop_bytes,
-        "by_pair": dict(stats.by_pair),
-        "io_s": stats.input_s + stats.output_s,
+        "hops": sum(stats.hops for stats in every),
+        "hop_s": sum(stats.hop_s for stats in every),
+        "hop_bytes": sum(stats.hop_bytes for stats in every),
+        "by_pair": dict(sum((Counter(stats.by_pair) for stats in every), Counter())),
+        "io_s": sum(stats.input_s + stats.output_s for stats in every),
     }
 
 
-def _latency(runner: RpcRunner, inputs: list[np.ndarray], repeats: int):
+def _latency(runner: RpcRunner | ReplicatedRunner, inputs: list[np.ndarray], repeats: int):
     """Median latency, the samples, and busy time and hop figures summed over the runs (warm-up included)."""
     busy: Counter = Counter()
     totals = {"hops": 0, "hop_s": 0.0, "hop_bytes": 0.0, "by_pair": Counter(), "io_s": 0.0}
@@ -206,6 +354,11 @@ def format_rpc_run(run: RpcRunMeasurement, rtol: float | None = None) -> str:
     from tvm_diviml.units import format_seconds
 
     lines = headline(run, rtol, "the single-device reference", how=" over RPC")
+    if run.replicas:
+        taken = ", ".join(
+            f"{name} {100 * replica['share']:.0f}% / {replica['inputs']}" for name, replica in run.replicas.items()
+        )
+        lines.append(f"replicas, share of the stream planned / inputs taken in the last stream: {taken}")
     lines.append("per server, busy per inference (measured / predicted):")
     for sid in run.addresses:
         measured, predicted = run.server_busy_s.get(sid, 0.0), run.predicted_server_busy_s.get(sid)

@@ -18,6 +18,7 @@ from tvm_diviml.candidates import Selection
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.vm import PlacedExecutable
+from tvm_diviml.simulator import simulate, stream_price
 from tvm_diviml.tolerances import OutputComparison
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
@@ -80,6 +81,7 @@ class RunMeasurement(MeasuredRun):
     single_device_s: dict[str, float]  # configuration -> measured seconds per inference, one at a time
     one_worker: str  # the configuration that is "one worker" (the fastest device alone)
     executor: str = "concurrent"  # "concurrent" (a worker per device) or "single VM" (a one-device plan)
+    singles_timed: str = "one inference at a time"  # how single_device_s was measured
 
     @property
     def best_single_device(self) -> tuple[str, float]:
@@ -108,7 +110,18 @@ class RunMeasurement(MeasuredRun):
             "in_flight": self.in_flight,
             "samples_s": self.samples_s,
             "executor": self.executor,
+            "single_device_timed": self.singles_timed,
         }
+
+
+def predicted_run(problem, plan: Plan, in_flight: int | None = None) -> tuple[float, int | None]:
+    """What a run of ``plan`` is predicted to take, and the inputs in flight it runs at: the latency
+    (one at a time: None), or the period of its stream as the executor runs it
+    (``simulator.stream_price``, at ``in_flight``, or at the number it chooses)."""
+    if plan.objective == "latency":
+        return simulate(problem, plan).value_s, None
+    price = stream_price(problem, plan, in_flight)
+    return price.period_s, price.in_flight
 
 
 def run_plan(
@@ -186,6 +199,8 @@ def run_candidates(
     single = {c.label: c.measured_s for c in singles}
     one_worker = min((c.label for c in singles if c.threads is None), key=single.__getitem__)
     run = _measurement(problem.objective, winner.predicted_s, timing, single, one_worker, build_s)
+    if problem.objective != "latency":
+        run.singles_timed = "a stream each, side by side with the plans"
     return selection, run, built
 
 
@@ -265,7 +280,7 @@ def format_run(run: RunMeasurement, rtol: float | None = None) -> str:
     """The measured-against-predicted report of one run (``rtol`` None: by the outputs' dtypes)."""
     lines = headline(run, rtol, "the single-device build", detail=f", {run.executor} executor")
     lines.append("busy per inference: " + ", ".join(f"{d} {format_time(s)}" for d, s in run.device_busy_s.items()))
-    lines.append("single-device configurations, measured now (one inference at a time):")
+    lines.append(f"single-device configurations, measured now ({run.singles_timed}):")
     width = max(40, *(len(name) + 2 for name in run.single_device_s))
     for name, seconds in run.single_device_s.items():
         lines.append(

@@ -133,7 +133,9 @@ def load_workload(
     runs_here: bool = False,
 ) -> Workload:
     """``runs_here``: the model will be built and run on this machine (``diviml run``), as it is to
-    measure its costs: its memory is checked against this machine's first. The platform is read (and,
+    measure its costs: its memory is checked against this machine's first, and measured costs are
+    priced inside the model as timed now (this VM's speed drifts by tens of percent within the hour
+    that a cached whole-model time is kept: a prediction and its measurement then disagree). The platform is read (and,
     where it will be built for, its targets checked with TVM) before the model, the slow part."""
     plat = load_platform(platform or DEFAULT_PLATFORM)
     tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
@@ -168,7 +170,13 @@ def load_workload(
 
         loaded = found.loaded
         costs = measured_costs(
-            graph, plat, loaded and loaded.built, loaded and loaded.extraction, tune=tune, tuning_db=tuning_db
+            graph,
+            plat,
+            loaded and loaded.built,
+            loaded and loaded.extraction,
+            tune=tune,
+            tuning_db=tuning_db,
+            fresh=runs_here,
         )
     else:
         costs = TableCostModel.load(cost, plat, graph)

@@ -23,14 +23,28 @@ CANDIDATES = 2
 
 def run_workloads(quick: bool) -> list[tuple[str, str, str, int | None]]:
     """(case, MODEL, objective, stages) rows of the run suite: every zoo model at its small size for
-    latency, the balanced two-branch model for concurrency, balanced chains as 2-stage pipelines."""
+    latency, the balanced two-branch model for concurrency, balanced chains as 2-stage pipelines, and
+    streams of models of several kinds (``THROUGHPUT_MODELS``)."""
     names = ["resnet18", "bert_base"] if quick else sorted(n for n in SMALL_OPTIONS if n != "twin_branch")
     rows = [("predicted", format_model_spec(n, SMALL_OPTIONS[n]), "latency", None) for n in names]
     rows.append(("concurrent", "twin_branch", "latency", None))
     rows.append(("pipeline", "twin_branch:branches=1,depth=8", "pipeline", 2))
     if not quick:
         rows.append(("pipeline", format_model_spec("resnet18", SMALL_OPTIONS["resnet18"]), "pipeline", 2))
+    rows += [("throughput", model, "throughput", None) for model in THROUGHPUT_MODELS[: 2 if quick else None]]
     return rows
+
+
+# Streams of several kinds of model: CNNs at small sizes, an encoder, a decode step, parallel
+# branches and a random-wired net (``run --objective throughput``: the kept plan of all it times).
+THROUGHPUT_MODELS = [
+    "mobilenet_v2:resolution=64",
+    "resnet18:resolution=64",
+    format_model_spec("bert_base", SMALL_OPTIONS["bert_base"]),
+    "llama:layers=2,hidden=128,heads=4,kv_heads=2,intermediate=256,vocab=1000,step=decode,cache=32",
+    "twin_branch",
+    format_model_spec("randwire_ws", SMALL_OPTIONS["randwire_ws"]),
+]
 
 
 def suite_run(
@@ -39,6 +53,7 @@ def suite_run(
     repeats: int = REPEATS,
     platform: str = PLATFORM,
     candidates: int = CANDIDATES,
+    case: str = "",
 ) -> Iterator[Row]:
     """Plans built and run for real on ``platform`` (measured costs): per zoo model the ``--solver
     auto`` plan, timed side by side with the other ``candidates`` and every single-device
@@ -52,23 +67,30 @@ def suite_run(
     from ..app.run import run_candidates, run_plan  # import TVM: only when it runs
     from ..passes.timing import calibrate_in_context
 
-    for case, model, objective, stages in run_workloads(quick):
+    for kind, model, objective, stages in run_workloads(quick):
+        if case and kind != case:
+            continue
         workload = load_workload(model, platform, "measured")
         loaded = workload.loaded
         calibrate_in_context(workload.costs, loaded.built, loaded.extraction, fresh=True)
         problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=stages)
-        plan, sim, row = solve_and_report(problem, "auto", model, "measured", time_limit_s=time_limit_s)
+        plan, sim, row = solve_and_report(
+            problem, "auto", model, "measured", time_limit_s=time_limit_s, replicas=objective == "throughput"
+        )
         kept = None
-        if objective == "latency":
+        if objective in ("latency", "throughput"):
             selection, run, _ = run_candidates(
                 loaded.built, loaded.extraction, problem, plan, candidates, repeats=repeats, progress=log.info
             )
+            winner = selection.winner
             auto = next(
                 c
                 for c in selection.candidates
                 if plan_key(c.plan) == plan_key(plan) and c.threads is None and not c.default_schedules
             )
-            predicted_s, measured_s, kept = auto.predicted_s, auto.measured_s, selection.winner.label
+            # latency: the auto plan's prediction is on trial; a stream: the kept plan's, as it runs
+            judged = auto if objective == "latency" else winner
+            predicted_s, measured_s, kept = judged.predicted_s, judged.measured_s, winner.label
         else:
             run, _ = run_plan(
                 loaded.built,
@@ -83,7 +105,7 @@ def suite_run(
         best_name, best_s = run.best_single_device
         yield {
             "suite": "run",
-            "case": case,
+            "case": kind,
             "model": model,
             "objective": objective,
             "kernels": len(workload.graph),
@@ -93,6 +115,9 @@ def suite_run(
             "measured_s": measured_s,
             "measured_over_predicted": measured_s / predicted_s,
             "kept": kept,
+            "kept_devices": len(winner.plan.devices_used()) if kept else None,
+            "kept_replicas": bool(winner.plan.replicas) if kept else None,
+            "in_flight": run.in_flight,
             "best_single_device": best_name,
             "best_single_device_s": best_s,
             "speedup_over_best_single_device": run.speedup_over_best_single,
@@ -112,5 +137,6 @@ SUITE = Suite(
         Option("repeats", int, REPEATS, "timed inferences per plan"),
         Option("platform", str, PLATFORM, "a preset whose devices this machine has"),
         Option("candidates", int, CANDIDATES, "plans timed side by side with the auto plan"),
+        Option("case", str, "", "only the rows of one case: predicted, concurrent, pipeline or throughput", "--case"),
     ),
 )

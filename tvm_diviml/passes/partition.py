@@ -198,10 +198,27 @@ class PartitionForDevices:
             self.selection, _, _ = choose_by_measurement(
                 model, extraction, problem, plan, self.candidates, progress=log.info
             )
-            plan = self.selection.winner.plan
+            plan = self.module_winner().plan
             sim = simulate(problem, plan)
             plan.attrs["simulated_value_s"] = sim.value_s
         return plan, sim
+
+    def module_winner(self):
+        """The fastest measured candidate that one module holds: a replicated plan is one build per
+        route (``runtime.routed``; build it with ``passes.timing.build_runnable``), so where one
+        measured fastest it stays in ``.selection`` and the pass places the best plain plan."""
+        plain = [c for c in self.selection.candidates if not c.plan.replicas and c.measured_s is not None]
+        winner = self.selection.winner
+        if winner.plan.replicas and plain:
+            log.warning(
+                "%s measured fastest (%s per inference); one module holds one plan, so the pass places %s: "
+                "build the replicated plan from .selection.winner.plan with passes.timing.build_runnable",
+                winner.label,
+                winner.measured_s,
+                plain[0].label,
+            )
+            return plain[0]
+        return winner
 
     def transform_module(self, mod, ctx):
         extraction = extract(mod, self.entry)
@@ -210,7 +227,7 @@ class PartitionForDevices:
 
         platform = self.platform  # the whole CPU as one device, if that won
         if self.selection is not None:
-            platform = candidate_platform(platform, self.selection.winner)
+            platform = candidate_platform(platform, self.module_winner())
         applied = apply_plan(mod, plan, platform, entry=extraction.entry, extraction=extraction)
         self.plan, self.simulation, self.applied = plan, sim, applied
         return applied.mod.with_attr(PLACEMENT_ATTR, applied.placement.to_json()).with_attr(

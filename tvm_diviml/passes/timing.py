@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tvm_diviml.candidates import Candidate, Selection, candidate_plans, plan_key, select_fastest
+from tvm_diviml.candidates import Candidate, Selection, candidate_plans, plan_key, priced, select_fastest
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
@@ -29,8 +29,8 @@ from tvm_diviml.platform import Device, Platform
 from tvm_diviml.problem import Problem
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import time_calls, time_stream
-from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
-from tvm_diviml.simulator import simulate
+from tvm_diviml.runtime.routed import RoutedBuild, SplitBuild, build_routes
+from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, pin_thread, set_threads
 from tvm_diviml.tolerances import OutputComparison, compare_outputs
 from tvm_diviml.toolkit.single_device import single_device_plan
 from tvm_diviml.zoo import BuiltModel
@@ -66,11 +66,13 @@ def measured_costs(
     tuning_db: str | None = None,
     progress: bool = True,
     calibrate: bool = True,
+    fresh: bool = False,
 ):
     """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
     as built, after MetaSchedule tuning within ``tune`` (a ``TuningBudget``), or with a user's MetaSchedule database
     (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
-    (the whole model timed once per present device, ``calibrate_in_context``)."""
+    (the whole model timed once per present device, ``calibrate_in_context``; ``fresh``: timed now,
+    not read from the profile cache)."""
     from tvm_diviml.cost.cache import ProfileCache, tuning_cache_dir
     from tvm_diviml.cost.measured import (
         MeasuredCostModel,
@@ -119,7 +121,7 @@ def measured_costs(
     )
     if calibrate and costs.times:
         databases = [t.database for t in tuning.values()]
-        calibrate_in_context(costs, model, extraction, database=databases[0] if databases else None)
+        calibrate_in_context(costs, model, extraction, database=databases[0] if databases else None, fresh=fresh)
     return costs
 
 
@@ -193,9 +195,18 @@ def single_device_samples(
 
 def build_runnable(
     model: BuiltModel, extraction: Extraction, platform: Platform, plan: Plan, *, database=None, progress=print
-) -> tuple[PlacedExecutable, float]:
-    """``plan`` built for this machine (its devices checked first), and the seconds the build took."""
+) -> tuple[PlacedExecutable | RoutedBuild, float]:
+    """``plan`` built for this machine (its devices checked first), and the seconds the build took; a
+    replicated plan as one build per route (``runtime.routed``)."""
     from tvm_diviml.cost.measured import device_present
+
+    if plan.replicas:
+        began = time.perf_counter()
+        routed = build_routes(
+            plan,
+            lambda route: build_runnable(model, extraction, platform, route, database=database, progress=progress)[0],
+        )
+        return routed, time.perf_counter() - began
 
     absent = [d for d in dict.fromkeys([platform.host, *plan.devices_used()]) if not device_present(platform.device(d))]
     if absent:
@@ -229,7 +240,7 @@ class BuildTiming:
 
 
 def time_build(
-    built: PlacedExecutable,
+    built: PlacedExecutable | RoutedBuild | SplitBuild,
     model: BuiltModel,
     objective: str,
     reference: list[np.ndarray],
@@ -241,25 +252,37 @@ def time_build(
 ) -> BuildTiming:
     """Latency: one inference at a time, on the concurrent executor (one VM, without the workers'
     hand-offs, when the build has one device); throughput and pipelines: a stream with ``in_flight``
-    inputs (default two per device). ``threads``: a one-device build's CPU pool."""
+    inputs (default two per device). ``threads``: a one-device build's CPU pool. A replicated build
+    or a batch split runs its builds side by side (``runtime.replicas``)."""
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
-    concurrent = len(built.placement.devices) > 1 or objective != "latency"
-    with ConcurrentRunner(built, params) as runner:
-        outputs = compare_outputs(runner(inputs), reference)
-        if objective != "latency":
-            flight = in_flight or 2 * len(built.placement.devices)
-            stream = model.sample_stream(stream_inputs, distinct=flight)
-            measured, samples = time_stream(runner, stream, flight), []
-            busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}  # busy_s covers the last stream
-        elif concurrent:
-            (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
-    if not concurrent:
+    devices = built.devices if isinstance(built, RoutedBuild | SplitBuild) else built.placement.devices
+    concurrent = len(devices) > 1 or objective != "latency" or isinstance(built, RoutedBuild | SplitBuild)
+    if concurrent:
+        with open_runner(built, params) as runner:
+            outputs = compare_outputs(runner(inputs), reference)
+            if objective != "latency":
+                flight = in_flight or 2 * len(devices)
+                stream = model.sample_stream(stream_inputs, distinct=flight)
+                measured, samples = time_stream(runner, stream, flight), []
+                busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}  # busy_s covers the last stream
+            else:
+                (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
+    else:
         single = SingleVMRunner(built, params, num_threads=threads)
+        outputs = compare_outputs(single(inputs), reference)
         samples = time_calls(single, inputs, repeats, SETTLE_S)
         measured, flight = statistics.median(samples), 1
-        busy = {built.placement.devices[0]: measured}
+        busy = {devices[0]: measured}
     return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", outputs)
+
+
+def open_runner(built: PlacedExecutable | RoutedBuild | SplitBuild, params: list[np.ndarray]):
+    """The runner of a build, one device or several: a ConcurrentRunner, or the replicas' or copies'
+    runners side by side (a batch split runs the sub-batch model's weights, which it keeps)."""
+    if isinstance(built, RoutedBuild | SplitBuild):
+        return built.runner(params)
+    return ConcurrentRunner(built, params)
 
 
 def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, predict=None) -> list[Candidate]:
@@ -267,8 +290,8 @@ def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, pre
     CPU too), each configuration labelled as ``single_device_configurations`` names it. ``tuned``: the
     builds apply a tuning database, and each configuration is timed with the default schedules too
     (a MetaSchedule runner times a kernel alone and cache-hot; inside the model its pick can be slower).
-    ``predict(device, threads)``: the predicted time of a configuration no platform device describes
-    (None: not predicted)."""
+    ``predict(device, threads)``: the problem of a configuration no platform device describes, whose
+    platform has the device so (None: not predicted)."""
     candidates = candidate_plans(problem, chosen, count)
     for label, (device, threads) in single_device_configurations(problem.platform).items():
         plan = single_device_plan(problem, device.name)
@@ -279,12 +302,13 @@ def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, pre
         ]
         if same:
             same[0].label = label
+        elif as_platform_has_it:
+            candidates.append(priced(problem, label, plan))
         else:
-            if as_platform_has_it:
-                predicted = simulate(problem, plan).value_s
-            else:
-                predicted = predict(device, threads) if predict is not None else None
-            candidates.append(Candidate(label, plan, predicted, threads=own_threads))
+            alone = predict(device, threads) if predict is not None else None
+            candidates.append(
+                priced(alone, label, plan, own_threads) if alone else Candidate(label, plan, None, threads=own_threads)
+            )
         if tuned:  # the cost model priced the tuned kernels: the default build has no prediction
             candidates.append(
                 Candidate(f"{label}, default schedules", plan, None, threads=own_threads, default_schedules=True)
@@ -335,6 +359,7 @@ def calibrate_in_context(
             costs.cache.put_many(timed)
         found.update(timed)
     costs.prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
+    corun_in_context(costs, model, extraction, database=database, fresh=fresh)
     for label, (device, _) in configurations.items():
         whole = found[keys[label]].median_s
         alike = [
@@ -347,6 +372,79 @@ def calibrate_in_context(
             overhead = costs.calibrate_in_context(name, whole)
             log.info("%s: %.1f us per kernel inside the model (whole model %.3f ms)", name, overhead * 1e6, whole * 1e3)
     return dict(costs.in_context_s)
+
+
+def corun_in_context(costs, model: BuiltModel, extraction: Extraction, *, database=None, fresh: bool = False) -> None:
+    """Where two CPU devices of one server are present, time this model on two of them at once (its
+    single-device build, one VM per device, each pinned to that device's cores) against one alone,
+    through the profile cache like the whole-model times; the ratio becomes ``corun_factor`` when it
+    is above the synthetic probe's. The probe's dense kernel missed what whole models feel here:
+    mobilenet_v2 at 64x64 ran 1.1-1.3x slower per inference with the other core busy while the probe
+    read 1.00 (shared caches and the host's scheduling, which a kernel alone does not show)."""
+    from tvm_diviml.cost.cache import Measurement
+    from tvm_diviml.runtime.vm import usable_cores
+    from tvm_diviml.servers import corun_groups
+
+    platform = costs.platform
+    present = set(costs.times)
+    pair = next((sorted(group & present)[:2] for group in corun_groups(platform) if len(group & present) > 1), None)
+    if pair is None:
+        return
+    first, second = (platform.device(name) for name in pair)
+    threads = [d.num_threads or 1 for d in (first, second)]
+    cores = usable_cores()
+    if sum(threads) > len(cores):
+        return
+    model_key = costs.whole_model_key(first.name)
+    alone_key, key = (
+        replace(model_key, primfunc_hash=f"{model_key.primfunc_hash}:{how}") for how in ("alone", "beside")
+    )
+    recent = time.time() - CALIBRATION_MAX_AGE_S
+    found = costs.cache.get_many([alone_key, key], recorded_after=recent) if costs.cache and not fresh else {}
+    if key not in found or alone_key not in found:
+        plan = Plan({k: first.name for k in extraction.graph.kernels})
+        built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
+        slots = [cores[: threads[0]], cores[threads[0] : sum(threads)]]
+        alone, together = _alone_and_together(built, model, slots, threads)
+        found = {alone_key: Measurement(alone, 0.0, 1, "measured"), key: Measurement(together, 0.0, 1, "measured")}
+        if costs.cache:
+            costs.cache.put_many(found)
+    factor = found[key].median_s / found[alone_key].median_s if found[alone_key].median_s > 0 else 1.0
+    log.info("%s and %s at once: each inference %.2fx as long as alone", first.name, second.name, factor)
+    if factor > costs.executor_overheads.corun_factor:
+        costs.executor_overheads = replace(costs.executor_overheads, corun_factor=factor)
+
+
+def _alone_and_together(
+    built: PlacedExecutable, model: BuiltModel, cores: list[list[int]], threads: list[int]
+) -> tuple[float, float]:
+    """Median seconds per inference of ``built`` on ``cores[0]`` alone, and on each of ``cores`` while
+    the other runs it too (one VM per thread, the calls of both counted)."""
+    import threading
+
+    params, inputs = [w for _, w in model.params], model.sample_inputs()
+    results: dict[int, list[float]] = {}
+
+    def work(slot: int, calls: int, start: threading.Barrier) -> None:
+        set_threads(threads[slot])
+        pin_thread(cores[slot])
+        runner = SingleVMRunner(built, params, num_threads=threads[slot])
+        runner(inputs)
+        start.wait()
+        results[slot] = time_calls(runner, inputs, calls)
+
+    def timed(slots: list[int], calls: int) -> list[float]:
+        start = threading.Barrier(len(slots))
+        workers = [threading.Thread(target=work, args=(slot, calls, start)) for slot in slots]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return [t for slot in slots for t in results[slot]]
+
+    probe = statistics.median(timed([0], 3))
+    calls = max(5, min(2000, math.ceil(SETTLE_S / max(probe, 1e-9))))
+    return statistics.median(timed([0], calls)), statistics.median(timed([0, 1], calls))
 
 
 def runner_overhead_s(
@@ -405,46 +503,55 @@ def choose_by_measurement(
     )
     inputs = model.sample_inputs()
     reference = run_reference(model, inputs)
-    builds: dict[tuple, tuple[PlacedExecutable, float]] = {}
-    for candidate in candidates:
-        if timing_key(candidate) not in builds:
-            builds[timing_key(candidate)] = build_runnable(
-                model,
-                extraction,
-                candidate_platform(problem.platform, candidate),
-                candidate.plan,
-                database=None if candidate.default_schedules else database,
-                progress=progress,
-            )
-    timings: dict[tuple, BuildTiming] = {}
+    builds = build_candidates(model, extraction, problem.platform, candidates, database, progress)
+    timed = [c for c in candidates if not c.left_out]
     if problem.objective == "latency":
-        timings = _time_side_by_side(candidates, builds, model, reference, repeats)
+        timings = _time_side_by_side(timed, builds, model, reference, repeats)
     else:
-        for candidate in candidates:
-            timings[timing_key(candidate)] = time_build(
-                builds[timing_key(candidate)][0],
-                model,
-                problem.objective,
-                reference,
-                repeats=repeats,
-                stream_inputs=stream_inputs,
-                in_flight=in_flight,
-                threads=candidate.threads,
-            )
-    for candidate in candidates:
+        timings = _time_streams_side_by_side(timed, builds, model, reference, stream_inputs, in_flight)
+    for candidate in timed:
         timing = timings[timing_key(candidate)]
         candidate.outputs_differ = not timing.outputs.equal(rtol)
         progress(f"candidate {candidate.label}: {timing.measured_s * 1e3:.3f} ms per inference")
     return select_fastest(candidates, lambda c: timings[timing_key(c)].measured_s), builds, timings
 
 
+def build_candidates(
+    model: BuiltModel, extraction: Extraction, platform: Platform, candidates: list[Candidate], database, progress
+) -> dict[tuple, tuple[PlacedExecutable | RoutedBuild, float]]:
+    """Each candidate not left out, built once (by ``timing_key``), with its build seconds; a replicated
+    plan's routes reuse the plain plans' builds (the whole model on cpu0 is ``cpu0 alone``'s build)."""
+    builds: dict[tuple, tuple[PlacedExecutable | RoutedBuild, float]] = {}
+
+    def plain(plan: Plan, threads: int | None = None, default_schedules: bool = False) -> PlacedExecutable:
+        key = (plan_key(plan), threads, default_schedules)
+        if key not in builds:
+            built_for = platform if threads is None else platform.with_threads(plan.devices_used()[0], threads)
+            schedules = None if default_schedules else database
+            builds[key] = build_runnable(model, extraction, built_for, plan, database=schedules, progress=progress)
+        return builds[key][0]
+
+    for candidate in candidates:
+        key = timing_key(candidate)
+        if candidate.left_out or key in builds:
+            continue
+        began = time.perf_counter()
+        if candidate.plan.replicas:
+            built = build_routes(candidate.plan, plain)
+        else:
+            built = plain(candidate.plan, candidate.threads, candidate.default_schedules)
+        builds[key] = (built, time.perf_counter() - began)
+    return builds
+
+
 def predict_configuration(
     problem, model: BuiltModel, extraction: Extraction, device: Device, threads: int, database=None
-) -> float | None:
-    """``device`` alone with ``threads`` threads (the whole CPU), predicted by a cost model of the kind
-    ``problem`` has, made for the platform with that device so: roofline, or measured here (kernels
-    timed with that many threads and priced inside the model, through the profile cache). None for
-    a cost table, which holds no such device."""
+) -> Problem | None:
+    """The problem of ``device`` with ``threads`` threads (the whole CPU), priced by a cost model of
+    the kind ``problem`` has, made for the platform with that device so: roofline, or measured here
+    (kernels timed with that many threads through the profile cache, priced inside the model as it
+    runs now).
+    None for a cost table, which holds no such device."""
     from tvm_diviml.cost import RooflineCostModel
     from tvm_diviml.cost.measured import MeasuredCostModel
 
@@ -463,12 +570,11 @@ def predict_configuration(
             tuning=measured.tuning,
             executor_overheads=measured.executor_overheads,
         )
-        if costs.times:
-            calibrate_in_context(costs, model, extraction, database=database)
+        if costs.times:  # timed now, as the configurations it is judged against are
+            calibrate_in_context(costs, model, extraction, database=database, fresh=True)
     else:
         return None
-    alone = Problem(problem.graph, platform, costs, objective=problem.objective, stages=problem.stages)
-    return simulate(alone, single_device_plan(alone, device.name)).value_s
+    return Problem(problem.graph, platform, costs, objective=problem.objective, stages=problem.stages)
 
 
 def timing_key(candidate: Candidate) -> tuple:
@@ -527,6 +633,49 @@ def _time_side_by_side(
             measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM", checks[key]
         )
     return out
+
+
+def _time_streams_side_by_side(
+    candidates: list[Candidate],
+    builds: dict,
+    model: BuiltModel,
+    reference: list[np.ndarray],
+    stream_inputs: int,
+    in_flight: int | None,
+    rounds: int = 5,
+) -> dict[tuple, BuildTiming]:
+    """Each candidate's stream, ``in_flight`` inputs at a time (None: the candidate's own, as priced;
+    else two per device), timed one stream of ``stream_inputs`` per candidate per round, the median of
+    ``rounds`` rounds: drift and load touch every candidate alike."""
+    params = [w for _, w in model.params]
+    inputs = model.sample_inputs()
+    keys = list(dict.fromkeys(timing_key(c) for c in candidates))
+    flights = {}
+    for candidate in candidates:
+        built = builds[timing_key(candidate)][0]
+        devices = built.devices if isinstance(built, RoutedBuild) else built.placement.devices
+        flights.setdefault(timing_key(candidate), in_flight or candidate.in_flight or 2 * len(devices))
+    with contextlib.ExitStack() as stack:
+        runners = {key: stack.enter_context(open_runner(builds[key][0], params)) for key in keys}
+        checks = {key: compare_outputs(runner(inputs), reference) for key, runner in runners.items()}
+        streams = {key: model.sample_stream(stream_inputs, distinct=flights[key]) for key in keys}
+        samples: dict[tuple, list[float]] = {key: [] for key in keys}
+        busy: dict[tuple, Counter] = {key: Counter() for key in keys}
+        for _ in range(rounds):
+            for key, runner in runners.items():
+                samples[key].append(time_stream(runner, streams[key], flights[key], rounds=1))
+                busy[key].update({d: s / stream_inputs for d, s in runner.busy_s.items()})
+    return {
+        key: BuildTiming(
+            statistics.median(samples[key]),
+            samples[key],
+            {d: s / rounds for d, s in busy[key].items()},
+            flights[key],
+            "concurrent",
+            checks[key],
+        )
+        for key in keys
+    }
 
 
 def with_random_weights(mod, entry: str, seed: int = 0) -> BuiltModel:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from ..errors import DivimlInputError
-from .executor import ConcurrentExecutor, SegmentCall
+from .executor import ConcurrentExecutor, SegmentCall, StreamSession
 from .vm import PlacedExecutable, flatten, pin_thread, set_threads, to_device, to_numpy, tvm_device, worker_cores
 
 SWITCH_INTERVAL_S = 2e-4
@@ -85,6 +85,10 @@ class ConcurrentRunner:
         for outputs in self.executor.stream((self._inputs(x) for x in inputs), in_flight=in_flight):
             yield [to_numpy(t) for t in outputs]
 
+    def session(self) -> RunnerSession:
+        """A stream driven by hand, numpy in and out (``ConcurrentExecutor.session``)."""
+        return RunnerSession(self, self.executor.session())
+
     @property
     def busy_s(self) -> dict[str, float]:
         return self.executor.busy_s
@@ -98,3 +102,19 @@ class ConcurrentRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RunnerSession:
+    """``ConcurrentRunner.session``: ``submit(arrays) -> ticket``, ``collect(ticket) -> arrays``."""
+
+    def __init__(self, runner: ConcurrentRunner, session: StreamSession):
+        self._runner, self._session = runner, session
+
+    def submit(self, arrays: list[np.ndarray]):
+        return self._session.submit(self._runner._inputs(arrays))
+
+    def collect(self, ticket) -> list[np.ndarray]:
+        return [to_numpy(t) for t in self._session.collect(ticket)]
+
+    def close(self) -> None:
+        self._session.close()

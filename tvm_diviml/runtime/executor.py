@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -198,29 +198,26 @@ class ConcurrentExecutor:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def session(self) -> StreamSession:
+        """A stream driven by hand: ``submit`` inputs one by one and ``collect`` each one's outputs in
+        any order (what a dispatcher over several executors needs); it replaces the last run or stream
+        as the one ``busy_s`` describes."""
+        self._check_open()
+        return StreamSession(self)
+
     # ------------------------------------------------------------------ caller side
     def _stream(self, inputs: Iterator[Mapping[str, Any]], in_flight: int) -> Iterator[list]:
-        batch = _Batch(self.devices, self.segments)
-        with self._lock:
-            self._batch = batch
-        pending: list[_InputRun] = []
-        index = 0
-        try:
+        pending: deque[_InputRun] = deque()
+        with self.session() as session:
             while True:
                 while len(pending) < in_flight:
                     values = next(inputs, _STOPPED)
                     if values is _STOPPED:
                         break
-                    pending.append(self._submit(batch, index, values))
-                    index += 1
+                    pending.append(session.submit(values))
                 if not pending:
                     return
-                yield self._collect(pending.pop(0))
-        finally:
-            with self._lock:
-                batch.abandoned = True  # a consumer that stopped early leaves nothing running
-                if pending:
-                    self._notify_everyone()
+                yield session.collect(pending.popleft())
 
     def _submit(self, batch: _Batch, index: int, inputs: Mapping[str, Any]) -> _InputRun:
         if not isinstance(inputs, Mapping):
@@ -434,6 +431,43 @@ class ConcurrentExecutor:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the executor is closed; make a new ConcurrentExecutor")
+
+
+class StreamSession:
+    """One stream of an executor, driven by hand (``ConcurrentExecutor.session``): ``submit(inputs)``
+    starts an input at once and returns its ticket, ``collect(ticket)`` waits for its outputs.
+    ``close`` (or leaving the ``with``) abandons whatever was submitted and not collected."""
+
+    def __init__(self, executor: ConcurrentExecutor):
+        self._executor = executor
+        self._batch = _Batch(executor.devices, executor.segments)
+        self._submitted = 0
+        self._collected = 0
+        with executor._lock:
+            executor._batch = self._batch
+
+    def submit(self, inputs: Mapping[str, Any]) -> _InputRun:
+        run = self._executor._submit(self._batch, self._submitted, inputs)
+        self._submitted += 1
+        return run
+
+    def collect(self, ticket: _InputRun) -> list:
+        outputs = self._executor._collect(ticket)
+        self._collected += 1
+        return outputs
+
+    def close(self) -> None:
+        executor = self._executor
+        with executor._lock:
+            self._batch.abandoned = True  # a consumer that stopped early leaves nothing running
+            if self._collected < self._submitted:
+                executor._notify_everyone()
+
+    def __enter__(self) -> StreamSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _consumer_devices(segments: list[SegmentCall]) -> dict[str, set[str]]:

@@ -6,7 +6,8 @@ priced into the platform the planner sees), and this module: the per-server buil
 (``ServersBuild``) and ``RpcRunner``, which uploads each build and its weights once, then runs the
 *global* segment graph with the ``ConcurrentExecutor``, one worker per device whose calls go to that
 device's server. TVM RPC has no server-to-server copy, so a crossing tensor goes through the driver
-(two hops, counted and timed in ``HopStats``).
+(two hops, counted and timed in ``HopStats``). ``RpcRunner.session`` is the stream driven by hand that
+``runtime.replicas.ReplicatedRunner`` dispatches over, one runner per replica of a replicated plan.
 
 Calls through one session are served one at a time, so the devices of one server do not overlap
 here; servers do. A dead server fails the run at once, a hung one within ``timeout_s``, both as a
@@ -33,7 +34,7 @@ import numpy as np
 from ..errors import DivimlInputError, ServerFailure
 from ..jsonio import read_json
 from ..writes import write_text
-from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError
+from .executor import ConcurrentExecutor, SegmentCall, SegmentError, SegmentTimeoutError, StreamSession
 from .placement import Placement, placement_path
 from .rpc_servers import RemoteServer, last_line, within
 from .vm import PlacedExecutable
@@ -342,6 +343,12 @@ class RpcRunner:
             results.close()
             self._finished(failed)
 
+    def session(self) -> RpcSession:
+        """A stream driven by hand, numpy in and out (``ConcurrentExecutor.session``), its failures
+        named as ``stream`` names them: what ``ReplicatedRunner`` drives, one replica per runner."""
+        self.stats = HopStats()
+        return RpcSession(self, self.executor.session())
+
     def _server_error(self, error: SegmentError, server: str | None = None) -> ServerError:
         """``error`` restated with the server to blame: the one a download failed from, else (a stall)
         the one a hop still out waits on, else the segment's."""
@@ -397,6 +404,28 @@ class RpcRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RpcSession:
+    """``RpcRunner.session``: ``submit(arrays) -> ticket``, ``collect(ticket) -> arrays``; ``close``
+    frees what the stream kept on the servers, unless it failed (``RpcRunner._finished``)."""
+
+    def __init__(self, runner: RpcRunner, session: StreamSession):
+        self._runner, self._session, self._failed = runner, session, False
+
+    def submit(self, arrays: list[np.ndarray]):
+        return self._session.submit(self._runner._inputs(arrays))
+
+    def collect(self, ticket) -> list[np.ndarray]:
+        try:
+            return self._runner._outputs(self._session.collect(ticket))
+        except SegmentError as error:
+            self._failed = True
+            raise self._runner._server_error(error) from error
+
+    def close(self) -> None:
+        self._session.close()
+        self._runner._finished(self._failed)
 
 
 def _never_free(value) -> None:
