@@ -31,6 +31,7 @@ from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import time_calls, time_stream
 from tvm_diviml.runtime.routed import RoutedBuild, SplitBuild, build_routes
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, pin_thread, set_threads
+from tvm_diviml.simulator import STREAM_SLACK
 from tvm_diviml.tolerances import OutputComparison, compare_outputs
 from tvm_diviml.toolkit.single_device import single_device_plan
 from tvm_diviml.zoo import BuiltModel
@@ -359,7 +360,7 @@ def calibrate_in_context(
             costs.cache.put_many(timed)
         found.update(timed)
     costs.prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
-    corun_in_context(costs, model, extraction, database=database, fresh=fresh)
+    executor_in_context(costs, model, extraction, database=database, fresh=fresh)
     for label, (device, _) in configurations.items():
         whole = found[keys[label]].median_s
         alike = [
@@ -374,52 +375,70 @@ def calibrate_in_context(
     return dict(costs.in_context_s)
 
 
-def corun_in_context(costs, model: BuiltModel, extraction: Extraction, *, database=None, fresh: bool = False) -> None:
-    """Where two CPU devices of one server are present, time this model on two of them at once (its
-    single-device build, one VM per device, each pinned to that device's cores) against one alone,
-    through the profile cache like the whole-model times; the ratio becomes ``corun_factor`` when it
-    is above the synthetic probe's. The probe's dense kernel missed what whole models feel here:
-    mobilenet_v2 at 64x64 ran 1.1-1.3x slower per inference with the other core busy while the probe
-    read 1.00 (shared caches and the host's scheduling, which a kernel alone does not show)."""
+def executor_in_context(
+    costs, model: BuiltModel, extraction: Extraction, *, database=None, fresh: bool = False
+) -> None:
+    """What the executor and a second CPU device cost this model, timed on its single-device build on
+    the first present CPU device, through the profile cache like the whole-model times:
+
+    - a stream on the concurrent executor against one VM call at a time: the difference per inference
+      is what a segment call costs in a stream (the worker's bookkeeping, the wake-ups, the outputs
+      handed back), and becomes ``segment_s`` when above the no-op segments' figure. On bert_base at
+      its small size (~70 us a call) a stream took ~120 us per inference on one worker, while no-op
+      segments measured 1.6 us a call;
+    - where a second CPU device shares the machine, the model on both at once (one VM per device,
+      each pinned to its cores) against one alone: the ratio becomes ``corun_factor`` when above the
+      synthetic probe's, whose dense kernel read 1.00 while mobilenet_v2 at 64x64 ran 1.1-1.3x slower
+      per inference with the other core busy."""
     from tvm_diviml.cost.cache import Measurement
     from tvm_diviml.runtime.vm import usable_cores
     from tvm_diviml.servers import corun_groups
 
     platform = costs.platform
-    present = set(costs.times)
-    pair = next((sorted(group & present)[:2] for group in corun_groups(platform) if len(group & present) > 1), None)
-    if pair is None:
+    present = [d for d in platform.devices if d.name in costs.times and d.kind == "cpu"]
+    if not present:
         return
-    first, second = (platform.device(name) for name in pair)
-    threads = [d.num_threads or 1 for d in (first, second)]
+    first = present[0]
+    pair = next((sorted(g & {d.name for d in present})[:2] for g in corun_groups(platform) if first.name in g), [])
+    second = platform.device(pair[1]) if len(pair) > 1 else None
+    threads = [d.num_threads or 1 for d in (first, second) if d is not None]
     cores = usable_cores()
-    if sum(threads) > len(cores):
-        return
+    if second is not None and sum(threads) > len(cores):
+        second = None
     model_key = costs.whole_model_key(first.name)
-    alone_key, key = (
-        replace(model_key, primfunc_hash=f"{model_key.primfunc_hash}:{how}") for how in ("alone", "beside")
-    )
+    keys = {how: replace(model_key, primfunc_hash=f"{model_key.primfunc_hash}:{how}") for how in ("alone", "stream")}
+    if second is not None:
+        keys["beside"] = replace(model_key, primfunc_hash=f"{model_key.primfunc_hash}:beside")
     recent = time.time() - CALIBRATION_MAX_AGE_S
-    found = costs.cache.get_many([alone_key, key], recorded_after=recent) if costs.cache and not fresh else {}
-    if key not in found or alone_key not in found:
+    found = costs.cache.get_many(list(keys.values()), recorded_after=recent) if costs.cache and not fresh else {}
+    if any(key not in found for key in keys.values()):
         plan = Plan({k: first.name for k in extraction.graph.kernels})
         built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
-        slots = [cores[: threads[0]], cores[threads[0] : sum(threads)]]
-        alone, together = _alone_and_together(built, model, slots, threads)
-        found = {alone_key: Measurement(alone, 0.0, 1, "measured"), key: Measurement(together, 0.0, 1, "measured")}
+        slots = [cores[: threads[0]], cores[threads[0] : sum(threads)]] if second is not None else [[]]
+        timed = _alone_stream_together(built, model, slots, threads)
+        found = {keys[how]: Measurement(seconds, 0.0, 1, "measured") for how, seconds in timed.items()}
         if costs.cache:
             costs.cache.put_many(found)
-    factor = found[key].median_s / found[alone_key].median_s if found[alone_key].median_s > 0 else 1.0
-    log.info("%s and %s at once: each inference %.2fx as long as alone", first.name, second.name, factor)
-    if factor > costs.executor_overheads.corun_factor:
-        costs.executor_overheads = replace(costs.executor_overheads, corun_factor=factor)
+    alone = found[keys["alone"]].median_s
+    overheads = costs.executor_overheads
+    per_call = found[keys["stream"]].median_s - alone
+    log.info("%s: a stream pays %.1f us per segment call beyond one VM call at a time", first.name, per_call * 1e6)
+    if per_call > overheads.segment_s:
+        overheads = replace(overheads, segment_s=per_call)
+    if second is not None and alone > 0:
+        factor = found[keys["beside"]].median_s / alone
+        log.info("%s and %s at once: each inference %.2fx as long as alone", first.name, second.name, factor)
+        if factor > overheads.corun_factor:
+            overheads = replace(overheads, corun_factor=factor)
+    costs.executor_overheads = overheads
 
 
-def _alone_and_together(
+def _alone_stream_together(
     built: PlacedExecutable, model: BuiltModel, cores: list[list[int]], threads: list[int]
-) -> tuple[float, float]:
-    """Median seconds per inference of ``built`` on ``cores[0]`` alone, and on each of ``cores`` while
-    the other runs it too (one VM per thread, the calls of both counted)."""
+) -> dict[str, float]:
+    """Median seconds per inference of ``built``: one VM call at a time on ``cores[0]`` ("alone"), a
+    stream of as many on the concurrent executor ("stream"), and with two slots each VM's calls while
+    the other runs it too ("beside")."""
     import threading
 
     params, inputs = [w for _, w in model.params], model.sample_inputs()
@@ -444,7 +463,13 @@ def _alone_and_together(
 
     probe = statistics.median(timed([0], 3))
     calls = max(5, min(2000, math.ceil(SETTLE_S / max(probe, 1e-9))))
-    return statistics.median(timed([0], calls)), statistics.median(timed([0, 1], calls))
+    out = {"alone": statistics.median(timed([0], calls))}
+    flight = 1 + STREAM_SLACK
+    with ConcurrentRunner(built, params) as runner:
+        out["stream"] = time_stream(runner, model.sample_stream(max(calls, 2 * flight), distinct=flight), flight)
+    if len(cores) > 1:
+        out["beside"] = statistics.median(timed([0, 1], calls))
+    return out
 
 
 def runner_overhead_s(
