@@ -409,15 +409,27 @@ def test_a_batch_split_run_equals_the_whole_batch(tmp_path, capsys):
     """Two sub-batch copies, one per core, built from the batch-2 model, run side by side and joined:
     the outputs equal the batch-4 model's single-device build. (A convolutional net: an MLP's copies
     read the same weights, which roofline prices as the time they take, so no split of one wins.)"""
-    row_path = tmp_path / "row.json"
+    row_path, library = tmp_path / "row.json", tmp_path / "split.so"
     model = "resnet18:resolution=32,classes=10,batch=4"
-    code = main(["run", model, *FAST, "--batch-split", "2", "--json", str(row_path)])
+    code = main(["run", model, *FAST, "--batch-split", "2", "--json", str(row_path), "--export", str(library)])
     out, err = capsys.readouterr()
     assert code == 0, err
     row = json.loads(row_path.read_text())
     assert row["batch_split"] == 2 and sorted(row["copies"]) == ["0", "1"], out
     assert "outputs against the single-device build: " in out and ": equal" in out
     assert row["run"]["max_abs_diff"] <= 1e-5 and row["run"]["measured_s"] > 0
+    # the export loads back and runs the batch as the copies did
+    from tvm_diviml.runtime import SplitBuild
+    from tvm_diviml.zoo import build_model
+    from tvm_diviml.zoo.reference import run_reference
+
+    whole = build_model("resnet18", {"resolution": 32, "classes": 10, "batch": 4})
+    loaded = SplitBuild.load(str(library))
+    assert len(loaded.builds) == 2 and loaded.batched == [True]
+    with loaded.runner([w for _, w in whole.params]) as runner:
+        got = runner(whole.sample_inputs())
+    want = run_reference(whole, whole.sample_inputs())
+    assert max(float(abs(g - w).max()) for g, w in zip(got, want, strict=True)) <= 1e-4
 
 
 def test_a_batch_split_across_rpc_servers_is_refused(capsys):

@@ -140,24 +140,29 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
         monkeypatch.setattr(timing, "CALIBRATION_MAX_AGE_S", 0.0)  # every cached timing now too old
         calibrate_in_context(second, loaded.built, loaded.extraction, repeats=3)  # timed again, not read
         assert cache.get_many([key])[key] != before
-        overheads = first.executor_overheads
+        overheads = first.machine_overheads
         assert overheads.run_s > 0 and overheads.segment_s >= 0 and overheads.handoff_s >= 0
-        # from the cache, not timed again; only the co-run factor is timed in every process
+        # the machine's figures from the cache, not timed again; only the co-run factor is timed in every process
         assert (
-            dataclasses.replace(second.executor_overheads, corun_factor=1.0)
+            dataclasses.replace(second.machine_overheads, corun_factor=1.0)
             == dataclasses.replace(overheads, corun_factor=1.0)
-            and second.executor_overheads.corun_factor >= 1
+            and second.machine_overheads.corun_factor >= 1
         )
+        # the model's own timings in context only raise them: a segment call in a stream, the co-run factor
+        for costs in (first, second):
+            assert costs.executor_overheads.segment_s >= costs.machine_overheads.segment_s
+            assert costs.executor_overheads.corun_factor >= costs.machine_overheads.corun_factor
         assert first.links[("cpu0", "cpu1")].latency_s >= overheads.handoff_s
     path = tmp_path / "costs.json"
     first.to_table().save(str(path))
     table = TableCostModel.load(str(path), platform, loaded.extraction.graph)
     assert table.executor_segments and table.prediction_error == first.prediction_error
+    priced = first.executor_overheads  # the table carries what priced the model: its figures in context
     assert (
         table.executor_overheads.run_s,
         table.executor_overheads.segment_s,
         table.executor_overheads.corun_factor,
-    ) == (overheads.run_s, overheads.segment_s, overheads.corun_factor) and overheads.corun_factor >= 1
+    ) == (priced.run_s, priced.segment_s, priced.corun_factor) and priced.corun_factor >= 1
 
 
 @pytest.mark.parametrize(

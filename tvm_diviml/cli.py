@@ -409,6 +409,13 @@ def _report_run(args: argparse.Namespace, row: dict, measured, report: str, buil
     row["run"] = measured.to_json()
     if args.export:
         built.export(args.export)
+        parts = getattr(built, "builds", None)
+        if isinstance(parts, list):  # a replicated build or a batch split: one library per part
+            exported = (
+                f"builds exported beside {args.export}: one library per replica or copy "
+                f"({os.path.basename(args.export)} with .partN before its suffix, + placements) and "
+                f"{args.export}.builds.json (load with tvm_diviml.runtime.{type(built).__name__}.load)"
+            )
         print(exported)
     if args.json:
         write_json(row, args.json)

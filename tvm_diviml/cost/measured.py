@@ -318,6 +318,9 @@ class MeasuredCostModel(CostModel):
             self.executor_overheads = executor_overheads
         elif len(present) > 1:
             self.executor_overheads = self._executor_overheads(present)
+        # the machine's figures (no-op segments, the synthetic co-run probe), before this model's own
+        # timings in context raise them (``passes.timing.executor_in_context``)
+        self.machine_overheads = self.executor_overheads
         self._measure_links(present)
 
     # -------------------------------------------------------------- kernels

@@ -383,9 +383,10 @@ def executor_in_context(
 
     - a stream on the concurrent executor against one VM call at a time: the difference per inference
       is what a segment call costs in a stream (the worker's bookkeeping, the wake-ups, the outputs
-      handed back), and becomes ``segment_s`` when above the no-op segments' figure. On bert_base at
-      its small size (~70 us a call) a stream took ~120 us per inference on one worker, while no-op
-      segments measured 1.6 us a call;
+      handed back), and becomes ``segment_s`` when above the no-op segments' figure (the machine's,
+      ``machine_overheads``: each configuration gets its own, the whole CPU's two threads theirs).
+      On bert_base at its small size (~70 us a call) a stream took ~120 us per inference on one
+      worker, while no-op segments measured 1.6 us a call;
     - where a second CPU device shares the machine, the model on both at once (one VM per device,
       each pinned to its cores) against one alone: the ratio becomes ``corun_factor`` when above the
       synthetic probe's, whose dense kernel read 1.00 while mobilenet_v2 at 64x64 ran 1.1-1.3x slower
@@ -420,7 +421,7 @@ def executor_in_context(
         if costs.cache:
             costs.cache.put_many(found)
     alone = found[keys["alone"]].median_s
-    overheads = costs.executor_overheads
+    overheads = costs.machine_overheads
     per_call = found[keys["stream"]].median_s - alone
     log.info("%s: a stream pays %.1f us per segment call beyond one VM call at a time", first.name, per_call * 1e6)
     if per_call > overheads.segment_s:
@@ -593,7 +594,7 @@ def predict_configuration(
             cache=measured.cache,
             options=measured.options,
             tuning=measured.tuning,
-            executor_overheads=measured.executor_overheads,
+            executor_overheads=measured.machine_overheads,
         )
         if costs.times:  # timed now, as the configurations it is judged against are
             calibrate_in_context(costs, model, extraction, database=database, fresh=True)

@@ -10,18 +10,55 @@ per build.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import DivimlInputError
+from ..jsonio import read_json
 from ..plan import Plan
+from ..writes import write_text
 from .concurrent import ConcurrentRunner
 from .replicas import ReplicatedRunner, SplitBatchRunner
 from .vm import PlacedExecutable
 
 MAX_ROUTES = 16  # a replicated plan with more routes than this is planned, not built
+MANIFEST_SUFFIX = ".builds.json"  # beside an export: which library is which replica or copy
+
+
+def part_path(path: str, index: int) -> str:
+    """Where an export at ``path`` (``m.so``) keeps its ``index``-th library: ``m.part0.so``."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.part{index}{ext}"
+
+
+def export_parts(path: str, builds: list[PlacedExecutable], manifest: dict) -> str:
+    """Each distinct build as ``part_path(path, i)`` (+ its placement), and ``path + MANIFEST_SUFFIX``
+    naming, per replica or copy, the part it runs (``manifest`` adds what else a load needs)."""
+    distinct = list({id(b): b for b in builds}.values())
+    for index, built in enumerate(distinct):
+        built.export(part_path(path, index))
+    parts = [next(i for i, b in enumerate(distinct) if b is built) for built in builds]
+    text = json.dumps({**manifest, "parts": parts}, sort_keys=True)
+    write_text(path + MANIFEST_SUFFIX, text, "the exported manifest")
+    return path
+
+
+def load_parts(path: str, kind: str) -> tuple[list[PlacedExecutable], dict]:
+    """What ``export_parts`` wrote at ``path``: the builds per replica or copy, and the manifest."""
+    manifest = read_json(path + MANIFEST_SUFFIX)
+    if not isinstance(manifest, dict) or manifest.get("kind") != kind or not isinstance(manifest.get("parts"), list):
+        raise DivimlInputError(
+            f"{path + MANIFEST_SUFFIX} does not describe a {kind} export", source=path, hint="export the build again"
+        )
+    loaded: dict[int, PlacedExecutable] = {}
+    for index in manifest["parts"]:
+        if index not in loaded:
+            loaded[index] = PlacedExecutable.load(part_path(path, index))
+    return [loaded[index] for index in manifest["parts"]], manifest
 
 
 @dataclass
@@ -39,6 +76,17 @@ class RoutedBuild:
 
     def runner(self, params: list[np.ndarray]) -> ReplicatedRunner:
         return ReplicatedRunner(_lanes(self.builds, params), self.shares, self.names, self.policy)
+
+    def export(self, path: str) -> str:
+        """Each replica's library as ``m.partI.so`` beside ``path`` (+ placements) and ``path.builds.json``
+        (names, shares, policy); ``RoutedBuild.load(path)`` reads them back."""
+        manifest = {"kind": "replicas", "names": self.names, "shares": self.shares, "policy": self.policy}
+        return export_parts(path, self.builds, manifest)
+
+    @classmethod
+    def load(cls, path: str) -> RoutedBuild:
+        builds, manifest = load_parts(path, "replicas")
+        return cls(builds, list(manifest["shares"]), list(manifest["names"]), manifest.get("policy", "shares"))
 
 
 @dataclass
@@ -58,6 +106,17 @@ class SplitBuild:
         """``params``: the batch model's weights; the sub-batch model's own, when kept, go first (a
         zoo model at a sub-batch draws the same values, but an importer may order them otherwise)."""
         return SplitBatchRunner(_lanes(self.builds, self.sub_params or params), self.names, self.batched)
+
+    def export(self, path: str) -> str:
+        """Each distinct copy build as ``m.partI.so`` beside ``path`` (+ placements) and
+        ``path.builds.json`` (names, which inputs are batched); ``SplitBuild.load(path)`` reads them
+        back (the weights are the caller's, as for any export)."""
+        return export_parts(path, self.builds, {"kind": "batch split", "names": self.names, "batched": self.batched})
+
+    @classmethod
+    def load(cls, path: str) -> SplitBuild:
+        builds, manifest = load_parts(path, "batch split")
+        return cls(builds, list(manifest["names"]), list(manifest["batched"]))
 
 
 def _lanes(builds: list[PlacedExecutable], params: list[np.ndarray]) -> list[ConcurrentRunner]:
