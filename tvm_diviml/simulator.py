@@ -146,11 +146,16 @@ def route_plans(plan: Plan) -> list[tuple[Plan, float]]:
 
 def _route_latency(problem: Problem, route: Plan) -> float:
     """One input's time through one route (a plan without replicas) on the concurrent executor:
-    segment by segment where the costs describe that executor, else the latency mode's schedule."""
+    segment by segment where the costs describe that executor, each call at its cost in a stream
+    (the calls of one input run one after another along the route: at most that many more), else the
+    latency mode's schedule."""
     graph, platform, costs = problem.graph, problem.platform, problem.costs
-    if costs.executor_segments:
-        return _latency_as_executed(graph, platform, costs, route).value_s
-    return _latency(graph, platform, costs, route, False).value_s
+    if not costs.executor_segments:
+        return _latency(graph, platform, costs, route, False).value_s
+    overheads = costs.executor_overheads
+    calls = len(split_segments(graph, route.assignment, run_order(graph, route)))
+    extra = (overheads.streamed_segment_s - overheads.segment_s) * calls
+    return _latency_as_executed(graph, platform, costs, route).value_s + extra
 
 
 def _plan_key(graph: OpGraph, plan: Plan) -> tuple:
@@ -616,13 +621,15 @@ def _corun_stretch(platform: Platform, costs: CostModel, work: dict[str, float])
 
 def _segment_charges(graph: OpGraph, costs: CostModel, plan: Plan) -> dict[str, float]:
     """What a stream of ``plan`` (one route, no replicas) pays each device per inference beyond its
-    kernels when its costs describe the concurrent executor (``executor_segments``): ``segment_s``
-    per segment call. A stream always runs on that executor, one device or several."""
-    if not costs.executor_segments or costs.executor_overheads.segment_s <= 0:
+    kernels when its costs describe the concurrent executor (``executor_segments``): a segment call's
+    cost in a stream per call (``streamed_segment_s``). A stream always runs on that executor, one
+    device or several."""
+    per_call = costs.executor_overheads.streamed_segment_s
+    if not costs.executor_segments or per_call <= 0:
         return {}
     charges: dict[str, float] = defaultdict(float)
     for seg in split_segments(graph, plan.assignment, run_order(graph, plan)):
-        charges[seg.device] += costs.executor_overheads.segment_s
+        charges[seg.device] += per_call
     return charges
 
 

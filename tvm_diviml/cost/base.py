@@ -16,13 +16,21 @@ class ExecutorOverheads:
     """Seconds the concurrent executor pays beyond kernels and copies (``runtime.measure.executor_overheads``):
     once per inference (waking the first worker, collecting the outputs), per segment call, and per
     tensor read on another device's worker (waking that worker; measured links include it in their
-    latency); and ``corun_factor``, how many times as long a CPU kernel takes while another CPU
+    latency); ``stream_segment_s``, what a segment call costs in a stream, where more (timed on the
+    model, ``passes.timing.executor_in_context``: the worker's and the driver's work on the next
+    input beside it); and ``corun_factor``, how many times as long a CPU kernel takes while another CPU
     device's worker of the same machine computes (1: not at all; ``runtime.measure.corun_factor``)."""
 
     run_s: float = 0.0
     segment_s: float = 0.0
     handoff_s: float = 0.0
     corun_factor: float = 1.0
+    stream_segment_s: float = 0.0
+
+    @property
+    def streamed_segment_s(self) -> float:
+        """A segment call's cost in a stream: the larger of the two figures."""
+        return max(self.segment_s, self.stream_segment_s)
 
 
 class CostModel(ABC):

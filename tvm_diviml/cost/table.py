@@ -124,6 +124,7 @@ class TableCostModel(CostModel, JsonFile):
                 "prediction_error": self.prediction_error,
                 "run_s": self.executor_overheads.run_s,
                 "segment_s": self.executor_overheads.segment_s,
+                "stream_segment_s": self.executor_overheads.stream_segment_s,
                 "corun_factor": self.executor_overheads.corun_factor,
             },
             **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
@@ -175,18 +176,22 @@ class TableCostModel(CostModel, JsonFile):
         if (
             not isinstance(executor, dict)
             or not isinstance(executor.get("segments", False), bool)
-            or not all(_is_fraction(executor.get(name, 0.0)) for name in ("prediction_error", "run_s", "segment_s"))
+            or not all(
+                _is_fraction(executor.get(name, 0.0))
+                for name in ("prediction_error", "run_s", "segment_s", "stream_segment_s")
+            )
             or not (_is_fraction(executor.get("corun_factor", 1.0)) and executor.get("corun_factor", 1.0) >= 1)
         ):
             raise DivimlInputError(
                 'must be {"segments": true|false, "prediction_error": a fraction >= 0, '
-                '"run_s" and "segment_s": seconds >= 0, "corun_factor": >= 1}',
+                '"run_s", "segment_s" and "stream_segment_s": seconds >= 0, "corun_factor": >= 1}',
                 field="executor",
                 hint="as `diviml profile --export` writes it",
             )
         overheads = ExecutorOverheads(
             run_s=float(executor.get("run_s", 0.0)),
             segment_s=float(executor.get("segment_s", 0.0)),
+            stream_segment_s=float(executor.get("stream_segment_s", 0.0)),
             corun_factor=float(executor.get("corun_factor", 1.0)),
         )
         return cls(

@@ -383,8 +383,9 @@ def executor_in_context(
 
     - a stream on the concurrent executor against one VM call at a time: the difference per inference
       is what a segment call costs in a stream (the worker's bookkeeping, the wake-ups, the outputs
-      handed back), and becomes ``segment_s`` when above the no-op segments' figure (the machine's,
-      ``machine_overheads``: each configuration gets its own, the whole CPU's two threads theirs).
+      handed back), ``stream_segment_s``, which streams pay where it is above the no-op segments'
+      figure (one inference at a time keeps that one: in a stream the driver works on the next input
+      beside the worker; each configuration gets its own, the whole CPU's two threads theirs).
       On bert_base at its small size (~70 us a call) a stream took ~120 us per inference on one
       worker, while no-op segments measured 1.6 us a call;
     - where a second CPU device shares the machine, the model on both at once (one VM per device,
@@ -424,8 +425,7 @@ def executor_in_context(
     overheads = costs.machine_overheads
     per_call = found[keys["stream"]].median_s - alone
     log.info("%s: a stream pays %.1f us per segment call beyond one VM call at a time", first.name, per_call * 1e6)
-    if per_call > overheads.segment_s:
-        overheads = replace(overheads, segment_s=per_call)
+    overheads = replace(overheads, stream_segment_s=max(0.0, per_call))
     if second is not None and alone > 0:
         factor = found[keys["beside"]].median_s / alone
         log.info("%s and %s at once: each inference %.2fx as long as alone", first.name, second.name, factor)
