@@ -90,9 +90,10 @@ def check_plan(plan: Plan, extraction: Extraction, platform: Platform) -> None:
             )
     if plan.replicas or plan.batch_split > 1:
         raise PlanError(
-            "the build runs each kernel on one device; this plan replicates kernels (replicas or batch_split)",
+            "one module runs each kernel on one device; this plan replicates kernels (replicas or batch_split)",
             field="replicas",
-            hint="plan without replicas, or run the replicas' plan per replica",
+            hint="build it with passes.timing.build_runnable (one build per replica; diviml run does), "
+            "or a batch split with diviml run --batch-split",
         )
 
 
