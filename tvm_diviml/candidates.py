@@ -107,20 +107,21 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
         ]
     plans += [(f"{device} alone", single_device_plan(problem, device)) for device in problem.platform.device_names]
     always = stream_plans(problem, chosen) if problem.objective != "latency" else []
-    scored: dict[tuple, Candidate] = {}
-    left_out = []
-    for label, plan in plans + always:
+    seen: dict[tuple, Candidate] = {}
+    for position, (label, plan) in enumerate(plans + always):
+        key = plan_key(plan)
+        if key in seen:
+            if position >= len(plans):  # e.g. the solver's plan is the whole model replicated
+                seen[key].label += f" = {label}"
+            continue
         sim = simulate(problem, plan)
-        if plan_key(plan) in scored and (label, plan) in always:
-            scored[plan_key(plan)].label += f" = {label}"  # the solver's plan is the replicated one
-        if not sim.feasible or plan_key(plan) in scored:
+        if not sim.feasible:
             continue
-        candidate = priced(problem, label, plan)
+        seen[key] = priced(problem, label, plan)
         if problem.objective != "latency" and not sim.device_graph_acyclic:
-            candidate.left_out = CYCLE
-            left_out.append(candidate)
-            continue
-        scored[plan_key(plan)] = candidate
+            seen[key].left_out = CYCLE
+    scored = {key: c for key, c in seen.items() if not c.left_out}
+    left_out = [c for c in seen.values() if c.left_out]
     ranked = sorted(scored.values(), key=lambda c: c.predicted_s)
     singles = [c for c in ranked if len(c.plan.devices_used()) == 1 and not c.plan.replicas]
     chosen_ones = ranked[:count]

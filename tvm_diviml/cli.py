@@ -36,6 +36,7 @@ from .errors import (
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
 from .runtime.placement import placement_path
+from .runtime.routed import RoutedBuild, SplitBuild
 from .servers import server_devices
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
@@ -384,9 +385,7 @@ def _run_batch_split(args: argparse.Namespace) -> int:
             )[0],
         )
         built = (split, time.perf_counter() - began)
-    predicted, in_flight = sim.value_s, args.in_flight
-    if plan.batch_split == 1:
-        predicted, in_flight = predicted_run(problem, plan, args.in_flight)
+    predicted, in_flight = predicted_run(problem, plan, args.in_flight)
     measured, built = run_plan(
         whole.built,
         whole.extraction,
@@ -409,8 +408,7 @@ def _report_run(args: argparse.Namespace, row: dict, measured, report: str, buil
     row["run"] = measured.to_json()
     if args.export:
         built.export(args.export)
-        parts = getattr(built, "builds", None)
-        if isinstance(parts, list):  # a replicated build or a batch split: one library per part
+        if isinstance(built, RoutedBuild | SplitBuild):  # one library per replica or copy
             exported = (
                 f"builds exported beside {args.export}: one library per replica or copy "
                 f"({os.path.basename(args.export)} with .partN before its suffix, + placements) and "

@@ -257,8 +257,9 @@ def time_build(
     or a batch split runs its builds side by side (``runtime.replicas``)."""
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
-    devices = built.devices if isinstance(built, RoutedBuild | SplitBuild) else built.placement.devices
-    concurrent = len(devices) > 1 or objective != "latency" or isinstance(built, RoutedBuild | SplitBuild)
+    side_by_side = isinstance(built, RoutedBuild | SplitBuild)
+    devices = built.devices if side_by_side else built.placement.devices
+    concurrent = side_by_side or len(devices) > 1 or objective != "latency"
     if concurrent:
         with open_runner(built, params) as runner:
             outputs = compare_outputs(runner(inputs), reference)
@@ -576,8 +577,7 @@ def predict_configuration(
     """The problem of ``device`` with ``threads`` threads (the whole CPU), priced by a cost model of
     the kind ``problem`` has, made for the platform with that device so: roofline, or measured here
     (kernels timed with that many threads through the profile cache, priced inside the model as it
-    runs now).
-    None for a cost table, which holds no such device."""
+    runs now). None for a cost table, which holds no such device."""
     from tvm_diviml.cost import RooflineCostModel
     from tvm_diviml.cost.measured import MeasuredCostModel
 

@@ -76,7 +76,9 @@ def _sessions(lanes: Sequence[Lane]) -> list:
 
 
 class _SideBySide:
-    """What both runners share: one input or a stream of them in input order, over their lanes."""
+    """What both runners share: one input, or a stream of them kept in input order with up to
+    ``in_flight`` in the lanes; each runner says how an input is submitted (``_submit``: to which
+    sessions, as what) and its outputs collected (``_collect``)."""
 
     lanes: list
 
@@ -90,6 +92,32 @@ class _SideBySide:
         return self._stream(iter(inputs), in_flight)
 
     def _stream(self, inputs: Iterator[list[np.ndarray]], in_flight: int) -> Iterator[list[np.ndarray]]:
+        sessions = _sessions(self.lanes)
+        self._started()
+        pending: deque[tuple[int, Any]] = deque()  # (input index, what _submit returned)
+        index = 0
+        try:
+            while True:
+                while len(pending) < in_flight:
+                    arrays = next(inputs, None)
+                    if arrays is None:
+                        break
+                    pending.append((index, self._submit(sessions, index, arrays)))
+                    index += 1
+                if not pending:
+                    return
+                yield self._collect(sessions, *pending.popleft())
+        finally:
+            for session in sessions:
+                session.close()
+
+    def _started(self) -> None:
+        """A stream begins (its per-stream state reset)."""
+
+    def _submit(self, sessions: list, index: int, arrays: list[np.ndarray]) -> Any:
+        raise NotImplementedError
+
+    def _collect(self, sessions: list, index: int, submitted: Any) -> list[np.ndarray]:
         raise NotImplementedError
 
     @property
@@ -123,54 +151,39 @@ class ReplicatedRunner(_SideBySide):
         self.lanes, self.names, self.policy = list(lanes), list(names), policy
         self.shares = ShareRotation(shares).shares
         self.sent: Counter = Counter()  # inputs each lane took in the last stream
+        self._started()
 
-    def _stream(self, inputs: Iterator[list[np.ndarray]], in_flight: int) -> Iterator[list[np.ndarray]]:
-        rotation = ShareRotation(self.shares)
-        sessions = _sessions(self.lanes)
-        inside = [0] * len(self.lanes)
-        pending: deque[tuple[int, int, Any]] = deque()  # (input index, lane, ticket)
+    def _started(self) -> None:
+        self._rotation = ShareRotation(self.shares)
+        self._inside = [0] * len(self.lanes)
         self.sent = Counter()
-        index = 0
-        try:
-            while True:
-                while len(pending) < in_flight:
-                    arrays = next(inputs, None)
-                    if arrays is None:
-                        break
-                    lane = self._choose(rotation, inside)
-                    pending.append((index, lane, self._submit(sessions[lane], lane, index, arrays)))
-                    inside[lane] += 1
-                    self.sent[self.names[lane]] += 1
-                    index += 1
-                if not pending:
-                    return
-                number, lane, ticket = pending.popleft()
-                outputs = self._collect(sessions[lane], lane, number, ticket)
-                inside[lane] -= 1
-                yield outputs
-        finally:
-            for session in sessions:
-                session.close()
 
-    def _choose(self, rotation: ShareRotation, inside: list[int]) -> int:
-        if self.policy == "shares":
-            return rotation.pick()
-        fewest = min(inside[i] for i, s in enumerate(self.shares) if s > 0)
-        return rotation.pick([i for i, n in enumerate(inside) if n == fewest])
-
-    def _submit(self, session, lane: int, index: int, arrays):
+    def _submit(self, sessions: list, index: int, arrays: list[np.ndarray]) -> tuple[int, Any]:
+        lane = self._choose()
         try:
-            return session.submit(arrays)
+            ticket = sessions[lane].submit(arrays)
         except DivimlInputError:
             raise
         except Exception as error:  # noqa: BLE001 (named and re-raised)
             raise self._failure(lane, index, error) from error
+        self._inside[lane] += 1
+        self.sent[self.names[lane]] += 1
+        return lane, ticket
 
-    def _collect(self, session, lane: int, index: int, ticket):
+    def _collect(self, sessions: list, index: int, submitted: tuple[int, Any]) -> list[np.ndarray]:
+        lane, ticket = submitted
         try:
-            return session.collect(ticket)
+            outputs = sessions[lane].collect(ticket)
         except Exception as error:  # noqa: BLE001 (named and re-raised)
             raise self._failure(lane, index, error) from error
+        self._inside[lane] -= 1
+        return outputs
+
+    def _choose(self) -> int:
+        if self.policy == "shares":
+            return self._rotation.pick()
+        fewest = min(self._inside[i] for i, s in enumerate(self.shares) if s > 0)
+        return self._rotation.pick([i for i, n in enumerate(self._inside) if n == fewest])
 
     def _failure(self, lane: int, index: int, error: BaseException) -> ReplicaError:
         return ReplicaError(
@@ -188,47 +201,33 @@ class SplitBatchRunner(_SideBySide):
     def __init__(self, lanes: Sequence[Lane], names: Sequence[str], batched: Sequence[bool]):
         if len(lanes) != len(names) or not lanes:
             raise DivimlInputError("a split batch needs one name per piece, and a piece")
-        self.pieces, self.names, self.batched = list(lanes), list(names), list(batched)
+        self.names, self.batched = list(names), list(batched)
         self.lanes = list({id(lane): lane for lane in lanes}.values())
+        self._lane_of_piece = [next(i for i, lane in enumerate(self.lanes) if lane is piece) for piece in lanes]
 
     def _pieces(self, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
         if len(arrays) != len(self.batched):
             raise DivimlInputError(f"the model takes {len(self.batched)} inputs, {len(arrays)} were given")
-        count = len(self.pieces)
+        count = len(self._lane_of_piece)
         split = [
             np.split(np.asarray(a), count) if batched else [a] * count
             for a, batched in zip(arrays, self.batched, strict=True)
         ]
         return [[parts[i] for parts in split] for i in range(count)]
 
-    def _stream(self, inputs: Iterator[list[np.ndarray]], in_flight: int) -> Iterator[list[np.ndarray]]:
-        opened = dict(zip((id(lane) for lane in self.lanes), _sessions(self.lanes), strict=True))
-        sessions = [opened[id(lane)] for lane in self.pieces]
-        pending: deque[tuple[int, list]] = deque()
-        index = 0
-        try:
-            while True:
-                while len(pending) < in_flight:
-                    arrays = next(inputs, None)
-                    if arrays is None:
-                        break
-                    pieces = self._pieces(arrays)
-                    pending.append((index, [s.submit(p) for s, p in zip(sessions, pieces, strict=True)]))
-                    index += 1
-                if not pending:
-                    return
-                number, tickets = pending.popleft()
-                parts = []
-                for piece, (session, ticket) in enumerate(zip(sessions, tickets, strict=True)):
-                    try:
-                        parts.append(session.collect(ticket))
-                    except Exception as error:  # noqa: BLE001 (named and re-raised)
-                        raise ReplicaError(
-                            f"sub-batch {self.names[piece]} failed on input {number}: {type(error).__name__}: {error}",
-                            replica=self.names[piece],
-                            input_index=number,
-                        ) from error
-                yield [np.concatenate(outputs, axis=0) for outputs in zip(*parts, strict=True)]
-        finally:
-            for session in opened.values():
-                session.close()
+    def _submit(self, sessions: list, index: int, arrays: list[np.ndarray]) -> list:
+        pieces = self._pieces(arrays)
+        return [sessions[lane].submit(piece) for lane, piece in zip(self._lane_of_piece, pieces, strict=True)]
+
+    def _collect(self, sessions: list, index: int, submitted: list) -> list[np.ndarray]:
+        parts = []
+        for piece, (lane, ticket) in enumerate(zip(self._lane_of_piece, submitted, strict=True)):
+            try:
+                parts.append(sessions[lane].collect(ticket))
+            except Exception as error:  # noqa: BLE001 (named and re-raised)
+                raise ReplicaError(
+                    f"sub-batch {self.names[piece]} failed on input {index}: {type(error).__name__}: {error}",
+                    replica=self.names[piece],
+                    input_index=index,
+                ) from error
+        return [np.concatenate(outputs, axis=0) for outputs in zip(*parts, strict=True)]
