@@ -12,6 +12,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tvm_diviml", "tvm_diviml.*"]),
+    # The platform file's JSON Schema (docs/platform.md), for editors and validators beside the loader.
+    package_data={"tvm_diviml": ["platform.schema.json"]},
     install_requires=[
         "apache-tvm>=0.27,<0.28",
         # 0.1.15.post2 segfaults in tvm.ir.save_json (and MetaSchedule's JSON database); 0.1.14.post0 works.
@@ -44,6 +46,9 @@ setup(
             "setuptools>=68",  # build tools: the packaging test builds a wheel offline
             "wheel",
             "ruff==0.17.6",  # `make lint`; pinned: a new release adds rules and reformats
+            "jsonschema>=4.18",  # checks platform.schema.json is a valid schema that the presets and docs meet
+            # an exported build and `run --reference onnxruntime` are tested against ONNX Runtime (CPU wheel, ~15 MB)
+            "onnxruntime>=1.17",
         ],
         "onnx": ["onnx>=1.14"],
         # MetaSchedule's XGBoost cost model for --tune/--tune-minutes (without it, candidates are ranked at

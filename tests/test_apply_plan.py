@@ -408,8 +408,20 @@ def test_json_platform_with_absent_gpu_fails_at_new_vm_naming_it(twin):
             "name": "cpu-and-gpu",
             "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
             "devices": [
-                {"name": "host", "target": {"kind": "llvm"}, "device": "cpu:0"},
-                {"name": "gpu", "target": {"kind": "cuda", "arch": "sm_75"}, "device": "cuda:0"},
+                {
+                    "name": "host",
+                    "target": {"kind": "llvm"},
+                    "device": "cpu:0",
+                    "peak_flops": 1e12,
+                    "bandwidth_Bps": 1e11,
+                },
+                {
+                    "name": "gpu",
+                    "target": {"kind": "cuda", "arch": "sm_75"},
+                    "device": "cuda:0",
+                    "peak_flops": 1e13,
+                    "bandwidth_Bps": 6e11,
+                },
             ],
         }
     )

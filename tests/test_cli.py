@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from tvm_diviml.cli import DEMO_NEXT, build_parser
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
@@ -189,6 +190,15 @@ def test_demo_runs(tmp_path):
     assert "candidates, built and timed now" in ran and "<- kept" in ran and "(2 threads, the whole CPU)" in ran
     assert ": equal" in ran and "measured/predicted" in ran
     assert "speed-up over the best single-device configuration" in ran and "speed-up over one worker" in ran
+    assert demo.stdout.rstrip().endswith(DEMO_NEXT.rstrip())
+
+
+def test_the_demos_next_commands_are_ones_this_version_takes():
+    """`make demo` ends with what to try next: each command must parse as written."""
+    commands = [line.split("#")[0].split() for line in DEMO_NEXT.splitlines() if line.strip().startswith("diviml ")]
+    assert [words[1] for words in commands] == ["run", "platforms", "plan", "run"]
+    for words in commands:
+        build_parser().parse_args(words[1:])  # an option this version lacks exits with status 2
 
 
 def _tiny_onnx(tmp_path):
@@ -467,7 +477,16 @@ def test_a_plan_that_overflows_memory_says_so_and_exits_1(tmp_path):
         json.dumps(
             {
                 "name": "small",
-                "devices": [{"name": "cpu", "target": {"kind": "llvm"}, "device": "cpu:0", "memory_bytes": 10}],
+                "devices": [
+                    {
+                        "name": "cpu",
+                        "target": {"kind": "llvm"},
+                        "device": "cpu:0",
+                        "memory_bytes": 10,
+                        "peak_flops": 1e12,
+                        "bandwidth_Bps": 1e11,
+                    }
+                ],
             }
         )
     )

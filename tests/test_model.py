@@ -125,8 +125,14 @@ def test_platform_default_link_fills_every_pair():
     data = {
         "name": "p",
         "devices": [
-            {"name": "c", "target": {"kind": "llvm"}, "device": "cpu:0"},
-            {"name": "g", "target": "nvidia/nvidia-a100", "device": "cuda:0"},
+            {"name": "c", "target": {"kind": "llvm"}, "device": "cpu:0", "peak_flops": 1e12, "bandwidth_Bps": 1e11},
+            {
+                "name": "g",
+                "target": "nvidia/nvidia-a100",
+                "device": "cuda:0",
+                "peak_flops": 1.95e13,
+                "bandwidth_Bps": 2e12,
+            },
         ],
         "default_link": {"latency_s": 1e-5, "bandwidth_Bps": 1e10},
     }

@@ -81,6 +81,26 @@ def test_a_run_report_never_prints_an_infinite_or_nan_time_or_speedup(measured_s
     assert re.search(r"^speed-up over one worker \(cpu0 \(1 thread\)\): -$", report, re.MULTILINE), report
 
 
+@pytest.mark.parametrize(
+    "measured_s, says",
+    [
+        (1.9e-3, None),
+        (0.55e-3, None),
+        (2.5e-3, "measured slower than predicted by more than 2x; the likely causes:"),
+        (0.4e-3, "measured faster than predicted by more than 2x; the likely causes:"),
+    ],
+)
+def test_a_run_far_off_its_prediction_lists_the_likely_causes_and_their_fixes(measured_s, says):
+    report = format_run(run_measurement(measured_s, 1e-3))  # predicted 1 ms
+    if says is None:
+        assert "likely causes" not in report
+        return
+    lines = report.splitlines()
+    causes = lines[lines.index(says) + 1 :]
+    assert causes and all(line.startswith("  - ") for line in causes[:2])
+    assert any("--cost measured" in line for line in causes) and any("diviml cache clear" in line for line in causes)
+
+
 def test_a_candidate_without_a_time_or_with_other_outputs_never_wins_and_prints_no_inf():
     labels = ["fast but wrong", "no time", "slow", "fastest right"]
     candidates = [Candidate(label, Plan({"k": "cpu0"}), 1e-3) for label in labels]

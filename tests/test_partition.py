@@ -157,7 +157,7 @@ def test_an_entry_the_module_lacks_is_named_with_those_it_has(model):
 
 
 def test_unknown_platform_is_refused():
-    with pytest.raises(DivimlInputError, match="unknown platform"), partition_options("cpu9"):
+    with pytest.raises(DivimlInputError, match="unknown platform"), partition_options("cpu_nine"):
         pass
 
 

@@ -105,8 +105,8 @@ def test_json_servers_with_a_pair_override_and_an_inline_kind(tmp_path):
     tiny = {
         "name": "tiny",
         "devices": [
-            {"name": "c", "target": {"kind": "llvm"}, "device": "cpu:0"},
-            {"name": "g", "target": {"kind": "cuda"}, "device": "cuda:0"},
+            {"name": "c", "target": {"kind": "llvm"}, "device": "cpu:0", "peak_flops": 1e12, "bandwidth_Bps": 1e11},
+            {"name": "g", "target": {"kind": "cuda"}, "device": "cuda:0", "peak_flops": 1e13, "bandwidth_Bps": 1e12},
         ],
         "default_link": {"latency_s": 1e-6, "bandwidth_Bps": 1e10},
     }

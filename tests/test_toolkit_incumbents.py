@@ -207,3 +207,26 @@ def test_ctrl_c_during_diviml_plan_prints_the_best_plan_so_far_and_its_gap(tmp_p
     assert "gap:" in stdout and "[" in stderr and "best plan" in stderr
     row = json.loads(out.read_text())
     assert row["interrupted"] and row["progress"] and row["gap"] is not None
+
+
+def test_the_bound_searches_show_on_the_progress_lines_as_they_start(capsys):
+    """A solve's bound phase may take most of its limit without improving anything for a long while:
+    each search says when it starts and for how long it may run, and the report gives its time."""
+    from tvm_diviml.cli import ProgressLines
+
+    events = []
+    show = ProgressLines()
+    solved = plan_model(
+        random_problem(40), "heft", time_limit_s=4, bound_time_limit_s=1, listener=lambda e: (events.append(e), show(e))
+    )
+    phases = [event for event in events if event.kind == "phase"]
+    assert [event.by.split(",")[0] for event in phases] == [
+        "bound: the series decomposition",
+        "bound: overlap_branching",
+    ]
+    assert all(", up to " in event.by for event in phases)
+    first_plan = next(event for event in events if event.kind == "plan")
+    assert first_plan.at_s <= phases[0].at_s <= phases[1].at_s
+    assert 0 < solved.bounds_s and solved.trace == events
+    printed = capsys.readouterr().err
+    assert all(f"{event.by} ..." in printed for event in phases)

@@ -23,6 +23,7 @@ _EXPORTS = {
     "ReplicaGroup": "plan",
     "Simulation": "simulator",
     "get_platform": "presets",
+    "load": "runtime.artefact",  # an artefact `diviml run --export DIR` wrote, ready to run
     "load_platform": "presets",
     "simulate": "simulator",
 }

@@ -22,9 +22,12 @@ import numpy as np
 from . import __version__
 from .app.dataparallel import batch_split_workloads, build_split, format_batch_splits, solve_batch_splits
 from .app.files import Read, Written, check_files
+from .app.inputs import read_input_file
+from .app.reference import FRAMEWORKS, build_outputs, check_against, check_reference, run_framework
 from .app.report import format_row, solve_and_report
 from .app.workload import GENERATORS, is_model_file, load_graph, load_workload, platform_files
 from .cost.cache import FILE_NAME, default_cache_dir
+from .detect import LOCAL
 from .errors import (
     DivimlInputError,
     ServerFailure,
@@ -35,11 +38,10 @@ from .errors import (
 )
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
-from .runtime.placement import placement_path
-from .runtime.routed import RoutedBuild, SplitBuild
 from .servers import server_devices
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
+from .stderr_filter import unactionable_warnings_filtered
 from .toolkit.incumbents import Event
 from .units import format_seconds
 from .writes import write_text
@@ -97,6 +99,8 @@ def command_files(args: argparse.Namespace) -> tuple[list[Read], list[Written]]:
         reads.append(Read(cost, "--cost"))
     if getattr(args, "tuning_db", None):
         reads.append(Read(args.tuning_db, "--tuning-db", folder=True))
+    if getattr(args, "input", None):
+        reads.append(Read(args.input, "--input"))
     if args.command in ("run", "profile") or cost == "measured":
         reads.append(Read(os.path.join(default_cache_dir(), FILE_NAME), "the profile cache"))
     writes = [
@@ -104,30 +108,47 @@ def command_files(args: argparse.Namespace) -> tuple[list[Read], list[Written]]:
         for flag in ("json", "gantt", "markdown")
         if getattr(args, flag, None) and getattr(args, flag) != "-" and args.command != "platforms"  # NAME there
     ]
+    if args.command == "platforms" and args.output:
+        writes.append(Written(args.output, "--output"))
+        reads += [Read(path, "--json") for path in platform_files(args.json)]
     export = getattr(args, "export", None)
-    if export and getattr(args, "rpc", None):
-        from .runtime.rpc import export_files  # the RPC runtime loads only for --rpc
+    if export and args.command == "run":
+        from .app.export import export_writes
 
-        writes.append(Written(export, "--export", folder=True))
-        servers = server_devices(get_platform(args.platform))
-        writes += [Written(path, f"--export's {os.path.basename(path)}") for path in export_files(export, servers)]
+        writes += export_writes(export, server_devices(get_platform(args.platform)) if args.rpc else None)
     elif export:
-        writes += [Written(export, "--export"), Written(placement_path(export), "--export's placement")]
+        writes.append(Written(export, "--export"))
     return reads, writes
 
 
 # ---------------------------------------------------------------------- commands
 def cmd_platforms(args: argparse.Namespace) -> int:
-    if args.json:
-        write_json(get_platform(args.json).to_json(), "-")
+    if args.json or args.detect:
+        platform = get_platform(args.json or LOCAL)
+        write_json(platform.to_json(), args.output or "-", "--output")
+        if args.output:
+            devices = ", ".join(f"{d.name} ({d.device})" for d in platform.devices)
+            print(f"wrote {args.output}: {platform.description}\ndevices: {devices}")
+            for device, notes in platform.estimates.items():
+                print("\n".join(f"{device} {figure}: estimated ({how})" for figure, how in notes.items()))
+            print(f"edit it (docs/platform.md), then: diviml plan MODEL --platform {args.output}")
         return 0
+    if args.output:
+        raise DivimlInputError("--output writes what --detect or --json NAME describes", hint="add one of them")
     for name, make in PRESETS.items():
         platform = make()
         devices = ", ".join(f"{d.name} ({d.device})" for d in platform.devices)
         print(f"{name:<12} {platform.description}\n{'':<12} devices: {devices}")
+    print(f"{'cpuN':<12} this machine's CPU as N single-thread devices (N up to its cores, e.g. cpu4)")
+    print(f"{'local':<12} this machine as detected: its CPU as one device (local:cores=K: K devices) and its GPUs")
     print(f"{'gpuK':<12} K identical H100-class GPUs on NVLink-class links (e.g. gpu4, gpu16)")
     print(f"{'servers:...':<12} servers of preset kinds on a network (e.g. servers:2xpaper-node+2xh200-node)")
-    print("\nOr a platform .json file; `diviml platforms --json NAME` prints a preset in that format.")
+    print(
+        "\nOr a platform .json file of your own machine:\n"
+        "  diviml platforms --detect --output my_machine.json   this machine (CPU, CUDA/ROCm GPUs), to edit and keep\n"
+        "  diviml platforms --json NAME                          a preset in the file format, to start from\n"
+        "  the format, field by field, with a CPU + A100 + L4 example: docs/platform.md"
+    )
     return 0
 
 
@@ -245,6 +266,9 @@ class ProgressLines:
         self.shown_at = 0.0
 
     def __call__(self, event: Event) -> None:
+        if event.kind == "phase":  # a few per solve, each the start of a step that may be long
+            print(f"[{event.at_s:7.1f} s] {event.by} ...", file=sys.stderr, flush=True)
+            return
         if event.at_s - self.shown_at < self.EVERY_S:
             return
         self.shown_at = event.at_s
@@ -267,13 +291,16 @@ def _batch_split_workloads(args: argparse.Namespace, runs_here: bool = False) ->
 
 
 def _load_options(args: argparse.Namespace, runs_here: bool) -> dict[str, Any]:
-    """How the plan/run options load a model (``load_workload``'s keywords)."""
+    """How the plan/run options load a model (``load_workload``'s keywords); ``run --input``'s file is
+    read here, before the model, so that a missing or unreadable file is refused first."""
+    given = getattr(args, "input", None)
     return dict(
         shapes=args.shape,
         granularity=args.granularity,
         tune=_budget(args),
         tuning_db=args.tuning_db,
         runs_here=runs_here,
+        given_inputs=read_input_file(given) if given else None,
     )
 
 
@@ -301,8 +328,17 @@ def _tuning_database(args: argparse.Namespace, costs=None):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Plan, build and execute on this machine's devices; measured against predicted."""
+    """Plan, build and execute on this machine's devices; measured against predicted (and, with
+    ``--reference``, the build's outputs against the user's framework first)."""
+    if args.reference:
+        check_reference(args.reference, args.model)
     if args.rpc:
+        if args.reference:
+            raise DivimlInputError(
+                "the framework's check holds a build on this machine to it, not one across RPC servers",
+                field="--reference",
+                hint="drop --rpc to check the model against its framework here, or drop --reference",
+            )
         if args.batch_split > 1:
             raise DivimlInputError(
                 "--batch-split runs its copies on this machine's devices, not across RPC servers",
@@ -321,10 +357,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app.run import format_run, predicted_run, run_candidates, run_plan  # TVM: after the arguments' checks
 
     workload = _runnable_workload(args)
+    loaded = workload.loaded
+    framework = run_framework(args.reference, args.model, loaded.built.sample_inputs()) if args.reference else None
     plan, sim, row, problem = _solve(args, workload)
     print(format_row(row, problem.platform.device_names))
+    _warn_of_fallback_hotspots(workload.costs)
     print()
-    loaded = workload.loaded
     options = dict(
         repeats=args.repeats,
         stream_inputs=args.inputs,
@@ -336,25 +374,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         measured, built = run_plan(
             loaded.built, loaded.extraction, problem.platform, plan, predicted, **{**options, "in_flight": in_flight}
         )
-        return _report_run(
-            args,
-            row,
-            measured,
-            format_run(measured, args.rtol),
-            built,
-            f"build exported to {args.export} (+ .placement.json)",
-        )
-    from .candidates import format_selection
+        report = format_run(measured, args.rtol)
+    else:
+        from .candidates import format_selection
 
-    selection, measured, built = run_candidates(
-        loaded.built, loaded.extraction, problem, plan, args.candidates, rtol=args.rtol, **options
-    )
-    row["candidates"] = selection.to_json()
-    row["kept_assignment"] = selection.winner.plan.assignment
-    report = f"{format_selection(selection)}\n\nthe kept plan, run:\n{format_run(measured, args.rtol)}"
-    return _report_run(
-        args, row, measured, report, built, f"the kept plan's build exported to {args.export} (+ .placement.json)"
-    )
+        selection, measured, built = run_candidates(
+            loaded.built, loaded.extraction, problem, plan, args.candidates, rtol=args.rtol, **options
+        )
+        row["candidates"] = selection.to_json()
+        row["kept_assignment"] = selection.winner.plan.assignment
+        report = f"{format_selection(selection)}\n\nthe kept plan, run:\n{format_run(measured, args.rtol)}"
+    if framework is None:
+        return _report_run(args, row, measured, report, built, loaded.built)
+    check = check_against(framework, build_outputs(built, loaded.built), args.input)
+    row["reference"] = check.to_json(args.rtol)
+    code = _report_run(args, row, measured, f"{check.describe(args.rtol)}\n{report}", built, loaded.built)
+    return code or (0 if check.passed(args.rtol) else 1)
 
 
 def _run_batch_split(args: argparse.Namespace) -> int:
@@ -398,23 +433,20 @@ def _run_batch_split(args: argparse.Namespace) -> int:
         database=database,
         built=built,
     )
-    return _report_run(args, row, measured, format_run(measured, args.rtol), built, f"build exported to {args.export}")
+    sub_weights = workloads[plan.batch_split].loaded.built.params if plan.batch_split > 1 else None
+    return _report_run(args, row, measured, format_run(measured, args.rtol), built, whole.built, sub_weights)
 
 
-def _report_run(args: argparse.Namespace, row: dict, measured, report: str, built, exported: str) -> int:
-    """Print a run's report; export the build and write the row where asked. Exit status 1 when the
-    outputs differ from the reference beyond ``--rtol``."""
+def _report_run(args: argparse.Namespace, row: dict, measured, report: str, built, model, weights=None) -> int:
+    """Print a run's report; export the build (``app.export``: ``model``'s signature, and ``weights``
+    where the runner takes other than the model's) and write the row where asked. Exit status 1 when
+    the outputs differ from the reference beyond ``--rtol``."""
     print(report)
     row["run"] = measured.to_json()
     if args.export:
-        built.export(args.export)
-        if isinstance(built, RoutedBuild | SplitBuild):  # one library per replica or copy
-            exported = (
-                f"builds exported beside {args.export}: one library per replica or copy "
-                f"({os.path.basename(args.export)} with .partN before its suffix, + placements) and "
-                f"{args.export}.builds.json (load with tvm_diviml.runtime.{type(built).__name__}.load)"
-            )
-        print(exported)
+        from .app.export import export_run
+
+        print(export_run(args.export, built, model, measured, weights))
     if args.json:
         write_json(row, args.json)
     return 0 if measured.outputs.equal(args.rtol) else 1
@@ -425,8 +457,8 @@ def _run_rpc(args: argparse.Namespace) -> int:
     plan prices cross-server copies as two hops through the driver, at figures measured over the sessions.
     For throughput, ``auto`` keeps the model (or its stages) replicated where that is predicted faster:
     each replica is built for its servers and takes its share of the stream."""
-    from .app.rpc_run import ReplicatedServersBuild, format_rpc_run, plan_line, routed_driver_io_s, run_plan_rpc
-    from .cost.rpc_hops import driver_hop_platform, measure_driver_hops, with_driver_io
+    from .app.rpc_run import format_rpc_run, plan_line, predicted_over_rpc, run_plan_rpc
+    from .cost.rpc_hops import driver_hop_platform, measure_driver_hops
     from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
 
     count = len(server_devices(get_platform(args.platform)))
@@ -447,13 +479,13 @@ def _run_rpc(args: argparse.Namespace) -> int:
         print(plan_line(plan, problem.platform))
         print()
         loaded = workload.loaded
-        io = routed_driver_io_s(problem.graph, plan, problem.platform, hops)
+        predicted, io = predicted_over_rpc(problem, plan, sim, hops)
         measured, built = run_plan_rpc(
             loaded.built,
             loaded.extraction,
             problem.platform,
             plan,
-            with_driver_io(plan.objective, sim.value_s, sim.device_busy_s, io, problem.platform),
+            predicted,
             remotes,
             predicted_busy_s=sim.device_busy_s,
             predicted_io_s=io,
@@ -464,15 +496,7 @@ def _run_rpc(args: argparse.Namespace) -> int:
             database=_tuning_database(args, workload.costs),
             driver_hops=hops,
         )
-    per_route = " in a folder per replica" if isinstance(built, ReplicatedServersBuild) else ""
-    return _report_run(
-        args,
-        row,
-        measured,
-        format_rpc_run(measured, args.rtol),
-        built,
-        f"builds exported to {args.export}/ (one .so per server, + servers.json{per_route})",
-    )
+    return _report_run(args, row, measured, format_rpc_run(measured, args.rtol), built, loaded.built)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -516,7 +540,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     _demo_servers(DEMO_LLM, DEMO_SERVERS)
     _demo_run(DEMO_RUN_MODEL)
+    print(DEMO_NEXT)
     return 0
+
+
+DEMO_NEXT = """
+== next: your model, your machine, a build to ship (the command is .venv/bin/diviml) ==
+  .venv/bin/pip install -e '.[onnx,onnxruntime]'       # to read .onnx files and check against ONNX Runtime
+  diviml run model.onnx --reference onnxruntime         # your model: placed, built, run here and checked
+  diviml platforms --detect --output my_machine.json    # your machine, in a file to edit and keep
+  diviml plan model.onnx --platform my_machine.json     #   (docs/platform.md: the format)
+  diviml run model.onnx --export out                    # a build to ship: library, weights, manifest
+  python -c "import tvm_diviml; m = tvm_diviml.load('out'); print(m.inputs)"   # reload it; m(x) runs it
+"""
 
 
 DEMO_LLM, DEMO_SERVERS = "llama:layers=24", "servers:4xpaper-node"
@@ -670,12 +706,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
     print(f"\n{costs.measured_now} kernels timed now, the rest from the cache ({costs.cache.path})")
     if costs.absent:
         print(f"estimated by the roofline (not present here): {', '.join(costs.absent)}")
+    _warn_of_fallback_hotspots(costs)
     if args.json:
         write_json(rows, args.json)
     if args.export:
         costs.to_table().save(args.export)
         print(f"all costs written to {args.export}: plan anywhere with --cost {args.export}")
     return 0
+
+
+def _warn_of_fallback_hotspots(costs) -> None:
+    """A warning for each kernel that no class rule scheduled and that takes a large share of the
+    model's measured time: otherwise only a profile's last column shows it."""
+    from .cost.fallback_time import fallback_hotspots
+
+    for hotspot in fallback_hotspots(costs):
+        print(f"warning: {hotspot.message()}", file=sys.stderr)
 
 
 def _print_roofline_fits(costs) -> None:
@@ -766,8 +812,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=cmd_demo)
 
-    platforms = commands.add_parser("platforms", help="list the platform presets")
-    platforms.add_argument("--json", metavar="NAME", help="print one preset (or platform file) as JSON")
+    platforms = commands.add_parser("platforms", help="list the platform presets, or describe this machine")
+    described = platforms.add_mutually_exclusive_group()
+    described.add_argument("--json", metavar="NAME", help="print one preset (or platform file) as JSON")
+    described.add_argument(
+        "--detect",
+        action="store_true",
+        help="describe this machine (CPU, CUDA/ROCm GPUs) as a platform file: the same as --json local",
+    )
+    platforms.add_argument("--output", metavar="FILE", help="write the JSON to FILE instead of stdout")
     platforms.set_defaults(run=cmd_platforms)
 
     models = commands.add_parser("models", help="list the model zoo and the synthetic generators")
@@ -783,7 +836,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     profile = commands.add_parser("profile", help="time every kernel on the platform's present devices")
     _model_arguments(profile)
-    profile.add_argument("--platform", help="a preset or platform .json (default cpu2, this machine)")
+    profile.add_argument(
+        "--platform", help="a preset, local (this machine, detected) or platform .json (default cpu2, this machine)"
+    )
     _tuning_arguments(profile, "apply an existing MetaSchedule database (its work_dir)")
     profile.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
     profile.add_argument(
@@ -847,7 +902,7 @@ def _run_parser(commands) -> None:
     _problem_arguments(
         run,
         platform="cpu2",
-        platform_help="a preset or platform .json whose devices this machine "
+        platform_help="a preset, local (this machine, detected) or platform .json whose devices this machine "
         "has (default cpu2: this CPU as two single-thread devices)",
         objective="latency",
         objective_help="default latency",
@@ -891,10 +946,22 @@ def _run_parser(commands) -> None:
     run.add_argument(
         "--rtol",
         type=_tolerance,
-        help="largest difference from the single-device build, relative to each output's largest "
-        "magnitude, that counts as equal (default: by the output's dtype, 1e-4 for float32 and float64, "
-        "10 ulps for coarser floats: float16 9.8e-3, bfloat16 7.8e-2; integers exact); NaN and infinities "
-        "must fall where the reference has them; exit status 1 beyond it",
+        help="largest difference from the single-device build (and the --reference framework), relative to "
+        "each output's largest magnitude, that counts as equal (default: by the output's dtype, 1e-4 for float32 "
+        "and float64, 10 ulps for coarser floats: float16 9.8e-3, bfloat16 7.8e-2; integers exact); NaN and "
+        "infinities must fall where the reference has them; exit status 1 beyond it",
+    )
+    run.add_argument(
+        "--input",
+        metavar="FILE",
+        help="run (and check) on these inputs instead of random ones: a .npy for a model of one input, or an "
+        ".npz of arrays by input name (numpy.savez); shapes and dtypes must be the model's",
+    )
+    run.add_argument(
+        "--reference",
+        choices=sorted(FRAMEWORKS),
+        help="also run MODEL in its own framework on the same inputs (torch for a .pt2 program, onnxruntime for "
+        "an .onnx file) and hold the build's outputs to it, output by output, at --rtol; exit status 1 beyond it",
     )
     run.add_argument(
         "--rpc",
@@ -912,9 +979,11 @@ def _run_parser(commands) -> None:
     )
     run.add_argument(
         "--export",
-        metavar="PATH",
-        help="also export the build (a .so, with PATH.placement.json; "
-        "with --rpc, a folder of one .so per server and servers.json)",
+        metavar="DIR",
+        help="also export the kept build as a folder that tvm_diviml.load(DIR) runs anywhere with these "
+        "devices: the library (one per replica or copy), its placement, the weights, the inputs' and "
+        "outputs' signature and manifest.json (see docs/deploy.md); with --rpc, one library per server "
+        "and servers.json besides; a PATH ending in .so writes the library and PATH.placement.json alone",
     )
     run.add_argument("--json", metavar="PATH", help="write the plan row with its 'run' measurements as JSON")
     run.set_defaults(run=cmd_run)
@@ -1173,7 +1242,8 @@ def entry() -> None:
     marks a running thread stopped), everything is already cleaned up: exit at once. So too after an
     interrupt: one that arrived while an import ran C code (TVM's, torch's) leaves CPython's "unhandled
     KeyboardInterrupt" mark set, and its own exit then kills the process with SIGINT (exit -2, not 130)."""
-    code = main()
+    with unactionable_warnings_filtered(enabled="--debug" not in sys.argv[1:]):
+        code = main()
     if code == 130 or threading.active_count() > 1:
         logging.shutdown()
         sys.stdout.flush()

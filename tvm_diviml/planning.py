@@ -51,6 +51,7 @@ class Solved:
     replicated: str | None = None  # why auto replicated kernels (None: it did not)
     trace: list[Event] = field(default_factory=list)  # the best plan and bound as they improved
     interrupted: bool = False  # Ctrl-C ended the solve: the plan is the best found until then
+    bounds_s: float = 0.0  # seconds spent on the lower bounds after the solve
 
     @property
     def lower_bound_s(self) -> float:
@@ -139,15 +140,22 @@ def plan_model(
         mip_time_limit_s = deadline.left() if searching else 0.0
         if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
             mip_time_limit_s = 0.0
+        bounds_began = time.perf_counter()
         bounds = lower_bounds(
-            problem, mip_time_limit_s=mip_time_limit_s, upper_s=sim.value_s, deadline=deadline, alongside=alongside
+            problem,
+            mip_time_limit_s=mip_time_limit_s,
+            upper_s=sim.value_s,
+            deadline=deadline,
+            alongside=alongside,
+            progress=watch.phase,
         )
         if plan.lower_bound_s is not None and not with_replicas:
             bounds["solver"] = plan.lower_bound_s
         if bounds:
             source = max(bounds, key=bounds.__getitem__)
             watch.bound(bounds[source], f"bound: {source}")
-        return Solved(plan, sim, bounds, baselines, kept_single, replicated, watch.trace, interrupted)
+        bounds_s = time.perf_counter() - bounds_began
+        return Solved(plan, sim, bounds, baselines, kept_single, replicated, watch.trace, interrupted, bounds_s)
 
 
 def replicate_where_faster(

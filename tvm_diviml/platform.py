@@ -4,7 +4,12 @@ A device has a TVM target (a dict such as ``{"kind": "cuda", "arch": "sm_90"}`` 
 TVM 0.27 rejects target strings with options), a TVM device (``cpu:0``, ``cuda:1``), its memory,
 its datasheet peaks and the *efficiency* that turns them into the effective figures that estimates
 use. A link between two devices sends b bytes in ``latency_s + b / bandwidth_Bps`` seconds; a
-missing bandwidth means the copy is free (two devices that share one memory).
+bandwidth of None means the copy is free (two devices that share one memory).
+
+The file form is documented in docs/platform.md and checked by ``platform.schema.json`` beside this
+module; ``Platform.from_json`` refuses whatever that schema refuses, with errors that name the field.
+A file gives every device's peaks, or ``"estimate"`` for this machine's CPU or a known GPU part
+(``machine.py``); the estimates are noted under ``attrs.estimates`` so that reports say so.
 """
 
 from __future__ import annotations
@@ -16,10 +21,17 @@ from typing import Any
 
 from .errors import DivimlInputError
 from .jsonio import MAX_SECONDS, MIN_RATE, JsonFile, long_integers_as_floats, require_number
+from .machine import gpu_part, host_copy, host_cpu, known_part_names
 
 FORMAT = "diviml.platform/1"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|rocm|metal|vulkan|opencl|ext_dev):(\d+)$")
 _TRANSFER_MODELS = ("direct", "host_staged")
+# The keys of a platform file of devices (the servers form has its own: ``servers.py``).
+_FILE_KEYS = ("format", "name", "description", "host", "transfer_model", "devices", "default_link", "links", "attrs")
+_LINK_FIGURES = ("latency_s", "bandwidth_Bps")
+# A device figure a file may leave to tvm-diviml: this machine's CPU, or a known GPU's datasheet.
+ESTIMATE = "estimate"
+ESTIMABLE = ("peak_flops", "bandwidth_Bps")
 # The least efficiency of a real build: TVM's unscheduled CPU kernels reached 0.001-0.005 of the peak;
 # a millionth is a slip (a percentage written as a fraction of one).
 MIN_EFFICIENCY = 1e-6
@@ -38,6 +50,7 @@ class Device:
     num_threads: int | None = None  # CPU devices: threads TVM's runtime may use
     measure: bool = True  # time kernels here when TVM finds this device; False for a
     # device that describes another machine (a reference testbed)
+    part: str | None = None  # the product, e.g. "NVIDIA L4": what "estimate" looks up (machine.GPU_PARTS)
 
     @property
     def kind(self) -> str:
@@ -71,6 +84,8 @@ class Device:
             out["num_threads"] = self.num_threads
         if not self.measure:
             out["measure"] = False
+        if self.part is not None:
+            out["part"] = self.part
         return out
 
 
@@ -303,6 +318,12 @@ class Platform(JsonFile):
             out["network"] = self.network.to_json()
         return {**out, **self.extra_attrs}
 
+    @property
+    def estimates(self) -> dict[str, dict[str, str]]:
+        """Device -> figure -> how it was estimated (``attrs.estimates``): the figures a report must
+        call estimates."""
+        return self.extra_attrs.get("estimates", {})
+
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict:
         """The file form; a ``LinkTable``'s default figures as ``default_link`` and only the links that
@@ -335,18 +356,16 @@ class Platform(JsonFile):
             raise DivimlInputError(
                 "not a platform: expected an object with a 'devices' list",
                 field="devices",
-                hint="see `diviml platforms --json NAME` for an example",
+                hint="see docs/platform.md, or start from `diviml platforms --detect`",
             )
-        devices = [_device_from_json(raw, i) for i, raw in enumerate(data["devices"])]
+        _check_file_keys(data)
+        estimates: dict[str, dict[str, str]] = {}
+        devices = [_device_from_json(raw, i, estimates) for i, raw in enumerate(data["devices"])]
         names = [d.name for d in devices]
         links: dict[tuple[str, str], Link] = {}
         default = data.get("default_link")
-        if default is not None and not isinstance(default, dict):
-            raise DivimlInputError(
-                f"must be an object {{latency_s, bandwidth_Bps}}, got {default!r}", field="default_link"
-            )
         if default is not None:
-            figures = link_from_json({**default, "src": "", "dst": ""}, "default_link")
+            figures = _link_figures_from_json(default, "default_link", set(_LINK_FIGURES))
             links = LinkTable(names, (figures.latency_s, figures.bandwidth_Bps))
         if not isinstance(data.get("links", []), list):
             raise DivimlInputError(
@@ -355,18 +374,25 @@ class Platform(JsonFile):
                 hint="leave it out, or give [] when default_link covers every pair",
             )
         for i, raw in enumerate(data.get("links", [])):
-            link = link_from_json(raw, f"links[{i}]")
+            where = f"links[{i}]"
+            _link_figures_from_json(raw, where, {"src", "dst", "bidirectional", *_LINK_FIGURES})
+            link = link_from_json(raw, where)
             links[(link.src, link.dst)] = link
-            if raw.get("bidirectional"):
+            if raw.get("bidirectional", False):
                 links[(link.dst, link.src)] = Link(link.dst, link.src, link.latency_s, link.bandwidth_Bps)
         attrs = _attrs_from_json(data.get("attrs", {}))
+        given_estimates = _estimates_from_attrs(attrs.pop("estimates", {}), names)
+        for device, notes in estimates.items():
+            given_estimates.setdefault(device, {}).update(notes)
+        if given_estimates:
+            attrs["estimates"] = given_estimates
         platform = cls(
-            name=str(data.get("name", "platform")),
+            name=data.get("name", "platform"),
             devices=devices,
             links=links,
             host=data.get("host"),
-            transfer_model=str(data.get("transfer_model", "direct")),
-            description=str(data.get("description", "")),
+            transfer_model=data.get("transfer_model", "direct"),
+            description=data.get("description", ""),
             servers=_servers_from_attrs(attrs.pop("servers", {})),
             network=_network_from_attrs(attrs.pop("network", None)),
             extra_attrs=attrs,
@@ -374,6 +400,67 @@ class Platform(JsonFile):
         for device in platform.devices:
             check_device_rates(device)
         return platform
+
+
+def _check_file_keys(data: dict) -> None:
+    """The top level of a platform file of devices: known keys, its format, text where text is meant."""
+    unknown = sorted(set(data) - set(_FILE_KEYS))
+    if unknown:
+        raise DivimlInputError(
+            f"unknown keys {unknown}",
+            field=unknown[0],
+            hint=f"a platform file has {', '.join(_FILE_KEYS)} (docs/platform.md)",
+        )
+    if "format" in data and data["format"] != FORMAT:
+        raise DivimlInputError(
+            f"unknown format {data['format']!r}", field="format", hint=f'write "{FORMAT}", or leave it out'
+        )
+    for key in ("name", "description", "transfer_model"):
+        if key in data and not isinstance(data[key], str):
+            raise DivimlInputError(f"must be a string, got {data[key]!r}", field=key)
+
+
+def _link_figures_from_json(raw: Any, where: str, keys: set[str]) -> Link:
+    """A platform file's link (or its default_link): only ``keys``, both figures given (null bandwidth:
+    unlimited), ``bidirectional`` true or false."""
+    if not isinstance(raw, dict):
+        raise DivimlInputError(
+            f"must be an object {{{', '.join(sorted(keys))}}}, got {raw!r}", field=where, hint="docs/platform.md"
+        )
+    unknown = sorted(set(raw) - keys)
+    if unknown:
+        raise DivimlInputError(f"unknown keys {unknown}", field=where, hint=f"a link has {', '.join(sorted(keys))}")
+    for figure in _LINK_FIGURES:
+        if figure not in raw:
+            raise DivimlInputError(
+                f"missing '{figure}'",
+                field=f"{where}.{figure}",
+                hint="give latency_s in seconds and bandwidth_Bps in bytes/s (null: unlimited, for devices "
+                "that share one memory)",
+            )
+    if not isinstance(raw.get("bidirectional", False), bool):
+        raise DivimlInputError(f"must be true or false, got {raw['bidirectional']!r}", field=f"{where}.bidirectional")
+    return link_from_json({"src": "", "dst": "", **raw}, where)
+
+
+def _estimates_from_attrs(raw: Any, names: list[str]) -> dict[str, dict[str, str]]:
+    """``attrs.estimates`` of a file: ``{device: {figure: how it was estimated}}``."""
+    well_formed = isinstance(raw, dict) and all(
+        isinstance(notes, dict) and all(f in ESTIMABLE and isinstance(n, str) for f, n in notes.items())
+        for notes in raw.values()
+    )
+    if not well_formed:
+        raise DivimlInputError(
+            "must map devices to {figure: how it was estimated}",
+            field="attrs.estimates",
+            hint=f"figures are {' and '.join(ESTIMABLE)}",
+        )
+    stray = sorted(set(raw) - set(names))
+    if stray:
+        raise DivimlInputError(
+            f"names unknown device '{stray[0]}'", field="attrs.estimates", hint=f"known devices: {', '.join(names)}"
+        )
+    return {device: dict(notes) for device, notes in raw.items()}
 
 
 # Readers of the platform files of another form, by the top-level key that marks them: ``presets.py``
@@ -398,6 +485,7 @@ def _servers_from_attrs(raw: Any) -> dict[str, Server]:
     def well_formed(entry: Any) -> bool:
         return (
             isinstance(entry, dict)
+            and set(entry) == {"kind", "devices", "host"}
             and isinstance(entry.get("kind"), str)
             and isinstance(entry.get("host"), str)
             and isinstance(entry.get("devices"), list)
@@ -432,25 +520,31 @@ def _check_servers(servers: dict[str, Server], device_names: list[str]) -> None:
         )
 
 
-def _check_device(dev: Device) -> None:
-    if not isinstance(dev.name, str) or not dev.name:
-        raise DivimlInputError(f"a device name must be a non-empty string, got {dev.name!r}", field="devices")
-    where = f"devices[{dev.name}]"
-    if not isinstance(dev.device, str) or not _DEVICE_RE.match(dev.device):
+def _check_identity(name: Any, device: Any, target: Any) -> None:
+    """A device's name, TVM device string and target: what every other check names it by."""
+    if not isinstance(name, str) or not name:
+        raise DivimlInputError(f"a device name must be a non-empty string, got {name!r}", field="devices")
+    where = f"devices[{name}]"
+    if not isinstance(device, str) or not _DEVICE_RE.fullmatch(device):
         raise DivimlInputError(
-            f"TVM device '{dev.device}' is not of the form kind:index",
+            f"TVM device {device!r} is not of the form kind:index",
             field=f"{where}.device",
             hint="for example cpu:0 or cuda:1",
         )
-    if isinstance(dev.target, str):
-        if " " in dev.target.strip() or dev.target.strip().startswith("-"):
+    if isinstance(target, str):
+        if not re.fullmatch(r"[^\s-]\S*", target):
             raise DivimlInputError(
-                f"target string '{dev.target}' has options, which TVM 0.27 rejects",
+                f"target string '{target}' has options, which TVM 0.27 rejects",
                 field=f"{where}.target",
                 hint='write it as a dict, e.g. {"kind": "llvm", "mcpu": "znver3"}',
             )
-    elif not (isinstance(dev.target, dict) and isinstance(dev.target.get("kind"), str)):
+    elif not (isinstance(target, dict) and isinstance(target.get("kind"), str) and target["kind"]):
         raise DivimlInputError("target must be a tag string or a dict with 'kind'", field=f"{where}.target")
+
+
+def _check_device(dev: Device) -> None:
+    _check_identity(dev.name, dev.device, dev.target)
+    where = f"devices[{dev.name}]"
     for attr in ("peak_flops", "bandwidth_Bps"):
         require_number(getattr(dev, attr), f"{where}.{attr}", above=0.0)
     require_number(dev.efficiency, f"{where}.efficiency", above=0.0)
@@ -469,6 +563,12 @@ def _check_device(dev: Device) -> None:
         raise DivimlInputError(
             f"num_threads must be an integer of at least 1 (or null), got {dev.num_threads!r}",
             field=f"{where}.num_threads",
+        )
+    if not isinstance(dev.measure, bool):
+        raise DivimlInputError(f"must be true or false, got {dev.measure!r}", field=f"{where}.measure")
+    if dev.part is not None and not (isinstance(dev.part, str) and dev.part):
+        raise DivimlInputError(
+            f"must be the product's name, got {dev.part!r}", field=f"{where}.part", hint='e.g. "NVIDIA L4", or null'
         )
 
 
@@ -509,7 +609,8 @@ def check_device_rates(dev: Device) -> None:
         )
 
 
-def _device_from_json(raw: Any, index: int) -> Device:
+def _device_from_json(raw: Any, index: int, estimates: dict[str, dict[str, str]]) -> Device:
+    """A file's device; its ``"estimate"`` figures filled in, and noted in ``estimates``."""
     where = f"devices[{index}]"
     if not isinstance(raw, dict):
         raise DivimlInputError("must be an object", field=where)
@@ -520,10 +621,77 @@ def _device_from_json(raw: Any, index: int) -> Device:
     for key in ("name", "target", "device"):
         if key not in raw:
             raise DivimlInputError(f"missing '{key}'", field=where)
+    _check_identity(raw["name"], raw["device"], raw["target"])
+    named = f"devices[{raw['name']}]"
+    missing = [figure for figure in ESTIMABLE if figure not in raw]
+    if missing:
+        raise DivimlInputError(
+            f"missing {' and '.join(repr(figure) for figure in missing)}",
+            field=f"{named}.{missing[0]}",
+            hint="give the datasheet figure (peak_flops in FLOP/s fp32, bandwidth_Bps in bytes/s of memory), or "
+            '"estimate" for this machine\'s CPU or a known GPU part (docs/platform.md)',
+        )
+    filled = dict(raw)
+    for key, value in raw.items():
+        if value == ESTIMATE and key not in (*ESTIMABLE, "name", "part"):
+            raise DivimlInputError(
+                f'"{ESTIMATE}" stands only for {" and ".join(ESTIMABLE)}',
+                field=f"{named}.{key}",
+                hint="give the figure",
+            )
+        if key not in ESTIMABLE or not isinstance(value, str):
+            continue
+        if value != ESTIMATE:
+            raise DivimlInputError(
+                f'must be a number or "{ESTIMATE}", got {value!r}',
+                field=f"{named}.{key}",
+                hint='a number per second (10 TFLOP/s is 1e13), or "estimate" (docs/platform.md)',
+            )
+        filled[key], note = _estimate(raw, key, f"{named}.{key}")
+        estimates.setdefault(raw["name"], {})[key] = note
     try:
-        return Device(**raw)
+        return Device(**filled)
     except TypeError as error:
         raise DivimlInputError(str(error), field=where) from None
+
+
+def _estimate(raw: dict, figure: str, where: str) -> tuple[float, str]:
+    """The figure that ``"estimate"`` stands for on this device, and how it was reached: this machine's
+    CPU for a CPU device that is this machine's, a known part's datasheet for a GPU."""
+    kind = raw["device"].split(":")[0]
+    target_kind = raw["target"]["kind"] if isinstance(raw["target"], dict) else raw["target"]
+    if kind == "cpu" and target_kind == "llvm":
+        if raw.get("measure", True) is not True:
+            raise DivimlInputError(
+                '"estimate" describes this machine\'s CPU, and this device describes another machine (measure false)',
+                field=where,
+                hint="give that machine's datasheet figure",
+            )
+        if figure == "bandwidth_Bps":
+            copy = host_copy()
+            return copy.bandwidth_Bps, copy.note
+        threads = raw.get("num_threads")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            threads = host_cpu().cores
+        return host_cpu().core_flops * threads, host_cpu().flops_note(threads)
+    if kind in ("cuda", "rocm"):
+        named = raw.get("part") or raw["name"]
+        part = gpu_part(named) or (
+            gpu_part(raw["target"]) if raw.get("part") is None and isinstance(raw["target"], str) else None
+        )
+        if part is None:
+            raise DivimlInputError(
+                f'"estimate" needs a known GPU part, and {named!r} names none',
+                field=where,
+                hint=f'give the datasheet figure, or name the part in "part" (known: {known_part_names()}); '
+                "`diviml platforms --detect` estimates the GPUs it finds",
+            )
+        return (part.fp32_flops if figure == "peak_flops" else part.bandwidth_Bps), part.note()
+    raise DivimlInputError(
+        f"no estimate for a {kind} device with target {target_kind!r}",
+        field=where,
+        hint='"estimate" knows llvm CPUs (this machine\'s) and CUDA/ROCm GPUs of known parts: give the figure',
+    )
 
 
 def link_from_json(raw: Any, where: str) -> Link:

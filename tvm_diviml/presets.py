@@ -1,6 +1,7 @@
-"""The named platforms (cpu1, cpu2, paper-node, h200-node, gpuK) and ``load_platform``: a --platform
-spec (a preset name, ``servers:...`` or a JSON file) to a Platform. It sits above ``platform.py`` (the
-types) and ``servers.py`` (several servers), so that a server kind can name a preset without a cycle."""
+"""The named platforms (cpuN, paper-node, h200-node, gpuK, local) and ``load_platform``: a --platform
+spec (a preset name, ``local``, ``servers:...`` or a JSON file) to a Platform. It sits above
+``platform.py`` (the types) and ``servers.py`` (several servers), so that a server kind can name a
+preset without a cycle; ``local`` is this machine as ``detect.py`` finds it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
+from .detect import LOCAL, local_platform
 from .errors import DivimlInputError
+from .machine import SCHEDULED_CPU_EFFICIENCY, SCHEDULED_GPU_EFFICIENCY, available_cores, host_core_flops
 from .platform import Device, Link, LinkTable, Platform, register_file_form
 from .servers import PREFIX, servers_from_json, servers_platform
 
@@ -27,56 +30,46 @@ def _full_mesh(
     return links
 
 
-# The fraction of a CPU's peak that whole models reach with their kernels scheduled by tvm-diviml's
-# CPU rules: measured by `diviml bench --suite cpu` on 2026-12-02 (AMD EPYC, Zen 5, AVX-512, one thread
-# of 2 cores, quiet machine): resnet50 0.67, mobilenet_v2 0.50, bert_base at 128 tokens 0.80,
-# inception_v3 0.67 of the attainable peak (a cache-resident matmul: 227 GFLOP/s), geomean 0.65.
-# TVM 0.27's own unscheduled kernels reached about 0.005. A preset CPU is priced at this fraction of
-# its datasheet peak, on the assumption that its cores scale as one does.
-SCHEDULED_CPU_EFFICIENCY = 0.65
+# cpu1 and cpu2 plan anywhere (tests, docs and servers:2xcpu1 name them); a larger cpuN must fit the cores.
+ALWAYS_AVAILABLE_CPUS = 2
 
 
-def _host_core_flops() -> float:
-    """This machine's CPU, one core: vector lanes (AVX-512 16, AVX2 8, else 4 fp32) x two FMA units x 2
-    FLOP x its nominal clock, read from /proc/cpuinfo (2.5 GHz where it cannot be read)."""
-    flags, mhz = set(), 2500.0
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-                elif key.strip() == "cpu MHz":
-                    mhz = float(value)
-    except (OSError, ValueError):
-        pass
-    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-    return lanes * 2 * 2 * mhz * 1e6
-
-
-def cpu2() -> Platform:
-    """This machine's CPU as two devices (``cpu:0``, ``cpu:1``), one thread each: the platform
-    that really runs here. Copies between them are memcpy within one memory (~5 µs, ~10 GB/s)."""
+def cpu_n(count: int) -> Platform:
+    """This machine's CPU as ``count`` single-thread devices (``cpu:0`` ... ), the platform that really
+    runs here: each a core of this CPU (its FMA-width peak, ``machine.host_core_flops``), 8 GiB and 20
+    GB/s. Copies between them are memcpy within one memory (~5 µs, ~10 GB/s)."""
+    cores = available_cores()
+    if count < 1 or count > max(cores, ALWAYS_AVAILABLE_CPUS):
+        raise DivimlInputError(
+            f"cpu{count} asks for {count} single-thread devices and this machine has {cores} cores",
+            field="platform",
+            hint=f"use cpu1 to cpu{cores}, or local:cores=K to split the cores into K devices",
+        )
     devices = [
         Device(
             name=f"cpu{i}",
             target={"kind": "llvm"},
             device=f"cpu:{i}",
             memory_bytes=8 * 2**30,
-            peak_flops=_host_core_flops(),
+            peak_flops=host_core_flops(),
             bandwidth_Bps=20e9,
             efficiency=SCHEDULED_CPU_EFFICIENCY,
             launch_overhead_s=5e-6,
             num_threads=1,
         )
-        for i in range(2)
+        for i in range(count)
     ]
     return Platform(
-        "cpu2",
+        f"cpu{count}",
         devices,
         _full_mesh(devices, lambda a, b: (5e-6, 10e9)),
-        description="this machine's CPU as two single-thread devices (runs here)",
+        description=f"this machine's CPU as {count} single-thread devices (runs here)",
     )
+
+
+def cpu2() -> Platform:
+    """This machine's CPU as two single-thread devices: the default of ``diviml run``."""
+    return replace(cpu_n(2), description="this machine's CPU as two single-thread devices (runs here)")
 
 
 def paper_node() -> Platform:
@@ -87,9 +80,9 @@ def paper_node() -> Platform:
     = 2.7 TFLOP/s fp32; 6 channels DDR4-2933 = 140 GB/s); NVIDIA GeForce RTX 2080 Ti (13.4 TFLOP/s
     fp32 boost, 616 GB/s GDDR6, 11 GB); NVIDIA GeForce GTX 1080 Ti (11.3 TFLOP/s fp32, 484 GB/s
     GDDR5X, 11 GB); PCIe 3.0 x16: 15.75 GB/s raw, ~12 GB/s achieved, ~10 µs per copy. GPU efficiency
-    0.35 (typical of untuned but scheduled kernels); CPU efficiency ``SCHEDULED_CPU_EFFICIENCY``,
-    measured (see its comment), printed with every estimate. GPU to GPU copies go peer to peer over
-    the same PCIe switch. The CPU describes that testbed's Xeon, not this
+    ``SCHEDULED_GPU_EFFICIENCY`` (typical of untuned but scheduled kernels); CPU efficiency
+    ``SCHEDULED_CPU_EFFICIENCY``, measured (see its comment), printed with every estimate. GPU to GPU
+    copies go peer to peer over the same PCIe switch. The CPU describes that testbed's Xeon, not this
     machine's CPU, so it is never measured here (``measure=False``): always the roofline estimate.
     """
     devices = [
@@ -112,7 +105,7 @@ def paper_node() -> Platform:
             memory_bytes=11 * 2**30,
             peak_flops=13.4e12,
             bandwidth_Bps=616e9,
-            efficiency=0.35,
+            efficiency=SCHEDULED_GPU_EFFICIENCY,
             launch_overhead_s=5e-6,
         ),
         Device(
@@ -122,7 +115,7 @@ def paper_node() -> Platform:
             memory_bytes=11 * 2**30,
             peak_flops=11.3e12,
             bandwidth_Bps=484e9,
-            efficiency=0.35,
+            efficiency=SCHEDULED_GPU_EFFICIENCY,
             launch_overhead_s=5e-6,
         ),
     ]
@@ -160,7 +153,7 @@ def h200_node() -> Platform:
             memory_bytes=141e9,
             peak_flops=67e12,
             bandwidth_Bps=4.8e12,
-            efficiency=0.35,
+            efficiency=SCHEDULED_GPU_EFFICIENCY,
             launch_overhead_s=4e-6,
         ),
     ]
@@ -186,7 +179,7 @@ def gpu_k(count: int) -> Platform:
             memory_bytes=80 * 2**30,
             peak_flops=67e12,
             bandwidth_Bps=3.35e12,
-            efficiency=0.35,
+            efficiency=SCHEDULED_GPU_EFFICIENCY,
             launch_overhead_s=4e-6,
         )
         for i in range(count)
@@ -202,7 +195,7 @@ def gpu_k(count: int) -> Platform:
 def cpu1() -> Platform:
     """This machine's CPU as one single-thread device: a server kind for several loopback RPC servers
     on this 2-core machine (``servers:2xcpu1``), one core each."""
-    device = replace(cpu2().devices[0], name="cpu")
+    device = replace(cpu_n(1).devices[0], name="cpu")
     return Platform("cpu1", [device], {}, description="this machine's CPU as one single-thread device (runs here)")
 
 
@@ -215,19 +208,30 @@ PRESETS: dict[str, Callable[[], Platform]] = {
 
 
 def preset_names() -> list[str]:
-    return list(PRESETS) + ["gpuK (K = 1..1024, e.g. gpu4)", "servers:NxKIND[+MxKIND] (e.g. servers:4xpaper-node)"]
+    return list(PRESETS) + [
+        "cpuN (N single-thread devices of this CPU, e.g. cpu4)",
+        "gpuK (K = 1..1024, e.g. gpu4)",
+        "local[:cores=K] (this machine, detected)",
+        "servers:NxKIND[+MxKIND] (e.g. servers:4xpaper-node)",
+    ]
 
 
 def load_platform(spec: str) -> Platform:
-    """A preset name (``cpu2``, ``paper-node``, ``h200-node``, ``gpu8``), several servers
-    (``servers:4xpaper-node``, see ``servers.py``) or a platform JSON file."""
+    """A preset name (``cpu2``, ``cpu4``, ``paper-node``, ``h200-node``, ``gpu8``), this machine
+    (``local``, ``local:cores=K``: ``detect.py``), several servers (``servers:4xpaper-node``, see
+    ``servers.py``) or a platform JSON file."""
     if spec.startswith(PREFIX):
         return servers_platform(spec, load_platform)
     if spec in PRESETS:
         return PRESETS[spec]()
+    if spec == LOCAL or spec.startswith(LOCAL + ":"):
+        return local_platform(spec)
     match = re.fullmatch(r"gpu(\d+)", spec)
     if match:
         return gpu_k(int(match.group(1)))
+    match = re.fullmatch(r"cpu(\d+)", spec)
+    if match:
+        return cpu_n(int(match.group(1)))
     if spec.endswith(".json"):
         return Platform.load(spec)
     raise DivimlInputError(

@@ -25,7 +25,7 @@ from typing import Any
 
 from .errors import DivimlInputError
 from .jsonio import MAX_QUANTITY, MAX_SECONDS, MIN_RATE
-from .platform import Link, Network, Platform, Server
+from .platform import FORMAT, Link, Network, Platform, Server
 
 PREFIX = "servers:"
 SPEC_HELP = "servers:NxKIND[+MxKIND...][,network_gbps=G][,network_latency_us=U]"
@@ -59,12 +59,13 @@ def build_servers(
     two servers of a pair (both directions). ``field`` names the input that gave the groups, for errors."""
     _check_groups(groups, field)
     pair_networks = pair_networks or {}
-    devices, links, servers = [], {}, {}
+    devices, links, servers, estimates = [], {}, {}, {}
     for group in groups:
         for _ in range(group.count):
             sid = f"s{len(servers)}"
             renamed = {d.name: f"{sid}.{d.name}" for d in group.server.devices}
             devices += [replace(d, name=renamed[d.name]) for d in group.server.devices]
+            estimates.update({renamed[device]: notes for device, notes in group.server.estimates.items()})
             for (src, dst), link in group.server.links.items():
                 links[(renamed[src], renamed[dst])] = Link(
                     renamed[src], renamed[dst], link.latency_s, link.bandwidth_Bps
@@ -102,6 +103,7 @@ def build_servers(
         description=description or _describe(groups, network),
         servers=servers,
         network=network,
+        extra_attrs={"estimates": estimates} if estimates else {},
     )
 
 
@@ -258,6 +260,11 @@ def servers_from_json(data: dict, load_kind: KindLoader) -> Platform:
             hint=f"known keys: {sorted(_JSON_KEYS)}; a servers file has no 'devices' "
             "or 'links': its servers bring them",
         )
+    if "format" in data and data["format"] != FORMAT:
+        raise DivimlInputError(f"unknown format {data['format']!r}", field="format", hint=f'write "{FORMAT}"')
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise DivimlInputError(f"must be a string, got {data[key]!r}", field=key)
     if not isinstance(data["servers"], list) or not data["servers"]:
         raise DivimlInputError('must be a non-empty list of {"kind": ..., "count": N}', field="servers")
     groups = [_group_from_json(raw, f"servers[{i}]", load_kind) for i, raw in enumerate(data["servers"])]
@@ -268,13 +275,17 @@ def servers_from_json(data: dict, load_kind: KindLoader) -> Platform:
         raise DivimlInputError("must be a list of server pairs", field="network_links")
     for i, raw in enumerate(raw_pairs):
         where = f"network_links[{i}]"
-        if not isinstance(raw, dict) or not {"src_server", "dst_server"} <= set(raw):
+        if (
+            not isinstance(raw, dict)
+            or not {"src_server", "dst_server"} <= set(raw)
+            or not all(isinstance(raw[end], str) for end in ("src_server", "dst_server"))
+        ):
             raise DivimlInputError(
                 "a network link needs 'src_server' and 'dst_server'",
                 field=where,
                 hint='e.g. {"src_server": "s0", "dst_server": "s1", "bandwidth_Bps": 3.125e9}',
             )
-        pair = frozenset((str(raw["src_server"]), str(raw["dst_server"])))
+        pair = frozenset((raw["src_server"], raw["dst_server"]))
         if len(pair) != 2:
             raise DivimlInputError(
                 f"links server '{raw['src_server']}' to itself",

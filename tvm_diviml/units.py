@@ -21,3 +21,11 @@ def format_bytes(nbytes: float) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes:.0f} B"
+
+
+def format_rate(per_second: float, unit: str) -> str:
+    """A rate such as 1.1 TFLOP/s or 21.6 GB/s (``unit`` FLOP or B), in decimal prefixes as datasheets write them."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if per_second >= scale:
+            return f"{per_second / scale:.1f} {prefix}{unit}/s"
+    return f"{per_second:.0f} {unit}/s"

@@ -1,13 +1,14 @@
-"""Files written whole or not at all: an interrupted or failed write leaves the old file (or none),
-never half of a new one, and no temporary file behind."""
+"""Files (and folders) written whole or not at all: an interrupted or failed write leaves the old file
+(or none), never half of a new one, and no temporary file behind."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .errors import DivimlInputError
 
@@ -41,3 +42,42 @@ def write_text(path: str, text: str, what: str = "the output") -> None:
     """``text`` written to ``path`` whole or not at all (``written_whole``)."""
     with written_whole(path, what) as temporary, open(temporary, "w", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def check_folder_replaceable(path: str, what: str, replaceable: Callable[[str], bool]) -> None:
+    """Refuse ``path`` when it is a folder that holds anything but what ``folder_written_whole`` may
+    replace (``replaceable``: an earlier output of the same kind): a write replaces the folder whole."""
+    if os.path.isdir(path) and os.listdir(path) and not replaceable(path):
+        raise DivimlInputError(
+            f"cannot write {what}: the folder holds other files, and it would be replaced whole",
+            source=path,
+            hint="name a new or empty folder, or an earlier one of these outputs",
+        )
+
+
+@contextlib.contextmanager
+def folder_written_whole(path: str, what: str, replaceable: Callable[[str], bool]) -> Iterator[str]:
+    """Yield a new temporary folder beside ``path``; once the block ends without error it takes
+    ``path``'s place (a folder already there must be empty or ``replaceable``, and is removed). An
+    interrupted or failed write leaves ``path`` as it was and no temporary folder."""
+    check_folder_replaceable(path, what, replaceable)
+    parent = os.path.dirname(os.path.abspath(path))
+    staging = os.path.join(parent, f".diviml-{secrets.token_hex(6)}")
+    try:
+        os.mkdir(staging)
+        yield staging
+        if os.path.isdir(path):  # moved aside, then removed once the new folder is in its place
+            retired = os.path.join(parent, f".diviml-{secrets.token_hex(6)}")
+            os.rename(path, retired)
+            try:
+                os.rename(staging, path)
+            except BaseException:
+                os.rename(retired, path)
+                raise
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.rename(staging, path)
+    except OSError as error:
+        raise DivimlInputError(f"cannot write {what}: {error.strerror}", source=path) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

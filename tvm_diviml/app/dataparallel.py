@@ -175,7 +175,8 @@ def split_workload(
     sub-batch shape), then replicated.
     """
     spec, batch = sub_batch_spec(model_spec, copies, cost)
-    sub = load_workload(spec, platform, cost, **load_options)
+    # inputs given are the whole batch's: each copy takes its rows of them when it runs
+    sub = load_workload(spec, platform, cost, **{**load_options, "given_inputs": None})
     return Workload(
         replicate(sub.graph, copies),
         sub.platform,

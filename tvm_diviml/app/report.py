@@ -16,7 +16,7 @@ from ..planning import plan_model
 from ..problem import Problem
 from ..simulator import Simulation
 from ..tolerances import SOLVER_SLACK
-from ..units import format_seconds
+from ..units import format_rate, format_seconds
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ def solve_and_report(
     row["kept_single_device"] = solved.kept_single_device
     row["replicated"] = solved.replicated
     row["interrupted"] = solved.interrupted
+    row["bounds_s"] = solved.bounds_s
     row["progress"] = [event.as_json() for event in solved.trace]
     return solved.plan, solved.simulation, row
 
@@ -44,7 +45,7 @@ def report_row(
     model: str,
     cost_source: str,
 ) -> dict[str, Any]:
-    """The contract row of one plan (README: ``--json``): its simulated value, the best bound and the
+    """The contract row of one plan (docs/usage.md: ``--json``): its simulated value, the best bound and the
     gap, whether it is proven optimal, every baseline and the speed-up over the best single device."""
     bound = max(bound_parts.values(), default=0.0)
     value = sim.value_s
@@ -88,7 +89,28 @@ def report_row(
         "device_graph_acyclic": sim.device_graph_acyclic,
         "symmetric": plan.attrs.get("symmetric"),
         "weaker_method": plan.attrs.get("weaker_method"),  # a solver that fell back says so
+        "estimated_figures": estimated_figures(problem.platform),
     }
+
+
+def estimated_figures(platform) -> list[dict[str, Any]]:
+    """The platform's figures that are estimates, not datasheets or measurements (``attrs.estimates``),
+    with their values: a plan priced by them must say so."""
+    return [
+        {"device": device, "figure": figure, "value": getattr(platform.by_name[device], figure), "how": how}
+        for device, notes in platform.estimates.items()
+        if device in platform.by_name
+        for figure, how in notes.items()
+    ]
+
+
+def _estimate_line(estimate: dict[str, Any]) -> str:
+    """``cpu peak_flops 332.3 GFLOP/s: estimated (how)``."""
+    unit = "FLOP" if estimate["figure"] == "peak_flops" else "B"
+    return (
+        f"{estimate['device']} {estimate['figure']} {format_rate(estimate['value'], unit)}: "
+        f"estimated ({estimate['how']})"
+    )
 
 
 def _proof(row: dict[str, Any]) -> str:
@@ -156,12 +178,18 @@ def format_row(row: dict[str, Any], platform_devices: list[str]) -> str:
         f"costs: {row['cost_source']} ({_cost_sources(row['cost_sources'])})",
         f"objective {row['objective']} (mode {row['mode']}), solver {row['solver']}, solved in "
         f"{row['solve_s']:.3f} s{_proof(row)}"
+        + (f", bounds in {row['bounds_s']:.1f} s" if row.get("bounds_s", 0) >= 1 else "")
         + (", stopped by an interrupt: the best plan found until then" if row.get("interrupted") else ""),
         f"{what}: {format_seconds(row['value_s'])}   lower bound: {format_seconds(row['lower_bound_s'])}   gap: "
         + (f"{100 * row['gap']:.1f}%" if row["gap"] is not None else "-"),
     ]
     if row["objective"] != "latency" and row["value_s"] > 0:
         lines[-1] += f"   throughput: {1 / row['value_s']:.2f} /s"
+    lines += [
+        _estimate_line(estimate)
+        for estimate in row.get("estimated_figures", [])
+        if row["cost_sources"].get(estimate["device"], "estimated") == "estimated"  # priced by the figure
+    ]
     others = {name: value for name, value in row["baselines"].items() if not name.startswith("single:")}
     if others:
         lines.append("baselines: " + ", ".join(f"{name} {format_seconds(value)}" for name, value in others.items()))

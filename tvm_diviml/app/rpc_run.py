@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from tvm_diviml.cost.rpc_hops import DriverHop, driver_io_s
+from tvm_diviml.cost.rpc_hops import DriverHop, driver_io_s, with_driver_io
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
+from tvm_diviml.problem import Problem
 from tvm_diviml.runtime.measure import time_stream
 from tvm_diviml.runtime.replicas import ReplicaError, ReplicatedRunner
 from tvm_diviml.runtime.routed import build_routes
@@ -38,7 +39,7 @@ from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServersBuild
 from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
 from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import per_server, server_devices, server_of
-from tvm_diviml.simulator import route_plans, run_order
+from tvm_diviml.simulator import Simulation, route_plans, run_order
 from tvm_diviml.tolerances import compare_outputs
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
@@ -168,6 +169,15 @@ def routed_driver_io_s(
         for server, seconds in driver_io_s(graph, route, platform, hops).items():
             io[server] += share * seconds
     return dict(io)
+
+
+def predicted_over_rpc(
+    problem: Problem, plan: Plan, sim: Simulation, hops: Mapping[str, DriverHop]
+) -> tuple[float, dict[str, float]]:
+    """What a run across servers is predicted to take per inference, the driver's model I/O included
+    (``with_driver_io``), and that I/O per server: the figures ``run_plan_rpc`` is given."""
+    io = routed_driver_io_s(problem.graph, plan, problem.platform, hops)
+    return with_driver_io(plan.objective, sim.value_s, sim.device_busy_s, io, problem.platform), io
 
 
 @dataclass(kw_only=True)

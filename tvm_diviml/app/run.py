@@ -273,7 +273,41 @@ def headline(run: MeasuredRun, rtol: float | None, reference: str, how: str = ""
             f"throughput{how}: measured {format_ratio(ratio(1.0, run.measured_s), ' /s')} "
             f"({format_time(run.measured_s)} per inference, {run.in_flight} in flight), {predicted}"
         )
-    return lines
+    return lines + far_off_advice(run.measured_over_predicted, run.objective)
+
+
+# measured/predicted beyond this factor either way: the report lists the likely causes and their fixes
+FAR_OFF = 2.0
+
+
+def far_off_advice(measured_over_predicted: float | None, objective: str) -> list[str]:
+    """Why a run may be ``FAR_OFF`` its prediction, and what to do about each cause (nothing when it is
+    within): the causes seen on real runs, slower first, then faster than predicted."""
+    factor = measured_over_predicted
+    if factor is None or 1 / FAR_OFF <= factor <= FAR_OFF:
+        return []
+    cache = "`diviml cache clear` drops kernel times cached in the last hour (they may come from a busier machine)"
+    if factor > FAR_OFF:
+        causes = [
+            "other work on the machine while this ran: rerun when it is quiet (`uptime` shows the load)",
+            "costs not timed here (--cost roofline, or a cost table from another machine): use --cost measured",
+            "a kernel left to the Fallback schedule (a warning above names it; `diviml profile` lists every rule)",
+        ]
+        if objective != "latency":
+            causes.append(
+                "many segments or copies per inference: each costs the executor a call; --candidates N times "
+                "the N best plans and every single device, and keeps the fastest"
+            )
+        causes.append(cache)
+    else:
+        causes = [
+            "kernel times taken while the machine was busier than now: " + cache,
+            "costs not timed here (--cost roofline, or a cost table from another machine): use --cost measured",
+        ]
+    slower = "slower" if factor > FAR_OFF else "faster"
+    return [f"measured {slower} than predicted by more than {FAR_OFF:g}x; the likely causes:"] + [
+        f"  - {cause}" for cause in causes
+    ]
 
 
 def format_run(run: RunMeasurement, rtol: float | None = None) -> str:

@@ -32,6 +32,8 @@ from ..servers import spec_groups
 from ..synthetic import branchy, random_dag
 from ..units import format_bytes
 from ..zoo import check_zoo_name
+from .inputs import InputFile
+from .reference import framework_input_names
 
 DEFAULT_PLATFORM = "paper-node"
 IMPORTED_SUFFIXES = (".onnx", ".pt2")  # files a TVM importer reads
@@ -131,12 +133,15 @@ def load_workload(
     tune=None,
     tuning_db: str | None = None,
     runs_here: bool = False,
+    given_inputs: InputFile | None = None,
 ) -> Workload:
     """``runs_here``: the model will be built and run on this machine (``diviml run``), as it is to
     measure its costs: its memory is checked against this machine's first, and measured costs are
     priced inside the model as timed now (this VM's speed drifts by tens of percent within the hour
     that a cached whole-model time is kept: a prediction and its measurement then disagree). The platform is read (and,
-    where it will be built for, its targets checked with TVM) before the model, the slow part."""
+    where it will be built for, its targets checked with TVM) before the model, the slow part.
+    ``given_inputs``: the user's inputs, which the model then takes everywhere it runs (checked against
+    its inputs before any kernel is timed)."""
     plat = load_platform(platform or DEFAULT_PLATFORM)
     tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
     cost = cost or ("measured" if tuned else None)
@@ -145,6 +150,8 @@ def load_workload(
 
         check_targets(plat, platform)
     found = load_graph(model, shapes=shapes, granularity=granularity)
+    if given_inputs is not None and found.loaded is not None:
+        found.loaded.built = given_inputs.fed_to(found.loaded.built, framework_input_names(model))
     if found.platform is not None:
         if platform is not None or cost is not None:
             raise DivimlInputError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 from ..problem import Problem
 from ..toolkit.deadline import Deadline
@@ -48,6 +49,7 @@ def lower_bounds(
     upper_s: float = math.inf,
     deadline: Deadline | None = None,
     alongside: CoverAlongside | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
     """Named lower bounds valid for ``problem``'s objective and cost mode. ``mip_time_limit_s`` > 0
     adds the MIP bounds of pipelines (seconds shared among them) and, for latency, the series
@@ -56,7 +58,9 @@ def lower_bounds(
     it, the load LPs are left out (on 10,000s of kernels each takes seconds). ``alongside``: a
     pipeline's stage cover started beside the solver, whose bound is taken in place of running it.
     The bounds are those of the problem as ``toolkit.solvable`` models it: the same optimum (with
-    every device in the period modes, where a replicated kernel may run on all identical ones)."""
+    every device in the period modes, where a replicated kernel may run on all identical ones).
+    ``progress``: told each search as it starts, with its time limit (the searches take seconds to minutes)."""
+    say = progress or (lambda _: None)
     searches_until = Deadline.after(mip_time_limit_s)  # the cheap bounds take their share (a second on 2,000 kernels)
     problem = solvable(problem, every_device=problem.mode in ("period_overlap", "host_staged"))
     mode = problem.mode
@@ -64,6 +68,8 @@ def lower_bounds(
     parts: dict[str, float] = {}
     if mode == "stage_serial":
         cover = alongside.result if alongside is not None and alongside.running else None
+        if mip_time_limit_s > 0:
+            say(f"bound: the pipeline MIPs, up to {mip_time_limit_s:.0f} s")
         parts.update(pipeline_bounds(problem, mip_time_limit_s, upper_s=upper_s, alongside=cover))
     else:
         parts["average_load"] = sum(fastest.values()) / len(problem.platform.devices)
@@ -86,18 +92,22 @@ def lower_bounds(
         parts["window_load"] = window_load_bound(problem, deadline)
         parts["overlap_load"] = overlap_load_bound(problem)
         if mip_time_limit_s > 0:
-            parts.update(_latency_searches(problem, searches_until, upper_s, parts["overlap_load"]))
+            parts.update(_latency_searches(problem, searches_until, upper_s, parts["overlap_load"], say))
     return parts
 
 
-def _latency_searches(problem: Problem, until: Deadline, upper_s: float, overlap_s: float) -> dict[str, float]:
+def _latency_searches(
+    problem: Problem, until: Deadline, upper_s: float, overlap_s: float, say: Callable[[str], None]
+) -> dict[str, float]:
     """The latency bounds that search until ``until``: the series decomposition's (at most half the
     time left, where the decomposition is exact), then ``overlap_branching`` in the rest (where it
     raises ``overlap_s``)."""
     parts = {}
+    say(f"bound: the series decomposition, up to {until.left() / 2:.0f} s")
     series = series_bound(problem, until.left() / 2)
     if series is not None:
         parts["series"] = series
+    say(f"bound: overlap_branching, up to {until.left():.0f} s")
     branched = overlap_branching_bound(problem, until, overlap_s, upper_s)
     if branched > overlap_s:
         parts["overlap_branching"] = branched

@@ -2,7 +2,8 @@
 
 ``base`` holds the interface, ``table`` the JSON-backed table, ``roofline`` the estimate for
 absent devices, ``remembered`` any of them asked once per figure. The measured (TVM) model implements
-the same interface.
+the same interface; ``fallback_time`` names its kernels that only the fallback schedule took and that
+take much of the model's time.
 """
 
 from .base import CostModel

@@ -277,6 +277,15 @@ def from_torch_export(program, shapes: dict[str, int] | None = None, name: str =
 def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:
     """A program saved with ``torch.export.save`` (``.pt2``); its inputs are the shapes it was
     exported with (symbolic dimensions bound with ``shapes``)."""
+    program = read_torch_program(path)
+    try:
+        return from_torch_export(program, shapes, name=path)
+    except DivimlInputError as error:
+        raise error.within(path) from None
+
+
+def read_torch_program(path: str):
+    """The ExportedProgram a ``.pt2`` holds, read as data: its members bounded, no pickled object run."""
     try:
         import torch
     except ImportError:
@@ -306,10 +315,7 @@ def load_torch_program(path: str, shapes: dict[str, int] | None = None) -> Built
         ) from None
     finally:
         quiet.setLevel(level)
-    try:
-        return from_torch_export(program, shapes, name=path)
-    except DivimlInputError as error:
-        raise error.within(path) from None
+    return program
 
 
 MAX_MODEL_BYTES = 1 << 40  # where the machine does not say how much memory it has free

@@ -4,16 +4,22 @@
   fuses into the convolution before it instead of running as a kernel of its own.
 * ``clip`` (ReLU6) becomes ``maximum`` then ``minimum``: the same values, and operators whose layout
   TVM can change (``clip`` has no layout rule, so every ReLU6 would be wrapped in two transposes).
-* Convolutions run in NHWC with HWIO weights (TVM's ``ConvertLayout``): the output channels are the
-  innermost axis of both the activations and the weights, so one vector of weights feeds several
-  output pixels (``schedules/tiling.py``); in NCHW a small late-layer image (2x2) leaves the vector
-  lanes empty. The weights' transposes are weight-only work, lifted out of the inference; the
-  activations' layout changes once at the model's input and wherever an operator keeps NCHW; a
-  change that only moves axes of length one (the pooled features) is a reshape, no kernel.
+* Convolutions run in NHWC with HWIO weights, 1-D ones in NWC with WIO (TVM's ``ConvertLayout``): the
+  output channels are the innermost axis of both the activations and the weights, so one vector of
+  weights feeds several output pixels (``schedules/tiling.py``); in NCHW a small late-layer image
+  (2x2) leaves the vector lanes empty, and a strided convolution reads its input with gaps, which
+  only the fallback schedule takes (80x slower). The weights' transposes are weight-only work, lifted
+  out of the inference; the activations' layout changes once at the model's input and wherever an
+  operator keeps NCHW; a change that only moves axes of length one (the pooled features) is a
+  reshape, no kernel.
+* ``ConvertLayout`` converts a whole module or nothing: a ``squeeze`` or ``stack`` with a negative axis
+  (torch's attention squeezes one) made it fail, so their axes are counted from the front first;
+  where it fails all the same, each convolution is converted on its own, between two transposes.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import tvm
@@ -23,9 +29,16 @@ from ..errors import raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
-# Transposed convolutions stay in NCHW: TOPI lowers them in no other layout (moved to NHWC along with the
-# convolutions around them, they were left outside any kernel and the model refused)
-CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
+# Convolutions with their channels last (the weights' output channels too); transposed convolutions stay
+# in NCHW: TOPI lowers them in no other layout (moved to NHWC along with the convolutions around them,
+# they were left outside any kernel and the model refused)
+CONV_LAYOUTS = {
+    "relax.nn.conv1d": ["NWC", "WIO"],
+    "relax.nn.conv2d": ["NHWC", "HWIO"],
+    "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
+}
+# The layouts frontends give them, from which ``CONV_LAYOUTS`` moves them
+CHANNELS_FIRST = {"relax.nn.conv1d": ("NCW", "OIW"), "relax.nn.conv2d": ("NCHW", "OIHW")}
 
 
 @relax.expr_functor.mutator
@@ -54,21 +67,97 @@ class ClipAsMinMax:
         return out
 
 
-@tvm.transform.module_pass(opt_level=0, name="diviml.ConvolutionsInNHWC")
-class ConvolutionsInNHWC:
-    """TVM's ``ConvertLayout`` to NHWC where the module has convolutions. Where TVM cannot infer a
-    layout change (0.27 fails on some operators of 3-D tensors), the module keeps its layouts: slower
-    on a CPU, never wrong."""
+@relax.expr_functor.mutator
+class _AxesFromTheFront(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        if name not in ("relax.squeeze", "relax.stack") or call.attrs.axis is None:
+            return call
+        if name == "relax.squeeze" and any(int(axis) < 0 for axis in call.attrs.axis):
+            ndim = call.args[0].ty.ndim
+            return relax.op.squeeze(call.args[0], [int(axis) % ndim for axis in call.attrs.axis])
+        if name == "relax.stack" and int(call.attrs.axis) < 0:
+            return relax.op.stack(call.args[0], int(call.attrs.axis) % call.ty.ndim)
+        return call
+
+
+@tvm.transform.module_pass(opt_level=0, name="diviml.AxesFromTheFront")
+class AxesFromTheFront:
+    """Every ``squeeze`` and ``stack`` axis counted from the front: TVM 0.27's layout inference indexes
+    a string by their axis as written, and a negative one fails the whole ``ConvertLayout``
+    (std::bad_alloc; torch's ``MultiheadAttention`` squeezes axis -2)."""
 
     def transform_module(self, mod, ctx):
-        if not any(_calls(func, "relax.nn.conv2d") for func in mod.functions.values()):
+        out = mod.clone()
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                out[gvar] = _AxesFromTheFront(mod).visit_expr(func)
+        return out
+
+
+@relax.expr_functor.mutator
+class _EachConvolutionChannelsLast(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        if name not in CHANNELS_FIRST:
+            return call
+        attrs = call.attrs
+        data_layout, kernel_layout = CHANNELS_FIRST[name]
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != (data_layout, kernel_layout, data_layout):
+            return call
+        to_data, to_kernel = CONV_LAYOUTS[name]
+        data = self.builder_.emit(relax.op.permute_dims(call.args[0], _moved(data_layout, to_data)))
+        weight = self.builder_.emit(relax.op.permute_dims(call.args[1], _moved(kernel_layout, to_kernel)))
+        convolution = getattr(relax.op.nn, name.removeprefix("relax.nn."))(
+            data,
+            weight,
+            strides=attrs.strides,
+            padding=attrs.padding,
+            dilation=attrs.dilation,
+            groups=attrs.groups,
+            data_layout=to_data,
+            kernel_layout=to_kernel,
+            out_dtype=attrs.out_dtype,
+        )
+        return relax.op.permute_dims(self.builder_.emit(convolution), _moved(to_data, data_layout))
+
+
+def _moved(layout: str, to: str) -> list[int]:
+    """The axes of ``layout`` in the order of ``to``: what ``permute_dims`` takes."""
+    return [layout.index(axis) for axis in to]
+
+
+@tvm.transform.module_pass(opt_level=0, name="diviml.ConvolutionsChannelsLast")
+class ConvolutionsChannelsLast:
+    """TVM's ``ConvertLayout`` to ``CONV_LAYOUTS`` where the module has convolutions. Where TVM cannot
+    infer a layout change (0.27 has failed on operators of 3-D tensors), each convolution runs with its
+    channels last between two transposes: two copies of its activations, where channels first would
+    leave a strided convolution to the fallback schedule."""
+
+    def transform_module(self, mod, ctx):
+        if not any(_calls(func, name) for func in mod.functions.values() for name in CHANNELS_FIRST):
             return mod
         try:
             return relax.transform.ConvertLayout(CONV_LAYOUTS)(mod)
         except Exception as error:  # noqa: BLE001 (TVM 0.27 raises InternalError, ValueError and others here)
             raise_if_interrupted()
-            log.info("convolutions stay in their layout: %s", str(error).splitlines()[-1])
-            return mod
+            _warn_once(
+                f"TVM's layout conversion failed ({str(error).splitlines()[-1]}): each convolution has its "
+                "channels last on its own, between two transposes"
+            )
+        out = mod.clone()
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                out[gvar] = _EachConvolutionChannelsLast(mod).visit_expr(func)
+        return out
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Once per process: every build lowers the model again."""
+    log.warning(message)
 
 
 @relax.expr_functor.mutator
@@ -117,7 +206,8 @@ def layout_passes() -> list:
     return [
         relax.transform.DecomposeOpsForInference(),
         ClipAsMinMax(),
-        ConvolutionsInNHWC(),
+        AxesFromTheFront(),
+        ConvolutionsChannelsLast(),
         UnitTransposeAsReshape(),
         relax.transform.RemoveRedundantReshape(),  # that reshape and the model's own flatten: one view
         relax.transform.EliminateCommonSubexpr(),  # one layout change of a weight two operators read

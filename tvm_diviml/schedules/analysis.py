@@ -156,6 +156,23 @@ def find_contraction(func: tirx.PrimFunc) -> Contraction | None:
     )
 
 
+# The layouts TOPI names its convolutions and poolings after ("conv2d_nchw", "pool_max" has none)
+LAYOUT_SUFFIXES = ("nchw", "nhwc", "ncw", "nwc", "ncdhw", "ndhwc")
+
+
+def main_operator(func: tirx.PrimFunc) -> tuple[str | None, str | None]:
+    """What a kernel computes, as a report names it: its first reduction's block (the last block where
+    nothing reduces), named after the TOPI operator, and the layout that name carries, if any:
+    ("conv2d", "NCHW") for a convolution in NCHW; (None, None) for a kernel that is not in normal form."""
+    blocks = normalize_prim_func(s_tir.Schedule(func))
+    if not blocks:
+        return None, None
+    main = next((b for b in blocks if not b.is_injective()), blocks[-1])
+    name = main.name.removeprefix("T_")
+    operator, _, suffix = name.rpartition("_")
+    return (operator, suffix.upper()) if suffix in LAYOUT_SUFFIXES and operator else (name, None)
+
+
 @dataclass(frozen=True)
 class CpuFacts:
     """What a schedule needs to know of an llvm target: vector width, registers and the threads of

@@ -192,8 +192,10 @@ def keeps_innermost(stmt) -> bool:
 
 def schedule_injective(sch, block, facts: CpuFacts) -> None:
     """One injective block at the root: its innermost loop vectorized in whole vectors, its outer
-    loops fused and parallel when it is long enough."""
+    loops fused and parallel when it is long enough. A scalar (a mean's division) has no loop."""
     loops = sch.get_loops(block)
+    if not loops:
+        return
     dtype = str(sch.get(block).writes[0].source.dtype)
     elements = math.prod(int(sch.get(loop).extent) for loop in loops)
     if len(loops) > 1 and facts.parallel(facts.copy_seconds(elements, dtype)):

@@ -23,7 +23,8 @@ from ..simulator import PlanError, simulate
 class Event:
     """One improvement: seconds since the solve began, the best plan's value and the best bound then
     (0 where none is known yet), which of the two improved (``kind``: "plan" or "bound") and what
-    brought it ("split: list schedule", "bound: cpsat")."""
+    brought it ("split: list schedule", "bound: cpsat"); or, ``kind`` "phase", what the solve started
+    then ("bound: overlap_branching, up to 58 s")."""
 
     at_s: float
     value_s: float | None
@@ -85,6 +86,11 @@ class Incumbents:
             return
         self.lower_bound_s = value_s
         self._record("bound", by)
+
+    def phase(self, what: str) -> None:
+        """Say what the solve does now (``kind`` "phase"): a long step that improves nothing for a while,
+        such as a bound's search, still shows on the progress lines."""
+        self._record("phase", what)
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.began

@@ -34,10 +34,15 @@ class BuiltModel:
     # integer input -> [low, high) of the values it may take (input_ranges.integer_input_ranges);
     # an integer input not named here takes input_ranges.FLAG_RANGE
     input_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # the user's own inputs (``diviml run --input``), in parameter order: every run and check reads these
+    given_inputs: list[np.ndarray] | None = None
 
     def sample_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Deterministic random inputs: floats standard normal, integers (token ids, token types,
-        masks) uniform within ``input_ranges``, inside every table they index."""
+        """The given inputs where there are some (whatever ``seed``); else deterministic random inputs:
+        floats standard normal, integers (token ids, token types, masks) uniform within
+        ``input_ranges``, inside every table they index."""
+        if self.given_inputs is not None:
+            return list(self.given_inputs)
         from .input_ranges import FLAG_RANGE
 
         rng = np.random.default_rng(seed)
@@ -53,9 +58,9 @@ class BuiltModel:
         return out
 
     def sample_stream(self, count: int, distinct: int) -> CyclicInputs:
-        """``count`` inputs for a stream: the sample inputs of seeds 0 .. ``distinct`` - 1, taken in
-        turn. A stream holds at most ``distinct`` inputs however long it is (``--inputs 100000000``
-        drew every input before the first inference)."""
+        """``count`` inputs for a stream: the sample inputs of seeds 0 .. ``distinct`` - 1 (the given
+        inputs each time, where there are some), taken in turn. A stream holds at most ``distinct``
+        inputs however long it is (``--inputs 100000000`` drew every input before the first inference)."""
         return CyclicInputs([self.sample_inputs(seed) for seed in range(min(count, distinct))], count)
 
 

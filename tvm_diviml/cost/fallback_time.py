@@ -1,0 +1,77 @@
+"""Kernels that no class rule scheduled and that take a large share of a model's measured time.
+
+The fallback schedule is never wrong but can be 80x slower than a class rule (a strided convolution
+left in NCHW took 24 ms of a model's 39 ms, where NHWC under the ``Conv2d`` rule took 0.2 ms), and a
+profile shows which rule took a kernel only in its last column: ``diviml profile`` and ``diviml run``
+warn with what ``fallback_hotspots`` finds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .base import CostModel
+
+WARN_SHARE = 0.10  # of the model's time on a device
+
+
+@dataclass(frozen=True)
+class FallbackHotspot:
+    """One PrimFunc (all the graph's kernels that call it) on a fallback schedule, with its share of
+    the model's time on each measured device where that share passes the threshold."""
+
+    kernel: str
+    operator: str | None  # its main computation as TOPI names it ("conv2d"), None where unknown
+    layout: str | None  # "NCHW" where the operator's name carries one
+    schedule: str  # "Fallback" or "unscheduled"
+    shares: dict[str, float]  # device -> share of the model's time there
+
+    def message(self) -> str:
+        scheduled = "Fallback rule" if self.schedule == "Fallback" else self.schedule
+        what = ", ".join(part for part in (self.operator, self.layout, scheduled) if part)
+        (first, first_share), *others = self.shares.items()
+        also = f" ({', '.join(f'{share:.0%} on {device}' for device, share in others)})" if others else ""
+        runs_as = (
+            "plain loops, parallel outside and vectorized inside where legal"
+            if self.schedule == "Fallback"
+            else "single-threaded scalar loops"
+        )
+        return (
+            f"{self.kernel} ({what}) takes {first_share:.0%} of the model's time on {first}{also}: no class rule "
+            f"of tvm-diviml's schedules matched it, so it runs as {runs_as}; try --tune to search a schedule for "
+            "it, and report the model so that a rule can cover it"
+        )
+
+
+def fallback_hotspots(costs: CostModel, share: float = WARN_SHARE) -> list[FallbackHotspot]:
+    """The PrimFuncs scheduled by the fallback rule (or by none) that take more than ``share`` of the
+    model's time on some device whose kernels were measured, dearest first. A model's time on a device
+    is the sum of its kernels' there, as the profile prints them. Costs that measured nothing (the
+    roofline, a table) find none."""
+    from ..schedules.analysis import main_operator
+    from ..schedules.apply import FALLBACKS
+    from .measured import MeasuredCostModel
+
+    if not isinstance(costs, MeasuredCostModel):
+        return []
+    shares: dict[str, dict[str, float]] = defaultdict(dict)
+    schedules: dict[str, str] = {}
+    for device in costs.times:
+        seconds = {kernel: costs.compute_s(kernel, device) for kernel in costs.graph.kernels}
+        total = sum(seconds.values())
+        by_func: dict[str, float] = defaultdict(float)
+        for kernel, kernel_s in seconds.items():
+            schedule = costs.schedule_of(kernel, device)
+            if schedule in FALLBACKS:
+                by_func[costs.kernel_func[kernel]] += kernel_s / total
+                schedules[costs.kernel_func[kernel]] = schedule
+        for func, func_share in by_func.items():
+            if func_share > share:
+                shares[func][device] = func_share
+    hotspots = []
+    for func, on_devices in shares.items():
+        operator, layout = main_operator(costs.mod[func])
+        ordered = dict(sorted(on_devices.items(), key=lambda item: -item[1]))
+        hotspots.append(FallbackHotspot(func, operator, layout, schedules[func], ordered))
+    return sorted(hotspots, key=lambda hotspot: -max(hotspot.shares.values()))
