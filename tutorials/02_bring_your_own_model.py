@@ -16,7 +16,8 @@ on the device of the kernels that read it):
 
 Each model is checked twice: the placed build against the same model compiled whole
 (``run_reference``) and against an implementation outside TVM (numpy for the ONNX graph, torch itself
-for the torch model). Exits 0 when all agree, 1 when an output differs.
+for the torch model). Exits 0 when all agree, 1 when an output differs, 3 when the onnx extra
+is missing (one line says how to install it).
 
 Run:  python tutorials/02_bring_your_own_model.py [--frontends onnx torch] [--hidden 32]
 """
@@ -181,10 +182,20 @@ def main() -> int:
     args = parse_args()
     began = time.perf_counter()
     ok = True
+    if "onnx" in args.frontends and importlib.util.find_spec("onnx") is None:
+        print(
+            "this tutorial writes and imports an ONNX file, which needs the onnx extra: "
+            ".venv/bin/pip install -e '.[onnx]' (or pip install 'tvm-diviml[onnx]')",
+            file=sys.stderr,
+        )
+        return 3
     for frontend in args.frontends:
         print(f"\n== {frontend}", flush=True)
         if frontend == "torch" and importlib.util.find_spec("torch") is None:
-            print("   torch is not installed: skipping the torch.export example (pip install torch)")
+            print(
+                "   torch is not installed: skipping the torch.export example "
+                "(the torch extra: .venv/bin/pip install -e '.[torch]')"
+            )
             continue
         ok = (run_onnx if frontend == "onnx" else run_torch)(args) and ok
     print(f"\n{'PASS' if ok else 'FAIL'} in {time.perf_counter() - began:.1f} s")

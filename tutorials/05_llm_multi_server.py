@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tvm_diviml.app.rpc_run import format_rpc_run, run_plan_rpc
+from tvm_diviml.app.rpc_run import format_rpc_run, predicted_over_rpc, run_plan_rpc
 from tvm_diviml.app.workload import load_workload
 from tvm_diviml.cost.rpc_hops import driver_hop_platform, measure_driver_hops
 from tvm_diviml.runtime.rpc_servers import connect_servers, start_local_servers
@@ -101,9 +101,11 @@ def run_across_servers(model: str, count: int, time_limit_s: float, rtol: float)
             problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
             plan = get_solver("symmetric", time_limit_s=time_limit_s).solve(problem)
             sim = simulate(problem, plan)
+            predicted, io = predicted_over_rpc(problem, plan, sim, hops)
             per_device = {d: sum(1 for v in plan.assignment.values() if v == d) for d in problem.platform.device_names}
             print(
-                f"   predicted period {format_seconds(sim.value_s)}; kernels per device: "
+                f"   predicted period {format_seconds(predicted)} (the servers' work {format_seconds(sim.value_s)}, "
+                f"the driver's model I/O included); kernels per device: "
                 + ", ".join(f"{d} {n}" for d, n in per_device.items())
             )
             step("build each server's part, upload it, run a stream across the servers")
@@ -113,9 +115,10 @@ def run_across_servers(model: str, count: int, time_limit_s: float, rtol: float)
                 loaded.extraction,
                 problem.platform,
                 plan,
-                sim.value_s,
+                predicted,
                 remotes,
                 predicted_busy_s=sim.device_busy_s,
+                predicted_io_s=io,
                 driver_hops=hops,
                 progress=lambda line: print(f"   {line}"),
             )
