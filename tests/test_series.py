@@ -116,7 +116,7 @@ def test_a_heuristic_report_carries_the_series_bound():
 
 
 def test_a_segment_too_large_to_model_in_time_is_not_decomposed(monkeypatch):
-    """The red team's 2,000 kernels on 64 GPUs: one segment's model priced 24 million transfers and
+    """A sparse random DAG of 2,000 kernels on 64 GPUs: one segment's model priced 24 million transfers and
     took minutes to build before the time limit was looked at."""
     from tvm_diviml.presets import get_platform
     from tvm_diviml.synthetic import random_dag

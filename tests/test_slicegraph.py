@@ -269,7 +269,7 @@ def test_pipeline_solvers_find_a_slicing_that_fits_whenever_one_exists(case, sta
 
 
 def test_a_pipeline_that_fits_only_with_the_gpus_nearly_idle_is_found():
-    """The red team's case: 14 random kernels, both GPUs of paper-node given 45% of the memory the
+    """14 random kernels, both GPUs of paper-node given 45% of the memory the
     model needs on one device, 3 stages. Slicing used to call it infeasible (a device whose activation
     reserve passed its memory could not even take an empty stage)."""
     from tvm_diviml.cost.roofline import RooflineCostModel

@@ -32,7 +32,7 @@ from .suite import QUICK, Option, Row, Suite
 
 log = logging.getLogger(__name__)
 
-TUNE_MINUTES = 20.0  # the budget the target allows per model
+TUNE_MINUTES = 20.0  # the tuning budget per model that a tuned comparison may spend
 TIME_PER_BASELINE_S = 3.0  # each framework is timed for about this long (at least 3 inferences)
 SLOW_CALL_S = 5.0  # a configuration slower than this per call is timed once
 
