@@ -64,10 +64,6 @@ class Simulation:
     stage_cost_s: list[float] = field(default_factory=list)  # stage_serial
     device_graph_acyclic: bool = True
 
-    @property
-    def throughput_per_s(self) -> float:
-        return 1.0 / self.value_s if self.value_s > 0 else math.inf
-
 
 # Simulations kept per problem: one solve scores the same plan several times (a list schedule by the
 # heuristics, by its solver's finish, by the report's baselines): 17 simulations of 0.23 s on a

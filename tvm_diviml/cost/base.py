@@ -65,14 +65,6 @@ class CostModel(ABC):
         """Where a kernel cost came from: ``table``, ``measured``, ``tuned`` or ``estimated``."""
         return "table"
 
-    def fastest_device(self, kernel: str, devices: list[str] | None = None) -> tuple[str, float]:
-        """The device (of ``devices``, default all) where ``kernel`` runs fastest, and its time."""
-        best = min(
-            (self.compute_s(kernel, d), i, d)
-            for i, d in enumerate(devices if devices is not None else self.platform.device_names)
-        )
-        return best[2], best[0]
-
     def fingerprint_of(self, kernel: str) -> str | None:
         """The fingerprint (``Kernel.fingerprint``) of the kernel of this name that these costs were made
         for; None where they do not say. A model built from a graph says: its graph's kernel."""
