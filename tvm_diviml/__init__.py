@@ -1,9 +1,11 @@
 """tvm-diviml: place a neural network's kernels across heterogeneous devices with TVM Relax.
 
 The library (graph, platform, costs, plans, the simulator, solvers, bounds) imports no TVM; the
-Relax side lives in ``tvm_diviml.passes``. The names below are imported when first used, so that
-``import tvm_diviml`` (and the ``diviml`` command's start, which answers Ctrl-C from its first
-instant) reads no module it does not need.
+Relax side lives in ``tvm_diviml.passes``. The face below is what a script needs: ``load_workload``
+(a model and a platform, priced), ``plan_model`` (solved, with its bound), ``extract``,
+``apply_plan``, ``build`` and ``PartitionForDevices`` (the Relax side), ``load`` (an exported build).
+Its names are imported when first used, so that ``import tvm_diviml`` (and the ``diviml`` command's
+start, which answers Ctrl-C from its first instant) reads no module it does not need.
 """
 
 import importlib
@@ -11,21 +13,29 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "apply_plan": "passes",
+    "build": "passes",
     "Device": "platform",
     "Edge": "graph",
+    "extract": "passes",
+    "get_platform": "presets",
+    "get_solver": "solvers",
     "GraphInput": "graph",
     "Kernel": "graph",
     "Link": "platform",
+    "load": "runtime.artefact",  # an artefact `diviml run --export DIR` wrote, ready to run
+    "load_platform": "presets",
+    "load_workload": "app.workload",
     "OpGraph": "graph",
+    "PartitionForDevices": "passes",
     "Plan": "plan",
+    "plan_model": "planning",
     "Platform": "platform",
     "Problem": "problem",
     "ReplicaGroup": "plan",
-    "Simulation": "simulator",
-    "get_platform": "presets",
-    "load": "runtime.artefact",  # an artefact `diviml run --export DIR` wrote, ready to run
-    "load_platform": "presets",
     "simulate": "simulator",
+    "Simulation": "simulator",
+    "Solved": "planning",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]
