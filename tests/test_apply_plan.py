@@ -283,7 +283,7 @@ def test_a_primfunc_shared_by_a_kernel_and_the_weight_preparation_builds():
 
 def test_torch_model_with_buffers_builds_placed_and_matches_torch():
     """Batch-norm running statistics and a registered buffer (torch's buffers become constants)."""
-    from .test_extract import torch_model_with_buffers
+    from .helpers import torch_model_with_buffers
 
     model, example, built = torch_model_with_buffers()
     case = ZooCase(built, extract(built.mod, built.entry), None)

@@ -14,7 +14,7 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 
-from .test_msr_fiddle import hand_file
+from .helpers import hand_file
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_past_the_ideal_cap_node_limited_mips_give_the_same_bounds_every_run():
     from tvm_diviml.app.workload import load_workload
     from tvm_diviml.bench.pipeline import pipeline_solves
 
-    from .test_slicegraph import pipeline
+    from .helpers import pipeline
 
     workload = load_workload("random:kernels=12,seed=2", "gpu4", "roofline")
     problem = pipeline(workload.graph, workload.platform, workload.costs, 3)

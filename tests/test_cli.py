@@ -17,7 +17,7 @@ from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 
-from .test_msr_fiddle import hand_file
+from .helpers import diviml, hand_file
 
 CONTRACT_KEYS = {
     "model",
@@ -34,17 +34,6 @@ CONTRACT_KEYS = {
     "stages",
     "baselines",
 }
-
-
-def diviml(*args, cwd=None, env=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "tvm_diviml.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture
@@ -202,7 +191,7 @@ def test_the_demos_next_commands_are_ones_this_version_takes():
 
 
 def _tiny_onnx(tmp_path):
-    from .test_extract import tiny_onnx
+    from .helpers import tiny_onnx
 
     tiny_onnx(tmp_path / "tiny.onnx")
     return tmp_path / "tiny.onnx"

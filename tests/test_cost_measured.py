@@ -18,7 +18,7 @@ from tvm_diviml.graph import OpGraph
 from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
 
-from .test_cli import diviml
+from .helpers import diviml
 
 FAST = MeasureOptions(repeats=3, min_repeat_ms=1, progress=False)
 

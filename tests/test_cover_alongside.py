@@ -22,8 +22,7 @@ from tvm_diviml.problem import Problem
 from tvm_diviml.toolkit.deadline import Deadline
 from tvm_diviml.toolkit.pipeline_model import PipelineData, cheapest_pricing
 
-from .test_slicegraph import pipeline
-from .test_stage_cover import chain
+from .helpers import Lines, chain, pipeline, wait_until
 
 
 @pytest.fixture
@@ -87,38 +86,36 @@ def test_plan_model_reports_the_cover_from_beside_the_solver(small_graphs_too, m
 
 
 def sleep_beside(parent: int) -> None:
-    """A spawned child that outlives its parent unless ``exit_with`` ends it."""
+    """A spawned child that outlives its parent unless ``exit_with`` ends it; it says when it watches."""
     cover_alongside.exit_with(parent)
-    time.sleep(120)
+    print("watching", os.getpid(), flush=True)
+    time.sleep(3600)
 
 
 def test_the_cover_ends_when_the_process_that_started_it_is_killed():
-    """SIGKILL leaves no chance to stop the child: it must notice by itself (within a second here)."""
+    """SIGKILL leaves no chance to stop the child: it must notice by itself. Both would sleep for an hour,
+    far past the hang guard; the moments are the child's line (it watches) and its end."""
     starter = (
         "import multiprocessing, os, sys, time\n"
         f"sys.path[:0] = {sys.path!r}\n"
         "from tests.test_cover_alongside import sleep_beside\n"
         "child = multiprocessing.get_context('spawn').Process(target=sleep_beside, args=(os.getpid(),))\n"
         "child.start()\n"
-        "print(child.pid, flush=True)\n"
-        "time.sleep(120)\n"
+        "print('started', child.pid, flush=True)\n"
+        "time.sleep(3600)\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
-    child = None
+    output = Lines(parent.stdout)  # the child's lines come through it too
     try:
-        child = int(parent.stdout.readline())
-        time.sleep(2 * cover_alongside.PARENT_POLL_S)  # the child is watching (or finds its parent gone)
+        child = int(output.wait_for("watching").split()[1])
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        for _ in range(100):
-            if not _alive(child):
-                break
-            time.sleep(0.1)
-        assert not _alive(child)
+        wait_until(lambda: not _alive(child), "the child's end once its parent was killed")
     finally:
         parent.kill()
-        if child is not None and _alive(child):  # no orphan left by a failing run
-            os.kill(child, signal.SIGKILL)
+        for line in output.seen:  # no orphan left by a failing run
+            if line.startswith("started ") and _alive(int(line.split()[1])):
+                os.kill(int(line.split()[1]), signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:

@@ -27,9 +27,8 @@ from tvm_diviml.solvers import Problem
 
 from .bruteforce import best_latency
 from .conftest import examples, graph_of, table, unit_platform
+from .helpers import diviml, hand_file
 from .strategies import DEVICES, dag_problems
-from .test_cli import diviml
-from .test_msr_fiddle import hand_file
 
 
 def diamond() -> OpGraph:

@@ -31,10 +31,10 @@ from tvm_diviml.toolkit.downsets import (
 )
 from tvm_diviml.toolkit.pipeline_polish import polish_pipeline, recut_along_orders
 
+from .bruteforce import best_pipeline
 from .conftest import examples
+from .helpers import constrained_pipeline_problems, hand_file, pipeline_problems, stage_choice_chain
 from .strategies import dag_problems
-from .test_msr_fiddle import hand_file
-from .test_mtpp import best_pipeline, constrained_problems, hand_chain, pipeline_problems
 
 
 def throughput(graph, platform, costs):
@@ -264,7 +264,7 @@ def test_pipeline_dp_is_the_brute_force_optimum(problem):
 
 
 @settings(max_examples=examples(30), deadline=None)
-@given(st.one_of(pipeline_problems(max_kernels=4, uneven_links=True), constrained_problems()))
+@given(st.one_of(pipeline_problems(max_kernels=4, uneven_links=True), constrained_pipeline_problems()))
 def test_pipeline_dp_bounds_every_plan_where_it_relaxes_links_and_memory(problem):
     """Links that differ (the DP prices the cheapest), shared weights (split among their users) and
     activations (not counted): the DP's value stays a lower bound, and optimal means the optimum."""
@@ -287,13 +287,13 @@ def test_pipeline_dp_bounds_every_plan_where_it_relaxes_links_and_memory(problem
 
 def test_pipeline_hand_chain_optimum():
     # [a] on B = 2 + input 2 + a out 3 = 7; [b, c] on C = 2 + a in 3 + output 2 = 7 (test_mtpp).
-    plan = get_solver("downsets").solve(hand_chain())
+    plan = get_solver("downsets").solve(stage_choice_chain())
     assert (plan.value_s, plan.stages, plan.stage_devices, plan.optimal) == (7.0, [["a"], ["b", "c"]], ["B", "C"], True)
     assert plan.lower_bound_s == 7.0 and plan.attrs["prices_exact"]
 
 
 def test_pipeline_stage_count_caps_the_sets():
-    two = hand_chain()
+    two = stage_choice_chain()
     problem = Problem(two.graph, two.platform, two.costs, objective="pipeline", stages=1)
     one = get_solver("downsets").solve(problem)
     assert len(one.stages) == 1 and one.optimal and one.value_s == best_pipeline(problem) > 7.0
@@ -371,8 +371,8 @@ def test_a_dp_table_past_its_cells_is_refused(monkeypatch):
 
     monkeypatch.setattr(downsets_module, "MAX_DP_CELLS", 10)
     with pytest.raises(TooManyIdeals, match="a DP table of more than 10 cells"):
-        MaxLoadInstance.of(hand_chain(), 10_000)
-    fallback = get_solver("downsets", fallback_options={"generations": 1}).solve(hand_chain())
+        MaxLoadInstance.of(stage_choice_chain(), 10_000)
+    fallback = get_solver("downsets", fallback_options={"generations": 1}).solve(stage_choice_chain())
     assert "DP table" in fallback.attrs["fallback_reason"] and fallback.value_s >= 7.0
 
 

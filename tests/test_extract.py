@@ -8,10 +8,11 @@ from tvm.relax.frontend import nn
 
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes.extract import extract
-from tvm_diviml.passes.frontends import from_relax, from_torch_export, load_onnx
+from tvm_diviml.passes.frontends import from_relax, load_onnx
 from tvm_diviml.passes.interpret import run_kernels
 from tvm_diviml.zoo import BuiltModel, init_weights
-from tvm_diviml.zoo.reference import run_reference
+
+from .helpers import assert_faithful, tiny_onnx, torch_model_with_buffers
 
 
 class Branches(nn.Module):
@@ -37,15 +38,6 @@ def built_branches(seed=0):
     mod, params = Branches().export_tvm({"forward": {"x": nn.spec.Tensor((1, 3, 8, 8), "float32")}})
     shapes = [(n, tuple(int(s) for s in p.shape), str(p.dtype)) for n, p in params]
     return BuiltModel("branches", mod, "forward", [("x", (1, 3, 8, 8), "float32")], init_weights(shapes, seed))
-
-
-def assert_faithful(built, extraction, rtol=1e-5, atol=1e-5):
-    inputs = built.sample_inputs(1)
-    expected = run_reference(built, inputs)
-    got = run_kernels(extraction, inputs, [w for _, w in built.params])
-    assert len(got) == len(expected)
-    for want, have in zip(expected, got, strict=True):
-        np.testing.assert_allclose(have, want, rtol=rtol, atol=atol)
 
 
 def test_extracts_fused_kernels_with_sizes_flops_and_weights():
@@ -144,34 +136,6 @@ def test_a_users_own_relax_module():
         from_relax(Module, "main", [weight, weight])
 
 
-def tiny_onnx(path):
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    weights = [
-        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "W1"),
-        numpy_helper.from_array(rng.standard_normal((4, 8)).astype("float32"), "W2"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
-        helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("Gemm", ["f", "W2"], ["y"], transB=1),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
-        initializer=weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, str(path))
-    return model
-
-
 def test_onnx_import_extracts_and_matches_onnx_reference(tmp_path):
     model = tiny_onnx(tmp_path / "tiny.onnx")
     from onnx.reference import ReferenceEvaluator
@@ -251,32 +215,6 @@ def test_onnx_operators_tvm_cannot_import_are_named_in_one_line(tmp_path):
             load_onnx(str(tmp_path / name))
         assert name in str(caught.value) and "\n" not in str(caught.value)
     assert "NoSuchOperator" in str(caught.value)
-
-
-def torch_model_with_buffers():
-    """(model, example input, BuiltModel): a convolution, batch norm with non-trivial running statistics
-    and a registered buffer (torch's buffers become constants), pooled and flattened into a linear layer."""
-    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'tvm-diviml[torch]')")
-
-    class WithBuffers(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.bn = torch.nn.BatchNorm2d(8)
-            self.register_buffer("shift", torch.linspace(-1, 1, 8))
-            self.fc = torch.nn.Linear(8, 4)
-
-        def forward(self, x):
-            pooled = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)) + self.shift
-            return self.fc(torch.flatten(pooled, 1))
-
-    torch.manual_seed(0)
-    model = WithBuffers().eval()
-    with torch.no_grad():
-        model.bn.running_mean.uniform_(-1, 1)
-        model.bn.running_var.uniform_(0.5, 2)
-    example = torch.randn(2, 3, 8, 8)
-    return model, example, from_torch_export(torch.export.export(model, (example,)))
 
 
 def test_torch_export_import_matches_torch():

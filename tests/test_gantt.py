@@ -22,7 +22,7 @@ from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 
 from .conftest import graph_of, table, unit_platform
-from .test_cli import diviml
+from .helpers import diviml
 
 
 def assert_is_a_picture(path):

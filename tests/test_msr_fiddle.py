@@ -11,34 +11,7 @@ from tvm_diviml.plan import Plan
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
 
-
-def hand_file(**overrides):
-    """1 -> 2 -> 3 -> 4 and 1 -> 3; accelerator times 1..4 ms, CPU 10 ms; 3 colour-shares with 4."""
-    data = {
-        "maxSizePerFPGA": 100.0,
-        "maxFPGAs": 2,
-        "maxCPUs": 1,
-        "nodes": [
-            {
-                "id": i,
-                "supportedOnFpga": 1,
-                "cpuLatency": 10.0,
-                "fpgaLatency": float(i),
-                "size": 30.0,
-                "isBackwardNode": False,
-                "colorClass": {3: 34, 4: 34}.get(i, i),
-            }
-            for i in (1, 2, 3, 4)
-        ],
-        "edges": [
-            {"sourceId": 1, "destId": 2, "cost": 0.5},
-            {"sourceId": 1, "destId": 3, "cost": 0.5},
-            {"sourceId": 2, "destId": 3, "cost": 0.25},
-            {"sourceId": 3, "destId": 4, "cost": 1.0},
-        ],
-    }
-    data.update(overrides)
-    return data
+from .helpers import hand_file
 
 
 def price(data, assignment):

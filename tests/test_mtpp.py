@@ -5,7 +5,6 @@ over every topological order, hand-priced cases and the simulator's ``stage_seri
 Links cost latency + bytes / bandwidth (``unit_platform``); A is the host CPU.
 """
 
-import dataclasses
 import itertools
 import math
 
@@ -17,11 +16,9 @@ from hypothesis import strategies as st
 from tvm_diviml.app.workload import load_workload
 from tvm_diviml.bounds import lower_bounds
 from tvm_diviml.bounds.pipeline import pipeline_bounds, superblock_bound
-from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Link
 from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
@@ -32,26 +29,19 @@ from tvm_diviml.toolkit.pipeline_model import BuildStopped, MipBuilder, Pipeline
 
 from .bruteforce import best_pipeline
 from .conftest import examples, graph_of, table, unit_platform
+from .helpers import (
+    TOLERANCE,
+    constrained_pipeline_problems,
+    pipeline,
+    pipeline_problems,
+    simulated,
+    stage_choice_chain,
+)
 from .strategies import DEVICES, dag_problems
-from .test_slicegraph import hand_chain as slicegraph_chain
-from .test_slicegraph import pipeline, simulated
-
-TOLERANCE = 1e-6  # MIP bounds carry a relative slack of 1e-6
 
 
 def close(a, b):
     return math.isclose(a, b, rel_tol=10 * TOLERANCE, abs_tol=1e-9)
-
-
-@st.composite
-def pipeline_problems(draw, max_kernels=5, uneven_links=False):
-    """A pipeline problem of 1..3 stages on the three-device unit platform; ``uneven_links``: one link
-    (B -> C or C -> A) made cheaper than the rest, so that links no longer price alike."""
-    graph, platform, costs = draw(dag_problems(max_kernels=max_kernels))
-    if uneven_links:
-        pair = draw(st.sampled_from([("B", "C"), ("C", "A")]))
-        costs = TableCostModel(platform, costs.compute, links={pair: Link(*pair, 0.0, 10.0)})
-    return pipeline(graph, platform, costs, draw(st.integers(1, 3)))
 
 
 # ---------------------------------------------------------------------- the exact MIP
@@ -85,30 +75,8 @@ def test_uneven_links_leave_a_valid_bound_and_claim_only_what_the_simulator_agre
         assert close(plan.value_s, optimum)
 
 
-@st.composite
-def constrained_problems(draw):
-    """Pipeline problems whose kernels may be barred from devices, tied into co-location groups and
-    hold weights against small device memories. Activations peak below 20 bytes, so with 44 bytes a
-    device holds either weight with them, never both weights (the MIP models weights only)."""
-    problem = draw(pipeline_problems(max_kernels=5))
-    graph = problem.graph
-    kernels = [
-        dataclasses.replace(
-            k,
-            allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
-            colocate=draw(st.sampled_from([None, None, "g"])),
-            weights=draw(st.sampled_from([(), ("w1",), ("w2",), ("w1", "w2")])),
-        )
-        for k in graph.kernels.values()
-    ]
-    graph = OpGraph(kernels, graph.edges, inputs=graph.inputs, weights={"w1": 20, "w2": 25})
-    platform = unit_platform(DEVICES, memory=draw(st.sampled_from([None, 44, 100])))
-    costs = TableCostModel(platform, problem.costs.compute)
-    return pipeline(graph, platform, costs, problem.stages)
-
-
 @settings(max_examples=examples(40), deadline=None)
-@given(constrained_problems())
+@given(constrained_pipeline_problems())
 def test_mip_and_bounds_keep_allowed_devices_groups_and_memory(problem):
     optimum = best_pipeline(problem)
     try:
@@ -122,20 +90,15 @@ def test_mip_and_bounds_keep_allowed_devices_groups_and_memory(problem):
         assert bound <= optimum * (1 + TOLERANCE), name
 
 
-def hand_chain():
-    """test_slicegraph's chain a -> b -> c where c is fast on C (1 s) and slow on B (8 s)."""
-    return slicegraph_chain(c_on_b=8.0, c_on_c=1.0)
-
-
 def test_mip_chooses_which_device_takes_which_stage():
     # [a] on B = 2 + input 2 + a out 3 = 7; [b, c] on C = 2 + a in 3 + output 2 = 7. With C first it is 15 at best.
-    plan = solve_pipeline_mip(hand_chain(), time_limit_s=10)
+    plan = solve_pipeline_mip(stage_choice_chain(), time_limit_s=10)
     assert (plan.value_s, plan.stages, plan.stage_devices, plan.optimal) == (7.0, [["a"], ["b", "c"]], ["B", "C"], True)
     assert (plan.objective, plan.mode) == ("pipeline", "stage_serial")
 
 
 def test_a_warm_start_is_improved_on_and_must_be_a_pipeline_plan():
-    problem = hand_chain()
+    problem = stage_choice_chain()
     slow = Plan(
         {"a": "C", "b": "C", "c": "C"},
         objective="pipeline",
@@ -161,7 +124,7 @@ def test_identical_gpus_are_one_choice_and_the_mip_matches_slicegraph():
 
 
 def test_mip_refuses_other_objectives_and_too_many_stages():
-    problem = hand_chain()
+    problem = stage_choice_chain()
     with pytest.raises(DivimlInputError, match="pipeline"):
         solve_pipeline_mip(Problem(problem.graph, problem.platform, problem.costs), time_limit_s=1)
     with pytest.raises(DivimlInputError, match="4 stages need 4 devices"):
@@ -264,7 +227,7 @@ def test_three_superblocks_price_the_transfers_lb0_ignores():
 
 
 def test_bounds_stay_cheap_without_a_mip_budget():
-    parts = lower_bounds(hand_chain())
+    parts = lower_bounds(stage_choice_chain())
     assert set(parts) == {"average_load", "largest_kernel", "neighbourhood", "separation", "lp_load"}
     # Cheapest devices: a 2 (B), b 1 (C), c 1 + output 2 (C) or 100 + 0 on the host A: 6 over two stages;
     # the dearest kernel with what it reads: a on B with its input, 2 + 2.
@@ -318,7 +281,7 @@ def test_bounds_of_mips_stopped_early_still_lie_below_a_found_plan():
 
 def test_a_colocation_group_bounds_every_mode_by_its_work_on_its_cheapest_common_device():
     from tvm_diviml.bounds import lower_bounds
-    from tvm_diviml.graph import Kernel, OpGraph
+    from tvm_diviml.graph import Kernel
     from tvm_diviml.solvers import Problem
 
     from .conftest import table, unit_platform

@@ -11,7 +11,6 @@ the replica and the server; ``diviml run --rpc`` keeps the replicas where they a
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -29,8 +28,10 @@ from tvm_diviml.cost.rpc_hops import DriverHop, driver_io_s
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan, ReplicaGroup
 from tvm_diviml.presets import get_platform
-from tvm_diviml.runtime.rpc import ServerError
+from tvm_diviml.runtime.rpc import ServerError, ServerTimeoutError
 from tvm_diviml.runtime.rpc_servers import connect_servers, start_local_servers
+
+from .helpers import HANG_GUARD_S
 
 TWIN = ("twin_branch", {"depth": 2, "hidden": 32, "batch": 2})
 TWIN_CLI = "twin_branch:depth=2,hidden=32,batch=2"
@@ -136,24 +137,21 @@ def test_a_replicas_server_killed_mid_stream_is_named_at_once(servers, twin):
     plan = replicated(extraction.graph.topo_order, {"s0.cpu": 0.5, "s1.cpu": 0.5})
     built = build_for_servers(model.mod, plan, platform, extraction=extraction)
     remotes = connect_servers(platform, [servers.addresses[0], servers.addresses[VICTIM]])
-    killed = {}
 
     def inputs():
         for index in range(10_000):  # ends, so a failure never noticed fails the test instead of hanging it
             if index == 4:
                 servers.kill(VICTIM)
-                killed["at"] = time.monotonic()
             yield model.sample_inputs(index % 2)
 
     try:
         with (
-            open_runner(built, remotes, [w for _, w in model.params], timeout_s=60) as runner,
+            open_runner(built, remotes, [w for _, w in model.params], timeout_s=HANG_GUARD_S) as runner,
             pytest.raises(ServerError) as caught,
             replica_failures_as_server_errors(),
         ):
             for _ in runner.stream(inputs(), in_flight=2):
                 pass
-        elapsed = time.monotonic() - killed["at"]
     finally:
         remotes["s0"].close()
     error, address = caught.value, f"127.0.0.1:{servers.addresses[VICTIM][1]}"
@@ -161,7 +159,7 @@ def test_a_replicas_server_killed_mid_stream_is_named_at_once(servers, twin):
     assert f"replica s1 failed on input {error.input_index}" in str(error)
     assert f"server s1 ({address}) failed" in str(error)
     assert not error.segment or f"segment '{error.segment}'" in str(error)  # none when an output's download failed
-    assert elapsed < 60 / 2  # a dead socket fails at once, not at the 60 s timeout
+    assert not isinstance(error, ServerTimeoutError)  # a dead socket fails at once, not at the timeout
 
 
 def test_cli_keeps_the_replicas_where_they_are_predicted_faster(servers, tmp_path, capsys):

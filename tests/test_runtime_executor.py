@@ -14,6 +14,7 @@ from tvm_diviml.runtime.executor import ConcurrentExecutor, SegmentCall, Segment
 from tvm_diviml.segments import segment_boundaries, split_segments
 
 from .conftest import examples
+from .helpers import HANG_GUARD_S, wait_until
 from .strategies import assignments, dag_problems
 
 
@@ -193,9 +194,11 @@ def test_a_tensor_is_dropped_once_its_last_reader_is_done():
 def test_stream_yields_in_input_order_when_later_inputs_finish_first():
     finished = []
     lock = threading.Lock()
+    second_of_1_done = threading.Event()
 
     def slow_first(x):
-        time.sleep(0.005 * (10 - x))
+        if x == 0:  # input 1, in flight too, finishes its second segment first
+            second_of_1_done.wait(HANG_GUARD_S)
         with lock:
             finished.append(("first", x))
         return [x + 1]
@@ -203,10 +206,14 @@ def test_stream_yields_in_input_order_when_later_inputs_finish_first():
     def fast_second(x):
         with lock:
             finished.append(("second", x))
+        if x == 1:
+            second_of_1_done.set()
         return [10 * x]
 
     calls = [SegmentCall("first", "A", ["input:x"], ["a"]), SegmentCall("second", "B", ["input:x"], ["b"])]
-    with executor_of({"first": slow_first, "second": fast_second}, calls, ["a", "b"]) as executor:
+    with executor_of(
+        {"first": slow_first, "second": fast_second}, calls, ["a", "b"], timeout_s=2 * HANG_GUARD_S
+    ) as executor:
         results = list(executor.stream(({"input:x": i} for i in range(10)), in_flight=3))
     assert results == [[i + 1, 10 * i] for i in range(10)]
     assert finished.index(("second", 1)) < finished.index(("first", 0)), "no input overtook another"
@@ -226,14 +233,13 @@ def test_stream_keeps_at_most_in_flight_inputs_started_and_consumes_lazily(in_fl
             yield {"input:x": i}
 
     calls = [SegmentCall("a", "A", ["input:x"], ["a"]), SegmentCall("b", "B", ["a"], ["b"])]
-    reached = 0
     with executor_of({"a": record, "b": lambda a: [a]}, calls, ["b"]) as executor:
         for j, result in enumerate(executor.stream(inputs(), in_flight=in_flight)):
             assert result == [j]
-            time.sleep(0.03)  # time for the workers to run ahead if they could
+            # the workers run ahead: every input in flight besides j starts while the caller holds j
+            ahead = set(range(j + 1, min(j + in_flight, 8)))
+            wait_until(lambda ahead=ahead: ahead <= started, f"inputs {sorted(ahead)} started while {j} is held")
             assert max(started) <= j + in_flight - 1 and len(pulled) <= j + in_flight
-            reached = max(reached, sum(1 for i in started if i > j))
-    assert reached == in_flight - 1
 
 
 # ---------------------------------------------------------------------- failures
@@ -284,9 +290,7 @@ def test_a_hung_call_hits_the_timeout_with_its_name(read_by_another, caplog):
     executor.close()  # does not wait for the hung worker, says so
     assert "diviml-B did not stop" in caplog.text
     release.set()  # the call returns; its worker then ends by itself
-    deadline = time.monotonic() + 5.0
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: threading.active_count() <= before, "the hung worker ended once its call returned")
     assert threading.active_count() == before
 
 

@@ -18,7 +18,7 @@ from tvm_diviml.servers import identical_servers, server_of, server_platform
 from tvm_diviml.simulator import simulate
 from tvm_diviml.synthetic import random_dag
 
-from .test_cli import diviml
+from .helpers import diviml
 
 GBPS_100 = 100e9 / 8  # the default network: 100 Gb/s in bytes/s (and 10 µs per message)
 

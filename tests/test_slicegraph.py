@@ -21,23 +21,15 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.platform import Link, Platform
 from tvm_diviml.problem import Problem
-from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import get_solver
 from tvm_diviml.solvers.slicegraph import SliceGraph, order_by_keys, pipeline_plan, slice_order
 from tvm_diviml.toolkit.deadline import Deadline
 
 from .bruteforce import best_pipeline
 from .conftest import examples, graph_of, table, unit_platform
+from .helpers import hand_chain, pipeline, simulated
 from .strategies import DEVICES, dag_problems
 from .strategies import constrained_problems as memory_problems
-
-
-def pipeline(graph, platform, costs, stages):
-    return Problem(graph, platform, costs, objective="pipeline", stages=stages)
-
-
-def simulated(problem, plan):
-    return simulate(problem, plan)
 
 
 def period(problem, order, devices, cuts):
@@ -110,18 +102,6 @@ def test_dp_over_all_orders_reaches_the_best_ordered_split(case):
     orders = nx.all_topological_sorts(problem.graph.to_networkx())
     best_over_orders = min(slice_order(problem, list(order), devices)[0] for order in orders)
     assert close(best_over_orders, best_split(problem, devices))
-
-
-def hand_chain(c_on_b=4.0, c_on_c=2.0):
-    """a -> b -> c, 2-byte tensors (3 s on a link), a 1-byte input into a and a 1-byte output from c
-    (2 s each off the host); A, the host, is too slow to use."""
-    platform = unit_platform()
-    graph = graph_of([("a", "b", 2), ("b", "c", 2)], inputs=[("x", 1, ["a"])], output_bytes={"c": 1})
-    costs = table(
-        platform,
-        {"a": {"A": 100, "B": 2, "C": 10}, "b": {"A": 100, "B": 5, "C": 1}, "c": {"A": 100, "B": c_on_b, "C": c_on_c}},
-    )
-    return pipeline(graph, platform, costs, 2)
 
 
 def test_heterogeneous_stages_are_priced_on_their_own_devices():

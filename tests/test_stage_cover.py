@@ -28,10 +28,10 @@ from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.toolkit.deadline import Deadline
 from tvm_diviml.toolkit.pipeline_model import MipBuilder, PipelineData, cheapest_pricing
 
+from .bruteforce import best_pipeline
 from .conftest import examples, graph_of, table, unit_platform
+from .helpers import TOLERANCE, chain, pipeline, pipeline_problems
 from .strategies import dag_problems
-from .test_mtpp import TOLERANCE, best_pipeline, pipeline_problems
-from .test_slicegraph import pipeline
 
 
 def block_cost(data, pricing, inside) -> float:
@@ -109,14 +109,6 @@ def test_the_interval_period_is_the_best_split_of_an_order_into_k_intervals(case
     assert math.isclose(cover.interval_period(), best, rel_tol=1e-9)
     # a cover of that many blocks exists there, so the LP over the known columns needs no more
     assert cover.needed(best * (1 + 1e-9), Deadline.never()) <= stages + 1e-6
-
-
-def chain(length, work=1.0, tensor_bytes=4, devices=("A", "B", "C")):
-    """k0 -> k1 -> ... taking ``work`` s each; each tensor 1 + ``tensor_bytes`` s on a link."""
-    platform = unit_platform(devices)
-    names = [f"k{i}" for i in range(length)]
-    graph = graph_of([(a, b, tensor_bytes) for a, b in zip(names, names[1:])])
-    return graph, platform, table(platform, {k: work for k in names})
 
 
 def test_each_stage_pays_its_own_transfers_where_the_superblocks_lump_them():

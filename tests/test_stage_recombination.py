@@ -16,7 +16,7 @@ from tvm_diviml.toolkit.pipeline_polish import polish_pipeline
 
 from .bruteforce import best_pipeline
 from .conftest import examples
-from .test_mtpp import pipeline_problems
+from .helpers import pipeline_problems
 
 
 @settings(max_examples=examples(30), deadline=None)

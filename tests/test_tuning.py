@@ -21,6 +21,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_diviml.cost import tuning
 from tvm_diviml.errors import DivimlInputError
 
+from .helpers import HANG_GUARD_S, wait_until
+
 TRIALS = 2
 
 
@@ -367,10 +369,12 @@ def test_an_interrupt_inside_a_deferred_section_is_remembered_not_raised():
 
 @pytest.mark.slow  # a search of its own: about 2 minutes on 2 cores
 def test_ctrl_c_during_tuning_stops_after_a_batch_and_keeps_the_database(tmp_path):
+    """Ctrl-C once the search has recorded a measured candidate (it goes on with the next batch): exit 130,
+    no traceback, and the records measured until then kept. The moments are the files the search writes:
+    its logs (the default schedules are recorded by then) and a record more in its database."""
     import signal
     import subprocess
     import sys
-    import time
 
     cache = tmp_path / "cache"
     driver = subprocess.Popen(
@@ -382,22 +386,28 @@ def test_ctrl_c_during_tuning_stops_after_a_batch_and_keeps_the_database(tmp_pat
         # a background job (CI) inherits SIGINT ignored, and Python then keeps it so: restore the default
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+    def running(found):
+        assert driver.poll() is None, driver.communicate()  # it did not end before the moment came
+        return found
+
+    def records(work_dir) -> int:
+        path = work_dir / "database_tuning_record.json"
+        return path.read_text().count("\n") if path.exists() else 0
+
     try:
-        deadline = time.monotonic() + 300
-        while not list(cache.glob("**/logs")) and time.monotonic() < deadline:  # the search has started
-            assert driver.poll() is None, driver.communicate()
-            time.sleep(0.5)
-        time.sleep(20)
-        assert driver.poll() is None, driver.communicate()
+        (logs,) = wait_until(lambda: running(list(cache.glob("**/logs"))), "the search's start", every_s=0.5)
+        seeded = records(logs.parent)
+        wait_until(lambda: running(records(logs.parent) > seeded), "a measured candidate's record", every_s=0.5)
+        measured = records(logs.parent)
         driver.send_signal(signal.SIGINT)
-        _, err = driver.communicate(timeout=120)
+        _, err = driver.communicate(timeout=HANG_GUARD_S)
     finally:
         driver.kill()
     assert driver.returncode == 130 and err.strip().endswith("diviml: interrupted"), err[-2000:]
     assert "Traceback" not in err, err[-2000:]
-    (logs,) = cache.glob("**/logs")
     database = tuning.open_database(str(logs.parent))
-    assert len(database) > 0  # the records measured before the interrupt were kept
+    assert len(database) >= measured > seeded  # the records measured before the interrupt were kept
 
 
 # ---------------------------------------------------------------------- a database made for another model

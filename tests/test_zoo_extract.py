@@ -6,7 +6,7 @@ import pytest
 from tvm_diviml.app.load import load_model
 from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
 
-from .test_extract import assert_faithful
+from .helpers import assert_faithful
 
 SMALL = SMALL_OPTIONS
 FAST = {"resnet18", "randwire_ws", "bert_base"}
