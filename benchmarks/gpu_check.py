@@ -38,12 +38,12 @@ def prepare(out: str, model_spec: str, python_version: str) -> None:
     import tvm
 
     from tvm_diviml.app.load import load_model
-    from tvm_diviml.cost.measured import schedule_for_target
     from tvm_diviml.cost.roofline import RooflineCostModel
     from tvm_diviml.modelspec import parse_model_spec
     from tvm_diviml.passes import apply_plan, build
     from tvm_diviml.plan import Plan
     from tvm_diviml.presets import load_platform
+    from tvm_diviml.schedules.database import schedule_for_target
     from tvm_diviml.solvers import Problem, get_solver
     from tvm_diviml.zoo.reference import run_reference
 
@@ -188,7 +188,6 @@ def check(directory: str, out: str, repeats: int) -> dict:
 
     _load_cuda_runtime()
 
-    from tvm_diviml.cost.measured import time_link
     from tvm_diviml.cost.roofline import RooflineCostModel
     from tvm_diviml.cost.table import TableCostModel
     from tvm_diviml.graph import OpGraph
@@ -196,7 +195,7 @@ def check(directory: str, out: str, repeats: int) -> dict:
     from tvm_diviml.platform import Link, Platform
     from tvm_diviml.problem import Problem
     from tvm_diviml.runtime.concurrent import ConcurrentRunner
-    from tvm_diviml.runtime.measure import time_calls
+    from tvm_diviml.runtime.measure import time_calls, time_link
     from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, tvm_device
     from tvm_diviml.simulator import simulate
     from tvm_diviml.tolerances import compare_outputs

@@ -177,7 +177,7 @@ def torch_model_with_buffers():
     """(model, example input, BuiltModel): a convolution, batch norm with non-trivial running statistics
     and a registered buffer (torch's buffers become constants), pooled and flattened into a linear layer."""
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'tvm-diviml[torch]')")
-    from tvm_diviml.passes.frontends import from_torch_export
+    from tvm_diviml.frontends.importers import from_torch_export
 
     class WithBuffers(torch.nn.Module):
         def __init__(self):

@@ -238,9 +238,9 @@ def test_an_export_over_a_folder_of_other_files_is_refused_before_the_run(tmp_pa
 def test_a_replicated_build_exports_and_runs_as_its_replicas(tmp_path):
     from tvm_diviml.app.export import export_run
     from tvm_diviml.app.load import load_model
-    from tvm_diviml.passes.timing import build_runnable
     from tvm_diviml.plan import Plan
     from tvm_diviml.presets import get_platform
+    from tvm_diviml.profiling.timing import build_runnable
     from tvm_diviml.runtime.routed import RoutedBuild
 
     loaded = load_model("twin_branch", OPTIONS)

@@ -1,4 +1,4 @@
-"""Keeping the fastest measured plan (tvm_diviml/candidates.py): which plans are candidates, and the
+"""Keeping the fastest measured plan (tvm_diviml/profiling/candidates.py): which plans are candidates, and the
 choice among them with timings given (no TVM, no clock)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from tvm_diviml.candidates import Candidate, candidate_plans, format_selection, plan_key, select_fastest
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
+from tvm_diviml.profiling.candidates import Candidate, candidate_plans, format_selection, plan_key, select_fastest
 from tvm_diviml.solvers import Problem, get_solver
 from tvm_diviml.synthetic import branchy
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tvm_diviml.cost.cache import (
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.profiling.cache import (
     SCHEMA_VERSION,
     LinkKey,
     LinkMeasurement,
@@ -21,7 +22,6 @@ from tvm_diviml.cost.cache import (
     _move_aside,
     default_cache_dir,
 )
-from tvm_diviml.errors import DivimlInputError
 
 LINK = LinkKey("cpu:0", "cuda:0", "host-1", "0.27.0")
 
@@ -221,7 +221,7 @@ def test_damaged_file_is_moved_aside_with_a_warning(tmp_path, caplog, damage):
     path = tmp_path / "c.sqlite"
     damage(path)
     before = path.read_bytes() if path.is_file() and os.access(path, os.R_OK) else None
-    with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"):
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.cache"):
         cache = ProfileCache(str(path))
     with cache:
         cache.put_many({key("a"): measurement(1e-3)})
@@ -269,7 +269,7 @@ def test_damage_found_while_a_cache_is_open_is_recovered_and_the_open_cache_foll
         first.put_many({key(f"k{i}"): measurement(1e-3) for i in range(500)})
         with open(path, "r+b") as handle:
             handle.write(random.Random(1).randbytes(200_000))
-        with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"), ProfileCache(str(path)) as second:
+        with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.cache"), ProfileCache(str(path)) as second:
             assert second.get_many([key("k0")]) == {}
             second.put_many({key("second"): measurement(3e-3)})
         assert "is unusable" in caplog.text
@@ -280,7 +280,7 @@ def test_damage_found_while_a_cache_is_open_is_recovered_and_the_open_cache_foll
 def test_an_empty_file_becomes_a_cache_without_a_warning(tmp_path, caplog):
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"")
-    with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"), ProfileCache(str(path)) as cache:
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.cache"), ProfileCache(str(path)) as cache:
         cache.put_many({key("a"): measurement(1e-3)})
     assert caplog.records == [] and not list(tmp_path.glob("*.corrupt-*"))
 
@@ -298,7 +298,7 @@ def test_a_cache_that_cannot_be_written_goes_on_in_memory_with_a_warning(tmp_pat
         cache.put_many({key("kept"): measurement(1e-3)})
         cache._db.execute(refusal)
         many = {key(f"a{i}"): measurement(2e-3) for i in range(1000)}  # more than the pages it has
-        with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"):
+        with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.cache"):
             cache.put_many(many)
             cache.put_link(LinkKey("cpu:0", "cpu:1", "host", "0.27"), LinkMeasurement(1e-5, 1e10, 0.01))
         assert cache.in_memory and cache.get_many(many) == many
@@ -310,7 +310,7 @@ def test_a_cache_that_cannot_be_written_goes_on_in_memory_with_a_warning(tmp_pat
 
 def test_a_damaged_cache_that_cannot_be_moved_aside_goes_on_in_memory(tmp_path, caplog, monkeypatch):
     """A damaged file on a read-only file system: it cannot be moved aside nor replaced."""
-    from tvm_diviml.cost import cache as cache_module
+    from tvm_diviml.profiling import cache as cache_module
 
     path = tmp_path / "c.sqlite"
     random_bytes(path)
@@ -319,7 +319,7 @@ def test_a_damaged_cache_that_cannot_be_moved_aside_goes_on_in_memory(tmp_path, 
         raise OSError(30, "Read-only file system")
 
     monkeypatch.setattr(cache_module, "_move_aside", read_only)
-    with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.cache"):
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.cache"):
         with ProfileCache(str(path)) as cache:
             cache.put_many({key("a"): measurement(1e-3)})
             assert cache.in_memory and cache.get_many([key("a")]) == {key("a"): measurement(1e-3)}

@@ -10,13 +10,13 @@ import pytest
 
 from tvm_diviml.app.load import load_model
 from tvm_diviml.cost.base import ExecutorOverheads
-from tvm_diviml.cost.cache import ProfileCache
-from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions, device_present
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
+from tvm_diviml.profiling.cache import ProfileCache
+from tvm_diviml.profiling.measured import MeasuredCostModel, MeasureOptions, device_present
 
 from .helpers import diviml
 
@@ -119,8 +119,8 @@ def test_in_context_calibration_makes_the_model_cost_its_whole_run(tiny, tmp_pat
 
 
 def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_path, monkeypatch):
-    from tvm_diviml.passes import timing
-    from tvm_diviml.passes.timing import calibrate_in_context
+    from tvm_diviml.profiling import timing
+    from tvm_diviml.profiling.timing import calibrate_in_context
 
     platform = get_platform("cpu2")
     loaded = load_model("twin_branch", {"depth": 2, "hidden": 16, "batch": 2})
@@ -255,8 +255,8 @@ def test_tuning_searches_each_thread_count_a_plan_may_build_for(tiny, monkeypatc
     minutes and one database; every device, the whole CPU's too, gets the database's latest result."""
     import os
 
-    from tvm_diviml.cost import tuning
-    from tvm_diviml.passes.timing import measured_costs
+    from tvm_diviml.profiling import tuning
+    from tvm_diviml.profiling.timing import measured_costs
 
     searched = []
 
@@ -265,7 +265,7 @@ def test_tuning_searches_each_thread_count_a_plan_may_build_for(tiny, monkeypatc
         return f"result {len(searched)}"
 
     monkeypatch.setattr(tuning, "tune_primfuncs", fake_tune)
-    monkeypatch.setattr("tvm_diviml.cost.measured.MeasuredCostModel", lambda *args, tuning, **kwargs: tuning)
+    monkeypatch.setattr("tvm_diviml.profiling.measured.MeasuredCostModel", lambda *args, tuning, **kwargs: tuning)
     monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path))
 
     def tune_on(platform: str):

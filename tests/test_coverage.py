@@ -244,8 +244,8 @@ def test_a_vit_patch_embedding_runs_in_nhwc():
     schedule; the layout pass counts such axes from the front, and the input changes to NHWC first."""
     import torch
 
+    from tvm_diviml.frontends.importers import from_torch_export
     from tvm_diviml.passes.extract import extract
-    from tvm_diviml.passes.frontends import from_torch_export
 
     module, args = coverage.catalogue()["vit_small"].make()
     built = from_torch_export(torch.export.export(module, args))

@@ -13,8 +13,8 @@ from tvm import relax
 
 from tvm_diviml.cli import main
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.frontends.importers import from_relax, load_torch_program, register_pytree_types
 from tvm_diviml.passes import apply_plan, build, extract
-from tvm_diviml.passes.frontends import from_relax, load_torch_program, register_pytree_types
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
@@ -81,7 +81,7 @@ def test_a_kernel_tvm_cannot_compile_is_named_in_one_line():
 
 
 def test_profiling_a_kernel_tvm_cannot_compile_names_it_too():
-    from tvm_diviml.cost.measured import MeasureOptions, time_primfuncs
+    from tvm_diviml.profiling.measured import MeasureOptions, time_primfuncs
 
     extraction = extract(bool_cumsum_module(), "main")
     funcs = {name: extraction.mod[name] for name in set(extraction.kernel_func.values())}
@@ -370,7 +370,7 @@ def onnx_gemm(path, *, weights_as_inputs: bool):
 
 
 def test_an_onnx_model_listing_its_weights_as_inputs_takes_them_as_weights(tmp_path):
-    from tvm_diviml.passes.frontends import load_onnx
+    from tvm_diviml.frontends.importers import load_onnx
 
     path = tmp_path / "zoo_form.onnx"
     w, b = onnx_gemm(path, weights_as_inputs=True)

@@ -7,8 +7,8 @@ from tvm import relax
 from tvm.relax.frontend import nn
 
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.frontends.importers import from_relax, load_onnx
 from tvm_diviml.passes.extract import extract
-from tvm_diviml.passes.frontends import from_relax, load_onnx
 from tvm_diviml.passes.interpret import run_kernels
 from tvm_diviml.zoo import BuiltModel, init_weights
 

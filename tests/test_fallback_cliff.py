@@ -20,11 +20,11 @@ import tvm
 from tvm import relax
 
 from tvm_diviml.app import coverage
-from tvm_diviml.cost.cache import ProfileCache
-from tvm_diviml.cost.fallback_time import fallback_hotspots
-from tvm_diviml.cost.measured import MeasuredCostModel, MeasureOptions
 from tvm_diviml.passes.extract import extract
 from tvm_diviml.presets import get_platform
+from tvm_diviml.profiling.cache import ProfileCache
+from tvm_diviml.profiling.fallback_time import fallback_hotspots
+from tvm_diviml.profiling.measured import MeasuredCostModel, MeasureOptions
 from tvm_diviml.schedules import apply
 from tvm_diviml.schedules.apply import FALLBACKS, schedule_module, schedule_names
 from tvm_diviml.schedules.rules import Conv2d
@@ -103,7 +103,7 @@ def imported(make, route: str, folder):
     """The model as a user brings it: exported by torch.export or to ONNX, and imported."""
     import torch
 
-    from tvm_diviml.passes.frontends import from_torch_export, load_onnx
+    from tvm_diviml.frontends.importers import from_torch_export, load_onnx
 
     module, args = make()
     if route == "torch":

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from tvm_diviml.app.report import solve_and_report
 from tvm_diviml.app.workload import load_graph
-from tvm_diviml.cost.cache import LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.msr_fiddle import is_msr_fiddle, read_msr_fiddle
 from tvm_diviml.platform import Platform
 from tvm_diviml.presets import get_platform
+from tvm_diviml.profiling.cache import LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem
 from tvm_diviml.synthetic import random_dag

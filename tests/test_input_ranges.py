@@ -12,8 +12,8 @@ from tvm import relax
 
 from tvm_diviml.cli import main
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.frontends.importers import from_relax, from_torch_export
 from tvm_diviml.passes import apply_plan, build, extract
-from tvm_diviml.passes.frontends import from_relax, from_torch_export
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.vm import SingleVMRunner

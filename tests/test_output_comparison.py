@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tvm_diviml.app.run import RunMeasurement, format_run
-from tvm_diviml.candidates import Candidate, format_selection, select_fastest
 from tvm_diviml.cli import main
 from tvm_diviml.plan import Plan
+from tvm_diviml.profiling.candidates import Candidate, format_selection, select_fastest
 from tvm_diviml.tolerances import compare_outputs, output_rtol
 
 NAN, INF = np.nan, np.inf

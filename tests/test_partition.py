@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import tvm
 
+from tvm_diviml.app.partition import PLAN_ATTR, PartitionForDevices, partition_options
 from tvm_diviml.cost import RooflineCostModel, TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.passes import extract
 from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR
-from tvm_diviml.passes.partition import PLAN_ATTR, PartitionForDevices, partition_options
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.presets import get_platform
@@ -122,7 +122,7 @@ def test_registered_pipeline_outside_the_context_says_what_to_do(model):
 
 
 def test_contexts_nest_and_unwind():
-    from tvm_diviml.passes.partition import _ACTIVE
+    from tvm_diviml.app.partition import _ACTIVE
 
     with partition_options("cpu2", objective="latency") as outer:
         with partition_options("cpu2", objective="throughput") as inner:
@@ -202,7 +202,7 @@ def test_reimport_keeps_one_working_registration():
     registered pipeline must still see the reloaded module's partition_options."""
     from tvm import relax
 
-    import tvm_diviml.passes.partition as partition_module
+    import tvm_diviml.app.partition as partition_module
 
     reloaded = importlib.reload(partition_module)
     with reloaded.partition_options("cpu2") as active:

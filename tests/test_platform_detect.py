@@ -94,16 +94,15 @@ class FakeGpu:
 def test_gpus_are_listed_from_tvms_runtime(monkeypatch):
     """The listing reads TVM's device attributes and times both copy directions; the devices TVM
     does not find end it."""
-    from tvm_diviml.cost import measured
-    from tvm_diviml.cost.cache import LinkMeasurement
+    from tvm_diviml.cost.fit import LinkFit
 
     absent = type("Absent", (), {"exist": False})()
     monkeypatch.setattr(tvm, "device", lambda kind, index: FakeGpu() if (kind, index) == ("cuda", 0) else absent)
     timed = []
     monkeypatch.setattr(
-        measured,
+        detect,
         "time_link",
-        lambda src, dst, **_: timed.append((src.device, dst.device)) or LinkMeasurement(1e-5, 2e10, 0.0),
+        lambda src, dst, **_: timed.append((src.device, dst.device)) or LinkFit(1e-5, 2e10, 0.0),
     )
     (record,) = detect.list_gpus.__wrapped__()
     assert (record.kind, record.index, record.name, record.compute_version) == ("cuda", 0, "NVIDIA L4", "8.9")

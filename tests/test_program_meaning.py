@@ -10,11 +10,11 @@ import pytest
 import tvm
 from tvm import relax, tirx
 
+from tvm_diviml.app.partition import PartitionForDevices
 from tvm_diviml.cli import main
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.frontends.importers import from_torch_export, load_onnx
 from tvm_diviml.passes import ApplyPlan, extract, placed_build_pipeline
-from tvm_diviml.passes.frontends import from_torch_export, load_onnx
-from tvm_diviml.passes.partition import PartitionForDevices
 from tvm_diviml.plan import Plan
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.placement import Placement

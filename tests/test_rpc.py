@@ -19,7 +19,12 @@ import time
 import numpy as np
 import pytest
 
-from tvm_diviml.cost.rpc_hops import (
+from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
+from tvm_diviml.plan import Plan
+from tvm_diviml.platform import Link
+from tvm_diviml.presets import get_platform
+from tvm_diviml.profiling.rpc_hops import (
     DriverHop,
     driver_hop_platform,
     driver_io_s,
@@ -27,11 +32,6 @@ from tvm_diviml.cost.rpc_hops import (
     network_hop,
     with_driver_io,
 )
-from tvm_diviml.errors import DivimlInputError
-from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
-from tvm_diviml.plan import Plan
-from tvm_diviml.platform import Link
-from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServerTimeoutError
 from tvm_diviml.runtime.rpc_servers import connect_servers, parse_addresses, start_local_servers
 

@@ -24,10 +24,10 @@ from tvm_diviml.app.rpc_run import (
     routed_driver_io_s,
     run_plan_rpc,
 )
-from tvm_diviml.cost.rpc_hops import DriverHop, driver_io_s
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.plan import Plan, ReplicaGroup
 from tvm_diviml.presets import get_platform
+from tvm_diviml.profiling.rpc_hops import DriverHop, driver_io_s
 from tvm_diviml.runtime.rpc import ServerError, ServerTimeoutError
 from tvm_diviml.runtime.rpc_servers import connect_servers, start_local_servers
 

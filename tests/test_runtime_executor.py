@@ -424,7 +424,7 @@ def test_bad_segment_lists_and_inputs_are_refused():
 
 # ---------------------------------------------------------------------- overheads
 def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
-    from tvm_diviml.cost.executor import fit_executor_overheads
+    from tvm_diviml.profiling.overheads import fit_executor_overheads
 
     def seconds_per_run(segments, devices):  # 50 us per inference, 10 us per call, 40 us per hand-off
         return 50e-6 + 10e-6 * segments + (40e-6 * (segments - 1) if devices > 1 else 0.0)
@@ -437,7 +437,7 @@ def test_the_overhead_fit_recovers_known_costs_and_never_goes_negative():
 
 
 def test_the_corun_fit_is_a_ratio_of_medians_never_below_one():
-    from tvm_diviml.cost.executor import fit_corun_factor
+    from tvm_diviml.profiling.overheads import fit_corun_factor
 
     assert fit_corun_factor([1.0, 1.0, 9.0], [1.5, 1.5, 2.0]) == 1.5
     assert fit_corun_factor([1.0, 1.0], [0.9, 0.9]) == 1.0
@@ -446,7 +446,7 @@ def test_the_corun_fit_is_a_ratio_of_medians_never_below_one():
 def test_the_corun_measurement_sees_two_workers_on_one_core(monkeypatch):
     """Pinned to the same core, the pair takes turns: each call about twice as long. A test worker
     beside it on that core shrinks the ratio (1.35 once under `make test`), so it has three tries."""
-    from tvm_diviml.cost import executor
+    from tvm_diviml.profiling import overheads as executor
     from tvm_diviml.runtime import vm
 
     core = vm.usable_cores()[:1]
@@ -459,7 +459,7 @@ def test_the_corun_measurement_sees_two_workers_on_one_core(monkeypatch):
 def test_the_real_executor_overheads_are_timed():
     """Each figure is a difference of timings, which a busy core can swamp (run_s came out 0 once
     under `make test` beside another worker), so it has three tries."""
-    from tvm_diviml.cost.executor import executor_overheads
+    from tvm_diviml.profiling.overheads import executor_overheads
 
     def plausible(measured):
         return 0 < measured.run_s < 0.1 and 0 <= measured.segment_s < 0.1 and 0 <= measured.handoff_s < 0.1

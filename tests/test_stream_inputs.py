@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tvm_diviml.passes import timing
+from tvm_diviml.profiling import timing
 from tvm_diviml.zoo import BuiltModel
 
 HUGE = 10**8

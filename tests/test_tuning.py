@@ -18,8 +18,9 @@ import tvm_ffi
 from tvm import relax, te
 from tvm.s_tir import meta_schedule as ms
 
-from tvm_diviml.cost import tuning
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.profiling import tuning
+from tvm_diviml.schedules import database as schedules_database
 
 from .helpers import HANG_GUARD_S, wait_until
 
@@ -93,10 +94,10 @@ def test_tuning_records_each_distinct_kernel_once(tuned):
     assert (result.workloads, result.tuned, result.reused) == (2, 2, 0)  # mm_again is mm
     assert os.path.isfile(os.path.join(result.work_dir, "database_tuning_record.json"))
     for func in funcs.values():
-        seconds = tuning.tuned_seconds(result.database, func, "llvm")
+        seconds = schedules_database.tuned_seconds(result.database, func, "llvm")
         assert seconds is not None and 0 < seconds < 1
     assert len(result.database.get_all_tuning_records()) <= 2 * (TRIALS + 1)  # + the default schedule's
-    assert tuning.tuned_seconds(result.database, matmul(32), "llvm") is None
+    assert schedules_database.tuned_seconds(result.database, matmul(32), "llvm") is None
 
 
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
@@ -111,7 +112,7 @@ def test_metaschedule_logs_go_to_the_work_dir(tuned):
 def test_applied_schedule_changes_the_kernel_not_its_numbers(tuned):
     result, funcs = tuned
     mod = tvm.IRModule({"mm": funcs["mm"]})
-    applied = tuning.apply_database(mod, "llvm", result.database)
+    applied = schedules_database.apply_database(mod, "llvm", result.database)
     assert (applied.scheduled, applied.unscheduled) == (1, 0)
     scheduled = applied.mod["mm"]
     assert not tvm_ffi.structural_equal(scheduled, mod["mm"])
@@ -127,10 +128,10 @@ def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
     result, _ = tuned
     mod, stem = resnet
     renamed = mod[stem].with_attr("global_symbol", "stem_conv_on_cpu")
-    applied = tuning.apply_database(tvm.IRModule({"stem_conv_on_cpu": renamed}), "llvm", result.database)
+    applied = schedules_database.apply_database(tvm.IRModule({"stem_conv_on_cpu": renamed}), "llvm", result.database)
     assert applied.scheduled == 1
     assert applied.mod["stem_conv_on_cpu"].attrs["global_symbol"] == "stem_conv_on_cpu"
-    assert tuning.tuned_seconds(result.database, renamed, "llvm") == tuning.tuned_seconds(
+    assert schedules_database.tuned_seconds(result.database, renamed, "llvm") == schedules_database.tuned_seconds(
         result.database, mod[stem], "llvm"
     )
     args, out_shape = random_args(renamed)
@@ -146,7 +147,7 @@ def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
 def test_on_a_lowered_relax_module_it_does_what_metaschedule_does(tuned, resnet):
     result, _ = tuned
     mod, stem = resnet
-    ours = tuning.apply_database(mod, "llvm", result.database)
+    ours = schedules_database.apply_database(mod, "llvm", result.database)
     with tvm.target.Target("llvm"), result.database:
         theirs = relax.transform.MetaScheduleApplyDatabase()(mod)
     assert ours.scheduled == 1 and ours.unscheduled > 10
@@ -161,7 +162,7 @@ def test_kernels_without_a_record_or_for_another_device_are_left_alone(tuned):
     size = os.path.getsize(workloads)
     gpu_mm = funcs["mm"].with_attr("target", tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
     mod = tvm.IRModule({"small": matmul(32), "gpu_mm": gpu_mm})
-    applied = tuning.apply_database(mod, "llvm", result.database)
+    applied = schedules_database.apply_database(mod, "llvm", result.database)
     assert (applied.scheduled, applied.unscheduled) == (0, 2)
     assert tvm_ffi.structural_equal(applied.mod, mod)
     assert os.path.getsize(workloads) == size  # looking up adds no workload
@@ -173,11 +174,11 @@ def test_a_record_tuned_for_one_thread_count_is_not_applied_on_another(tuned):
     mod = tvm.IRModule({"mm": funcs["mm"]})
     threads = os.cpu_count() or 1  # the fixture tuned for "llvm": every core
     other = tvm.target.Target({"kind": "llvm", "num-cores": threads + 1})
-    assert tuning.apply_database(mod, other, result.database).scheduled == 0
-    assert tuning.tuned_seconds(result.database, funcs["mm"], other) is None
+    assert schedules_database.apply_database(mod, other, result.database).scheduled == 0
+    assert schedules_database.tuned_seconds(result.database, funcs["mm"], other) is None
     same = tvm.target.Target({"kind": "llvm", "num-cores": threads})
-    assert tuning.apply_database(mod, same, result.database).scheduled == 1
-    assert tuning.tuned_seconds(result.database, funcs["mm"], same) > 0
+    assert schedules_database.apply_database(mod, same, result.database).scheduled == 1
+    assert schedules_database.tuned_seconds(result.database, funcs["mm"], same) > 0
 
 
 @pytest.mark.slow  # shares the module's search, and a search of one thread (about 1 minute)
@@ -188,16 +189,17 @@ def test_another_thread_count_is_searched_beside_the_first_in_one_work_dir(tuned
     work_dir = str(tmp_path / "both")
     shutil.copytree(result.work_dir, work_dir)
     one = tvm.target.Target({"kind": "llvm", "num-cores": 1})
-    every = tuning.tuning_target("llvm")
+    every = schedules_database.tuning_target("llvm")
     mm = {"mm": funcs["mm"]}
     again = tuning.tune_primfuncs(mm, one, tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False)
     assert (again.tuned, again.reused) == (1, 0)
     assert again.digest != result.digest
     for target in (one, every):
-        assert tuning.tuned_seconds(again.database, funcs["mm"], target) > 0
+        assert schedules_database.tuned_seconds(again.database, funcs["mm"], target) > 0
     mod = tvm.IRModule({"mm": funcs["mm"]})
     schedules = {
-        str(target): tuning.apply_database(mod, target, again.database).mod["mm"].body for target in (one, every)
+        str(target): schedules_database.apply_database(mod, target, again.database).mod["mm"].body
+        for target in (one, every)
     }
     assert not tvm_ffi.structural_equal(*schedules.values())  # each build its own thread count's record
     resumed = tuning.tune_primfuncs(mm, one, tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False)
@@ -209,7 +211,7 @@ def test_a_placed_cpu_kernel_keeps_its_target(tuned):
     result, funcs = tuned
     cpu = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     mod = tvm.IRModule({"mm": funcs["mm"].with_attr("target", cpu)})
-    applied = tuning.apply_database(mod, "llvm", result.database)
+    applied = schedules_database.apply_database(mod, "llvm", result.database)
     assert applied.scheduled == 1
     assert applied.mod["mm"].attrs["target"].kind.name == "llvm"
 
@@ -231,7 +233,7 @@ def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
     work_dir = str(tmp_path / "copy")
     shutil.copytree(result.work_dir, work_dir)
     database = tuning.open_database(work_dir)
-    assert tuning.database_digest(database) == result.digest
+    assert schedules_database.database_digest(database) == result.digest
     mm_records = records_of(database, funcs["mm"])
     best = database.get_top_k(mm_records[0].workload, 1)[0]
     other = next(r for r in mm_records if str(r.trace) != str(best.trace))
@@ -242,10 +244,10 @@ def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
         )
 
     commit(1.0)  # not the best: a build stays the same
-    assert tuning.database_digest(database) == result.digest
+    assert schedules_database.database_digest(database) == result.digest
     commit(1e-9)
-    assert tuning.database_digest(database) != result.digest
-    assert tuning.tuned_seconds(database, funcs["mm"], "llvm") == pytest.approx(1e-9)
+    assert schedules_database.database_digest(database) != result.digest
+    assert schedules_database.tuned_seconds(database, funcs["mm"], "llvm") == pytest.approx(1e-9)
 
 
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
@@ -258,8 +260,8 @@ def test_a_record_that_does_not_replay_leaves_the_kernel_unscheduled(tuned, resn
     conv_trace = records_of(database, mod[stem])[0].trace
     mm = records_of(database, funcs["mm"])[0]
     database.commit_tuning_record(ms.database.TuningRecord(conv_trace, mm.workload, [1e-9], mm.target, mm.args_info))
-    with caplog.at_level(logging.WARNING, logger="tvm_diviml.cost.tuning"):
-        applied = tuning.apply_database(tvm.IRModule({"mm": funcs["mm"]}), "llvm", database)
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.tuning"):
+        applied = schedules_database.apply_database(tvm.IRModule({"mm": funcs["mm"]}), "llvm", database)
     assert (applied.scheduled, applied.unscheduled) == (0, 1)
     assert "does not apply" in caplog.text
 
@@ -296,9 +298,9 @@ def test_one_work_dir_holds_one_target_kind(tuned):
 
 
 def test_tuning_target_states_the_core_count():
-    assert int(tuning.tuning_target("llvm").attrs["num-cores"]) == (os.cpu_count() or 1)
-    assert int(tuning.tuning_target({"kind": "llvm", "num-cores": 4}).attrs["num-cores"]) == 4
-    assert "num-cores" not in tuning.tuning_target({"kind": "cuda", "arch": "sm_80"}).attrs
+    assert int(schedules_database.tuning_target("llvm").attrs["num-cores"]) == (os.cpu_count() or 1)
+    assert int(schedules_database.tuning_target({"kind": "llvm", "num-cores": 4}).attrs["num-cores"]) == 4
+    assert "num-cores" not in schedules_database.tuning_target({"kind": "cuda", "arch": "sm_80"}).attrs
 
 
 @pytest.mark.slow  # a search of its own: about 2 minutes on 2 cores
@@ -324,7 +326,7 @@ def test_the_default_schedule_is_the_searchs_first_record(tuned):
     from tvm_diviml.schedules.apply import default_schedule
 
     result, funcs = tuned
-    target = tuning.tuning_target("llvm")
+    target = schedules_database.tuning_target("llvm")
     for func in funcs.values():
         schedule, _ = default_schedule(func.with_attr("global_symbol", "main"), target)
         workload = result.database.commit_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))

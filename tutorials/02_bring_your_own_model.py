@@ -1,7 +1,7 @@
 """Bring your own model: import an ONNX file (and a torch.export program when torch is installed),
 then place, build and run it on two devices as the quickstart does with a zoo model.
 
-The frontends in ``tvm_diviml.passes.frontends`` turn a user's model into the zoo's form (a
+The frontends in ``tvm_diviml.frontends.importers`` turn a user's model into the zoo's form (a
 ``BuiltModel``: Relax module, inputs, weights kept as parameters so that each weight can be placed
 on the device of the kernels that read it):
 
@@ -99,7 +99,7 @@ def onnx_in_numpy(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
 
 
 def run_onnx(args: argparse.Namespace) -> bool:
-    from tvm_diviml.passes.frontends import load_onnx
+    from tvm_diviml.frontends.importers import load_onnx
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "two_branches.onnx")
@@ -114,7 +114,7 @@ def run_onnx(args: argparse.Namespace) -> bool:
 def run_torch(args: argparse.Namespace) -> bool:
     import torch
 
-    from tvm_diviml.passes.frontends import from_torch_export, load_torch_program
+    from tvm_diviml.frontends.importers import from_torch_export, load_torch_program
 
     class TwoBranchConv(torch.nn.Module):
         """Two branches of convolution -> ReLU -> convolution (3x3 and 1x1), added, then flattened."""

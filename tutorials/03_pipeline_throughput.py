@@ -44,8 +44,8 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.modelspec import format_model_spec
 from tvm_diviml.passes.apply_plan import apply_plan
 from tvm_diviml.passes.build import build
-from tvm_diviml.passes.timing import build_runnable, open_runner
 from tvm_diviml.plan import Plan
+from tvm_diviml.profiling.timing import build_runnable, open_runner
 from tvm_diviml.runtime.measure import time_calls, time_stream
 from tvm_diviml.runtime.routed import RoutedBuild
 from tvm_diviml.runtime.vm import SingleVMRunner

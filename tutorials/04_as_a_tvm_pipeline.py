@@ -24,7 +24,7 @@ from collections import Counter
 import numpy as np
 import tvm
 
-from tvm_diviml.passes.partition import PartitionForDevices, partition_options
+from tvm_diviml import PartitionForDevices, partition_options
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
 from tvm_diviml.zoo import SMALL_OPTIONS, build_model
 from tvm_diviml.zoo.reference import run_reference

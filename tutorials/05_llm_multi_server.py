@@ -25,7 +25,7 @@ import sys
 
 from tvm_diviml.app.rpc_run import format_rpc_run, predicted_over_rpc, run_plan_rpc
 from tvm_diviml.app.workload import load_workload
-from tvm_diviml.cost.rpc_hops import driver_hop_platform, measure_driver_hops
+from tvm_diviml.profiling.rpc_hops import driver_hop_platform, measure_driver_hops
 from tvm_diviml.runtime.rpc_servers import connect_servers, start_local_servers
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver

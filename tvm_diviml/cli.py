@@ -26,7 +26,6 @@ from .app.inputs import read_input_file
 from .app.reference import FRAMEWORKS, build_outputs, check_against, check_reference, run_framework
 from .app.report import format_row, solve_and_report
 from .app.workload import GENERATORS, is_model_file, load_graph, load_workload, platform_files
-from .cost.cache import FILE_NAME, default_cache_dir
 from .detect import LOCAL
 from .errors import (
     DivimlInputError,
@@ -38,6 +37,7 @@ from .errors import (
 )
 from .plan import OBJECTIVES, Plan
 from .presets import PRESETS, get_platform, preset_names
+from .profiling.cache import FILE_NAME, default_cache_dir
 from .servers import server_devices
 from .simulator import Simulation
 from .solvers import SOLVERS, Problem
@@ -320,7 +320,7 @@ def _tuning_database(args: argparse.Namespace, costs=None):
     """The MetaSchedule database the build applies: the one ``--tuning-db`` names, or the one that
     ``--tune``/``--tune-minutes`` just tuned into (``costs``' tuning); None without either."""
     if args.tuning_db:
-        from .cost.tuning import open_database
+        from .profiling.tuning import open_database
 
         return open_database(args.tuning_db)
     tuned = [result.database for result in getattr(costs, "tuning", {}).values()]
@@ -376,7 +376,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         report = format_run(measured, args.rtol)
     else:
-        from .candidates import format_selection
+        from .profiling.candidates import format_selection
 
         selection, measured, built = run_candidates(
             loaded.built, loaded.extraction, problem, plan, args.candidates, rtol=args.rtol, **options
@@ -397,7 +397,7 @@ def _run_batch_split(args: argparse.Namespace) -> int:
     their devices and run side by side, the joined outputs checked against the batch's single-device
     build; timed one batch at a time beside the single-device configurations."""
     from .app.run import format_run, predicted_run, run_plan  # TVM: after the arguments' checks
-    from .passes.timing import build_runnable
+    from .profiling.timing import build_runnable
 
     workloads = _batch_split_workloads(args, runs_here=True)
     plan, sim, row, problem = solve_batch_splits(
@@ -458,7 +458,7 @@ def _run_rpc(args: argparse.Namespace) -> int:
     For throughput, ``auto`` keeps the model (or its stages) replicated where that is predicted faster:
     each replica is built for its servers and takes its share of the stream."""
     from .app.rpc_run import format_rpc_run, plan_line, predicted_over_rpc, run_plan_rpc
-    from .cost.rpc_hops import driver_hop_platform, measure_driver_hops
+    from .profiling.rpc_hops import driver_hop_platform, measure_driver_hops
     from .runtime.rpc_servers import LOOPBACK, connect_servers, parse_addresses, start_local_servers
 
     count = len(server_devices(get_platform(args.platform)))
@@ -581,7 +581,7 @@ def _demo_run(model: str) -> None:
     """The demo's second half: plan with measured costs, then build the plan and every single-device
     configuration (the whole CPU on both cores too) and run them side by side on cpu2."""
     from .app.run import format_run, run_candidates
-    from .candidates import format_selection
+    from .profiling.candidates import format_selection
 
     print(
         f"== built and run on cpu2 ==\n{model} (two parallel branches of dense layers) is planned on cpu2, "
@@ -718,7 +718,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def _warn_of_fallback_hotspots(costs) -> None:
     """A warning for each kernel that no class rule scheduled and that takes a large share of the
     model's measured time: otherwise only a profile's last column shows it."""
-    from .cost.fallback_time import fallback_hotspots
+    from .profiling.fallback_time import fallback_hotspots
 
     for hotspot in fallback_hotspots(costs):
         print(f"warning: {hotspot.message()}", file=sys.stderr)
@@ -744,7 +744,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     database is removed with the rest)."""
     import shutil
 
-    from .cost.cache import ProfileCache, tuning_cache_dir
+    from .profiling.cache import ProfileCache, tuning_cache_dir
 
     tuning = tuning_cache_dir()
     databases = sorted(os.listdir(tuning)) if os.path.isdir(tuning) else []
@@ -1133,7 +1133,7 @@ def _budget(args: argparse.Namespace):
     """The ``TuningBudget`` of ``--tune`` and ``--tune-minutes`` (None without either)."""
     if not (args.tune or args.tune_minutes):
         return None
-    from .cost.tuning import TuningBudget
+    from .profiling.tuning import TuningBudget
 
     return TuningBudget(args.tune, args.tune_minutes)
 

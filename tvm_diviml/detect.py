@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import time
 from dataclasses import dataclass
 
 from .errors import DivimlInputError
@@ -33,6 +32,7 @@ from .machine import (
     unknown_gpu_flops,
 )
 from .platform import Device, Link, Platform
+from .runtime.measure import copy_seconds, time_link
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,6 @@ def _gpu_record(kind: str, index: int) -> GpuRecord:
 def _timed_link(src: Device, dst: Device):
     """Copies from ``src`` to ``dst`` fitted to latency + bytes / bandwidth; timed again once where the
     times did not grow with the size (a noisy moment)."""
-    from .cost.measured import time_link
-
     try:
         return time_link(src, dst)
     except ValueError as error:
@@ -135,13 +133,7 @@ def _time_device_copy(device, repeats: int = 5) -> float:
 
     source = tvm.runtime.empty((DEVICE_COPY_BYTES // 4,), "float32", device)
     target = tvm.runtime.empty((DEVICE_COPY_BYTES // 4,), "float32", device)
-    samples = []
-    for _ in range(repeats + 1):  # the first copy warms up
-        began = time.perf_counter()
-        source.copyto(target)
-        device.sync()
-        samples.append(time.perf_counter() - began)
-    return 2 * DEVICE_COPY_BYTES / sorted(samples[1:])[repeats // 2]
+    return 2 * DEVICE_COPY_BYTES / copy_seconds(source, target, repeats)
 
 
 def cores_split(spec: str) -> int | None:

@@ -268,7 +268,7 @@ def check_model(
     from tvm_diviml.planning import plan_model
     from tvm_diviml.problem import Problem
 
-    from ..passes.frontends import from_torch_export, load_onnx
+    from ..frontends.importers import from_torch_export, load_onnx
 
     if route not in ROUTES:
         raise DivimlInputError(f"unknown route '{route}'", field="route", hint=f"use one of {', '.join(ROUTES)}")

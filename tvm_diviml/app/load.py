@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.zoo import BuiltModel, build_model
 
+from ..frontends import load as load_file
 from ..passes.extract import Extraction, extract
 
 log = logging.getLogger(__name__)
@@ -29,9 +30,7 @@ def load_model(
     kernel graph."""
     began = time.perf_counter()
     if path is not None:
-        from ..passes.frontends import load_onnx, load_torch_program
-
-        built = (load_torch_program if path.endswith(".pt2") else load_onnx)(path, shapes)
+        built = load_file(path, shapes)
     else:
         if shapes:
             raise DivimlInputError(

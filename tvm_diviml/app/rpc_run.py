@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from tvm_diviml.cost.rpc_hops import DriverHop, driver_io_s, with_driver_io
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.problem import Problem
+from tvm_diviml.profiling.rpc_hops import DriverHop, driver_io_s, with_driver_io
 from tvm_diviml.runtime.measure import time_stream
 from tvm_diviml.runtime.replicas import ReplicaError, ReplicatedRunner
 from tvm_diviml.runtime.routed import build_routes

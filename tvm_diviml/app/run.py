@@ -5,7 +5,7 @@ the single-device reference build, time it — one inference at a time on the co
 latency, a stream with several inputs in flight for throughput and pipelines — and time the same model
 on each single-device configuration, so that the speed-up is measured side by side in one run.
 ``run_candidates`` does the same for several candidate plans and keeps the fastest measured
-(``tvm_diviml.passes.timing.choose_by_measurement``).
+(``tvm_diviml.profiling.timing.choose_by_measurement``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tvm_diviml.candidates import Selection
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
+from tvm_diviml.profiling.candidates import Selection
 from tvm_diviml.runtime.vm import PlacedExecutable
 from tvm_diviml.simulator import simulate, stream_price
 from tvm_diviml.tolerances import OutputComparison
@@ -24,7 +24,7 @@ from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
 from ..passes.extract import Extraction
-from ..passes.timing import (
+from ..profiling.timing import (
     BuildTiming,
     build_runnable,
     choose_by_measurement,

@@ -20,6 +20,7 @@ from ..cost.base import CostModel
 from ..cost.roofline import RooflineCostModel
 from ..cost.table import TableCostModel
 from ..errors import DivimlInputError
+from ..frontends import SUFFIXES as IMPORTED_SUFFIXES
 from ..graph import OpGraph
 from ..host_memory import available_memory_bytes
 from ..jsonio import read_json
@@ -36,7 +37,6 @@ from .inputs import InputFile
 from .reference import framework_input_names
 
 DEFAULT_PLATFORM = "paper-node"
-IMPORTED_SUFFIXES = (".onnx", ".pt2")  # files a TVM importer reads
 
 GENERATORS: dict[str, tuple[Callable[..., OpGraph], str]] = {
     "random": (random_dag, "seeded random DAG (kernels=16, seed=0, edge_probability=0.25)"),
@@ -146,7 +146,7 @@ def load_workload(
     tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
     cost = cost or ("measured" if tuned else None)
     if runs_here or cost == "measured":
-        from ..cost.measured import check_targets  # imports TVM, which these commands use anyway
+        from ..profiling.measured import check_targets  # imports TVM, which these commands use anyway
 
         check_targets(plat, platform)
     found = load_graph(model, shapes=shapes, granularity=granularity)
@@ -173,7 +173,7 @@ def load_workload(
     if cost == "roofline":
         costs: CostModel = RooflineCostModel(graph, plat)
     elif cost == "measured":
-        from ..passes.timing import measured_costs  # imports TVM: only for measured costs
+        from ..profiling.timing import measured_costs  # imports TVM: only for measured costs
 
         loaded = found.loaded
         costs = measured_costs(

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..cost.cache import ProfileCache
-from ..cost.measured import MeasuredCostModel, MeasureOptions, time_whole_model, tune_for_devices
 from ..modelspec import format_model_spec
 from ..presets import get_platform
+from ..profiling.cache import ProfileCache
+from ..profiling.measured import MeasuredCostModel, MeasureOptions, time_whole_model, tune_for_devices
 from ..zoo import SMALL_OPTIONS
 from .suite import Option, Row, Suite
 
@@ -31,9 +31,9 @@ def suite_costs(
     import tvm  # TVM: only when this suite runs
 
     from ..app.load import load_model
-    from ..cost.tuning import TuningBudget
     from ..passes.interpret import transformed_weights
-    from ..passes.timing import calibrate_in_context, runner_overhead_s
+    from ..profiling.timing import calibrate_in_context, runner_overhead_s
+    from ..profiling.tuning import TuningBudget
 
     platform = get_platform(PLATFORM)
     device = platform.devices[0]

@@ -37,8 +37,8 @@ def suite_cpu(models: str = "") -> Iterator[Row]:
 
 def model_row(name: str, options: dict, peak_flops: float) -> Row:
     from ..app.load import load_model
-    from ..passes.timing import time_single_devices
     from ..presets import get_platform
+    from ..profiling.timing import time_single_devices
 
     loaded = load_model(name, options)
     graph, built = loaded.extraction.graph, loaded.built

@@ -220,7 +220,7 @@ def _onnxruntime(module, args, scratch: str, name: str) -> float:
 def _tvm_default(module, args) -> float:
     import torch
 
-    from ..passes.frontends import from_torch_export
+    from ..frontends.importers import from_torch_export
 
     return tvm_default_seconds(from_torch_export(torch.export.export(module, args)), [a.numpy() for a in args])
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from ..app.report import solve_and_report
 from ..app.workload import load_workload
-from ..candidates import plan_key
 from ..modelspec import format_model_spec
+from ..profiling.candidates import plan_key
 from ..solvers import Problem
 from ..zoo import SMALL_OPTIONS
 from .common import log
@@ -65,7 +65,7 @@ def suite_run(
     so that a prediction and its measurement see the machine alike: this VM's speed drifts by up to
     40% between runs minutes apart, more than the error the targets allow."""
     from ..app.run import run_candidates, run_plan  # import TVM: only when it runs
-    from ..passes.timing import calibrate_in_context
+    from ..profiling.timing import calibrate_in_context
 
     for kind, model, objective, stages in run_workloads(quick):
         if case and kind != case:

@@ -8,7 +8,6 @@ vdevices, device copies, per-device targets and weights) and builds it (``build`
 from .apply_plan import AppliedPlan, ApplyPlan, apply_plan, check_plan
 from .build import build, placed_build_pipeline
 from .extract import Extraction, extract
-from .partition import PartitionForDevices, partition_options
 
 
 def ir_json_roundtrip_ok() -> bool:
@@ -27,12 +26,10 @@ __all__ = [
     "AppliedPlan",
     "ApplyPlan",
     "Extraction",
-    "PartitionForDevices",
     "apply_plan",
     "build",
     "check_plan",
     "extract",
     "ir_json_roundtrip_ok",
-    "partition_options",
     "placed_build_pipeline",
 ]

@@ -28,6 +28,7 @@ from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
 from tvm_diviml.runtime.placement import Placement
+from tvm_diviml.schedules.database import schedule_for_target
 from tvm_diviml.schedules.target import device_target
 from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import server_platform
@@ -316,8 +317,6 @@ def _add_targeted_primfuncs(
     """Add each kernel's PrimFunc to ``builder`` with its device's target attached and scheduled for it;
     a PrimFunc used on several targets gets one copy per target (suffixed with the target's kind and
     index). Returns (PrimFunc name, device) -> GlobalVar."""
-    from tvm_diviml.cost.measured import schedule_for_target
-
     targets: dict[str, tvm.target.Target] = {}
     key_of_device: dict[str, str] = {}
     for name in dict.fromkeys(assignment.values()):

@@ -18,7 +18,7 @@ import time
 import tvm
 from tvm.relax import backend, transform
 
-from tvm_diviml.cost.measured import compile_failure
+from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
 from tvm_diviml.runtime.vm import PlacedExecutable
 
 from .apply_plan import AppliedPlan
@@ -67,3 +67,47 @@ def build(applied: AppliedPlan) -> PlacedExecutable:
         time.perf_counter() - began,
     )
     return PlacedExecutable(executable, applied.placement)
+
+
+def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
+    """The one-line error for a module TVM failed to compile: the first kernel that fails when
+    compiled alone (for its own target, else ``target``), or TVM's own first line when every kernel
+    compiles by itself."""
+    import tvm
+
+    raise_if_interrupted()
+    for gvar, func in mod.functions_items():
+        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else None
+        if not isinstance(func, tvm.tirx.PrimFunc) or (own or target) is None:
+            continue
+        kernel_target = tvm.target.Target(own or target)
+        try:
+            tvm.compile(tvm.IRModule({gvar.name_hint: func}), target=kernel_target)
+        except Exception as kernel_error:
+            raise_if_interrupted()
+            return DivimlInputError(
+                f"TVM {tvm.__version__} cannot compile kernel '{gvar.name_hint}' ({kernel_signature(func)}) "
+                f"for {kernel_target.kind.name}: {type(kernel_error).__name__}: {first_line(kernel_error)}",
+                field="MODEL",
+                hint="no rewrite of this operator and dtype is known; export the model "
+                "with another dtype for it, or report it to TVM",
+            )
+    return DivimlInputError(
+        f"TVM {tvm.__version__} cannot build the module: {type(error).__name__}: {first_line(error)}", field="MODEL"
+    )
+
+
+def kernel_signature(func) -> str:
+    """``reads bool[1, 16]; writes bool[1, 16]``: a PrimFunc's buffers (the last ones are its outputs)."""
+    import tvm
+
+    buffers = list(func.params)  # TVM 0.27: a PrimFunc's parameters are its buffers
+    outputs = int(func.attrs["num_outputs"]) if func.attrs and "num_outputs" in func.attrs else 1
+
+    def describe(buffer) -> str:
+        dims = (str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buffer.shape)
+        return f"{buffer.dtype}[{', '.join(dims)}]"
+
+    reads = ", ".join(map(describe, buffers[:-outputs])) or "nothing"
+    writes = ", ".join(map(describe, buffers[-outputs:]))
+    return f"reads {reads}; writes {writes}"

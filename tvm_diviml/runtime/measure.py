@@ -1,11 +1,19 @@
 """What a run reports, measured the same way everywhere: time per call or per inference of a stream
-(after a warm-up). Outputs are compared with a reference in ``tolerances.compare_outputs``."""
+(after a warm-up), and copies between devices (a link's latency and bandwidth). Outputs are compared
+with a reference in ``tolerances.compare_outputs``."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
+
+import numpy as np
+
+from ..cost.fit import LinkFit, fit_link
+from ..platform import Device
+
+LINK_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)  # the copies a link's latency and bandwidth are fitted to
 
 
 def time_calls(
@@ -41,3 +49,30 @@ def time_stream(runner, inputs: list[list], in_flight: int, rounds: int = 3) -> 
             first = first if first is not None else last
         periods.append((last - first) / (len(inputs) - 1))
     return statistics.median(periods)
+
+
+def copy_seconds(source, destination, repeats: int = 5) -> float:
+    """Median seconds of ``source.copyto(destination)`` (TVM tensors), after one warm-up copy."""
+    samples = []
+    for _ in range(repeats + 1):
+        began = time.perf_counter()
+        source.copyto(destination)
+        destination.device.sync()
+        samples.append(time.perf_counter() - began)
+    return statistics.median(samples[1:])
+
+
+def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> LinkFit:
+    """Copy tensors of several sizes from ``src`` to ``dst`` and fit latency + bytes / bandwidth."""
+    import tvm
+
+    source, target = tvm.device(src.kind, src.index), tvm.device(dst.kind, dst.index)
+    seconds = [
+        copy_seconds(
+            tvm.runtime.empty((nbytes // 4,), "float32", source),
+            tvm.runtime.empty((nbytes // 4,), "float32", target),
+            repeats,
+        )
+        for nbytes in sizes
+    ]
+    return fit_link(np.asarray(sizes, dtype=float), np.asarray(seconds))

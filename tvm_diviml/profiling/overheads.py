@@ -9,8 +9,8 @@ import dataclasses
 import statistics
 from collections.abc import Callable
 
+from ..cost.base import ExecutorOverheads
 from ..runtime.measure import time_calls
-from .base import ExecutorOverheads
 
 
 def fit_executor_overheads(seconds_per_run: Callable[[int, int], float]) -> ExecutorOverheads:

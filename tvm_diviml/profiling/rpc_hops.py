@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..cost.fit import fit_link
 from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..plan import Plan
 from ..platform import Link, Platform
 from ..runtime.rpc_servers import RemoteServer, within
 from ..servers import per_server, server_devices, server_of
-from .fit import fit_link
 
 log = logging.getLogger(__name__)
 

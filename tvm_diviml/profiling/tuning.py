@@ -17,21 +17,17 @@ are remembered in the work directory, so a run stopped or repeated resumes. Why:
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import logging
 import os
 import shutil
 import statistics
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -42,6 +38,17 @@ from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from ..errors import DivimlInputError, Stop, first_line, interrupts_deferred, raise_if_interrupted
+from ..schedules.database import (
+    as_target,
+    best_record,
+    database_digest,
+    import_tensor_intrinsics,
+    is_scheduled,
+    threads_of,
+    tuning_target,
+    workload_key,
+    workload_module,
+)
 from ..writes import write_text
 
 log = logging.getLogger(__name__)
@@ -99,14 +106,6 @@ class TuningResult:
     measured: int = 0  # candidates this call built and timed
     failed: int = 0  # candidates this call could not build or time
 
-
-@dataclass(frozen=True)
-class AppliedDatabase:
-    """A module with the database's schedules in place of the kernels it has records for."""
-
-    mod: tvm.IRModule
-    scheduled: int  # PrimFuncs replaced by their best record's schedule
-    unscheduled: int  # PrimFuncs left as they were: no usable record, another device's,
     # or scheduled already
 
 
@@ -167,7 +166,7 @@ def tune_primfuncs(
             raise KeyboardInterrupt
     else:
         outcome = _Outcome()
-    recorded = sum(1 for mod in workloads.values() if _best_record(database, mod, target) is not None)
+    recorded = sum(1 for mod in workloads.values() if best_record(database, mod, target) is not None)
     seconds = time.perf_counter() - started
     log.info(
         "tuned %d kernels (%d reused) in %.1f s: %d candidates measured, %d failed",
@@ -221,7 +220,7 @@ def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) 
     slower than it."""
     from ..schedules.apply import default_schedule
 
-    if _best_record(database, mod, target) is not None:
+    if best_record(database, mod, target) is not None:
         return
     schedule, _ = default_schedule(mod["main"], target)
     if schedule is None:
@@ -249,7 +248,7 @@ def _time_schedule(mod: tvm.IRModule, target) -> float:
     module = tvm.tirx.build(mod, target=target)
     device = tvm.cpu(0)
     if target.kind.name == "llvm":
-        set_threads(_threads_of(target))
+        set_threads(threads_of(target))
     args = [tvm.runtime.tensor(np.zeros([int(d) for d in p.shape], str(p.dtype)), device) for p in mod["main"].params]
     timer = module.time_evaluator(
         module.entry_name, device, number=1, repeat=_EVALUATOR.repeat, min_repeat_ms=_EVALUATOR.min_repeat_ms
@@ -361,19 +360,19 @@ def check_database_covers(database, funcs: dict[str, tirx.PrimFunc], targets: li
     (each of its kind and CPU thread count): one made for another model, another size of it, or
     another thread count matches none and would leave every kernel on the default schedules without a
     word; refused, naming the first kernel. One that covers some kernels is used, with a warning."""
-    targets = [_as_target(t) for t in targets]
-    workloads = {name: _workload_module(func) for name, func in sorted(funcs.items())}
+    targets = [as_target(t) for t in targets]
+    workloads = {name: workload_module(func) for name, func in sorted(funcs.items())}
     missing = [
         (name, target)
         for name, mod in workloads.items()
         for target in targets
-        if _best_record(database, mod, target) is None
+        if best_record(database, mod, target) is None
     ]
     if not workloads or not targets or not missing:
         return
     covered = len(workloads) * len(targets) - len(missing)
     name, target = missing[0]
-    where = f"{target.kind.name}" + (f" on {_threads_of(target)} thread(s)" if _threads_of(target) else "")
+    where = f"{target.kind.name}" + (f" on {threads_of(target)} thread(s)" if threads_of(target) else "")
     if not covered:
         raise DivimlInputError(
             f"the tuning database has no record for any kernel of this model (the first: '{name}' for {where}): "
@@ -390,72 +389,6 @@ def check_database_covers(database, funcs: dict[str, tirx.PrimFunc], targets: li
         name,
         where,
     )
-
-
-def apply_database(mod: tvm.IRModule, target, database) -> AppliedDatabase:
-    """Schedule every PrimFunc of ``mod`` that ``database`` has a ``target``-kind record for.
-
-    Works on a module of standalone PrimFuncs and on a lowered Relax module alike (the same result as
-    ``relax.transform.MetaScheduleApplyDatabase`` there, which only matches PrimFuncs without a symbol).
-    A PrimFunc whose own ``target`` attribute is of another kind (a GPU kernel of a placed module) is
-    left alone. The database is only read: unknown workloads are not added to it.
-    """
-    target = _as_target(target)
-    functions = dict(mod.functions_items())
-    scheduled = 0
-    for global_var, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
-            continue
-        own_target = func.attrs.get("target") if func.attrs is not None else None
-        if own_target is not None and own_target.kind.name != target.kind.name:
-            continue
-        schedule = _best_schedule(database, _workload_module(func), target, global_var.name_hint)
-        if schedule is not None:
-            functions[global_var] = _restore_attrs(schedule.mod["main"], func)
-            scheduled += 1
-    unscheduled = sum(isinstance(f, tirx.PrimFunc) for f in functions.values()) - scheduled
-    log.debug("applied tuning records to %d PrimFuncs, %d left unscheduled", scheduled, unscheduled)
-    if not scheduled:
-        return AppliedDatabase(mod, 0, unscheduled)
-    return AppliedDatabase(
-        tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos), scheduled, unscheduled
-    )
-
-
-def tuned_seconds(database, func: tirx.PrimFunc, target) -> float | None:
-    """The median run time of the best record for ``func`` on ``target``'s kind, or None without one."""
-    target = _as_target(target)
-    record = _best_record(database, _workload_module(func), target)
-    if record is None:
-        return None
-    return statistics.median(float(s) for s in record.run_secs)
-
-
-def database_digest(database) -> str:
-    """A digest of what a build applying ``database`` would run: for each workload and each target
-    (a CPU's thread count apart), its best record's schedule. Records that change no best leave it as
-    it is; run times do too."""
-    best: dict[str, str] = {}
-    for workload in {record.workload: None for record in database.get_all_tuning_records()}:
-        key = _workload_key(workload.mod)
-        # records share their Workload object: one lookup each, fastest first
-        for record in database.get_top_k(workload, 1 << 30):
-            best.setdefault(f"{key}@{record.target.kind.name}{_threads_of(record.target) or 0}", str(record.trace))
-    text = "\n".join(f"{key}\n{best[key]}" for key in sorted(best))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def tuning_target(target) -> tvm.target.Target:
-    """``target`` as MetaSchedule needs it: an llvm target must state ``num-cores`` (this machine's
-    core count unless given), or the search refuses it."""
-    target = _as_target(target)
-    if target.kind.name != "llvm" or target.attrs.get("num-cores"):
-        return target
-    return tvm.target.Target({**target.export(), "num-cores": os.cpu_count() or 1})
-
-
-def _as_target(target) -> tvm.target.Target:
-    return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
 
 
 # ---------------------------------------------------------------------- search
@@ -478,7 +411,7 @@ def _tune(
 
     Tasks take turns (round-robin: a gradient scheduler picks them by measured times, so two runs
     would differ), and the search runs on one thread, seeded."""
-    _import_tensor_intrinsics()
+    import_tensor_intrinsics()
     names = sorted(pending)
     already = [searched.get(_searched_key(pending[name], target), 0) for name in names]
     trials = [max(1, wanted - done) for done in already]
@@ -510,7 +443,7 @@ def _tune(
 def _run_search(contexts, trials: list[int], work_dir: str, database, cost_model: str, seed: int, watch) -> None:
     """MetaSchedule's search over ``contexts``, candidates built and run in worker processes, which
     are stopped when it ends, however it ends."""
-    builder = _PooledBuilder(max_workers=os.cpu_count() or 1, initializer=_import_tensor_intrinsics)
+    builder = _PooledBuilder(max_workers=os.cpu_count() or 1, initializer=import_tensor_intrinsics)
     runner = ms.runner.LocalRunner(evaluator_config=_EVALUATOR, f_alloc_argument=alloc_arguments)
     try:
         ms.tune_tasks(
@@ -542,7 +475,7 @@ class _PooledBuilder(ms.builder.LocalBuilder._cls):
     """MetaSchedule's ``LocalBuilder`` with one pool of worker processes (on every core) for the whole
     search. ``LocalBuilder`` starts a pool for every batch of candidates, against a leak in long-lived
     workers, and a worker's first build imports TVM's tensor intrinsics (36-51 s here, past the 30 s
-    timeout: every candidate failed). These workers start with ``_import_tensor_intrinsics`` (the
+    timeout: every candidate failed). These workers start with ``import_tensor_intrinsics`` (the
     initializer ``_run_search`` gives) and are restarted after ``_BUILDS_PER_WORKER`` builds."""
 
     def _sanity_check(self) -> None:
@@ -651,27 +584,6 @@ def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
     return arg_sets
 
 
-def _import_tensor_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` (MetaSchedule does on every TuneContext), minutes faster.
-
-    Its ~250 TVMScript intrinsics each call ``inspect.stack()``, and for every frame whose code comes
-    from a frozen module (importlib's, and runpy's under ``python -m``) ``inspect.getmodule`` scans
-    all of ``sys.modules``: 2000 of them once tvm_ffi has imported torch, 76 s here (plus 15 s under
-    pytest). Telling inspect's file -> module cache which module each frozen file is (which is true)
-    makes the same import take 8–12 s.
-    """
-    frozen = {"importlib._bootstrap", "importlib._bootstrap_external"}
-    frame = sys._getframe()
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.startswith("<frozen ") and filename.endswith(">"):
-            frozen.add(filename[len("<frozen ") : -1])
-        frame = frame.f_back
-    for name in frozen:
-        inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics schedules may tensorize with)
-
-
 @contextmanager
 def _metaschedule_logs_into(log_dir: str):
     """Send MetaSchedule's (very verbose) logs to ``log_dir/tuning.log`` for the duration."""
@@ -693,13 +605,6 @@ def _metaschedule_logs_into(log_dir: str):
 
 
 # ---------------------------------------------------------------------- records
-def _workload_module(func: tirx.PrimFunc) -> tvm.IRModule:
-    """The IRModule a record of ``func`` is filed under (what MetaSchedule's own normalisation makes of
-    a PrimFunc without a symbol, which is how a Relax build presents it)."""
-    if func.attrs is not None and "target" in func.attrs:
-        func = func.without_attr("target")
-    func = func.with_attr("global_symbol", "main").with_attr("tirx.noalias", True)
-    return tvm.IRModule({"main": func})
 
 
 def _distinct_workloads(funcs: dict[str, tirx.PrimFunc]) -> dict[str, tvm.IRModule]:
@@ -707,22 +612,17 @@ def _distinct_workloads(funcs: dict[str, tirx.PrimFunc]) -> dict[str, tvm.IRModu
     workloads: dict[str, tvm.IRModule] = {}
     seen: set[str] = set()
     for name in sorted(funcs):
-        mod = _workload_module(funcs[name])
-        key = _workload_key(mod)
-        if key not in seen and not _is_scheduled(funcs[name]):
+        mod = workload_module(funcs[name])
+        key = workload_key(mod)
+        if key not in seen and not is_scheduled(funcs[name]):
             seen.add(key)
             workloads[name] = mod
     return workloads
 
 
-def _workload_key(mod: tvm.IRModule) -> str:
-    """A workload's process-stable structural hash, as text."""
-    return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
-
-
 def _searched_key(mod: tvm.IRModule, target: tvm.target.Target) -> str:
     """What ``searched.json`` counts trials under: the workload, and the threads its records are for."""
-    return f"{_workload_key(mod)}@{_threads_of(target) or 0}"
+    return f"{workload_key(mod)}@{threads_of(target) or 0}"
 
 
 def _load_searched(work_dir: str) -> dict[str, int]:
@@ -753,57 +653,3 @@ def _check_one_target_kind(database, target, work_dir: str) -> None:
             source=work_dir,
             hint="use one work_dir per target",
         )
-
-
-def _best_record(database, mod: tvm.IRModule, target=None):
-    """The fastest measured record of ``mod`` for ``target`` (when given): of its kind and, for a CPU,
-    its thread count. A schedule tuned for one thread has no parallel loops: applied to a build on
-    every core it ran resnet50 1.6x slower than the default rules (62.4 against 39.1 ms here)."""
-    if not database.has_workload(mod):
-        return None
-    records = database.get_top_k(database.commit_workload(mod), 1 if target is None else 1 << 30)
-    if target is not None:
-        wanted = _threads_of(target)
-        records = [r for r in records if r.target.kind.name == target.kind.name and _threads_of(r.target) == wanted]
-    return records[0] if records else None
-
-
-def _threads_of(target: tvm.target.Target) -> int | None:
-    """The threads an llvm target's schedule runs on (``tuning_target``'s rule); None for other kinds."""
-    return int(tuning_target(target).attrs["num-cores"]) if target.kind.name == "llvm" else None
-
-
-def _best_schedule(database, mod: tvm.IRModule, target, name: str):
-    """The best record's trace replayed on ``mod``: its schedule, or None without a usable record
-    (a trace that no longer replays, from a database of another TVM version, counts as none)."""
-    record = _best_record(database, mod, target)
-    if record is None:
-        return None
-    if any(inst.kind.name == "Tensorize" for inst in record.trace.insts):
-        _import_tensor_intrinsics()
-    schedule = tvm.s_tir.Schedule(mod)
-    try:
-        record.trace.apply_to_schedule(schedule, remove_postproc=False)
-    except Exception as error:  # TVM raises its own error types for every failed step
-        raise_if_interrupted()
-        log.warning(
-            "the tuning record of %s does not apply (%s); it stays unscheduled",
-            name,
-            str(error).splitlines()[0] if str(error) else type(error).__name__,
-        )
-        return None
-    return schedule
-
-
-def _restore_attrs(scheduled: tirx.PrimFunc, original: tirx.PrimFunc) -> tirx.PrimFunc:
-    """The scheduled function with the original's symbol and target, marked as scheduled."""
-    attrs = original.attrs if original.attrs is not None else {}
-    scheduled = scheduled.without_attr("global_symbol")
-    for key in ("global_symbol", "target"):
-        if key in attrs:
-            scheduled = scheduled.with_attr(key, attrs[key])
-    return scheduled.with_attr("tirx.is_scheduled", True)
-
-
-def _is_scheduled(func: tirx.PrimFunc) -> bool:
-    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))

@@ -39,9 +39,9 @@ from tvm_diviml.presets import load_platform
 from tvm_diviml.simulator import PlanError, Simulation, simulate
 from tvm_diviml.solvers import SOLVERS, Problem
 
-from .apply_plan import PLACEMENT_ATTR, AppliedPlan, apply_plan
-from .build import placed_build_pipeline
-from .extract import Extraction, extract
+from ..passes.apply_plan import PLACEMENT_ATTR, AppliedPlan, apply_plan
+from ..passes.build import placed_build_pipeline
+from ..passes.extract import Extraction, extract
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class PartitionForDevices:
         if self.cost == "roofline":
             return RooflineCostModel(extraction.graph, self.platform)
         if self.cost == "measured":
-            from .timing import measured_costs, with_random_weights
+            from ..profiling.timing import measured_costs, with_random_weights
 
             built = None if mod is None else with_random_weights(mod, extraction.entry, self.seed)
             return measured_costs(
@@ -186,7 +186,7 @@ class PartitionForDevices:
         if solved.kept_single_device:
             log.info("%s", solved.kept_single_device)
         if self.candidates:
-            from .timing import choose_by_measurement, with_random_weights
+            from ..profiling.timing import choose_by_measurement, with_random_weights
 
             if mod is None:
                 raise DivimlInputError(
@@ -223,7 +223,7 @@ class PartitionForDevices:
     def transform_module(self, mod, ctx):
         extraction = extract(mod, self.entry)
         plan, sim = self.solve(extraction, mod)
-        from .timing import candidate_platform
+        from ..profiling.timing import candidate_platform
 
         platform = self.platform  # the whole CPU as one device, if that won
         if self.selection is not None:

@@ -7,7 +7,7 @@ database where one is given), each timed with ``time_evaluator`` on its own rand
 Results are cached per (PrimFunc hash, target, device, TVM version, schedule), so a second run of
 the same model measures nothing. Links between present devices are timed with copies of several
 sizes and fitted to latency + bytes / bandwidth. A kernel TVM cannot compile is named in one line
-(``compile_failure``, which the placed build uses too).
+(``passes.build.compile_failure``, as the placed build names it).
 """
 
 from __future__ import annotations
@@ -19,23 +19,22 @@ import logging
 import math
 import platform as host_platform
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..cost.base import CostModel, ExecutorOverheads
+from ..cost.roofline import RooflineCostModel
 from ..errors import DivimlInputError, first_line, raise_if_interrupted
 from ..graph import OpGraph
+from ..passes.build import compile_failure
 from ..platform import Device, Link, Platform
-from .base import CostModel, ExecutorOverheads
-from .cache import LinkKey, LinkMeasurement, Measurement, ProfileCache, ProfileKey
-from .fit import fit_link
-from .roofline import RooflineCostModel
+from ..runtime.measure import time_link
+from ..schedules.database import database_digest, schedule_for_target, tuning_target
+from .cache import LinkKey, Measurement, ProfileCache, ProfileKey
 
 log = logging.getLogger(__name__)
-
-LINK_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 
 @dataclass
@@ -90,7 +89,7 @@ def existing_tuning(work_dir: str, devices: list[Device], funcs: dict[str, Any])
     it holds no record for any of ``funcs`` (the model's PrimFuncs) on those devices."""
     from types import SimpleNamespace
 
-    from .tuning import check_database_covers, database_digest, open_database, tuning_target
+    from .tuning import check_database_covers, open_database
 
     database = open_database(work_dir)
     present = [d for d in devices if device_present(d)]
@@ -108,7 +107,7 @@ def tune_for_devices(funcs: dict[str, Any], devices: list[Device], budget, work_
     attributes share one database, persisted under ``work_root`` so that later runs resume."""
     import hashlib
 
-    from .tuning import TuningBudget, tune_primfuncs, tuning_target
+    from .tuning import TuningBudget, tune_primfuncs
 
     searches: dict[str, tuple[str, Any, list[str]]] = {}  # target as text -> work_dir, target, devices
     for device in devices:
@@ -146,29 +145,6 @@ def schedule_name(device: Device, tuned_digest: str | None = None) -> str:
 def profile_device_label(device: Device) -> str:
     """What, besides the target, makes two devices time a kernel alike: kind and thread count."""
     return f"{device.kind}/threads={device.num_threads}" if device.kind == "cpu" else device.kind
-
-
-def schedule_for_target(mod, target, database=None):
-    """The module's PrimFuncs scheduled as the heterogeneous build schedules them on ``target``: a
-    tuning database's records where it has them, the default rules (``schedules/``) for the rest.
-    Each carries what scheduled it (``schedules.apply.schedule_names``): a rule, or "tuned" where the
-    database's best record is not that rule's own schedule."""
-    import tvm_ffi
-    from tvm import tirx
-
-    from ..schedules.apply import schedule_module
-
-    default = schedule_module(mod, target)
-    if database is None:
-        return default
-    from .tuning import apply_database
-
-    tuned = schedule_module(apply_database(mod, target, database).mod, target)
-    for gvar, func in tuned.functions_items():
-        rule = default[gvar]
-        if isinstance(func, tirx.PrimFunc) and tvm_ffi.structural_equal(rule.body, func.body, map_free_vars=True):
-            tuned[gvar] = rule  # the database's best record is the rule's own schedule
-    return tuned
 
 
 def random_arguments(func, device) -> list:
@@ -236,26 +212,6 @@ def kernel_schedules(funcs: dict[str, Any], device: Device, database=None) -> di
 
     named = {name: func.with_attr("global_symbol", name) for name, func in funcs.items()}
     return schedule_names(schedule_for_target(tvm.IRModule(named), tvm_target(device), database))
-
-
-def time_link(src: Device, dst: Device, sizes=LINK_SIZES, repeats: int = 5) -> LinkMeasurement:
-    """Copy tensors of several sizes from ``src`` to ``dst`` and fit latency + bytes / bandwidth."""
-    import tvm
-
-    source, target = tvm.device(src.kind, src.index), tvm.device(dst.kind, dst.index)
-    seconds = []
-    for nbytes in sizes:
-        array = tvm.runtime.tensor(np.zeros(nbytes // 4, dtype="float32"), source)
-        destination = tvm.runtime.empty(array.shape, "float32", target)
-        samples = []
-        for _ in range(repeats + 1):  # the first copy warms up
-            began = time.perf_counter()
-            array.copyto(destination)
-            target.sync()
-            samples.append(time.perf_counter() - began)
-        seconds.append(float(np.median(samples[1:])))
-    fit = fit_link(np.asarray(sizes, dtype=float), np.asarray(seconds))
-    return LinkMeasurement(fit.latency_s, fit.bandwidth_Bps, fit.max_rel_error)
 
 
 # The runner and build whose whole-model timings calibrate kernels in context: a cheaper runner, a
@@ -406,7 +362,7 @@ class MeasuredCostModel(CostModel):
     def roofline_fit(self, device: str):
         """The roofline fitted to ``device``'s measured kernels (how far to trust the estimate);
         raises ValueError where no fit is possible."""
-        from .fit import fit_roofline
+        from ..cost.fit import fit_roofline
 
         kernels = list(self.graph.kernels.values())
         return fit_roofline(
@@ -460,7 +416,7 @@ class MeasuredCostModel(CostModel):
         import tvm
 
         from ..servers import corun_groups
-        from .executor import corun_factor, executor_overheads
+        from .overheads import corun_factor, executor_overheads
 
         names = [f.name for f in dataclasses.fields(ExecutorOverheads) if f.name != "corun_factor"]
         where = f"python{sys.version_info.major}.{sys.version_info.minor}/{host_platform.node()}"
@@ -493,7 +449,7 @@ class MeasuredCostModel(CostModel):
         what it was measured for (each kernel's fingerprint, the model, each device's target, the
         versions), so that it never prices another model's kernels of the same names."""
         from .. import __version__
-        from .table import TableCostModel, tvm_version
+        from ..cost.table import TableCostModel, tvm_version
 
         compute = {k: {d: self.compute_s(k, d) for d in self.platform.device_names} for k in self.graph.kernels}
         sources = {d: self.source(next(iter(self.graph.kernels)), d) for d in self.platform.device_names}
@@ -536,47 +492,3 @@ def time_whole_model(
     return Measurement(
         float(np.median(samples)), float(samples.std()), len(samples), "tuned" if database is not None else "measured"
     )
-
-
-def compile_failure(mod, error: BaseException, target=None) -> DivimlInputError:
-    """The one-line error for a module TVM failed to compile: the first kernel that fails when
-    compiled alone (for its own target, else ``target``), or TVM's own first line when every kernel
-    compiles by itself."""
-    import tvm
-
-    raise_if_interrupted()
-    for gvar, func in mod.functions_items():
-        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else None
-        if not isinstance(func, tvm.tirx.PrimFunc) or (own or target) is None:
-            continue
-        kernel_target = tvm.target.Target(own or target)
-        try:
-            tvm.compile(tvm.IRModule({gvar.name_hint: func}), target=kernel_target)
-        except Exception as kernel_error:
-            raise_if_interrupted()
-            return DivimlInputError(
-                f"TVM {tvm.__version__} cannot compile kernel '{gvar.name_hint}' ({kernel_signature(func)}) "
-                f"for {kernel_target.kind.name}: {type(kernel_error).__name__}: {first_line(kernel_error)}",
-                field="MODEL",
-                hint="no rewrite of this operator and dtype is known; export the model "
-                "with another dtype for it, or report it to TVM",
-            )
-    return DivimlInputError(
-        f"TVM {tvm.__version__} cannot build the module: {type(error).__name__}: {first_line(error)}", field="MODEL"
-    )
-
-
-def kernel_signature(func) -> str:
-    """``reads bool[1, 16]; writes bool[1, 16]``: a PrimFunc's buffers (the last ones are its outputs)."""
-    import tvm
-
-    buffers = list(func.params)  # TVM 0.27: a PrimFunc's parameters are its buffers
-    outputs = int(func.attrs["num_outputs"]) if func.attrs and "num_outputs" in func.attrs else 1
-
-    def describe(buffer) -> str:
-        dims = (str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buffer.shape)
-        return f"{buffer.dtype}[{', '.join(dims)}]"
-
-    reads = ", ".join(map(describe, buffers[:-outputs])) or "nothing"
-    writes = ", ".join(map(describe, buffers[-outputs:]))
-    return f"reads {reads}; writes {writes}"

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DivimlInputError
-from .plan import Plan
-from .simulator import simulate, stream_price
-from .solvers import Problem, get_solver
-from .toolkit.single_device import single_device_plan
+from ..errors import DivimlInputError
+from ..plan import Plan
+from ..simulator import simulate, stream_price
+from ..solvers import Problem, get_solver
+from ..toolkit.single_device import single_device_plan
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def stream_plans(problem: Problem, chosen: Plan) -> list[tuple[str, Plan]]:
     """What a stream is always timed with: the whole model replicated on every device that holds it,
     ``chosen``'s stages replicated (where it has none), and the best pipeline of one stage per device
     (SliceGraph within a few seconds)."""
-    from .solvers.replicas import stage_replicas, whole_model_replicas
+    from ..solvers.replicas import stage_replicas, whole_model_replicas
 
     out = []
     if problem.objective == "throughput":
@@ -188,7 +188,7 @@ def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], f
 
 def format_selection(selection: Selection) -> str:
     """The candidates' table: predicted and measured side by side, the winner marked."""
-    from .units import format_seconds
+    from ..units import format_seconds
 
     timed = [c for c in selection.candidates if not c.left_out]
     lines = [f"candidates, built and timed now ({len(timed)}; the fastest measured is kept):"]

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tvm_diviml.candidates import Candidate, Selection, candidate_plans, plan_key, priced, select_fastest
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Device, Platform
 from tvm_diviml.problem import Problem
+from tvm_diviml.profiling.candidates import Candidate, Selection, candidate_plans, plan_key, priced, select_fastest
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import time_calls, time_stream
 from tvm_diviml.runtime.routed import RoutedBuild, SplitBuild, build_routes
@@ -37,9 +37,9 @@ from tvm_diviml.toolkit.single_device import single_device_plan
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
-from .apply_plan import apply_plan
-from .build import build
-from .extract import Extraction
+from ..passes.apply_plan import apply_plan
+from ..passes.build import build
+from ..passes.extract import Extraction
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ def measured_costs(
     (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
     (the whole model timed once per present device, ``calibrate_in_context``; ``fresh``: timed now,
     not read from the profile cache)."""
-    from tvm_diviml.cost.cache import ProfileCache, tuning_cache_dir
-    from tvm_diviml.cost.measured import (
+    from tvm_diviml.profiling.cache import ProfileCache, tuning_cache_dir
+    from tvm_diviml.profiling.measured import (
         MeasuredCostModel,
         MeasureOptions,
         device_present,
@@ -130,7 +130,7 @@ def single_device_configurations(platform: Platform) -> dict[str, tuple[Device, 
     """The single-device configurations to time: each present device as the platform has it (distinct
     target and thread count only: cpu0 and cpu1 of cpu2 are the same CPU), and the host CPU with
     every core of this machine when the platform gives its CPUs fewer."""
-    from tvm_diviml.cost.measured import device_present
+    from tvm_diviml.profiling.measured import device_present
 
     out: dict[str, tuple[Device, int | None]] = {}
     seen = set()
@@ -199,7 +199,7 @@ def build_runnable(
 ) -> tuple[PlacedExecutable | RoutedBuild, float]:
     """``plan`` built for this machine (its devices checked first), and the seconds the build took; a
     replicated plan as one build per route (``runtime.routed``)."""
-    from tvm_diviml.cost.measured import device_present
+    from tvm_diviml.profiling.measured import device_present
 
     if plan.replicas:
         began = time.perf_counter()
@@ -327,7 +327,7 @@ def calibrate_in_context(
     ``costs`` (a MeasuredCostModel) price every device of that configuration as its kernels run
     inside the model, with the timing's spread as its ``prediction_error``. Returns the per-kernel
     figures by device."""
-    from tvm_diviml.cost.cache import Measurement
+    from tvm_diviml.profiling.cache import Measurement
 
     platform = costs.platform
     configurations = {
@@ -393,7 +393,7 @@ def executor_in_context(
       each pinned to its cores) against one alone: the ratio becomes ``corun_factor`` when above the
       synthetic probe's, whose dense kernel read 1.00 while mobilenet_v2 at 64x64 ran 1.1-1.3x slower
       per inference with the other core busy."""
-    from tvm_diviml.cost.cache import Measurement
+    from tvm_diviml.profiling.cache import Measurement
     from tvm_diviml.runtime.vm import usable_cores
     from tvm_diviml.servers import corun_groups
 
@@ -579,7 +579,7 @@ def predict_configuration(
     (kernels timed with that many threads through the profile cache, priced inside the model as it
     runs now). None for a cost table, which holds no such device."""
     from tvm_diviml.cost import RooflineCostModel
-    from tvm_diviml.cost.measured import MeasuredCostModel
+    from tvm_diviml.profiling.measured import MeasuredCostModel
 
     platform = problem.platform.with_threads(device.name, threads)
     if isinstance(problem.costs, RooflineCostModel):
@@ -708,7 +708,7 @@ def with_random_weights(mod, entry: str, seed: int = 0) -> BuiltModel:
     """``mod`` with seeded random weights for its entry's weight parameters: enough to time it."""
     from tvm_diviml.zoo import init_weights
 
-    from .frontends import from_relax
+    from ..frontends.importers import from_relax
 
     func = mod[entry]
     num_inputs = int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)

@@ -25,7 +25,7 @@ from tvm_diviml.units import format_bytes
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.input_ranges import integer_input_ranges
 
-from .extract import bind_shapes, tensor_bytes
+from ..passes.extract import bind_shapes, tensor_bytes
 from .program_checks import inference_program, refuse_onnx_training_nodes
 from .rewrites import ImportRewrites
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .base import CostModel
+from ..cost.base import CostModel
 
 WARN_SHARE = 0.10  # of the model's time on a device
 
