@@ -47,7 +47,7 @@ test-all: $(TEST_STAMP)
 # needs EXTRAS with torch): what CI runs after `make test`. Its cases spread over the workers one by one
 # (one file): 6 minutes on 2 cores, 11 in one process.
 test-models: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -m slow tests/test_coverage.py -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m slow tests/app/test_coverage.py -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -56,7 +56,7 @@ setup(
         "tune": ["xgboost>=1.6"],
         "onnxruntime": ["onnxruntime>=1.17"],
         # torch.export programs and .pt2 files; torchvision, transformers and onnxscript (torch.onnx.export)
-        # for the model-coverage suite (`diviml bench --suite models`, tests/test_coverage.py).
+        # for the model-coverage suite (`diviml bench --suite models`, tests/app/test_coverage.py).
         "torch": ["torch>=2.4", "torchvision>=0.19", "transformers>=4.45", "onnx>=1.14", "onnxscript>=0.2"],
     },
     entry_points={"console_scripts": ["diviml=tvm_diviml.entry:main"]},

@@ -53,7 +53,7 @@ def main() -> None:
             _, split_sim, row, _ = solve_batch_splits(workloads, "milp", "throughput", time_limit_s=args.time_limit)
             cells = [
                 cell(base, simulate(problem, milp).value_s),
-                cell(base, simulate(problem, replicated).value_s, replicated.attrs["replicas_option"]),
+                cell(base, simulate(problem, replicated).value_s, replicated.replicas_option),
                 cell(base, split_sim.value_s, f"R={row['batch_split']}"),
             ]
             device = single.devices_used()[0]

@@ -4,7 +4,7 @@ generous hang guard instead of a fixed sleep: a loaded machine makes a test slow
 
 from __future__ import annotations
 
-import dataclasses
+import os
 import queue
 import subprocess
 import sys
@@ -13,16 +13,64 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import strategies as st
 
 from tvm_diviml.cost.table import TableCostModel
-from tvm_diviml.graph import OpGraph
-from tvm_diviml.platform import Link
+from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
+from tvm_diviml.platform import Device, Link, Platform
 from tvm_diviml.problem import Problem
 from tvm_diviml.simulator import simulate
 
-from .conftest import graph_of, table, unit_platform
-from .strategies import DEVICES, dag_problems
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MSR_FIDDLE = os.path.join(REPO_ROOT, "..", "shared", "data", "msr-fiddle")
+# Property tests draw the same examples on every run (`make test`, CI), so a red run can be rerun;
+# HYPOTHESIS_PROFILE=thorough (`make test-all`) draws fresh ones, five times as many (conftest.py).
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+
+
+def examples(count: int) -> int:
+    """``max_examples`` for a property test: ``count`` in the repeatable profile, 5x in the thorough one."""
+    return count * 5 if THOROUGH else count
+
+
+def unit_platform(devices=("A", "B", "C"), latency=1.0, bandwidth=1.0, memory=None, transfer_model="direct"):
+    """Device A is a CPU (the host), the others GPUs; sending b bytes takes latency + b / bandwidth."""
+    devs = [
+        Device(
+            name,
+            {"kind": "llvm"} if i == 0 else {"kind": "cuda"},
+            "cpu:0" if i == 0 else f"cuda:{i - 1}",
+            memory_bytes=memory,
+        )
+        for i, name in enumerate(devices)
+    ]
+    links = {(a, b): Link(a, b, latency, bandwidth) for a in devices for b in devices if a != b}
+    return Platform("unit", devs, links, transfer_model=transfer_model)
+
+
+def table(platform, times):
+    """``times``: {kernel: number (same on every device) or {device: seconds}}."""
+    rows = {k: (v if isinstance(v, dict) else {d: float(v) for d in platform.device_names}) for k, v in times.items()}
+    return TableCostModel(platform, rows)
+
+
+def graph_of(edges, kernels=None, inputs=(), outputs=None, weights=None, kernel_weights=None, output_bytes=None):
+    """A graph from (src, dst, bytes) triples; kernels in first-seen order unless given."""
+    names = list(kernels or [])
+    for src, dst, _ in edges:
+        for name in (src, dst):
+            if name not in names:
+                names.append(name)
+    kernel_weights = kernel_weights or {}
+    output_bytes = output_bytes or {}
+    nodes = [Kernel(n, weights=tuple(kernel_weights.get(n, ())), output_bytes=output_bytes.get(n, 0.0)) for n in names]
+    return OpGraph(
+        nodes,
+        [Edge(s, d, b) for s, d, b in edges],
+        inputs=[GraphInput(n, b, tuple(c)) for n, b, c in inputs],
+        outputs=outputs,
+        weights=weights,
+    )
+
 
 # How long a test waits for an event before it calls it a hang: far past what the event takes on a
 # loaded machine, so it only ends a test that would never finish.
@@ -236,36 +284,3 @@ def chain(length, work=1.0, tensor_bytes=4, devices=("A", "B", "C")):
     names = [f"k{i}" for i in range(length)]
     graph = graph_of([(a, b, tensor_bytes) for a, b in zip(names, names[1:])])
     return graph, platform, table(platform, {k: work for k in names})
-
-
-@st.composite
-def pipeline_problems(draw, max_kernels=5, uneven_links=False):
-    """A pipeline problem of 1..3 stages on the three-device unit platform; ``uneven_links``: one link
-    (B -> C or C -> A) made cheaper than the rest, so that links no longer price alike."""
-    graph, platform, costs = draw(dag_problems(max_kernels=max_kernels))
-    if uneven_links:
-        pair = draw(st.sampled_from([("B", "C"), ("C", "A")]))
-        costs = TableCostModel(platform, costs.compute, links={pair: Link(*pair, 0.0, 10.0)})
-    return pipeline(graph, platform, costs, draw(st.integers(1, 3)))
-
-
-@st.composite
-def constrained_pipeline_problems(draw):
-    """Pipeline problems whose kernels may be barred from devices, tied into co-location groups and
-    hold weights against small device memories. Activations peak below 20 bytes, so with 44 bytes a
-    device holds either weight with them, never both weights (the MIP models weights only)."""
-    problem = draw(pipeline_problems(max_kernels=5))
-    graph = problem.graph
-    kernels = [
-        dataclasses.replace(
-            k,
-            allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
-            colocate=draw(st.sampled_from([None, None, "g"])),
-            weights=draw(st.sampled_from([(), ("w1",), ("w2",), ("w1", "w2")])),
-        )
-        for k in graph.kernels.values()
-    ]
-    graph = OpGraph(kernels, graph.edges, inputs=graph.inputs, weights={"w1": 20, "w2": 25})
-    platform = unit_platform(DEVICES, memory=draw(st.sampled_from([None, 44, 100])))
-    costs = TableCostModel(platform, problem.costs.compute)
-    return pipeline(graph, platform, costs, problem.stages)

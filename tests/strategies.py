@@ -1,14 +1,17 @@
 """Hypothesis strategies: random kernel DAGs with costs on the three-device unit platform, plain or
-with memory, co-location, allowed devices, infinite costs and direction-dependent links."""
+with memory, co-location, allowed devices, infinite costs and direction-dependent links; pipeline
+problems drawn from them."""
 
+import dataclasses
 import math
 
 from hypothesis import strategies as st
 
+from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 from tvm_diviml.platform import Device, Link, Platform
 
-from .conftest import table, unit_platform
+from .helpers import pipeline, table, unit_platform
 
 DEVICES = ("A", "B", "C")
 
@@ -89,3 +92,36 @@ def constrained_problems(draw, max_kernels=6):
             row[device] = math.inf  # no kernel for this device
         times[name] = row
     return graph, platform, table(platform, times)
+
+
+@st.composite
+def pipeline_problems(draw, max_kernels=5, uneven_links=False):
+    """A pipeline problem of 1..3 stages on the three-device unit platform; ``uneven_links``: one link
+    (B -> C or C -> A) made cheaper than the rest, so that links no longer price alike."""
+    graph, platform, costs = draw(dag_problems(max_kernels=max_kernels))
+    if uneven_links:
+        pair = draw(st.sampled_from([("B", "C"), ("C", "A")]))
+        costs = TableCostModel(platform, costs.compute, links={pair: Link(*pair, 0.0, 10.0)})
+    return pipeline(graph, platform, costs, draw(st.integers(1, 3)))
+
+
+@st.composite
+def constrained_pipeline_problems(draw):
+    """Pipeline problems whose kernels may be barred from devices, tied into co-location groups and
+    hold weights against small device memories. Activations peak below 20 bytes, so with 44 bytes a
+    device holds either weight with them, never both weights (the MIP models weights only)."""
+    problem = draw(pipeline_problems(max_kernels=5))
+    graph = problem.graph
+    kernels = [
+        dataclasses.replace(
+            k,
+            allowed_devices=draw(st.sampled_from([None, ("A",), ("B", "C"), ("A", "C")])),
+            colocate=draw(st.sampled_from([None, None, "g"])),
+            weights=draw(st.sampled_from([(), ("w1",), ("w2",), ("w1", "w2")])),
+        )
+        for k in graph.kernels.values()
+    ]
+    graph = OpGraph(kernels, graph.edges, inputs=graph.inputs, weights={"w1": 20, "w2": 25})
+    platform = unit_platform(DEVICES, memory=draw(st.sampled_from([None, 44, 100])))
+    costs = TableCostModel(platform, problem.costs.compute)
+    return pipeline(graph, platform, costs, problem.stages)

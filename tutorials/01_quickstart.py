@@ -2,14 +2,18 @@
 
 The whole flow of tvm-diviml in one script, printed step by step:
 
-1. build a model from the zoo (a Relax IRModule plus deterministic weights),
-2. extract its graph of fused kernels (what the placement works on),
-3. price every kernel on every device with the roofline cost model of the ``cpu2`` platform
+1. build a model from the zoo (a Relax IRModule plus deterministic weights) and extract its graph of
+   fused kernels (what the placement works on): ``tvm_diviml.load_model``,
+2. price every kernel on every device with the roofline cost model of the ``cpu2`` platform
    (this machine's CPU as two single-thread devices, so the result really runs here),
-4. solve the placement problem (``--solver auto`` picks the default solver for the objective),
-5. score the plan with the simulator,
-6. apply the plan to the module, build one executable for both devices, run it,
-7. compare the outputs with the model compiled whole for one CPU.
+3. solve the placement problem and score the plan with the simulator: ``tvm_diviml.plan_model``
+   (``--solver auto``: the default solver for the objective, the fastest single device kept where
+   the split is not predicted faster), with its lower bound and the best single device beside it,
+4. apply the plan to the module, build one executable for both devices, run it,
+5. compare the outputs with the model compiled whole for one CPU.
+
+``tvm_diviml.run_model`` does steps 1-5 in one call, timing the build against every single device as
+``diviml run`` does.
 
 Run:  python tutorials/01_quickstart.py [--model twin_branch] [--objective latency]
 Exits 0 when the placed build reproduces the reference, 1 when the outputs differ.
@@ -23,16 +27,10 @@ import time
 
 import numpy as np
 
+from tvm_diviml import Problem, apply_plan, build, load_model, load_platform, plan_model
 from tvm_diviml.cost import RooflineCostModel
-from tvm_diviml.passes.apply_plan import apply_plan
-from tvm_diviml.passes.build import build
-from tvm_diviml.passes.extract import extract
-from tvm_diviml.plan import Plan
-from tvm_diviml.presets import load_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
-from tvm_diviml.simulator import simulate
-from tvm_diviml.solvers import Problem, default_solver, get_solver
-from tvm_diviml.zoo import SMALL_OPTIONS, build_model
+from tvm_diviml.zoo import SMALL_OPTIONS
 from tvm_diviml.zoo.reference import run_reference
 
 
@@ -70,12 +68,10 @@ def main() -> int:
     args = parse_args()
     began = time.perf_counter()
 
-    step(f"build_model('{args.model}')")
-    model = build_model(args.model, SMALL_OPTIONS.get(args.model, {}), seed=args.seed)
+    step(f"load_model('{args.model}'): built and its kernel graph extracted")
+    loaded = load_model(args.model, {**SMALL_OPTIONS.get(args.model, {}), "seed": args.seed})
+    model, graph = loaded.built, loaded.extraction.graph
     print(f"   {model.name}: inputs {[(n, s) for n, s, _ in model.inputs]}, {len(model.params)} weights")
-
-    step("extract the kernel graph")
-    graph = extract(model.mod, model.entry, name=model.name).graph
     print(f"   {len(graph)} kernels, {sum(k.flops for k in graph.kernels.values()) / 1e6:.1f} MFLOP")
 
     step(f"cost model: roofline on platform {args.platform}")
@@ -85,23 +81,18 @@ def main() -> int:
         total = sum(costs.compute_s(k, device.name) for k in graph.kernels)
         print(f"   {device.name}: all kernels {total * 1e3:.2f} ms (efficiency {device.efficiency})")
 
-    problem = Problem(graph, platform, costs, objective=args.objective)
-    solver_name = default_solver(problem) if args.solver == "auto" else args.solver
-    step(f"solve for {args.objective} with {solver_name}")
-    plan = get_solver(solver_name, time_limit_s=10.0).solve(problem)
+    step(f"plan_model: solve for {args.objective} with {args.solver}, scored by the simulator")
+    solved = plan_model(Problem(graph, platform, costs, objective=args.objective), args.solver, time_limit_s=10.0)
+    plan = solved.plan
     per_device = {d: sum(1 for v in plan.assignment.values() if v == d) for d in platform.device_names}
-    print(f"   kernels per device: {per_device}")
-
-    step("score the plan with the simulator")
-    sim = simulate(Problem(graph, platform, costs), plan)
-    alone = min(
-        simulate(
-            Problem(graph, platform, costs),
-            Plan(dict.fromkeys(graph.kernels, d), objective=plan.objective, mode=plan.mode),
-        ).value_s
-        for d in platform.device_names
+    print(f"   solver {plan.solver}; kernels per device: {per_device}")
+    if solved.kept_single_device:
+        print(f"   {solved.kept_single_device}")
+    alone = solved.baselines["fastest_single_device"]
+    print(
+        f"   {plan.mode}: {solved.value_s * 1e3:.2f} ms, lower bound {solved.bound_s * 1e3:.2f} ms "
+        f"(best single device {alone * 1e3:.2f} ms)"
     )
-    print(f"   {plan.mode}: {sim.value_s * 1e3:.2f} ms (best single device {alone * 1e3:.2f} ms)")
 
     step("apply the plan, build, run")
     applied = apply_plan(model.mod, plan, platform, entry=model.entry)

@@ -33,14 +33,9 @@ import time
 
 import numpy as np
 
+from tvm_diviml import Problem, apply_plan, build, extract, load_platform, plan_model
 from tvm_diviml.cost import RooflineCostModel
-from tvm_diviml.passes.apply_plan import apply_plan
-from tvm_diviml.passes.build import build
-from tvm_diviml.passes.extract import extract
-from tvm_diviml.presets import load_platform
 from tvm_diviml.runtime.vm import SingleVMRunner
-from tvm_diviml.simulator import simulate
-from tvm_diviml.solvers import Problem, default_solver, get_solver
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
@@ -156,10 +151,10 @@ def place_build_run(model: BuiltModel, args: argparse.Namespace, outside_tvm: tu
     graph = extract(model.mod, model.entry, name=model.name).graph
     platform = load_platform(args.platform)
     costs = RooflineCostModel(graph, platform)
-    problem = Problem(graph, platform, costs, objective="latency")
-    plan = get_solver(default_solver(problem), time_limit_s=10.0).solve(problem)
+    solved = plan_model(Problem(graph, platform, costs, objective="latency"), time_limit_s=10.0)
+    plan = solved.plan
     placed_on = sorted(set(plan.assignment.values()))
-    estimate_s = simulate(Problem(graph, platform, costs), plan).value_s
+    estimate_s = solved.simulation.value_s
     print(
         f"   {model.name}: inputs {[(n, s) for n, s, _ in model.inputs]}, {len(model.params)} weights, "
         f"{len(graph)} kernels on {placed_on}, estimated latency {estimate_s * 1e3:.2f} ms"

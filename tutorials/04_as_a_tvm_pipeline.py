@@ -76,7 +76,7 @@ def describe(partition) -> None:
     per_device = Counter(plan.assignment.values())
     print(
         f"   solver {plan.solver}, objective {plan.objective}, simulated {plan.objective} "
-        f"{plan.attrs['simulated_value_s'] * 1e3:.3f} ms (roofline costs)"
+        f"{plan.simulated_value_s * 1e3:.3f} ms (roofline costs)"
     )
     print(
         f"   kernels per device: {', '.join(f'{d} {n}' for d, n in sorted(per_device.items()))}; "

@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tvm_diviml.app.rpc_run import format_rpc_run, predicted_over_rpc, run_plan_rpc
-from tvm_diviml.app.workload import load_workload
-from tvm_diviml.profiling.rpc_hops import driver_hop_platform, measure_driver_hops
+from tvm_diviml import load_workload
+from tvm_diviml.app.rpc_run import format_rpc_run, over_driver_hops, predicted_over_rpc, run_plan_rpc
+from tvm_diviml.profiling.rpc_hops import measure_driver_hops
 from tvm_diviml.runtime.rpc_servers import connect_servers, start_local_servers
 from tvm_diviml.simulator import simulate
 from tvm_diviml.solvers import Problem, get_solver
@@ -96,8 +96,8 @@ def run_across_servers(model: str, count: int, time_limit_s: float, rtol: float)
                     f"{hop.download_Bps / 1e6:.1f} MB/s, upload {format_seconds(hop.upload_latency_s)} + "
                     f"{hop.upload_Bps / 1e6:.1f} MB/s"
                 )
-            # cross-server copies as this runtime pays them; the measured costs price links by their platform
-            workload.platform = workload.costs.platform = driver_hop_platform(workload.platform, hops)
+            # cross-server copies as this runtime pays them: the workload on a platform whose links are the hops
+            workload = over_driver_hops(workload, hops)
             problem = Problem(workload.graph, workload.platform, workload.costs, objective="throughput")
             plan = get_solver("symmetric", time_limit_s=time_limit_s).solve(problem)
             sim = simulate(problem, plan)

@@ -1,9 +1,11 @@
 """tvm-diviml: place a neural network's kernels across heterogeneous devices with TVM Relax.
 
 The library (graph, platform, costs, plans, the simulator, solvers, bounds) imports no TVM; the
-Relax side lives in ``tvm_diviml.passes``. The face below is what a script needs: ``load_workload``
-(a model and a platform, priced), ``plan_model`` (solved, with its bound), ``extract``,
-``apply_plan``, ``build`` and ``PartitionForDevices`` (the Relax side), ``load`` (an exported build).
+Relax side lives in ``tvm_diviml.passes``. The face below is what a script needs: ``load_model`` (a zoo
+name, a model file or a model object, built and extracted), ``load_workload`` (a model and a platform,
+priced), ``plan_model`` (solved, with its bound), ``run_model`` (``diviml run``: planned, built, checked
+and timed here), ``extract``, ``apply_plan``, ``build`` and ``PartitionForDevices`` (the Relax side),
+``load`` (an exported build).
 Its names are imported when first used, so that ``import tvm_diviml`` (and the ``diviml`` command's
 start, which answers Ctrl-C from its first instant) reads no module it does not need.
 """
@@ -24,8 +26,10 @@ _EXPORTS = {
     "Kernel": "graph",
     "Link": "platform",
     "load": "runtime.artefact",  # an artefact `diviml run --export DIR` wrote, ready to run
+    "load_model": "app.load",
     "load_platform": "presets",
     "load_workload": "app.workload",
+    "LoadOptions": "app.job",
     "OpGraph": "graph",
     "PartitionForDevices": "app.partition",
     "partition_options": "app.partition",
@@ -34,9 +38,12 @@ _EXPORTS = {
     "Platform": "platform",
     "Problem": "problem",
     "ReplicaGroup": "plan",
+    "run_model": "app.run",
+    "RunOptions": "app.run",
     "simulate": "simulator",
     "Simulation": "simulator",
     "Solved": "planning",
+    "SolveOptions": "app.job",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

@@ -167,44 +167,8 @@ def local_platform(spec: str = LOCAL, gpus: list[GpuRecord] | tuple[GpuRecord, .
     memory = memory_total_bytes()
     count = split or 1
     estimates: dict[str, dict[str, str]] = {}
-    devices = []
-    for i in range(count):
-        threads = cores // count + (1 if i < cores % count else 0)
-        name = "cpu" if split is None else f"cpu{i}"
-        devices.append(
-            Device(
-                name,
-                {"kind": "llvm"},
-                f"cpu:{i}",
-                memory_bytes=int(memory // count) if memory else None,
-                peak_flops=cpu.core_flops * threads,
-                bandwidth_Bps=readable(copy.bandwidth_Bps),
-                efficiency=SCHEDULED_CPU_EFFICIENCY,
-                launch_overhead_s=LAUNCH_OVERHEAD_S,
-                num_threads=threads,
-            )
-        )
-        estimates[name] = {"peak_flops": cpu.flops_note(threads), "bandwidth_Bps": copy.note}
-    cpus = list(devices)
+    cpus = _cpu_devices(split, cores, memory, cpu, copy, estimates)
     gpu_devices = _gpu_devices(gpus, estimates)
-    devices += [device for device, _ in gpu_devices]
-    links = {}
-    for a in cpus:
-        for b in cpus:
-            if a is not b:
-                links[(a.name, b.name)] = Link(
-                    a.name, b.name, readable(copy.link_latency_s), readable(copy.link_bandwidth_Bps)
-                )
-    for gpu, record in gpu_devices:
-        for host in cpus:
-            links[(host.name, gpu.name)] = Link(host.name, gpu.name, *_figures(record.upload))
-            links[(gpu.name, host.name)] = Link(gpu.name, host.name, *_figures(record.download))
-    for a, source in gpu_devices:
-        for b, destination in gpu_devices:
-            if a is not b:  # through host memory: one copy down, then one up
-                bandwidth = 1 / (1 / source.download.bandwidth_Bps + 1 / destination.upload.bandwidth_Bps)
-                latency = source.download.latency_s + destination.upload.latency_s
-                links[(a.name, b.name)] = Link(a.name, b.name, readable(latency), readable(bandwidth))
     kinds = f"{cores} cores" + ("" if split is None else f" as {count} devices")
     found = ", ".join(f"{device.name} ({record.name})" for device, record in gpu_devices) or "no GPU found"
     how = "CPU peak estimated from its FMA width, memory timed with numpy copies"
@@ -215,8 +179,8 @@ def local_platform(spec: str = LOCAL, gpus: list[GpuRecord] | tuple[GpuRecord, .
         )
     return Platform(
         LOCAL if split is None else spec,
-        devices,
-        links,
+        [*cpus, *(device for device, _ in gpu_devices)],
+        _local_links(cpus, gpu_devices, copy),
         host=cpus[0].name,
         description=f"this machine: {cpu.model} ({isa.mcpu}, {isa.vector_bits}-bit vectors), {kinds}; {found}. "
         f"Detected: {how}",
@@ -245,6 +209,57 @@ def local_platform(spec: str = LOCAL, gpus: list[GpuRecord] | tuple[GpuRecord, .
             },
         },
     )
+
+
+def _cpu_devices(
+    split: int | None, cores: int, memory: float | None, cpu, copy, estimates: dict[str, dict[str, str]]
+) -> list[Device]:
+    """The CPU as one device ``cpu`` (``split`` None) or ``split`` devices ``cpu{i}`` sharing its ``cores``
+    and ``memory`` evenly (the first ones a core more where they do not divide); what each figure
+    estimates noted in ``estimates``."""
+    count = split or 1
+    devices = []
+    for i in range(count):
+        threads = cores // count + (1 if i < cores % count else 0)
+        name = "cpu" if split is None else f"cpu{i}"
+        devices.append(
+            Device(
+                name,
+                {"kind": "llvm"},
+                f"cpu:{i}",
+                memory_bytes=int(memory // count) if memory else None,
+                peak_flops=cpu.core_flops * threads,
+                bandwidth_Bps=readable(copy.bandwidth_Bps),
+                efficiency=SCHEDULED_CPU_EFFICIENCY,
+                launch_overhead_s=LAUNCH_OVERHEAD_S,
+                num_threads=threads,
+            )
+        )
+        estimates[name] = {"peak_flops": cpu.flops_note(threads), "bandwidth_Bps": copy.note}
+    return devices
+
+
+def _local_links(cpus: list[Device], gpu_devices: list[tuple[Device, GpuRecord]], copy) -> dict[tuple[str, str], Link]:
+    """Between CPU devices: the timed host copy; host <-> GPU: each GPU's timed copies; GPU <-> GPU:
+    through host memory, one copy down, then one up."""
+    links = {}
+    for a in cpus:
+        for b in cpus:
+            if a is not b:
+                links[(a.name, b.name)] = Link(
+                    a.name, b.name, readable(copy.link_latency_s), readable(copy.link_bandwidth_Bps)
+                )
+    for gpu, record in gpu_devices:
+        for host in cpus:
+            links[(host.name, gpu.name)] = Link(host.name, gpu.name, *_figures(record.upload))
+            links[(gpu.name, host.name)] = Link(gpu.name, host.name, *_figures(record.download))
+    for a, source in gpu_devices:
+        for b, destination in gpu_devices:
+            if a is not b:
+                bandwidth = 1 / (1 / source.download.bandwidth_Bps + 1 / destination.upload.bandwidth_Bps)
+                latency = source.download.latency_s + destination.upload.latency_s
+                links[(a.name, b.name)] = Link(a.name, b.name, readable(latency), readable(bandwidth))
+    return links
 
 
 def _figures(link: LinkFigures) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from .errors import answer_interrupts
 def main() -> None:
     answer_interrupts()
     try:
-        from .cli import entry
+        from .cli import entry  # after the signals are answered: an interrupt during this import ends cleanly
     except KeyboardInterrupt:
         sys.stderr.write("diviml: interrupted\n")
         sys.stderr.flush()

@@ -7,17 +7,35 @@ The simulator (``tvm_diviml.simulator``) scores every Plan; a Plan carries the s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .errors import DivimlInputError
 from .jsonio import JsonFile
 from .tolerances import MEETS, meets
+
+if TYPE_CHECKING:
+    from .graph import OpGraph
+    from .platform import Platform
 
 FORMAT = "diviml.plan/1"
 Objective = Literal["latency", "throughput", "pipeline"]
 Mode = Literal["latency", "period_overlap", "stage_serial", "host_staged"]  # the simulator's cost modes
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 MODES: tuple[Mode, ...] = get_args(Mode)
+# The typed fields that a plan file keeps under "attrs", beside the free-form details (the file's format).
+ATTRS_FIELDS = (
+    "optimal_among",
+    "method",
+    "infeasible",
+    "series",
+    "replicas_option",
+    "stopped_by_time",
+    "simulated_value_s",
+)
+
+
+class PlanError(DivimlInputError):
+    """A plan that does not fit its graph or platform (unknown kernel or device, bad order)."""
 
 
 @dataclass
@@ -47,7 +65,14 @@ class Plan(JsonFile):
     lower_bound_s: float | None = None
     optimal: bool = False
     solve_s: float = 0.0
-    attrs: dict[str, Any] = field(default_factory=dict)
+    optimal_among: str | None = None  # the proof holds among these plans only, not every placement
+    method: str | None = None  # the steps that reached the plan, ", "-separated (downsets)
+    infeasible: str | None = None  # why the plan breaks a constraint its method relaxes (downsets' DP)
+    series: dict[str, Any] | None = None  # the series decomposition that placed it: cuts, segment solves
+    replicas_option: str | None = None  # the replication chosen: "whole_model" or "stages"
+    stopped_by_time: bool | None = None  # the pipeline MIP stopped at its time limit
+    simulated_value_s: float | None = None  # the simulator's value, kept with a plan that leaves the process
+    attrs: dict[str, Any] = field(default_factory=dict)  # details for reports: read by people, not by code
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -83,6 +108,44 @@ class Plan(JsonFile):
             value_s=self.value_s,
         )
 
+    def check(self, graph: OpGraph, platform: Platform | None = None) -> None:
+        """Raise ``PlanError`` unless the plan places every kernel of ``graph`` and no other, each on a
+        device of ``platform`` (where given), and shares replicas only among its devices: what every
+        reader of a plan (the simulator, segments, a build) relies on."""
+        missing = [k for k in graph.kernels if k not in self.assignment]
+        unknown = [k for k in self.assignment if k not in graph.kernels]
+        if missing or unknown:
+            what = (
+                f"leaves kernel '{missing[0]}' unassigned"
+                if missing
+                else f"names kernel '{unknown[0]}', which graph '{graph.name}' does not have"
+            )
+            raise PlanError(
+                f"the plan {what}: it does not match the graph's {len(graph)} kernels "
+                f"({len(missing)} missing, {len(unknown)} unknown)",
+                field="assignment",
+                hint="make the plan from this very model (same options and granularity)",
+            )
+        grouped: set[str] = set()
+        for group in self.replicas:
+            for kernel in group.kernels:
+                if kernel not in graph.kernels:
+                    raise PlanError(f"replica group names unknown kernel '{kernel}'", field="replicas")
+                if kernel in grouped:
+                    raise PlanError(f"kernel '{kernel}' is in two replica groups", field="replicas")
+                grouped.add(kernel)
+        if platform is None:
+            return
+        placed = [(f"kernel '{k}' is assigned to", d) for k, d in self.assignment.items()]
+        placed += [("a replica group shares the stream with", d) for g in self.replicas for d in g.shares]
+        for what, device in placed:
+            if device not in platform.by_name:
+                raise PlanError(
+                    f"{what} unknown device '{device}', which platform '{platform.name}' lacks",
+                    field="assignment",
+                    hint=f"devices: {', '.join(platform.device_names)}",
+                )
+
     def devices_used(self) -> list[str]:
         return sorted(set(self.assignment.values()))
 
@@ -107,6 +170,8 @@ class Plan(JsonFile):
     def to_json(self) -> dict:
         out = {"format": FORMAT, **asdict(self)}
         out["replicas"] = [asdict(g) for g in self.replicas]
+        typed = {name: out.pop(name) for name in ATTRS_FIELDS}
+        out["attrs"] = {**out["attrs"], **{name: value for name, value in typed.items() if value is not None}}
         return out
 
     @classmethod
@@ -115,9 +180,11 @@ class Plan(JsonFile):
             raise DivimlInputError(
                 "not a plan: expected an object with 'assignment': {kernel: device}", field="assignment"
             )
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - set(ATTRS_FIELDS)
         fields = {k: v for k, v in data.items() if k in known}
         fields["replicas"] = [ReplicaGroup(list(g["kernels"]), dict(g["shares"])) for g in data.get("replicas", [])]
+        attrs = dict(fields.get("attrs") or {})
+        fields.update({name: attrs.pop(name) for name in ATTRS_FIELDS if name in attrs}, attrs=attrs)
         return cls(**fields)
 
 

@@ -11,17 +11,20 @@ improve; where the caller asks, an interrupt (Ctrl-C) during the solve keeps the
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from .bounds import CoverAlongside, lower_bounds
 from .errors import DivimlInputError, forget_interrupt
 from .plan import Plan
 from .problem import Problem
 from .simulator import Simulation, simulate
-from .solvers import default_solver, get_solver
+from .solvers import Solver, default_solver, get_solver
 from .solvers.replicas import best_with_replicas
+from .tolerances import SOLVER_SLACK
 from .toolkit.deadline import Deadline, OutOfTime
 from .toolkit.incumbents import Event, Incumbents
 from .toolkit.single_device import single_device_values
@@ -37,25 +40,55 @@ MIN_BOUND_TIME_S = 1.0
 MIN_REPLICA_GAIN = 0.01
 BASELINES_AFTER_DEADLINE_S = 1.0  # how long past the deadline HEFT and greedy may still be made for the report
 
+Status = Literal["optimal", "feasible", "infeasible", "interrupted"]
+
 
 @dataclass
 class Solved:
-    """A solved problem: the kept plan, its simulation, the lower bounds by source and the baselines
-    (``fastest_single_device`` None where no device holds the whole model)."""
+    """A solve's one response, as OR-Tools' CpSolver gives it: ``status`` ("optimal": proven by the
+    solver, or by a bound that meets the value within the solvers' tolerance; "feasible"; "infeasible":
+    the kept plan breaks a constraint or never ends; "interrupted": Ctrl-C ended the solve and the plan
+    is the best found until then), the kept plan's simulated ``value_s``, the best bound ``bound_s``
+    and the ``gap`` value / bound - 1 (None without a positive bound or a finite value); with the plan,
+    its simulation, the bounds by source and the baselines (``fastest_single_device`` None where no
+    device holds the whole model). Made by ``Solved.of``, which sets the four once."""
 
     plan: Plan
     simulation: Simulation
     bounds: dict[str, float]
     baselines: dict[str, float | None]
+    status: Status
+    value_s: float
+    bound_s: float
+    gap: float | None
     kept_single_device: str | None = None  # why auto kept the single device instead of the split
     replicated: str | None = None  # why auto replicated kernels (None: it did not)
     trace: list[Event] = field(default_factory=list)  # the best plan and bound as they improved
-    interrupted: bool = False  # Ctrl-C ended the solve: the plan is the best found until then
     bounds_s: float = 0.0  # seconds spent on the lower bounds after the solve
 
-    @property
-    def lower_bound_s(self) -> float:
-        return max(self.bounds.values(), default=0.0)
+    @classmethod
+    def of(
+        cls,
+        plan: Plan,
+        simulation: Simulation,
+        bounds: dict[str, float],
+        baselines: dict[str, float | None],
+        *,
+        interrupted: bool = False,
+        **details: Any,
+    ) -> Solved:
+        """The response for ``plan`` as ``simulation`` scores it, against the best of ``bounds``;
+        ``details``: the other fields."""
+        value, bound = simulation.value_s, max(bounds.values(), default=0.0)
+        gap = value / bound - 1.0 if bound > 0 and math.isfinite(value) else None
+        status: Status
+        if not simulation.feasible or math.isinf(value):
+            status = "infeasible"
+        elif plan.optimal or (gap is not None and gap <= SOLVER_SLACK):
+            status = "optimal"
+        else:
+            status = "interrupted" if interrupted else "feasible"
+        return cls(plan, simulation, bounds, baselines, status, value, bound, gap, **details)
 
 
 def plan_model(
@@ -87,29 +120,9 @@ def plan_model(
         name = default_solver(problem) if automatic else solver
         reserve = min(bound_time_limit_s, time_limit_s / 4)
         watch = Incumbents(problem, listener)
-        interrupted = False
-        try:
-            plan = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed).solve(
-                problem, deadline=deadline, watch=watch
-            )
-        except KeyboardInterrupt:
-            if not interrupt_keeps_best or watch.best is None:
-                raise
-            forget_interrupt()  # answered: the best plan so far is the result
-            plan, interrupted = watch.best, True
-            plan.solver, plan.solve_s = name, watch.elapsed_s()
-            log.warning("interrupted after %.1f s: keeping the best plan found so far", watch.elapsed_s())
-        sim = simulate(problem, plan)
-        if watch.best is not None and watch.best_value_s < sim.value_s:
-            log.info("%s returned a plan worse than one it offered on the way: keeping that one", name)
-            watch.best.lower_bound_s, watch.best.solver, watch.best.solve_s = (
-                plan.lower_bound_s,
-                plan.solver,
-                plan.solve_s,
-            )
-            plan, sim = watch.best, simulate(problem, watch.best)
+        chosen = get_solver(name, time_limit_s=time_limit_s - reserve, seed=seed)
+        plan, sim, interrupted = _solve(problem, chosen, name, deadline, watch, interrupt_keeps_best)
         single, per_device = single_device_values(problem)  # None: no device holds the model (it must split)
-        baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
         kept_single = None
         if automatic and single and len(plan.devices_used()) > 1 and problem.objective != "pipeline":
             kept_single = _keep_single_device(plan.solver, sim.value_s, single.value_s, problem.costs.prediction_error)
@@ -121,41 +134,93 @@ def plan_model(
         if with_replicas and automatic and not interrupted:
             plan, sim, replicated = replicate_where_faster(problem, plan, sim, watch)
         if with_replicas and plan.optimal and not plan.replicas:
-            plan.attrs["optimal_among"] = "plans without replicas"
-        for device, entry in per_device.items():
-            baselines[f"single:{device}"] = entry["value_s"]
-        # a solver that used its whole limit leaves the baselines a moment (milliseconds each but on
-        # 100,000s of kernels, where HEFT takes 10 s and more and is left out)
-        baseline_deadline = Deadline(max(deadline.at, time.perf_counter() + BASELINES_AFTER_DEADLINE_S))
-        baselines.update(
-            list_scheduling_baselines(problem, plan if name in ("heft", "greedy") else None, baseline_deadline)
-        )
-        # a plan found by the series decomposition already carries its bound (no second run of it), and
-        # a proven optimum that carries its bound needs no MIP bound
-        series_solved = problem.objective == "latency" and "series" in plan.attrs
-        proven = series_solved or (bool(plan.optimal) and plan.lower_bound_s is not None)
-        # the bounds get every second the solver left: on randwire_er:nodes=32 at K = 16 the solver ends
-        # at 19 s of 60, and the stage cover given 40 s instead of 10 took the gap from 58% to 33%
-        searching = bound_time_limit_s > 0 and not (proven or interrupted)
-        mip_time_limit_s = deadline.left() if searching else 0.0
-        if mip_time_limit_s < MIN_BOUND_TIME_S:  # building the models alone takes longer on 1,000s of kernels
-            mip_time_limit_s = 0.0
+            plan.optimal_among = "plans without replicas"
+        baselines = _baselines(problem, plan if name in ("heft", "greedy") else None, single, per_device, deadline)
         bounds_began = time.perf_counter()
-        bounds = lower_bounds(
-            problem,
-            mip_time_limit_s=mip_time_limit_s,
-            upper_s=sim.value_s,
-            deadline=deadline,
-            alongside=alongside,
-            progress=watch.phase,
+        searching = bound_time_limit_s > 0 and not (interrupted or _carries_proof(problem, plan))
+        bounds = _bounds(problem, plan, sim, deadline, searching, alongside, watch, own_bound=not with_replicas)
+        return Solved.of(
+            plan,
+            sim,
+            bounds,
+            baselines,
+            interrupted=interrupted,
+            kept_single_device=kept_single,
+            replicated=replicated,
+            trace=watch.trace,
+            bounds_s=time.perf_counter() - bounds_began,
         )
-        if plan.lower_bound_s is not None and not with_replicas:
-            bounds["solver"] = plan.lower_bound_s
-        if bounds:
-            source = max(bounds, key=bounds.__getitem__)
-            watch.bound(bounds[source], f"bound: {source}")
-        bounds_s = time.perf_counter() - bounds_began
-        return Solved(plan, sim, bounds, baselines, kept_single, replicated, watch.trace, interrupted, bounds_s)
+
+
+def _solve(
+    problem: Problem, solver: Solver, name: str, deadline: Deadline, watch: Incumbents, interrupt_keeps_best: bool
+) -> tuple[Plan, Simulation, bool]:
+    """``solver``'s plan and its simulation, or the better plan it offered on the way; and whether an
+    interrupt ended the solve (with ``interrupt_keeps_best``, the best plan offered until then)."""
+    interrupted = False
+    try:
+        plan = solver.solve(problem, deadline=deadline, watch=watch)
+    except KeyboardInterrupt:
+        if not interrupt_keeps_best or watch.best is None:
+            raise
+        forget_interrupt()  # answered: the best plan so far is the result
+        plan, interrupted = watch.best, True
+        plan.solver, plan.solve_s = name, watch.elapsed_s()
+        log.warning("interrupted after %.1f s: keeping the best plan found so far", watch.elapsed_s())
+    sim = simulate(problem, plan)
+    if watch.best is not None and watch.best_value_s < sim.value_s:
+        log.info("%s returned a plan worse than one it offered on the way: keeping that one", name)
+        watch.best.lower_bound_s, watch.best.solver, watch.best.solve_s = plan.lower_bound_s, plan.solver, plan.solve_s
+        plan, sim = watch.best, simulate(problem, watch.best)
+    return plan, sim, interrupted
+
+
+def _baselines(
+    problem: Problem, made: Plan | None, single: Plan | None, per_device: dict[str, dict], deadline: Deadline
+) -> dict[str, float | None]:
+    """The fastest single device, each device alone, and HEFT and greedy (``made``: one of them, where
+    it was the solver)."""
+    baselines: dict[str, float | None] = {"fastest_single_device": single.value_s if single else None}
+    baselines.update({f"single:{device}": entry["value_s"] for device, entry in per_device.items()})
+    # a solver that used its whole limit leaves the baselines a moment (milliseconds each but on
+    # 100,000s of kernels, where HEFT takes 10 s and more and is left out)
+    late = Deadline(max(deadline.at, time.perf_counter() + BASELINES_AFTER_DEADLINE_S))
+    baselines.update(list_scheduling_baselines(problem, late, made))
+    return baselines
+
+
+def _carries_proof(problem: Problem, plan: Plan) -> bool:
+    """Whether ``plan`` needs no searched bound: a plan found by the series decomposition already
+    carries its bound (no second run of it), and a proven optimum that carries its bound needs none."""
+    series_solved = problem.objective == "latency" and plan.series is not None
+    return series_solved or (plan.optimal and plan.lower_bound_s is not None)
+
+
+def _bounds(
+    problem: Problem,
+    plan: Plan,
+    sim: Simulation,
+    deadline: Deadline,
+    searching: bool,
+    alongside: CoverAlongside,
+    watch: Incumbents,
+    own_bound: bool,
+) -> dict[str, float]:
+    """The lower bounds by source, the solver's own among them where ``own_bound``; ``searching``:
+    the searches get every second the solver left (on randwire_er:nodes=32 at K = 16 the solver
+    ends at 19 s of 60, and the stage cover given 40 s instead of 10 took the gap from 58% to 33%),
+    where that is at least ``MIN_BOUND_TIME_S`` (building the models alone takes longer on 1,000s
+    of kernels)."""
+    search = searching and deadline.left() >= MIN_BOUND_TIME_S
+    bounds = lower_bounds(
+        problem, deadline, search=search, upper_s=sim.value_s, alongside=alongside, progress=watch.phase
+    )
+    if plan.lower_bound_s is not None and own_bound:
+        bounds["solver"] = plan.lower_bound_s
+    if bounds:
+        source = max(bounds, key=bounds.__getitem__)
+        watch.bound(bounds[source], f"bound: {source}")
+    return bounds
 
 
 def replicate_where_faster(
@@ -172,7 +237,7 @@ def replicate_where_faster(
     if replicated_sim.value_s >= wanted_s:
         return plan, sim, None
     replicated.solve_s = plan.solve_s
-    option = "the whole model" if replicated.attrs["replicas_option"] == "whole_model" else "the plan's stages"
+    option = "the whole model" if replicated.replicas_option == "whole_model" else "the plan's stages"
     watch.offer(replicated, f"{option} replicated", replicated_sim.value_s)
     why = (
         f"{option} replicated (each replica takes a share of the stream): period "
@@ -193,9 +258,7 @@ def _keep_single_device(solver: str, split_s: float, single_s: float, error: flo
     )
 
 
-def list_scheduling_baselines(
-    problem: Problem, solved: Plan | None = None, deadline: Deadline | None = None
-) -> dict[str, float]:
+def list_scheduling_baselines(problem: Problem, deadline: Deadline, solved: Plan | None = None) -> dict[str, float]:
     """HEFT and greedy: for latency as they are; for throughput, HEFT's latency placement and the
     throughput greedy, each scored in the problem's mode. Pipelines get none (HEFT's device graph
     need not be a pipeline). ``solved``: a plan of one of them already made for ``problem``. A

@@ -21,6 +21,7 @@ import networkx as nx
 
 from .errors import DivimlInputError
 from .graph import OpGraph
+from .plan import Plan
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def split_segments(graph: OpGraph, assignment: dict[str, str], run_order: list[s
     acyclic throughout. A device's segments are ordered by the run order, and the executor runs
     whichever is ready, so a device never waits on its own later segment.
     """
-    _check_assignment(graph, assignment)
+    Plan(assignment).check(graph)
     _check_run_order(graph, run_order)
     members: list[list[str]] = []  # kernels of each segment, by creation index
     devices: list[str] = []
@@ -136,23 +137,6 @@ def _would_wait_longer(dependencies: nx.DiGraph, segment: int, producers: set[in
 
 def _identifier(device: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]", "_", device)
-
-
-def _check_assignment(graph: OpGraph, assignment: dict[str, str]) -> None:
-    missing = [k for k in graph.kernels if k not in assignment]
-    if missing:
-        raise DivimlInputError(
-            f"{len(missing)} kernel(s) have no device, e.g. '{missing[0]}'",
-            field="assignment",
-            hint="assign every kernel of the graph to a device",
-        )
-    unknown = [k for k in assignment if k not in graph.kernels]
-    if unknown:
-        raise DivimlInputError(
-            f"assigns '{unknown[0]}', which is not a kernel of graph '{graph.name}'",
-            field="assignment",
-            hint="use the plan made for this graph",
-        )
 
 
 def _check_run_order(graph: OpGraph, run_order: list[str]) -> None:

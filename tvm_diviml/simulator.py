@@ -26,18 +26,13 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from .cost.base import CostModel
-from .errors import DivimlInputError
 from .graph import OpGraph
-from .plan import Plan
+from .plan import Plan, PlanError
 from .platform import Platform
 from .problem import Problem
 from .segments import segment_boundaries, split_segments
 from .servers import corun_groups
 from .units import format_bytes
-
-
-class PlanError(DivimlInputError):
-    """A plan that does not fit its graph or platform (unknown kernel or device, bad order)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +71,7 @@ def simulate(problem: Problem, plan: Plan, *, link_contention: bool = False) -> 
     problem's objective: a latency plan of a throughput problem is scored as latency). Raises
     PlanError when the plan does not fit. A plan scored before on the same problem is not scored
     again: its Simulation is shared (a shallow copy), so callers read it and do not change it."""
-    _check_assignment(problem.graph, problem.platform, plan)
+    plan.check(problem.graph, problem.platform)
     kept = problem.memo.setdefault("simulations", OrderedDict())
     key = (_plan_key(problem.graph, plan), link_contention)
     if key in kept:
@@ -189,30 +184,6 @@ def _simulate(problem: Problem, plan: Plan, link_contention: bool) -> Simulation
 
 
 # ---------------------------------------------------------------------- shared pieces
-def _check_assignment(graph: OpGraph, platform: Platform, plan: Plan) -> None:
-    missing = [k for k in graph.kernels if k not in plan.assignment]
-    if missing:
-        raise PlanError(
-            f"plan leaves {len(missing)} kernels unassigned, e.g. '{missing[0]}'",
-            field="assignment",
-            hint="a plan must assign every kernel of the graph",
-        )
-    extra = [k for k in plan.assignment if k not in graph.kernels]
-    if extra:
-        raise PlanError(
-            f"plan assigns kernel '{extra[0]}' that the graph does not have",
-            field="assignment",
-            hint="the plan was made for another graph",
-        )
-    for kernel, device in plan.assignment.items():
-        if device not in platform.by_name:
-            raise PlanError(
-                f"kernel '{kernel}' is assigned to unknown device '{device}'",
-                field="assignment",
-                hint=f"platform '{platform.name}' has: {', '.join(platform.device_names)}",
-            )
-
-
 def remote_sends(graph: OpGraph, assignment: dict[str, str], kernel: str) -> dict[str, float]:
     """Destination device -> bytes for the tensor of ``kernel``: once per device, the largest edge."""
     here = assignment[kernel]
@@ -530,12 +501,8 @@ def _placement_shares(graph: OpGraph, plan: Plan) -> tuple[dict[str, dict[str, f
     """Per kernel: {device: share of the stream}; and a group id (kernels of a group move together)."""
     shares = {k: {d: 1.0} for k, d in plan.assignment.items()}
     group_of = {k: -1 - i for i, k in enumerate(graph.kernels)}  # singletons
-    for index, group in enumerate(plan.replicas):
+    for index, group in enumerate(plan.replicas):  # Plan.check: known kernels, each in one group at most
         for kernel in group.kernels:
-            if kernel not in graph.kernels:
-                raise PlanError(f"replica group names unknown kernel '{kernel}'", field="replicas")
-            if group_of[kernel] >= 0:
-                raise PlanError(f"kernel '{kernel}' is in two replica groups", field="replicas")
             shares[kernel] = {d: s for d, s in group.shares.items() if s > 0}
             group_of[kernel] = index
     return shares, group_of

@@ -25,11 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.errors import DivimlInputError, first_line
 from tvm_diviml.plan import Plan
+from tvm_diviml.planning import plan_model
 from tvm_diviml.presets import load_platform
+from tvm_diviml.problem import Problem
+from tvm_diviml.runtime.vm import SingleVMRunner
 from tvm_diviml.tolerances import compare_outputs
 
+from ..frontends.importers import from_torch_export, load_onnx
 from ..passes.apply_plan import apply_plan
 from ..passes.build import build
 from ..passes.extract import extract
@@ -264,12 +269,6 @@ def check_model(
     tolerance: float = TOLERANCE,
 ) -> dict[str, Any]:
     """One row: export, import, extract, plan on each platform, build, run, compare with torch."""
-    from tvm_diviml.cost.roofline import RooflineCostModel
-    from tvm_diviml.planning import plan_model
-    from tvm_diviml.problem import Problem
-
-    from ..frontends.importers import from_torch_export, load_onnx
-
     if route not in ROUTES:
         raise DivimlInputError(f"unknown route '{route}'", field="route", hint=f"use one of {', '.join(ROUTES)}")
     row = _empty_row(model, route, platforms)
@@ -307,8 +306,6 @@ def check_model(
         executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"), extraction=extraction))
         row["build_s"] = time.perf_counter() - began
         stage = "run"
-        from tvm_diviml.runtime.vm import SingleVMRunner
-
         runner = SingleVMRunner(executable, [w for _, w in built.params])
         got = runner([a.numpy() for a in args])
         row["rel_diff"] = relative_difference(got, want)

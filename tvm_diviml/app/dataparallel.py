@@ -34,6 +34,8 @@ from ..simulator import Simulation
 from ..solvers import Problem
 from ..tolerances import meets
 from ..units import format_seconds
+from ..zoo import ZOO, check_zoo_name, zoo_names
+from .job import workload_problem
 from .report import solve_and_report
 from .workload import GENERATORS, Workload, load_workload
 
@@ -143,8 +145,6 @@ def sub_batch_spec(model_spec: str, copies: int, cost: str | None = None) -> tup
             field="--cost",
             hint="use --cost roofline or --cost measured with --batch-split",
         )
-    from ..zoo import ZOO, check_zoo_name, zoo_names
-
     check_zoo_name(name)  # a typo is refused before TVM is imported
     zoo_names()  # imports the zoo's modules (and TVM), which fill ZOO
     defaults = ZOO[name].defaults()
@@ -221,7 +221,7 @@ def solve_batch_splits(
     solved: dict[int, tuple[Plan, Simulation, dict, Problem]] = {}
     failures: dict[int, DivimlInputError] = {}
     for copies, workload in sorted(workloads.items()):
-        problem = split_problem(workload, objective, stages)
+        problem = workload_problem(workload, objective, stages)
         began = time.perf_counter()
         try:
             plan, sim, row = solve_and_report(
@@ -256,19 +256,6 @@ def solve_batch_splits(
     if not solved:
         raise failures[1]
     return best_of_splits(solved, tried)
-
-
-def split_problem(workload: Workload, objective: str | None, stages: int | None) -> Problem:
-    """The problem of one split: the workload's own objective unless one is given, and for a pipeline
-    one stage per device unless ``stages`` says otherwise (copies change the graph, not the platform)."""
-    chosen_objective = objective or workload.default_objective
-    return Problem(
-        workload.graph,
-        workload.platform,
-        workload.costs,
-        objective=chosen_objective,
-        stages=stages or (len(workload.platform.devices) if chosen_objective == "pipeline" else None),
-    )
 
 
 def best_of_splits(

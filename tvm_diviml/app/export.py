@@ -48,7 +48,7 @@ def export_writes(path: str, servers: Sequence[str] | None = None) -> list[Writt
     if servers is None:
         inside = [os.path.join(path, name) for name in (LIBRARY, placement_path(LIBRARY))]
     else:
-        from tvm_diviml.runtime.rpc import export_files  # the RPC runtime loads only for --rpc
+        from tvm_diviml.runtime.rpc import export_files  # TVM enters here: the RPC runtime loads only for --rpc
 
         inside = export_files(path, servers)
     inside += [os.path.join(path, name) for name in (WEIGHTS, MANIFEST)]

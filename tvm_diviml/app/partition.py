@@ -29,9 +29,10 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_diviml.cost.base import CostModel
-from tvm_diviml.cost.roofline import RooflineCostModel
-from tvm_diviml.cost.table import TableCostModel
+from tvm_diviml.cost.catalog import create as create_costs
+from tvm_diviml.cost.provenance import MeasureOptions
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import OBJECTIVES, Plan
 from tvm_diviml.planning import plan_model
 from tvm_diviml.platform import Platform
@@ -39,9 +40,12 @@ from tvm_diviml.presets import load_platform
 from tvm_diviml.simulator import PlanError, Simulation, simulate
 from tvm_diviml.solvers import SOLVERS, Problem
 
+from ..frontends.importers import module_as_model
 from ..passes.apply_plan import PLACEMENT_ATTR, AppliedPlan, apply_plan
 from ..passes.build import placed_build_pipeline
 from ..passes.extract import Extraction, extract
+from ..profiling.profiler import profile
+from ..profiling.timing import candidate_platform, choose_by_measurement
 
 log = logging.getLogger(__name__)
 
@@ -134,24 +138,16 @@ class PartitionForDevices:
     def cost_model(self, extraction: Extraction, mod=None) -> CostModel:
         """The prices the solver sees for this module's kernels. Measured costs are those of ``diviml
         run``: kernels timed, and with ``mod`` (the module ``extraction`` came from) calibrated inside
-        the whole model, timed with seeded random weights."""
+        the whole model, run with its own weights (seeded random ones where it lacks them)."""
         if isinstance(self.cost, CostModel):
             return self.cost
-        if self.cost == "roofline":
-            return RooflineCostModel(extraction.graph, self.platform)
-        if self.cost == "measured":
-            from ..profiling.timing import measured_costs, with_random_weights
 
-            built = None if mod is None else with_random_weights(mod, extraction.entry, self.seed)
-            return measured_costs(
-                extraction.graph,
-                self.platform,
-                built,
-                extraction,
-                progress=False,
-                calibrate=mod is not None,
-            )
-        return TableCostModel.load(self.cost, self.platform, extraction.graph)
+        def measure(graph: OpGraph, platform: Platform) -> CostModel:
+            model = None if mod is None else module_as_model(mod, extraction.entry, self.seed)
+            options = MeasureOptions(progress=False)
+            return profile(graph, platform, model, extraction, options=options, calibrate=mod is not None)
+
+        return create_costs(self.cost, extraction.graph, self.platform, measure=measure)
 
     def solve(self, extraction: Extraction, mod=None) -> tuple[Plan, Simulation]:
         """The solver's plan for ``extraction``'s graph, scored by the simulator; with ``candidates``,
@@ -172,7 +168,7 @@ class PartitionForDevices:
                 field="platform",
                 hint="use devices with more memory, or another solver",
             )
-        plan.attrs["simulated_value_s"] = sim.value_s
+        plan.simulated_value_s = sim.value_s
         log.info(
             "%s placed %d kernels on %s for %s: %.4g s (simulated, lower bound %.4g s), solved in %.2f s",
             plan.solver,
@@ -180,27 +176,25 @@ class PartitionForDevices:
             ", ".join(plan.devices_used()),
             self.objective,
             sim.value_s,
-            solved.lower_bound_s,
+            solved.bound_s,
             plan.solve_s or 0.0,
         )
         if solved.kept_single_device:
             log.info("%s", solved.kept_single_device)
         if self.candidates:
-            from ..profiling.timing import choose_by_measurement, with_random_weights
-
             if mod is None:
                 raise DivimlInputError(
                     "timing candidates needs the module the extraction came from",
                     field="mod",
                     hint="call solve(extraction, mod)",
                 )
-            model = with_random_weights(mod, extraction.entry, self.seed)
+            model = module_as_model(mod, extraction.entry, self.seed)
             self.selection, _, _ = choose_by_measurement(
                 model, extraction, problem, plan, self.candidates, progress=log.info
             )
             plan = self.module_winner().plan
             sim = simulate(problem, plan)
-            plan.attrs["simulated_value_s"] = sim.value_s
+            plan.simulated_value_s = sim.value_s
         return plan, sim
 
     def module_winner(self):
@@ -223,8 +217,6 @@ class PartitionForDevices:
     def transform_module(self, mod, ctx):
         extraction = extract(mod, self.entry)
         plan, sim = self.solve(extraction, mod)
-        from ..profiling.timing import candidate_platform
-
         platform = self.platform  # the whole CPU as one device, if that won
         if self.selection is not None:
             platform = candidate_platform(platform, self.module_winner())

@@ -97,7 +97,7 @@ def _run_torch(model_file: str, inputs: list[np.ndarray]) -> tuple[list[str], li
     returns (and TVM's importer after it), each named by its place (``output``, ``output[0]``)."""
     import torch
 
-    from ..frontends.importers import read_torch_program
+    from ..frontends.importers import read_torch_program  # TVM enters here: this module loads with the workload
 
     module = read_torch_program(model_file).module()
     with torch.no_grad():
@@ -136,7 +136,7 @@ _RUNNERS = {"torch": _run_torch, "onnxruntime": _run_onnxruntime}
 
 def build_outputs(built, model: BuiltModel) -> list[np.ndarray]:
     """What a build that was run returns on the run's inputs: the outputs its user gets."""
-    from ..profiling.timing import open_runner
+    from ..profiling.timing import open_runner  # TVM enters here: this module loads with the workload
 
     with open_runner(built, [weight for _, weight in model.params]) as runner:
         return runner(model.sample_inputs())

@@ -7,12 +7,11 @@ Every number reported comes from the simulator; the solver's own claim is kept b
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
 from typing import Any
 
 from ..plan import Plan
-from ..planning import plan_model
+from ..planning import Solved, plan_model
 from ..problem import Problem
 from ..simulator import Simulation
 from ..tolerances import SOLVER_SLACK
@@ -27,31 +26,14 @@ def solve_and_report(
     """``plan_model`` (options: ``time_limit_s``, ``seed``, ``bound_time_limit_s``, ``listener``) and the
     contract row of what it kept: the plan, its simulation and the row (with the solve's progress)."""
     solved = plan_model(problem, solver, **options)
-    row = report_row(problem, solved.plan, solved.simulation, solved.bounds, solved.baselines, model, cost_source)
-    row["kept_single_device"] = solved.kept_single_device
-    row["replicated"] = solved.replicated
-    row["interrupted"] = solved.interrupted
-    row["bounds_s"] = solved.bounds_s
-    row["progress"] = [event.as_json() for event in solved.trace]
-    return solved.plan, solved.simulation, row
+    return solved.plan, solved.simulation, report_row(problem, solved, model, cost_source)
 
 
-def report_row(
-    problem: Problem,
-    plan: Plan,
-    sim: Simulation,
-    bound_parts: dict[str, float],
-    baselines: dict[str, float | None],
-    model: str,
-    cost_source: str,
-) -> dict[str, Any]:
-    """The contract row of one plan (docs/usage.md: ``--json``): its simulated value, the best bound and the
-    gap, whether it is proven optimal, every baseline and the speed-up over the best single device."""
-    bound = max(bound_parts.values(), default=0.0)
-    value = sim.value_s
-    gap = value / bound - 1.0 if bound > 0 and math.isfinite(value) else None
-    # A bound that meets the value proves it optimal, whatever the solver knew (up to the solver's tolerance).
-    proven = plan.optimal or (gap is not None and gap <= SOLVER_SLACK and sim.feasible)
+def report_row(problem: Problem, solved: Solved, model: str, cost_source: str) -> dict[str, Any]:
+    """The contract row of one solve (docs/usage.md: ``--json``): its simulated value, the best bound and
+    the gap, whether it is proven optimal, every baseline and the speed-up over the best single device;
+    the solve's progress."""
+    plan, sim, baselines, gap = solved.plan, solved.simulation, solved.baselines, solved.gap
     best_single = baselines.get("fastest_single_device")
     return {
         "model": model,
@@ -59,14 +41,14 @@ def report_row(
         "objective": problem.objective,
         "mode": sim.mode,
         "solver": plan.solver,
-        "value_s": value,
+        "value_s": solved.value_s,
         "claimed_value_s": plan.value_s,
-        "lower_bound_s": bound,
-        "lower_bound_parts": bound_parts,
+        "lower_bound_s": solved.bound_s,
+        "lower_bound_parts": solved.bounds,
         "gap": gap,
         "solve_s": plan.solve_s,
-        "optimal": proven,
-        "optimal_among": plan.attrs.get("optimal_among") if plan.optimal and gap and gap > SOLVER_SLACK else None,
+        "optimal": solved.status == "optimal",
+        "optimal_among": plan.optimal_among if plan.optimal and gap and gap > SOLVER_SLACK else None,
         "feasible": sim.feasible,
         "problems": sim.problems,
         "kernels": len(problem.graph),
@@ -77,7 +59,9 @@ def report_row(
         }
         if len(problem.graph)
         else {},
-        "speedup_over_fastest_single_device": (best_single / value) if best_single and value > 0 else None,
+        "speedup_over_fastest_single_device": (best_single / solved.value_s)
+        if best_single and solved.value_s > 0
+        else None,
         "assignment": plan.assignment,
         "stages": plan.stages,
         "stage_devices": plan.stage_devices,
@@ -90,6 +74,11 @@ def report_row(
         "symmetric": plan.attrs.get("symmetric"),
         "weaker_method": plan.attrs.get("weaker_method"),  # a solver that fell back says so
         "estimated_figures": estimated_figures(problem.platform),
+        "kept_single_device": solved.kept_single_device,
+        "replicated": solved.replicated,
+        "interrupted": solved.status == "interrupted",
+        "bounds_s": solved.bounds_s,
+        "progress": [event.as_json() for event in solved.trace],
     }
 
 

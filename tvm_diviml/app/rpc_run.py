@@ -10,44 +10,76 @@ against predicted, with the tensors that crossed servers through the driver (two
 A replicated plan (``Plan.replicas``: the whole model on each server, say) is built as one such
 per-server build per route (``Plan.routes``, ``ReplicatedServersBuild``), each run by its own
 ``RpcRunner`` as a lane of a ``ReplicatedRunner``: each input of the stream goes to one route, by
-the plan's shares, and the report says how many inputs each replica took.
+the plan's shares, and the report says how many inputs each replica took. ``run_rpc`` is the whole job
+of ``diviml run --rpc``, from a MODEL string to a ``RunReport``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import logging
 import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
+from tvm_diviml.presets import get_platform
 from tvm_diviml.problem import Problem
-from tvm_diviml.profiling.rpc_hops import DriverHop, driver_io_s, with_driver_io
+from tvm_diviml.profiling.rpc_hops import (
+    DriverHop,
+    driver_hop_platform,
+    driver_io_s,
+    measure_driver_hops,
+    with_driver_io,
+)
 from tvm_diviml.runtime.measure import time_stream
 from tvm_diviml.runtime.replicas import ReplicaError, ReplicatedRunner
 from tvm_diviml.runtime.routed import build_routes
 from tvm_diviml.runtime.rpc import RpcRunner, ServerError, ServersBuild
-from tvm_diviml.runtime.rpc_servers import RemoteServer, connect_servers
+from tvm_diviml.runtime.rpc_servers import (
+    LOOPBACK,
+    RemoteServer,
+    connect_servers,
+    parse_addresses,
+    start_local_servers,
+)
 from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import per_server, server_devices, server_of
 from tvm_diviml.simulator import Simulation, route_plans, run_order
 from tvm_diviml.tolerances import compare_outputs
+from tvm_diviml.toolkit.incumbents import Event
+from tvm_diviml.units import format_seconds
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
 from ..passes.apply_plan import apply_plan
 from ..passes.build import build
 from ..passes.extract import Extraction
-from .run import MeasuredRun, headline
+from .job import AS_GIVEN, LoadOptions, SolveOptions, runnable_workload, solve_workload
+from .reference import check_reference
+from .run import (
+    RUN_DEFAULTS,
+    RUN_SOLVE,
+    MeasuredRun,
+    Planned,
+    RunOptions,
+    RunReport,
+    headline,
+    measured_report,
+    tuning_database,
+)
+from .workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -259,14 +291,8 @@ def run_plan_rpc(
         runner = cleanup.enter_context(open_runner(built, remotes, params, timeout_s=timeout_s))
         cleanup.enter_context(replica_failures_as_server_errors())
         outputs = compare_outputs(runner(inputs), reference)
-        if plan.objective == "latency":
-            measured, samples, busy, stats, flight = *_latency(runner, inputs, repeats), 1
-            runs = repeats + 1
-        else:
-            flight = in_flight or 2 * len(runner.busy_s)
-            stream = model.sample_stream(stream_inputs, distinct=flight)
-            measured, samples = time_stream(runner, stream, flight), []
-            busy, stats, runs = runner.busy_s, _stats(runner), stream_inputs  # the last stream's
+        timed = _timed(runner, model, plan.objective, inputs, repeats, stream_inputs, in_flight)
+        measured, samples, busy, stats, flight, runs = timed
         replicas = _replicas_taken(runner)
     return RpcRunMeasurement(
         objective=plan.objective,
@@ -290,6 +316,25 @@ def run_plan_rpc(
         driver_hops={sid: hop.to_json() for sid, hop in (driver_hops or {}).items()},
         replicas=replicas,
     ), built
+
+
+def _timed(
+    runner: RpcRunner | ReplicatedRunner,
+    model: BuiltModel,
+    objective: str,
+    inputs: list[np.ndarray],
+    repeats: int,
+    stream_inputs: int,
+    in_flight: int | None,
+) -> tuple[float, list[float], dict[str, float], dict, int, int]:
+    """Latency: the median of ``repeats`` inferences; else a stream's seconds per inference. With the
+    samples, the busy time and the driver's figures, the inputs in flight and the runs those cover."""
+    if objective == "latency":
+        return *_latency(runner, inputs, repeats), 1, repeats + 1
+    flight = in_flight or 2 * len(runner.busy_s)
+    stream = model.sample_stream(stream_inputs, distinct=flight)
+    measured = time_stream(runner, stream, flight)
+    return measured, [], runner.busy_s, _stats(runner), flight, stream_inputs  # the last stream's
 
 
 def _servers(built: ServersBuild | ReplicatedServersBuild) -> list[str]:
@@ -361,8 +406,6 @@ def _latency(runner: RpcRunner | ReplicatedRunner, inputs: list[np.ndarray], rep
 
 def format_rpc_run(run: RpcRunMeasurement, rtol: float | None = None) -> str:
     """The measured-against-predicted report of a run across servers (``rtol`` None: by the outputs' dtypes)."""
-    from tvm_diviml.units import format_seconds
-
     lines = headline(run, rtol, "the single-device reference", how=" over RPC")
     if run.replicas:
         taken = ", ".join(
@@ -389,3 +432,97 @@ def format_rpc_run(run: RpcRunMeasurement, rtol: float | None = None) -> str:
             f"{hop['upload_Bps'] / 1e6:.1f} MB/s (measured, planned with)"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the whole job: diviml run --rpc
+def run_rpc(
+    model: str,
+    platform: str,
+    addresses: str = "local",
+    cost: str = "measured",
+    *,
+    timeout_s: float = 60.0,
+    load: LoadOptions = AS_GIVEN,
+    solve: SolveOptions = RUN_SOLVE,
+    options: RunOptions = RUN_DEFAULTS,
+    listener: Callable[[Event], None] | None = None,
+    on_planned: Callable[[Planned], None] | None = None,
+    progress: Callable[[str], None] = print,
+) -> RunReport:
+    """``diviml run --rpc`` without its parsing and printing: one RPC server per server of ``platform``
+    (``addresses`` HOST:PORT,... in server order, or ``local`` to start them on the loopback); the plan
+    prices cross-server copies as two hops through the driver, at figures measured over the sessions.
+    For throughput, ``auto`` keeps the model (or its stages) replicated where that is predicted faster:
+    each replica is built for its servers and takes its share of the stream. ``timeout_s``: seconds
+    without progress before a server counts as hung."""
+    refuse_local_only_options(model, options)
+    count = len(server_devices(get_platform(platform)))
+    with contextlib.ExitStack() as stack:
+        if addresses == "local":
+            progress(f"starting {count} RPC server(s) on {LOOPBACK} ...")
+            servers = stack.enter_context(start_local_servers(count)).addresses
+        else:
+            servers = parse_addresses(addresses, count)
+        workload = runnable_workload(model, platform, cost, load)
+        remotes = connect_servers(workload.platform, servers, timeout_s=timeout_s)
+        stack.callback(lambda: [remote.close() for remote in remotes.values()])
+        hops = measure_driver_hops(remotes, timeout_s=timeout_s)
+        workload = over_driver_hops(workload, hops)
+        solved, row, problem = solve_workload(workload, solve, listener=listener)
+        plan, sim = solved.plan, solved.simulation
+        if on_planned:
+            on_planned(Planned(row, problem, notes=[plan_line(plan, problem.platform)]))
+        predicted, io = predicted_over_rpc(problem, plan, sim, hops)
+        loaded = workload.loaded
+        measured, built = run_plan_rpc(
+            loaded.built,
+            loaded.extraction,
+            problem.platform,
+            plan,
+            predicted,
+            remotes,
+            predicted_busy_s=sim.device_busy_s,
+            predicted_io_s=io,
+            repeats=options.repeats,
+            stream_inputs=options.stream_inputs,
+            in_flight=options.in_flight,
+            timeout_s=timeout_s,
+            database=tuning_database(load.tuning_db, workload.costs),
+            driver_hops=hops,
+            progress=progress,
+        )
+    return measured_report(row, measured, format_rpc_run(measured, options.rtol), built, loaded.built, options.rtol)
+
+
+def refuse_local_only_options(model: str, options: RunOptions) -> None:
+    """What a run across RPC servers cannot do: check against a framework (after the framework's own
+    checks), split a batch, or time candidates, each of which runs on this machine."""
+    if options.reference:
+        check_reference(options.reference, model)
+        raise DivimlInputError(
+            "the framework's check holds a build on this machine to it, not one across RPC servers",
+            field="--reference",
+            hint="drop --rpc to check the model against its framework here, or drop --reference",
+        )
+    if options.batch_split > 1:
+        raise DivimlInputError(
+            "--batch-split runs its copies on this machine's devices, not across RPC servers",
+            field="--batch-split",
+            hint="drop --batch-split or --rpc",
+        )
+    if options.candidates > 1:
+        raise DivimlInputError(
+            "--candidates times plans on this machine, not across RPC servers",
+            field="--candidates",
+            hint="drop --candidates or --rpc",
+        )
+
+
+def over_driver_hops(workload: Workload, hops: Mapping[str, DriverHop]) -> Workload:
+    """``workload`` with every cross-server link priced as the driver's two hops: a new platform
+    (``driver_hop_platform``) and its cost model on it (the cost models price a copy by their platform's
+    links, measured ones only inside a server); the workload given is left as it was."""
+    platform = driver_hop_platform(workload.platform, hops)
+    costs = copy.copy(workload.costs)
+    costs.platform = platform
+    return dataclasses.replace(workload, platform=platform, costs=costs)

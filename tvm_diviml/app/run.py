@@ -5,25 +5,34 @@ the single-device reference build, time it — one inference at a time on the co
 latency, a stream with several inputs in flight for throughput and pipelines — and time the same model
 on each single-device configuration, so that the speed-up is measured side by side in one run.
 ``run_candidates`` does the same for several candidate plans and keeps the fastest measured
-(``tvm_diviml.profiling.timing.choose_by_measurement``).
+(``tvm_diviml.profiling.timing.choose_by_measurement``). ``run_model`` is the whole job of ``diviml run``
+on this machine, from a MODEL string to a ``RunReport`` (``app.rpc_run.run_rpc``: across servers).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
-from tvm_diviml.profiling.candidates import Selection
+from tvm_diviml.problem import Problem
+from tvm_diviml.profiling.candidates import Selection, format_selection
 from tvm_diviml.runtime.vm import PlacedExecutable
 from tvm_diviml.simulator import simulate, stream_price
 from tvm_diviml.tolerances import OutputComparison
+from tvm_diviml.toolkit.incumbents import Event
+from tvm_diviml.units import format_seconds
 from tvm_diviml.zoo import BuiltModel
 from tvm_diviml.zoo.reference import run_reference
 
 from ..passes.extract import Extraction
+from ..profiling.fallback_time import fallback_hotspots
 from ..profiling.timing import (
     BuildTiming,
     build_runnable,
@@ -33,6 +42,11 @@ from ..profiling.timing import (
     time_single_devices,
     timing_key,
 )
+from ..profiling.tuning import open_database
+from .dataparallel import batch_split_workloads, build_split, format_batch_splits, solve_batch_splits
+from .job import AS_GIVEN, LoadOptions, SolveOptions, runnable_workload, solve_workload
+from .reference import FrameworkRun, build_outputs, check_against, check_reference, run_framework
+from .workload import Workload
 
 
 @dataclass(kw_only=True)
@@ -243,8 +257,6 @@ def format_ratio(value: float | None, unit: str = "x") -> str:
 
 def format_time(seconds: float | None) -> str:
     """Seconds as a report prints them; "-" where no time was measured (None, or not finite)."""
-    from tvm_diviml.units import format_seconds
-
     return format_seconds(seconds if seconds is not None and math.isfinite(seconds) else None)
 
 
@@ -327,3 +339,218 @@ def format_run(run: RunMeasurement, rtol: float | None = None) -> str:
     )
     lines.append(f"speed-up over one worker ({run.one_worker}): {format_ratio(run.speedup_over_one_worker)}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the whole job: diviml run
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``run_model`` builds, checks and times a plan (``diviml run``'s flags): timed inferences
+    (latency), inputs streamed and in flight (throughput, pipelines), the N best plans timed side by
+    side (0: the plan as planned), the outputs' tolerance (None: by their dtypes), the framework the
+    outputs are also held to, and the most sub-batch copies of a zoo model's batch."""
+
+    repeats: int = 10
+    stream_inputs: int = 16
+    in_flight: int | None = None
+    candidates: int = 1
+    rtol: float | None = None
+    reference: str | None = None  # "torch" or "onnxruntime"
+    batch_split: int = 1
+
+
+RUN_DEFAULTS = RunOptions()
+RUN_SOLVE = SolveOptions(time_limit_s=30.0)  # a run spends less time on solving than ``plan``
+
+
+@dataclass
+class Planned:
+    """A run's plan before it is built: what ``diviml run`` prints first (the contract row, then
+    ``notes``: the batch splits tried, or the servers a run across them uses) and warns of (kernels left
+    to the Fallback schedule that take a large share of the model's time)."""
+
+    row: dict[str, Any]
+    problem: Problem
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunReport:
+    """What a run did: its contract ``row`` with the measurements (``run``; ``candidates`` and
+    ``kept_assignment`` where several plans were timed; ``reference`` where a framework checked the
+    outputs) as ``--json`` writes it, the report printed after the plan (``text``), and whether the
+    outputs are within tolerance of the single-device build and of the framework (``passed``). The
+    kept build, with the model it runs and the weights its runner takes, is what ``app.export.export_run``
+    exports."""
+
+    row: dict[str, Any]
+    text: str
+    passed: bool
+    measured: MeasuredRun
+    built: Any  # the kept build: a PlacedExecutable, RoutedBuild or SplitBuild, or a build across servers
+    model: BuiltModel  # the model run: the export's inputs and outputs
+    weights: Sequence[tuple[str, np.ndarray]] | None = None  # what the runner takes, where not the model's
+
+
+def measured_report(
+    row: dict[str, Any], measured: MeasuredRun, text: str, built: Any, model: BuiltModel, rtol: float | None
+) -> RunReport:
+    """A run's report: its measurements added to the row, and whether its outputs passed."""
+    row["run"] = measured.to_json()
+    return RunReport(row, text, measured.outputs.equal(rtol), measured, built, model)
+
+
+def run_model(
+    model: str,
+    platform: str = "cpu2",
+    cost: str = "measured",
+    *,
+    load: LoadOptions = AS_GIVEN,
+    solve: SolveOptions = RUN_SOLVE,
+    options: RunOptions = RUN_DEFAULTS,
+    listener: Callable[[Event], None] | None = None,
+    on_planned: Callable[[Planned], None] | None = None,
+    progress: Callable[[str], None] = print,
+) -> RunReport:
+    """Plan ``model`` for ``platform``'s devices (which this machine has), build the plan, check its
+    outputs against the single-device build (and ``options.reference``'s framework, first run on the
+    same inputs) and time it against every single-device configuration: ``diviml run`` without its
+    parsing and printing. ``listener``: the solve's progress; ``on_planned``: the plan, before it is
+    built; ``progress``: the build's and timings' lines."""
+    if options.reference:
+        check_reference(options.reference, model)
+    if options.batch_split > 1:
+        return _run_batch_split(model, platform, cost, load, solve, options, on_planned, progress)
+    workload = runnable_workload(model, platform, cost, load)
+    loaded = workload.loaded
+    framework = run_framework(options.reference, model, loaded.built.sample_inputs()) if options.reference else None
+    solved, row, problem = solve_workload(workload, solve, listener=listener)
+    if on_planned:
+        on_planned(Planned(row, problem, warnings=fallback_warnings(workload.costs, workload.loaded.extraction)))
+    database = tuning_database(load.tuning_db, workload.costs)
+    measured, built, text = _run_kept(loaded, problem, solved.plan, row, options, database, progress)
+    if framework is None:
+        return measured_report(row, measured, text, built, loaded.built, options.rtol)
+    return _checked_by_framework(framework, row, measured, text, built, loaded.built, options.rtol, load.input_file)
+
+
+def _run_kept(
+    loaded, problem: Problem, plan: Plan, row: dict[str, Any], options: RunOptions, database, progress
+) -> tuple[RunMeasurement, Any, str]:
+    """``plan`` built and timed (``options.candidates`` 0), or the best of the candidates by measurement
+    (their selection added to ``row``); the run, its build and its report."""
+    timing = dict(
+        repeats=options.repeats,
+        stream_inputs=options.stream_inputs,
+        in_flight=options.in_flight,
+        database=database,
+        progress=progress,
+    )
+    if not options.candidates:
+        predicted, in_flight = predicted_run(problem, plan, options.in_flight)
+        measured, built = run_plan(
+            loaded.built, loaded.extraction, problem.platform, plan, predicted, **{**timing, "in_flight": in_flight}
+        )
+        return measured, built, format_run(measured, options.rtol)
+    selection, measured, built = run_candidates(
+        loaded.built, loaded.extraction, problem, plan, options.candidates, rtol=options.rtol, **timing
+    )
+    row["candidates"] = selection.to_json()
+    row["kept_assignment"] = selection.winner.plan.assignment
+    return (
+        measured,
+        built,
+        f"{format_selection(selection)}\n\nthe kept plan, run:\n{format_run(measured, options.rtol)}",
+    )
+
+
+def _checked_by_framework(
+    framework: FrameworkRun,
+    row: dict[str, Any],
+    measured: RunMeasurement,
+    text: str,
+    built: Any,
+    model: BuiltModel,
+    rtol: float | None,
+    input_file: str | None,
+) -> RunReport:
+    """The run's report with the build's outputs held to the framework's, which it must pass too."""
+    check = check_against(framework, build_outputs(built, model), input_file)
+    row["reference"] = check.to_json(rtol)
+    report = measured_report(row, measured, f"{check.describe(rtol)}\n{text}", built, model, rtol)
+    report.passed = report.passed and check.passed(rtol)
+    return report
+
+
+def _run_batch_split(
+    model: str,
+    platform: str,
+    cost: str,
+    load: LoadOptions,
+    solve: SolveOptions,
+    options: RunOptions,
+    on_planned: Callable[[Planned], None] | None,
+    progress: Callable[[str], None],
+) -> RunReport:
+    """``run`` with a batch split: the best split planned (``plan --batch-split``), its copies built on
+    their devices and run side by side, the joined outputs checked against the batch's single-device
+    build; timed one batch at a time beside the single-device configurations."""
+    workloads = batch_split_workloads(model, platform, cost, options.batch_split, **load.keywords(runs_here=True))
+    plan, _, row, problem = solve_batch_splits(
+        workloads, solve.solver, solve.objective, stages=solve.stages, time_limit_s=solve.time_limit_s, seed=solve.seed
+    )
+    if on_planned:
+        on_planned(Planned(row, problem, notes=[format_batch_splits(row)]))
+    whole = workloads[1].loaded
+    database = tuning_database(load.tuning_db, workloads[1].costs)
+    built = _split_build(plan, workloads, problem.platform, database, progress) if plan.batch_split > 1 else None
+    predicted, in_flight = predicted_run(problem, plan, options.in_flight)
+    measured, built = run_plan(
+        whole.built,
+        whole.extraction,
+        problem.platform,
+        plan,
+        predicted,
+        repeats=options.repeats,
+        stream_inputs=options.stream_inputs,
+        in_flight=in_flight,
+        database=database,
+        progress=progress,
+        built=built,
+    )
+    report = measured_report(row, measured, format_run(measured, options.rtol), built, whole.built, options.rtol)
+    if plan.batch_split > 1:
+        report.weights = workloads[plan.batch_split].loaded.built.params
+    return report
+
+
+def _split_build(
+    plan: Plan, workloads: dict[int, Workload], platform: Platform, database, progress
+) -> tuple[Any, float]:
+    """The split's copies built (``dataparallel.build_split``), with the seconds it took."""
+    began = time.perf_counter()
+    split = build_split(
+        plan,
+        workloads[1],
+        workloads[plan.batch_split],
+        lambda model, extraction, copy: build_runnable(
+            model, extraction, platform, copy, database=database, progress=progress
+        )[0],
+    )
+    return split, time.perf_counter() - began
+
+
+def tuning_database(tuning_db: str | None, costs):
+    """The MetaSchedule database a build applies: the one ``tuning_db`` names, or the one that tuning just
+    filled for ``costs`` (``--tune``, ``--tune-minutes``); None without either."""
+    if tuning_db:
+        return open_database(tuning_db)
+    tuning = costs.provenance.tuning if costs.provenance is not None else {}
+    tuned = [result.database for result in tuning.values()]
+    return tuned[0] if tuned else None
+
+
+def fallback_warnings(costs, extraction: Extraction) -> list[str]:
+    """One warning for each kernel that no class rule scheduled and that takes a large share of the
+    model's measured time: otherwise only a profile's last column shows it."""
+    return [hotspot.message() for hotspot in fallback_hotspots(costs, extraction)]

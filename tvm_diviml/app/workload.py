@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cost.base import CostModel
-from ..cost.roofline import RooflineCostModel
-from ..cost.table import TableCostModel
+from ..cost.catalog import MEASURED, Factory
+from ..cost.catalog import create as create_costs
 from ..errors import DivimlInputError
 from ..frontends import SUFFIXES as IMPORTED_SUFFIXES
 from ..graph import OpGraph
@@ -103,7 +103,7 @@ def load_graph(model: str, *, shapes: dict[str, int] | None = None, granularity:
                 f"bad options for '{name}': {error}", field="MODEL", hint=GENERATORS[name][1]
             ) from None
     check_zoo_name(name)
-    from .load import load_model
+    from .load import load_model  # TVM enters here, and only for TVM models
 
     loaded = load_model(name, options, shapes=shapes, fused=granularity == "fused")
     return ModelGraph(loaded.extraction.graph, loaded)
@@ -144,9 +144,9 @@ def load_workload(
     its inputs before any kernel is timed)."""
     plat = load_platform(platform or DEFAULT_PLATFORM)
     tuned = (tune is not None and tune.active) or bool(tuning_db)  # tune: a TuningBudget
-    cost = cost or ("measured" if tuned else None)
-    if runs_here or cost == "measured":
-        from ..profiling.measured import check_targets  # imports TVM, which these commands use anyway
+    cost = cost or (MEASURED if tuned else None)
+    if runs_here or cost == MEASURED:
+        from ..profiling.measured import check_targets  # TVM enters here: only to measure or run, which need it
 
         check_targets(plat, platform)
     found = load_graph(model, shapes=shapes, granularity=granularity)
@@ -162,32 +162,30 @@ def load_workload(
         return Workload(found.graph, found.platform, found.costs, model, "msr-fiddle", default_objective="throughput")
     graph = found.graph
     cost = cost or "roofline"
-    if tuned and cost != "measured":
+    if tuned and cost != MEASURED:
         raise DivimlInputError(
             "--tune, --tune-minutes and --tuning-db apply to measured costs",
             field="--cost",
             hint="drop --cost or use --cost measured",
         )
-    if found.loaded is not None and (runs_here or cost == "measured"):
+    if found.loaded is not None and (runs_here or cost == MEASURED):
         require_memory_to_run(graph, model)
-    if cost == "roofline":
-        costs: CostModel = RooflineCostModel(graph, plat)
-    elif cost == "measured":
-        from ..profiling.timing import measured_costs  # imports TVM: only for measured costs
-
-        loaded = found.loaded
-        costs = measured_costs(
-            graph,
-            plat,
-            loaded and loaded.built,
-            loaded and loaded.extraction,
-            tune=tune,
-            tuning_db=tuning_db,
-            fresh=runs_here,
-        )
-    else:
-        costs = TableCostModel.load(cost, plat, graph)
+    measure = measuring(found.loaded, tune=tune, tuning_db=tuning_db, fresh=runs_here)
+    costs = create_costs(cost, graph, plat, measure=measure)
     return Workload(graph, plat, costs, model, cost, loaded=found.loaded)
+
+
+def measuring(loaded, *, tune=None, tuning_db: str | None = None, fresh: bool = False) -> Factory:
+    """The cost catalog's "measured" for a loaded model (None where TVM does not build it: refused when
+    measured): ``profiling.profile`` with the model, the schedules and the freshness bound."""
+
+    def measure(graph: OpGraph, platform: Platform) -> CostModel:
+        from ..profiling.profiler import profile  # TVM enters here, and only for measured costs
+
+        built, extraction = (loaded.built, loaded.extraction) if loaded else (None, None)
+        return profile(graph, platform, built, extraction, tune=tune, tuning_db=tuning_db, fresh=fresh)
+
+    return measure
 
 
 def require_memory_to_run(graph: OpGraph, model: str) -> None:

@@ -6,13 +6,20 @@ import tempfile
 from collections.abc import Iterator
 
 import numpy as np
+import tvm
 
+from ..app.load import load_model
+from ..cost.fit import fit_costs
+from ..cost.table import TableCostModel
 from ..modelspec import format_model_spec
+from ..passes.interpret import transformed_weights
 from ..presets import get_platform
 from ..profiling.cache import ProfileCache
-from ..profiling.measured import MeasuredCostModel, MeasureOptions, time_whole_model, tune_for_devices
+from ..profiling.measured import MeasureOptions, measure, time_whole_model, tune_for_devices
+from ..profiling.timing import priced_in_context, runner_overhead_s
+from ..profiling.tuning import TuningBudget
 from ..zoo import SMALL_OPTIONS
-from .suite import Option, Row, Suite
+from .suite import Row
 
 TUNE_MODELS = ("resnet18", "bert_base")  # also timed after MetaSchedule tuning (minutes each)
 TUNE_TRIALS = 32
@@ -23,18 +30,11 @@ def suite_costs(
     models: list[str] | None = None, tune_models: tuple[str, ...] = TUNE_MODELS, tune_trials: int = TUNE_TRIALS
 ) -> Iterator[Row]:
     """Cost-model accuracy on this machine's CPU, per zoo model at a small size: the sum of the
-    measured kernel times, alone and as calibrated inside the model (``calibrate_in_context``: the
+    measured kernel times, alone and as calibrated inside the model (``priced_in_context``: the
     placed single-device build timed whole, a separate run, less the runner's Python work around the
     call, ``runner_overhead_s``), against the measured whole-model run (the lowered module by TVM's
     default pipeline and ``time_evaluator``, same schedules), the roofline's
     per-kernel error after fitting it to those measurements, and untuned against tuned times."""
-    import tvm  # TVM: only when this suite runs
-
-    from ..app.load import load_model
-    from ..passes.interpret import transformed_weights
-    from ..profiling.timing import calibrate_in_context, runner_overhead_s
-    from ..profiling.tuning import TuningBudget
-
     platform = get_platform(PLATFORM)
     device = platform.devices[0]
     options = MeasureOptions(progress=False)
@@ -44,11 +44,11 @@ def suite_costs(
             extraction, built = loaded.extraction, loaded.built
             graph = extraction.graph
             with ProfileCache(f"{scratch}/{name}.sqlite") as cache:
-                costs = MeasuredCostModel(
-                    graph, platform, extraction.mod, extraction.kernel_func, cache=cache, options=options
-                )
-                kernel_s = np.array([costs.compute_s(k, device.name) for k in graph.kernels])
-                calibrate_in_context(costs, built, extraction)
+                provenance = measure(graph, platform, extraction, cache=cache, options=options)
+                alone = TableCostModel.from_provenance(graph, platform, provenance)
+                kernel_s = np.array([alone.compute_s(k, device.name) for k in graph.kernels])
+                provenance = priced_in_context(provenance, platform, built, extraction, cache=cache)
+                costs = TableCostModel.from_provenance(graph, platform, provenance)
                 in_context_s = sum(costs.compute_s(k, device.name) for k in graph.kernels)
             runner_s = runner_overhead_s(built, extraction, platform, device)
             weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
@@ -63,7 +63,7 @@ def suite_costs(
                 "runner_overhead_s": runner_s,
                 "in_context_over_whole": (in_context_s - runner_s) / whole.median_s,
             }
-            row.update(_roofline_fit_columns(costs, device.name))
+            row.update(_roofline_fit_columns(graph, costs, device.name))
             if name in tune_models:
                 funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
                 budget = TuningBudget(tune_trials)
@@ -80,10 +80,10 @@ def suite_costs(
             yield row
 
 
-def _roofline_fit_columns(costs, device: str) -> Row:
+def _roofline_fit_columns(graph, costs, device: str) -> Row:
     """The roofline fitted to the measured kernels and its per-kernel error; or why it could not be fitted."""
     try:
-        fit = costs.roofline_fit(device)
+        fit = fit_costs(graph, costs, device)
     except ValueError as error:
         return {"roofline_fit": str(error)}
     return {
@@ -93,15 +93,3 @@ def _roofline_fit_columns(costs, device: str) -> Row:
         "roofline_median_err": fit.median_rel_error,
         "roofline_p90_err": fit.p90_rel_error,
     }
-
-
-SUITE = Suite(
-    "costs",
-    "cost-model accuracy on this CPU: summed kernel times and the roofline against whole runs",
-    suite_costs,
-    (
-        Option("models", list, None, "zoo model names (default: every model with a small size)"),
-        Option("tune_models", tuple, TUNE_MODELS, "models also timed after MetaSchedule tuning"),
-        Option("tune_trials", int, TUNE_TRIALS, "MetaSchedule trials per kernel for the tuned models"),
-    ),
-)

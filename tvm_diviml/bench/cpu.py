@@ -14,10 +14,18 @@ import statistics
 from collections.abc import Iterator
 
 import numpy as np
+import tvm
+from tvm import te
 
+from ..app.load import load_model
 from ..modelspec import format_model_spec
+from ..presets import get_platform
+from ..profiling.timing import time_single_devices
+from ..runtime.vm import set_threads
+from ..schedules.apply import apply_rules, rules_for
+from ..schedules.target import device_target
 from .common import geomean, progress
-from .suite import Option, Row, Suite
+from .suite import Row
 
 MODELS = {"resnet50": {}, "mobilenet_v2": {}, "bert_base": {"seq": 128}, "inception_v3": {}}
 PEAK_SIZE = 256
@@ -36,10 +44,6 @@ def suite_cpu(models: str = "") -> Iterator[Row]:
 
 
 def model_row(name: str, options: dict, peak_flops: float) -> Row:
-    from ..app.load import load_model
-    from ..presets import get_platform
-    from ..profiling.timing import time_single_devices
-
     loaded = load_model(name, options)
     graph, built = loaded.extraction.graph, loaded.built
     flops = sum(kernel.flops for kernel in graph.kernels.values())
@@ -61,14 +65,6 @@ def model_row(name: str, options: dict, peak_flops: float) -> Row:
 def attainable_peak_flops() -> float:
     """FLOP/s of a cache-resident matmul (``PEAK_SIZE`` cubed) scheduled by the default rules, on one
     thread of this machine's CPU: the best median of five runs."""
-    import tvm
-    from tvm import te
-
-    from ..presets import get_platform
-    from ..runtime.vm import set_threads
-    from ..schedules.apply import apply_rules, rules_for
-    from ..schedules.target import device_target
-
     n = PEAK_SIZE
     a, b = te.placeholder((n, n), name="a"), te.placeholder((n, n), name="b")
     k = te.reduce_axis((0, n), name="k")
@@ -82,11 +78,3 @@ def attainable_peak_flops() -> float:
     timer = library.time_evaluator("main", device, number=20, repeat=5, min_repeat_ms=50)
     best = min(statistics.median(timer(*args).results) for _ in range(3))
     return 2 * n**3 / best
-
-
-SUITE = Suite(
-    "cpu",
-    "the fraction of this CPU's attainable peak that scheduled whole models reach (the presets' CPU efficiency)",
-    suite_cpu,
-    (Option("models", str, "", "comma-separated models of the suite (default: all of them)", "--models"),),
-)

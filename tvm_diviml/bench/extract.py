@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..app.load import load_model
 from ..zoo import zoo_names
-from .suite import Option, Row, Suite
+from .suite import Row
 
 
 def suite_extract(models: list[str] | None = None) -> Iterator[Row]:
     """Extraction time and kernel count per zoo model at its default size."""
-    from ..app.load import load_model  # imports TVM: only when this suite runs
-
     for name in models or zoo_names():
         loaded = load_model(name, {})
         graph = loaded.extraction.graph
@@ -25,11 +24,3 @@ def suite_extract(models: list[str] | None = None) -> Iterator[Row]:
             "weights_mb": sum(graph.weights.values()) / 1e6,
             "time_s": loaded.extract_s,
         }
-
-
-SUITE = Suite(
-    "extract",
-    "extraction time, kernels, edges and GFLOPs per zoo model at its default size",
-    suite_extract,
-    (Option("models", list, None, "zoo model names (default: the whole zoo)"),),
-)

@@ -26,9 +26,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import tvm
+from tvm import relax
+
+from ..app.coverage import export_onnx, missing_packages
 from ..errors import DivimlInputError, first_line
+from ..frontends.importers import from_torch_export
+from ..runtime.vm import allow_every_core
 from .common import progress
-from .suite import QUICK, Option, Row, Suite
+from .suite import Row
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +47,6 @@ def suite_frameworks(quick: bool = False, tune_minutes: float = 0.0, models: str
     """One row per model: diviml (default options, and tuned for ``tune_minutes`` when given),
     ``tvm.compile``'s default, torch eager (1 thread, every core) and ONNX Runtime, seconds per
     inference; quick: only resnet18 and mobilenet_v2 at 64x64."""
-    from ..app.coverage import missing_packages
-
     missing = [name for name in missing_packages() if name != "onnxscript"]
     if missing:
         raise DivimlInputError(
@@ -206,8 +210,6 @@ def _torch(module, args, threads: int) -> float:
 def _onnxruntime(module, args, scratch: str, name: str) -> float:
     import onnxruntime
 
-    from ..app.coverage import export_onnx
-
     path = os.path.join(scratch, f"{name}.onnx")
     export_onnx(module, args, path)
     options = onnxruntime.SessionOptions()
@@ -220,19 +222,12 @@ def _onnxruntime(module, args, scratch: str, name: str) -> float:
 def _tvm_default(module, args) -> float:
     import torch
 
-    from ..frontends.importers import from_torch_export
-
     return tvm_default_seconds(from_torch_export(torch.export.export(module, args)), [a.numpy() for a in args])
 
 
 def tvm_default_seconds(built, inputs) -> float:
     """Seconds per inference of ``built`` (a BuiltModel) through ``tvm.compile`` with TVM's own
     default CPU pipeline, its thread pool on every core: what a TVM user gets without tvm-diviml."""
-    import tvm
-    from tvm import relax
-
-    from ..runtime.vm import allow_every_core
-
     allow_every_core()
     target = tvm.target.Target({"kind": "llvm", "num-cores": os.cpu_count() or 1})
     executable = tvm.compile(built.mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
@@ -266,7 +261,7 @@ def _bert_base() -> tuple[Any, tuple]:
 def _llama_decode() -> tuple[Any, tuple]:
     import torch
 
-    from .llama_step import LlamaDecodeStep
+    from .llama_step import LlamaDecodeStep  # torch enters here: the torch extra is optional
 
     torch.manual_seed(0)
     model = LlamaDecodeStep().eval()
@@ -284,14 +279,3 @@ CATALOGUE: dict[str, Callable[[], tuple[Any, tuple]]] = {
     "llama_decode": _llama_decode,
 }
 QUICK_MODELS = ("resnet18_64", "mobilenet_v2_64")
-
-SUITE = Suite(
-    "frameworks",
-    "diviml against torch eager, ONNX Runtime and tvm.compile's default on this CPU, per inference",
-    suite_frameworks,
-    (
-        QUICK,
-        Option("tune_minutes", float, 0.0, "also tune each model for this many minutes", "--tune-minutes", "M"),
-        Option("models", str, "", "comma-separated models of the suite (default: all of them)", "--models"),
-    ),
-)

@@ -12,7 +12,7 @@ from ..bounds import lower_bounds
 from ..errors import DivimlInputError
 from ..solvers import SOLVERS, Problem
 from .common import MSR_FIDDLE_DIR, geomean, log, progress, timed_solve
-from .suite import QUICK, Option, Row, Suite, time_limit
+from .suite import Row
 
 LATENCY_SOLVERS = ("fastest_single_device", "greedy", "heft", "split", "milp", "cpsat")
 EXACT_SOLVERS = ("milp", "cpsat")
@@ -192,18 +192,3 @@ def kernels_per_device(plan, platform) -> str:
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator, or None where either is missing (a solver that gave no plan)."""
     return numerator / denominator if numerator is not None and denominator else None
-
-
-SUITE = Suite(
-    "latency",
-    "every latency solver against the best lower bound; a geometric-mean row per group",
-    suite_latency,
-    (
-        time_limit(TIME_LIMIT_S),
-        Option("exact_up_to", int, EXACT_UP_TO, "the exact solvers skip graphs of more kernels"),
-        Option("solvers", list, None, f"solver names (default: {', '.join(LATENCY_SOLVERS)})"),
-        QUICK,
-        Option("msr_fiddle_dir", str, MSR_FIDDLE_LATENCY, "folder of the msr-fiddle latency inputs"),
-        Option("groups", list, None, f"row groups (default: every one of {', '.join(LATENCY_GROUPS)})"),
-    ),
-)

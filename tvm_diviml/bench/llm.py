@@ -13,7 +13,7 @@ from ..solvers import Problem
 from ..toolkit.incumbents import Event, Incumbents
 from ..toolkit.mip_backend import new_model
 from .common import progress, timed_solve
-from .suite import QUICK, Option, Row, Suite, time_limit
+from .suite import Row
 
 LLM_LAYERS = (8, 24, 48)
 LLM_QUICK_MODEL = "llama:layers=8,hidden=128,intermediate=352"
@@ -195,17 +195,3 @@ def llm_summaries(rows: list[Row]) -> list[Row]:
             }
         )
     return summaries
-
-
-SUITE = Suite(
-    "llm",
-    "the symmetric solver against the whole-graph solvers on LLaMA models across servers",
-    suite_llm,
-    (
-        time_limit(TIME_LIMIT_S, "seconds for each solve"),
-        QUICK,
-        Option("models", list, None, "llama MODELs (default: 8, 24 and 48 layers; quick: 8 at hidden 128)"),
-        Option("platforms", tuple, LLM_PLATFORMS, "server platforms each model is placed on"),
-        Option("objectives", tuple, LLM_OBJECTIVES, "objectives solved per model and platform"),
-    ),
-)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..app.coverage import ROUTES, catalogue, check_model, missing_packages
 from ..errors import DivimlInputError
 from .common import progress
-from .suite import QUICK, Row, Suite, time_limit
+from .suite import Row
 
 TIME_LIMIT_S = 10.0
 
@@ -15,8 +16,6 @@ def suite_models(quick: bool = False, time_limit_s: float = TIME_LIMIT_S) -> Ite
     """Models from torchvision and Hugging Face, exported with torch.export and through ONNX, each
     imported, extracted, planned on cpu2 and paper-node, built across cpu0/cpu1, run and compared
     with torch (``tvm_diviml/app/coverage.py``); quick: one CNN and one transformer."""
-    from ..app.coverage import ROUTES, catalogue, check_model, missing_packages  # imports TVM
-
     missing = missing_packages()
     if missing:
         raise DivimlInputError(
@@ -32,11 +31,3 @@ def suite_models(quick: bool = False, time_limit_s: float = TIME_LIMIT_S) -> Ite
             yield check_model(model, route, time_limit_s=time_limit_s)
             bar.update()
     bar.close()
-
-
-SUITE = Suite(
-    "models",
-    "torchvision and Hugging Face models imported, placed, built and run, checked against torch",
-    suite_models,
-    (QUICK, time_limit(TIME_LIMIT_S)),
-)

@@ -13,7 +13,7 @@ from ..msr_fiddle import read_expert_split, read_msr_fiddle
 from ..simulator import simulate
 from ..solvers import Problem, get_solver
 from .common import MSR_FIDDLE_DIR, log
-from .suite import QUICK, Option, Row, Suite, time_limit
+from .suite import Row
 
 TIME_LIMIT_S = 300.0  # the downset DP, per graph
 SLICEGRAPH_TIME_LIMIT_S = 60.0
@@ -56,7 +56,7 @@ def suite_msr_fiddle(
             fallback_options={"time_limit_s": slicegraph_time_limit_s},
         ).solve(problem)
         slicegraph = get_solver("slicegraph", time_limit_s=slicegraph_time_limit_s).solve(problem)
-        exact = downsets.attrs["method"] == "downset DP" and downsets.optimal
+        exact = downsets.method == "downset DP" and downsets.optimal
         bound = lower_bound(problem)
         best_bound = max(bound, downsets.value_s) if exact else bound
         best = min(downsets.value_s, slicegraph.value_s)
@@ -71,7 +71,7 @@ def suite_msr_fiddle(
             "dp_exact": exact,
             "downsets_value_s": downsets.value_s,
             "downsets_s": downsets.solve_s,
-            "downsets_method": downsets.attrs["method"],
+            "downsets_method": downsets.method,
             "fallback_reason": downsets.attrs.get("fallback_reason"),
             "slicegraph_value_s": slicegraph.value_s,
             "slicegraph_s": slicegraph.solve_s,
@@ -109,19 +109,3 @@ def expert_rows(msr_fiddle_dir: str, ours: dict[frozenset, tuple[str, float, obj
             "ours_value_s": best,
             "ours_over_expert": best / sim.value_s if sim.value_s > 0 else None,
         }
-
-
-SUITE = Suite(
-    "msr-fiddle",
-    "the msr-fiddle max-load problem: downset DP, SliceGraph, bounds, experts' splits",
-    suite_msr_fiddle,
-    (
-        time_limit(TIME_LIMIT_S, "seconds for the downset DP per graph"),
-        Option(
-            "slicegraph_time_limit_s", float, SLICEGRAPH_TIME_LIMIT_S, "seconds for SliceGraph per graph (2 with quick)"
-        ),
-        Option("max_ideals", int, MAX_IDEALS, "beyond this many ideals the DP falls back to SliceGraph"),
-        QUICK,
-        Option("msr_fiddle_dir", str, MSR_FIDDLE_DIR, "the msr-fiddle folder (throughput-inputs, human-experts)"),
-    ),
-)

@@ -24,7 +24,7 @@ from ..solvers.pipeline_mip import solve_pipeline_mip
 from ..toolkit.deadline import Deadline
 from ..toolkit.pipeline_polish import polish_pipeline
 from .common import MSR_FIDDLE_DIR, geomean, log, progress
-from .suite import QUICK, Option, Row, Suite, time_limit
+from .suite import Row
 
 PIPELINE_STAGES = (2, 4, 8, 16, 32, 64)
 # Archer et al. (ICML 2024), geometric mean of lower bound / best partition over 369 production models.
@@ -155,13 +155,13 @@ def pipeline_solves(
     stopped_by_time = int(solved is None and dp_s >= bound_time_limit_s)
     if solved is not None:
         bounds["downsets"] = solved.lower_bound_s
-        if not solved.attrs.get("infeasible"):
+        if not solved.infeasible:
             best = min(best, solved.value_s)
     if solved is not None and solved.optimal:
         bound_s, notes = 0.0, "the downset DP proved its plan optimal"
     elif len(graph) * count <= mip_up_to:
         began = time.perf_counter()
-        exact = solve_pipeline_mip(problem, time_limit_s=bound_time_limit_s, warm_start=sliced, max_nodes=mip_nodes)
+        exact = solve_pipeline_mip(problem, Deadline.after(bound_time_limit_s), warm_start=sliced, max_nodes=mip_nodes)
         mip_s = time.perf_counter() - began
         best = min(best, exact.value_s)
         if exact.lower_bound_s is not None:
@@ -169,9 +169,9 @@ def pipeline_solves(
         began = time.perf_counter()
         stats: dict = {}
         options = {"exact_mip": False, "downsets": False, "max_nodes": mip_nodes, "stats": stats}
-        bounds.update(pipeline_bounds(problem, bound_time_limit_s, **options))
+        bounds.update(pipeline_bounds(problem, Deadline.after(bound_time_limit_s), **options))
         bound_s = time.perf_counter() - began
-        stopped_by_time += stats.get("stopped_by_time", 0) + exact.attrs["stopped_by_time"]
+        stopped_by_time += stats.get("stopped_by_time", 0) + exact.stopped_by_time
     else:
         bound_s, notes = 0.0, f"MIPs skipped: {len(graph)} kernels x {count} stages > {mip_up_to}"
     best_from = max(bounds, key=bounds.__getitem__)
@@ -220,34 +220,3 @@ def pipeline_summaries(rows: list[Row]) -> list[Row]:
             }
         )
     return summaries
-
-
-SUITE = Suite(
-    "pipeline",
-    "SliceGraph against the best lower bound on K identical GPUs, beside Archer et al.'s ratios",
-    suite_pipeline,
-    (
-        time_limit(TIME_LIMIT_S, "seconds for SliceGraph per row"),
-        Option(
-            "bound_time_limit_s",
-            float,
-            BOUND_TIME_LIMIT_S,
-            "ceiling in seconds for the exact MIP, and again for the relaxation MIPs, per row",
-            flag="--bound-time-limit",
-            metavar="S",
-        ),
-        Option(
-            "mip_nodes",
-            int,
-            MIP_NODES,
-            "branch-and-bound nodes per MIP: its bound repeats run to run unless the ceiling stops it first",
-            flag="--mip-nodes",
-            metavar="N",
-        ),
-        QUICK,
-        Option("stages", tuple, PIPELINE_STAGES, "the stage counts K (those up to kernels / 4 run)"),
-        Option("mip_up_to", int, MIP_UP_TO, "the MIPs run only where kernels x K is at most this"),
-        Option("dp_ideals", int, DP_IDEALS, "the downset DP runs where the graph has at most this many ideals"),
-        Option("msr_fiddle_dir", str, MSR_FIDDLE_OPERATORS, "folder of the msr-fiddle operator graphs"),
-    ),
-)

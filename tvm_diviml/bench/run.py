@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..app.report import solve_and_report
+from ..app.run import run_candidates, run_plan
 from ..app.workload import load_workload
 from ..modelspec import format_model_spec
 from ..profiling.candidates import plan_key
 from ..solvers import Problem
 from ..zoo import SMALL_OPTIONS
 from .common import log
-from .suite import QUICK, Option, Row, Suite, time_limit
+from .suite import Row
 
 RUN_TARGETS = {"measured_over_predicted": (0.85, 1.15), "concurrent_speedup": 1.6, "pipeline_speedup": 1.7}
 TIME_LIMIT_S = 30.0
@@ -61,47 +62,19 @@ def suite_run(
     plan against the best single device of the same rounds); the concurrent executor's speed-up on
     balanced parallel branches, and 2-stage pipelines' measured throughput, each against the best
     single-device configuration measured in the same run (targets: RUN_TARGETS). Kernel times come
-    from the profile cache; each model is timed whole again here (``calibrate_in_context(fresh=True)``)
+    from the profile cache; each model is timed whole again here (``load_workload(runs_here=True)``)
     so that a prediction and its measurement see the machine alike: this VM's speed drifts by up to
     40% between runs minutes apart, more than the error the targets allow."""
-    from ..app.run import run_candidates, run_plan  # import TVM: only when it runs
-    from ..profiling.timing import calibrate_in_context
-
     for kind, model, objective, stages in run_workloads(quick):
         if case and kind != case:
             continue
-        workload = load_workload(model, platform, "measured")
-        loaded = workload.loaded
-        calibrate_in_context(workload.costs, loaded.built, loaded.extraction, fresh=True)
+        workload = load_workload(model, platform, "measured", runs_here=True)  # runs here: timed whole now
         problem = Problem(workload.graph, workload.platform, workload.costs, objective=objective, stages=stages)
         plan, sim, row = solve_and_report(
             problem, "auto", model, "measured", time_limit_s=time_limit_s, replicas=objective == "throughput"
         )
-        kept = None
-        if objective in ("latency", "throughput"):
-            selection, run, _ = run_candidates(
-                loaded.built, loaded.extraction, problem, plan, candidates, repeats=repeats, progress=log.info
-            )
-            winner = selection.winner
-            auto = next(
-                c
-                for c in selection.candidates
-                if plan_key(c.plan) == plan_key(plan) and c.threads is None and not c.default_schedules
-            )
-            # latency: the auto plan's prediction is on trial; a stream: the kept plan's, as it runs
-            judged = auto if objective == "latency" else winner
-            predicted_s, measured_s, kept = judged.predicted_s, judged.measured_s, winner.label
-        else:
-            run, _ = run_plan(
-                loaded.built,
-                loaded.extraction,
-                workload.platform,
-                plan,
-                sim.value_s,
-                repeats=repeats,
-                progress=log.info,
-            )
-            predicted_s, measured_s = run.predicted_s, run.measured_s
+        run, judged, winner = _timed(workload, problem, plan, sim.value_s, candidates, repeats)
+        kept = winner.label if winner else None
         best_name, best_s = run.best_single_device
         yield {
             "suite": "run",
@@ -111,9 +84,9 @@ def suite_run(
             "kernels": len(workload.graph),
             "solver": plan.solver,
             "devices_used": len(plan.devices_used()),
-            "predicted_s": predicted_s,
-            "measured_s": measured_s,
-            "measured_over_predicted": measured_s / predicted_s,
+            "predicted_s": judged.predicted_s,
+            "measured_s": judged.measured_s,
+            "measured_over_predicted": judged.measured_s / judged.predicted_s,
             "kept": kept,
             "kept_devices": len(winner.plan.devices_used()) if kept else None,
             "kept_replicas": bool(winner.plan.replicas) if kept else None,
@@ -127,16 +100,24 @@ def suite_run(
         }
 
 
-SUITE = Suite(
-    "run",
-    "plans built and run on this machine: measured against predicted and the best single device",
-    suite_run,
-    (
-        QUICK,
-        time_limit(TIME_LIMIT_S),
-        Option("repeats", int, REPEATS, "timed inferences per plan"),
-        Option("platform", str, PLATFORM, "a preset whose devices this machine has"),
-        Option("candidates", int, CANDIDATES, "plans timed side by side with the auto plan"),
-        Option("case", str, "", "only the rows of one case: predicted, concurrent, pipeline or throughput", "--case"),
-    ),
-)
+def _timed(workload, problem, plan, predicted_s: float, candidates: int, repeats: int):
+    """The run of ``plan`` and whose prediction is on trial, with the candidate kept (None: the plan
+    alone was run, for a pipeline). Latency and throughput: the ``candidates`` best plans and every
+    single-device configuration side by side (``run --candidates``); latency judges the auto plan's
+    prediction, a stream the kept plan's, as it runs."""
+    loaded = workload.loaded
+    if problem.objective not in ("latency", "throughput"):
+        run, _ = run_plan(
+            loaded.built, loaded.extraction, workload.platform, plan, predicted_s, repeats=repeats, progress=log.info
+        )
+        return run, run, None
+    selection, run, _ = run_candidates(
+        loaded.built, loaded.extraction, problem, plan, candidates, repeats=repeats, progress=log.info
+    )
+    winner = selection.winner
+    auto = next(
+        c
+        for c in selection.candidates
+        if plan_key(c.plan) == plan_key(plan) and c.threads is None and not c.default_schedules
+    )
+    return run, auto if problem.objective == "latency" else winner, winner

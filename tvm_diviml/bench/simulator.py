@@ -13,7 +13,7 @@ from ..presets import get_platform
 from ..simulator import simulate
 from ..synthetic import random_dag
 from .common import best_time
-from .suite import Option, Row, Suite
+from .suite import Row
 
 KERNELS = 10_000  # the larger graph; the smaller has a tenth of it
 REPEATS = 3  # runs per mode and size, the fastest counts
@@ -49,14 +49,3 @@ def suite_simulator(kernels: int = KERNELS, repeats: int = REPEATS) -> Iterator[
 
             seconds = best_time(run, repeats)
             yield {"suite": "simulator", "mode": mode, "kernels": size, "edges": len(graph.edges), "time_s": seconds}
-
-
-SUITE = Suite(
-    "simulator",
-    "the simulator in every cost mode at 1/10 of the kernels and all of them",
-    suite_simulator,
-    (
-        Option("kernels", int, KERNELS, "kernels of the larger random DAG"),
-        Option("repeats", int, REPEATS, "runs per mode and size; the fastest counts"),
-    ),
-)

@@ -6,6 +6,7 @@ beside its function, and the command line refuses a flag the chosen suite does n
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +29,19 @@ class Option:
 
 @dataclass(frozen=True)
 class Suite:
-    """A benchmark suite: ``run(**options)`` yields its rows."""
+    """A benchmark suite: ``run(**options)`` yields its rows. ``runner`` names its function as
+    ``module:function`` in ``tvm_diviml.bench``: the module is imported when the suite runs."""
 
     name: str
     description: str
-    run: Callable[..., Iterator[Row]]
+    runner: str
     options: tuple[Option, ...] = ()
+
+    @property
+    def run(self) -> Callable[..., Iterator[Row]]:
+        """The suite's function, its module imported now (TVM and torch with some)."""
+        module, function = self.runner.split(":")
+        return getattr(importlib.import_module(f".{module}", __package__), function)
 
     def flag_options(self) -> dict[str, Option]:
         """The options this suite takes on the command line, by flag."""

@@ -6,12 +6,15 @@ from ..problem import Problem
 
 
 def fastest_times(problem: Problem) -> dict[str, float]:
-    """Each kernel's time on its fastest feasible device."""
-    times = {}
-    for kernel in problem.graph.kernels:
-        devices = problem.feasible_devices(kernel)
-        times[kernel] = min((problem.costs.compute_s(kernel, d) for d in devices), default=float("inf"))
-    return times
+    """Each kernel's time on its fastest feasible device; kept in ``problem.memo`` (several bounds read
+    it: callers do not change it)."""
+    if "fastest_times" not in problem.memo:
+        times = {}
+        for kernel in problem.graph.kernels:
+            devices = problem.feasible_devices(kernel)
+            times[kernel] = min((problem.costs.compute_s(kernel, d) for d in devices), default=float("inf"))
+        problem.memo["fastest_times"] = times
+    return problem.memo["fastest_times"]
 
 
 def largest_group(problem: Problem) -> float:

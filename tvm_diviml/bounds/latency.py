@@ -149,12 +149,12 @@ def affine_links(costs, devices: list[str]) -> tuple[np.ndarray, np.ndarray] | N
     return latency * (1 - np.eye(size)), rate * (1 - np.eye(size))
 
 
-def series_bound(problem: Problem, time_limit_s: float) -> float | None:
-    """The series decomposition's bound: its DP over the segments' proven CP-SAT bounds, within
-    ``time_limit_s``; None where the decomposition is not exact (no cut kernel, co-location, memory
+def series_bound(problem: Problem, deadline: Deadline) -> float | None:
+    """The series decomposition's bound: its DP over the segments' proven CP-SAT bounds, by
+    ``deadline``; None where the decomposition is not exact (no cut kernel, co-location, memory
     that can bind, executor-charging costs)."""
     if series_obstacle(problem, series_decomposition(problem.graph)):
         return None
     with CpsatSession(seed=0, workers=2) as session:
-        plan = series_plan(problem, session, Deadline.after(time_limit_s), segment_time_limit_s=time_limit_s)
+        plan = series_plan(problem, session, deadline, segment_time_limit_s=deadline.left())
     return None if plan is None else plan.lower_bound_s

@@ -50,7 +50,7 @@ MANY_STAGES = 8
 @without_huge_pages
 def pipeline_bounds(
     problem: Problem,
-    time_limit_s: float = 0.0,
+    deadline: Deadline | None = None,
     *,
     backend: str = "highs",
     seed: int = 0,
@@ -65,7 +65,7 @@ def pipeline_bounds(
 ) -> dict[str, float]:
     """Named lower bounds on the best ``stage_serial`` period with at most ``problem.stages`` stages.
 
-    With ``time_limit_s`` = 0 only the combinatorial ones (LB0); otherwise first the downset DP
+    Without a ``deadline`` only the combinatorial ones (LB0); otherwise first the downset DP
     (if ``downsets``; where at most ``DP_IDEALS`` ideals and its pairs can be priced within half the
     time, given ``upper_s``, a known plan's period, if any; where it proves its plan optimal nothing
     more is run), then the stage cover (``stage_cover``: two thirds of the time left from
@@ -78,50 +78,85 @@ def pipeline_bounds(
 
     ``max_nodes``: each MIP also stops after that many branch-and-bound nodes (the stage cover's
     pricings after ``PRICING_NODES``) and may use all the time left, so that, where no MIP reaches
-    ``time_limit_s`` first, the bounds are the same on every run (one thread, one seed).
+    ``deadline`` first, the bounds are the same on every run (one thread, one seed).
     ``stats``, if given, receives the MIPs run and those the clock stopped (``stopped_by_time``, the
     stage cover counting as one). ``alongside``: the bound, by a deadline, of a stage cover already
     running beside the solver (``CoverAlongside.result``); taken at the end in place of running the
     cover here, and the MIPs get all the time."""
     began = time.perf_counter()
-    deadline = Deadline(began + time_limit_s)
     data, cheap, stages, parts = relaxed_pipeline(problem)
-    if time_limit_s <= 0 or not parts or not math.isfinite(parts["largest_kernel"]):
+    if deadline is None or not parts or not math.isfinite(parts["largest_kernel"]):
         return parts
-    solved = downset_bound(problem, Deadline(began + time_limit_s / 2), upper_s=upper_s) if downsets else None
+    solved = downset_bound(problem, deadline.within(deadline.left() / 2), upper_s=upper_s) if downsets else None
     if solved is not None:
         parts["downsets"] = solved.lower_bound_s
         if solved.optimal:
             return parts
-    timed_out = 0
-    if stage_cover and alongside is None:
-        share = 2 / 3 if stages >= MANY_STAGES else 1 / 3
-        until = deadline if max_nodes is not None else deadline.within(deadline.left() * share)
-        covered, timed_out = timed_stage_cover(
-            data, cheap, stages, max(parts.values()), until, backend, seed, repeatable=max_nodes is not None
-        )
-        if covered is not None:  # not the superblock MIPs' floor: it changed their node-limited
-            parts["stage_cover"] = covered  # search, and lowered their bound (514 -> 495 us on one graph)
+    covering = stage_cover and alongside is None
+    timed_out = _cover_here(parts, data, cheap, stages, deadline, backend, seed, max_nodes) if covering else 0
     runs = mip_runs(stages, superblock_positions, exact_mip)
     found, spent, mips_timed_out = mip_bounds(
         problem, data, cheap, stages, runs, parts, deadline, backend=backend, seed=seed, max_nodes=max_nodes
     )
     timed_out += mips_timed_out
-    if found["guess_bottleneck"] and math.isfinite(min(found["guess_bottleneck"])):
-        parts["guess_bottleneck"] = min(found["guess_bottleneck"])
-    for name in ("three_superblock", "exact_mip"):
-        if found[name]:
-            parts[name] = max(found[name])
+    parts.update(_best_of_mips(found))
     covered = alongside(deadline) if alongside is not None and stage_cover else None
     if covered is not None:
         parts["stage_cover"] = covered
+    _log_bounds(parts, spent, time.perf_counter() - began, timed_out, len(runs) + int(covering), max_nodes)
+    if stats is not None:
+        stats.update({"mips": len(runs), "stopped_by_time": timed_out})
+    return parts
+
+
+def _cover_here(
+    parts: dict[str, float],
+    data: PipelineData,
+    cheap: BlockPricing,
+    stages: int,
+    deadline: Deadline,
+    backend: str,
+    seed: int,
+    max_nodes: int | None,
+) -> int:
+    """The stage cover's bound added to ``parts``, in two thirds of the time left from ``MANY_STAGES``
+    stages on, else a third (with a node limit, all of it: then the time is a ceiling); whether the
+    clock stopped it."""
+    share = 2 / 3 if stages >= MANY_STAGES else 1 / 3
+    until = deadline if max_nodes is not None else deadline.within(deadline.left() * share)
+    covered, timed_out = timed_stage_cover(
+        data, cheap, stages, max(parts.values()), until, backend, seed, repeatable=max_nodes is not None
+    )
+    if covered is not None:  # not the superblock MIPs' floor: it changed their node-limited
+        parts["stage_cover"] = covered  # search, and lowered their bound (514 -> 495 us on one graph)
+    return timed_out
+
+
+def _best_of_mips(found: dict[str, list[float]]) -> dict[str, float]:
+    """The MIPs' bounds by name: guess_bottleneck only as the minimum over every position (where that
+    is finite), the others' largest."""
+    parts = {name: max(found[name]) for name in ("three_superblock", "exact_mip") if found[name]}
+    if found["guess_bottleneck"] and math.isfinite(min(found["guess_bottleneck"])):
+        parts = {"guess_bottleneck": min(found["guess_bottleneck"]), **parts}
+    return parts
+
+
+def _log_bounds(
+    parts: dict[str, float],
+    spent: dict[str, float],
+    took_s: float,
+    timed_out: int,
+    searches: int,
+    max_nodes: int | None,
+) -> None:
+    """The bounds found and the time each search took; a warning where the clock stopped a
+    node-limited search (the cover counts as one of the ``searches``): that bound is not repeatable."""
     log.info(
         "pipeline bounds in %.2f s: %s",
-        time.perf_counter() - began,
+        took_s,
         ", ".join(f"{k} {v:.6g}" + (f" ({spent[k]:.2f} s)" if k in spent else "") for k, v in parts.items()),
     )
     if max_nodes is not None and timed_out:
-        searches = len(runs) + int(stage_cover and alongside is None)  # the cover counts as one
         log.warning(
             "pipeline bounds: %d of %d searches (the MIPs and the stage cover) stopped at the time limit "
             "before their node limit (%d): not repeatable",
@@ -129,9 +164,6 @@ def pipeline_bounds(
             searches,
             max_nodes,
         )
-    if stats is not None:
-        stats.update({"mips": len(runs), "stopped_by_time": timed_out})
-    return parts
 
 
 def timed_stage_cover(
@@ -202,8 +234,9 @@ def mip_bounds(
             if name == "exact_mip":
                 known = [*parts.values(), relaxed, min(found["guess_bottleneck"])]
                 floor = max(b for b in known if math.isfinite(b))
-                model = PipelineModel(problem, stages, backend, floor, None, Deadline(mark + share))
-                status = optimize(model.builder, share - (time.perf_counter() - mark), seed, max_nodes)
+                until = Deadline(mark + share)
+                model = PipelineModel(problem, stages, backend, floor, None, until)
+                status = optimize(model.builder, until, seed, max_nodes)
                 bound = model.builder.bound_s()
             else:
                 bound = superblock_bound(
@@ -211,7 +244,7 @@ def mip_bounds(
                     [cheap] * 3,
                     (i - 1, stages - i),
                     guess=name == "guess_bottleneck",
-                    time_limit_s=share,
+                    deadline=Deadline(mark + share),
                     floor_s=relaxed,
                     backend=backend,
                     seed=seed,
@@ -364,7 +397,7 @@ def superblock_bound(
     capacities: tuple[float, float],
     *,
     guess: bool,
-    time_limit_s: float,
+    deadline: Deadline,
     floor_s: float = 0.0,
     backend: str = "highs",
     seed: int = 0,
@@ -376,11 +409,10 @@ def superblock_bound(
     ``guess=True`` (B is the bottleneck): min f(B) s.t. f(A) <= a f(B), f(C) <= c f(B), f(B) exact.
     ``floor_s``: a lower bound on the optimum *of the priced problem* (the bottleneck of its best
     plan is at least that), which the MIP may assume. Returns the MIP's certified bound in seconds:
-    None when the solver certified none, inf when it proved that no plan fits. Raises BuildStopped
-    where building the model alone takes ``time_limit_s``."""
+    None when the solver certified none, inf when it proved that no plan fits, by ``deadline``. Raises
+    BuildStopped where building the model alone takes until ``deadline``."""
     check_backend(backend)
-    began = time.perf_counter()
-    builder = MipBuilder("superblocks", backend, time_unit(pricings[1]), Deadline(began + time_limit_s))
+    builder = MipBuilder("superblocks", backend, time_unit(pricings[1]), deadline)
     m = builder.m
     x = [[m.add_var(var_type=mip.BINARY) for _ in range(data.n)] for _ in range(3)]
     for v in range(data.n):
@@ -397,9 +429,6 @@ def superblock_bound(
     m += cost[0] <= capacities[0] * target
     m += cost[2] <= capacities[1] * target
     m.objective = mip.minimize(target)
-    if (
-        optimize(builder, time_limit_s - (time.perf_counter() - began), seed, max_nodes)
-        == mip.OptimizationStatus.INFEASIBLE
-    ):
+    if optimize(builder, deadline, seed, max_nodes) == mip.OptimizationStatus.INFEASIBLE:
         return math.inf
     return builder.bound_s()

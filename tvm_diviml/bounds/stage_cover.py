@@ -194,7 +194,7 @@ class StageCover:
             # a block worth this much refutes nothing, and prices in (the LP needs more than K blocks)
             target = priced.sum() / self.stages
             began = time.perf_counter()
-            block, best, ceiling = pricer.best_block(priced, target, deadline.left(), self.seed, self.pricing_nodes)
+            block, best, ceiling = pricer.best_block(priced, target, deadline, self.seed, self.pricing_nodes)
             ratio = priced.sum() / ceiling if ceiling is not None and ceiling > 0 else 0.0
             log.debug(
                 "stage cover at %.6g s: LP %.4f, priced %.4f, block %.4f, ceiling %s, ratio %.4f (%.2f s)",
@@ -535,7 +535,7 @@ class _BlockPricer:
         self.floor: mip.Constr | None = None
 
     def best_block(
-        self, duals: np.ndarray, target: float, time_limit_s: float, seed: int, max_nodes: int | None
+        self, duals: np.ndarray, target: float, deadline: Deadline, seed: int, max_nodes: int | None
     ) -> tuple[tuple[int, ...] | None, float, float | None]:
         """The best block under ``duals``, or with HiGHS the first found worth at least ``target``:
         (the block or None, its value, the proven ceiling on any block's value; None where the MIP
@@ -552,7 +552,7 @@ class _BlockPricer:
         self.floor = model.add_constr(value >= floor)
         if model.solver_name.upper() == "HIGHS":  # HiGHS's own option; python-mip has no name for it
             model.solver._set_double_option_value("objective_target", -target)
-        status = optimize(self.builder, max(time_limit_s, 0.01), seed, max_nodes)
+        status = optimize(self.builder, deadline, seed, max_nodes)
         if status == mip.OptimizationStatus.INFEASIBLE:
             return None, 0.0, floor
         bound = model.objective_bound

@@ -49,6 +49,8 @@ class CostModel(ABC):
     prediction_error = 0.0
     # What the executor adds per inference and per segment call (charged with ``executor_segments``).
     executor_overheads = ExecutorOverheads()
+    # How the figures were made, where they were measured here (``provenance.Provenance``): None otherwise.
+    provenance = None
 
     def __init__(self, platform: Platform):
         self.platform = platform

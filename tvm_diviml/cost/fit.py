@@ -1,4 +1,4 @@
-"""Least-squares fits of the cost formulas to measurements (TVM-free, numpy only).
+"""Least-squares fits of the cost formulas to measurements (TVM-free: numpy).
 
 A roofline, time = max(FLOPs / P, bytes / W) + o, fitted to measured kernel times gives the
 *effective* peak and bandwidth of what TVM builds (docs/design.md#cost-models: datasheet peaks
@@ -14,6 +14,9 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..graph import OpGraph
+from .base import CostModel
 
 ROUNDING = 1e-12  # relative; a term below ~1e-6 of every measured time counts as absent
 
@@ -97,6 +100,17 @@ def fit_roofline(flops, bytes_moved, seconds) -> RooflineFit:
         float(np.median(errors)),
         float(np.percentile(errors, 90)),
         flops * inverse_peak > bytes_moved * inverse_bandwidth,
+    )
+
+
+def fit_costs(graph: OpGraph, costs: CostModel, device: str) -> RooflineFit:
+    """The roofline fitted to ``costs``' prices of ``graph``'s kernels on ``device`` (on a measured
+    device: how far to trust the estimate); raises ValueError where no fit is possible."""
+    kernels = list(graph.kernels.values())
+    return fit_roofline(
+        np.array([k.flops for k in kernels]),
+        np.array([k.bytes_moved for k in kernels]),
+        np.array([costs.compute_s(k.name, device) for k in kernels]),
     )
 
 

@@ -1,7 +1,8 @@
 """A cost model read from a table: ``{kernel: {device: seconds}}`` (JSON ``diviml.costs/1``).
 
 ``null`` (or a missing device for a kernel restricted by ``allowed_devices``) means the device
-cannot run the kernel. Optional ``links`` replace the platform's link figures.
+cannot run the kernel. Optional ``links`` replace the platform's link figures. Costs measured here
+are such a table too (``from_provenance``), with the record of how they were made beside it.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import logging
 import math
 from typing import Any
 
+from .. import __version__
 from ..errors import DivimlInputError
 from ..graph import OpGraph
 from ..jsonio import MAX_SECONDS, JsonFile, long_integers_as_floats, require_number
 from ..platform import Link, Platform, link_from_json
 from .base import CostModel, ExecutorOverheads
+from .provenance import InContext, Provenance
+from .roofline import RooflineCostModel
 
 FORMAT = "diviml.costs/1"
 
@@ -35,10 +39,13 @@ class TableCostModel(CostModel, JsonFile):
         executor_overheads: ExecutorOverheads | None = None,
         fingerprints: dict[str, str] | None = None,
         made_for: dict | None = None,
+        provenance: Provenance | None = None,
     ):
         """``fingerprints``: kernel -> ``Kernel.fingerprint`` of the kernels the costs were measured for;
-        ``made_for``: the model, each device's target and the versions that measured them."""
+        ``made_for``: the model, each device's target and the versions that measured them;
+        ``provenance``: how they were measured here (not written to the file)."""
         super().__init__(platform)
+        self.provenance = provenance
         self.fingerprints, self.made_for = dict(fingerprints or {}), dict(made_for or {})
         self.executor_segments, self.prediction_error = executor_segments, prediction_error
         self.executor_overheads = executor_overheads or ExecutorOverheads()
@@ -47,6 +54,42 @@ class TableCostModel(CostModel, JsonFile):
         }
         self.links = dict(links or {})
         self.sources = dict(sources or {})
+
+    @classmethod
+    def from_provenance(cls, graph: OpGraph, platform: Platform, provenance: Provenance) -> TableCostModel:
+        """The costs of ``graph`` measured here: a timed device's kernels at their time alone as running
+        inside the model prices it (``InContext``; uncalibrated, the device's launch overhead added),
+        an absent device's by the roofline estimate, the timed links and the executor's overheads.
+        The table says what it was measured for (each kernel's fingerprint, the model, each device's
+        target, the versions), so that it never prices another model's kernels of the same names."""
+        estimate = RooflineCostModel(graph, platform)
+
+        def priced(kernel: str, device: str) -> float:
+            allowed = graph.kernels[kernel].allowed_devices
+            if allowed is not None and device not in allowed:
+                return math.inf
+            timings = provenance.timed.get(device)
+            if timings is None:
+                return estimate.compute_s(kernel, device)
+            uncalibrated = InContext(platform.device(device).launch_overhead_s)
+            return provenance.in_context.get(device, uncalibrated).price(timings.seconds[kernel])
+
+        return cls(
+            platform,
+            {k: {d: priced(k, d) for d in platform.device_names} for k in graph.kernels},
+            dict(provenance.links),
+            {d: provenance.timed[d].source if d in provenance.timed else "estimated" for d in platform.device_names},
+            executor_segments=True,  # measured here: the simulator prices plans as the executor runs them
+            prediction_error=provenance.prediction_error,
+            executor_overheads=provenance.executor_overheads,
+            fingerprints={name: kernel.fingerprint for name, kernel in graph.kernels.items()},
+            made_for={
+                "model": graph.name,
+                "targets": {d.name: d.target for d in platform.devices},
+                "versions": {"tvm": tvm_version(), "tvm_diviml": __version__},
+            },
+            provenance=provenance,
+        )
 
     def compute_s(self, kernel: str, device: str) -> float:
         return self.compute[kernel].get(device, math.inf)
@@ -173,27 +216,7 @@ class TableCostModel(CostModel, JsonFile):
                 hint='e.g. {"cpu0": "measured"}, or leave it out',
             )
         executor = data.get("executor", {})
-        if (
-            not isinstance(executor, dict)
-            or not isinstance(executor.get("segments", False), bool)
-            or not all(
-                _is_fraction(executor.get(name, 0.0))
-                for name in ("prediction_error", "run_s", "segment_s", "stream_segment_s")
-            )
-            or not (_is_fraction(executor.get("corun_factor", 1.0)) and executor.get("corun_factor", 1.0) >= 1)
-        ):
-            raise DivimlInputError(
-                'must be {"segments": true|false, "prediction_error": a fraction >= 0, '
-                '"run_s", "segment_s" and "stream_segment_s": seconds >= 0, "corun_factor": >= 1}',
-                field="executor",
-                hint="as `diviml profile --export` writes it",
-            )
-        overheads = ExecutorOverheads(
-            run_s=float(executor.get("run_s", 0.0)),
-            segment_s=float(executor.get("segment_s", 0.0)),
-            stream_segment_s=float(executor.get("stream_segment_s", 0.0)),
-            corun_factor=float(executor.get("corun_factor", 1.0)),
-        )
+        overheads = _overheads_from_json(executor)
         return cls(
             platform,
             compute,
@@ -212,6 +235,32 @@ class TableCostModel(CostModel, JsonFile):
         if graph is not None:
             model.check_covers(graph, where=path)
         return model
+
+
+def _overheads_from_json(executor: Any) -> ExecutorOverheads:
+    """The executor's overheads a table states, checked (the whole ``executor`` object: its segments flag
+    and prediction error too)."""
+    if (
+        not isinstance(executor, dict)
+        or not isinstance(executor.get("segments", False), bool)
+        or not all(
+            _is_fraction(executor.get(name, 0.0))
+            for name in ("prediction_error", "run_s", "segment_s", "stream_segment_s")
+        )
+        or not (_is_fraction(executor.get("corun_factor", 1.0)) and executor.get("corun_factor", 1.0) >= 1)
+    ):
+        raise DivimlInputError(
+            'must be {"segments": true|false, "prediction_error": a fraction >= 0, '
+            '"run_s", "segment_s" and "stream_segment_s": seconds >= 0, "corun_factor": >= 1}',
+            field="executor",
+            hint="as `diviml profile --export` writes it",
+        )
+    return ExecutorOverheads(
+        run_s=float(executor.get("run_s", 0.0)),
+        segment_s=float(executor.get("segment_s", 0.0)),
+        stream_segment_s=float(executor.get("stream_segment_s", 0.0)),
+        corun_factor=float(executor.get("corun_factor", 1.0)),
+    )
 
 
 def _is_fraction(value) -> bool:

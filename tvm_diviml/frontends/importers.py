@@ -22,7 +22,7 @@ from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
 from tvm_diviml.host_memory import available_memory_bytes
 from tvm_diviml.jsonio import check_regular_file
 from tvm_diviml.units import format_bytes
-from tvm_diviml.zoo import BuiltModel
+from tvm_diviml.zoo import BuiltModel, init_weights
 from tvm_diviml.zoo.input_ranges import integer_input_ranges
 
 from ..passes.extract import bind_shapes, tensor_bytes
@@ -63,22 +63,50 @@ def from_relax(
         )
     mod = ImportRewrites()(bind_shapes(mod, entry, shapes))
     func = mod[entry]
-    inputs = []
-    for param in func.params[:num_inputs]:
+    inputs = _tensor_specs(func.params[:num_inputs], "input")
+    weights = _weights(func.params[num_inputs:], params)
+    ranges = integer_input_ranges(mod, entry, inputs)
+    return BuiltModel(name, mod, entry, inputs, weights, origin=origin, input_ranges=ranges)
+
+
+def module_as_model(mod, entry: str, seed: int = 0) -> BuiltModel:
+    """``mod`` as it stands, to run and time (``PartitionForDevices`` measures the module it places,
+    nothing imported again, rewritten or rebound): ``entry``'s inputs are its first ``num_input``
+    parameters (without the attribute: those the weights leave); its weights are the function's
+    ``params`` attribute where it has them, seeded random ones (``zoo.init_weights``) for those it
+    lacks. Weights bound as constants are no parameters: the module carries them."""
+    func = mod[entry]
+    attrs = func.attrs or {}
+    own = [p.numpy() for p in attrs["params"]] if "params" in attrs else []
+    num_inputs = int(attrs["num_input"]) if "num_input" in attrs else max(0, len(func.params) - len(own))
+    weight_params = func.params[num_inputs:]
+    lacking = _tensor_specs(weight_params[len(own) :], "weight")
+    arrays = own[: len(weight_params)] + [array for _, array in init_weights(lacking, seed)]
+    inputs = _tensor_specs(func.params[:num_inputs], "input")
+    weights = _weights(weight_params, arrays)
+    return BuiltModel("relax", mod, entry, inputs, weights, input_ranges=integer_input_ranges(mod, entry, inputs))
+
+
+def _tensor_specs(params, what: str) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of each parameter; refused where one is not a tensor of known shape."""
+    specs = []
+    for param in params:
         ty = param.ty
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
-            raise DivimlInputError(f"input '{param.name}' is not a tensor of known rank", field="MODEL")
-        inputs.append((param.name, tuple(int(d) for d in ty.shape.values), str(ty.dtype)))
-    names = [p.name for p in func.params[num_inputs:]]
-    for param, array in zip(func.params[num_inputs:], params, strict=True):
+            raise DivimlInputError(f"{what} '{param.name}' is not a tensor of known rank", field="MODEL")
+        specs.append((param.name, tuple(int(d) for d in ty.shape.values), str(ty.dtype)))
+    return specs
+
+
+def _weights(params, arrays: list[np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """Each weight parameter named with its array, refused where the array's size is not the parameter's."""
+    for param, array in zip(params, arrays, strict=True):
         if tensor_bytes(param.ty) != array.nbytes:
             raise DivimlInputError(
                 f"weight '{param.name}' has {array.nbytes} bytes, the function expects {tensor_bytes(param.ty):.0f}",
                 field="params",
             )
-    weights = list(zip(names, params, strict=True))
-    ranges = integer_input_ranges(mod, entry, inputs)
-    return BuiltModel(name, mod, entry, inputs, weights, origin=origin, input_ranges=ranges)
+    return [(param.name, array) for param, array in zip(params, arrays, strict=True)]
 
 
 def load_onnx(path: str, shapes: dict[str, int] | None = None) -> BuiltModel:

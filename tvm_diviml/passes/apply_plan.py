@@ -71,24 +71,7 @@ def vdevices_of(platform: Platform, device_names: list[str]) -> dict[str, Any]:
 
 def check_plan(plan: Plan, extraction: Extraction, platform: Platform) -> None:
     """Errors for a plan that does not match this module or platform, or that the build cannot run."""
-    graph = extraction.graph
-    missing = [k for k in graph.kernels if k not in plan.assignment]
-    extra = [k for k in plan.assignment if k not in graph.kernels]
-    if missing or extra:
-        what = f"leaves kernel '{missing[0]}' unassigned" if missing else f"names kernel '{extra[0]}'"
-        raise PlanError(
-            f"the plan {what}, which does not match the module's {len(graph)} kernels "
-            f"({len(missing)} missing, {len(extra)} unknown)",
-            field="assignment",
-            hint="make the plan from this very model (same options and granularity)",
-        )
-    for kernel, device in plan.assignment.items():
-        if device not in platform.by_name:
-            raise PlanError(
-                f"kernel '{kernel}' is assigned to device '{device}', which platform '{platform.name}' lacks",
-                field="assignment",
-                hint=f"devices: {', '.join(platform.device_names)}",
-            )
+    plan.check(extraction.graph, platform)
     if plan.replicas or plan.batch_split > 1:
         raise PlanError(
             "one module runs each kernel on one device; this plan replicates kernels (replicas or batch_split)",

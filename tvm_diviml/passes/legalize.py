@@ -6,7 +6,7 @@ sigmoid 3.6 against 0.33, tanh 7.9 against 0.30, erf 22 against 0.34. BERT-base'
 kernel (a matmul with a GELU epilogue) took 9.9 ms with ``erf`` calls and 3.3 ms without them.
 ``x ** n`` for a constant whole n becomes multiplies: LLVM folds ``pow(x, 2)`` itself but calls libm
 for ``pow(x, 3)`` (Hugging Face GPT-2's GELU): 5.9 ms against 0.11 on the same 1.2 M elements.
-Accuracy against float64 (``tests/test_legalize.py``): within 1e-6 (absolute, or relative) for
+Accuracy against float64 (``tests/passes/test_legalize.py``): within 1e-6 (absolute, or relative) for
 |x| <= 10 (exp's range reduction runs in float32: 2.2e-6 relative at |x| = 60).
 """
 

@@ -24,7 +24,9 @@ from ..errors import DivimlInputError
 from ..plan import Plan
 from ..simulator import simulate, stream_price
 from ..solvers import Problem, get_solver
+from ..solvers.replicas import stage_replicas, whole_model_replicas
 from ..toolkit.single_device import single_device_plan
+from ..units import format_seconds
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +151,6 @@ def stream_plans(problem: Problem, chosen: Plan) -> list[tuple[str, Plan]]:
     """What a stream is always timed with: the whole model replicated on every device that holds it,
     ``chosen``'s stages replicated (where it has none), and the best pipeline of one stage per device
     (SliceGraph within a few seconds)."""
-    from ..solvers.replicas import stage_replicas, whole_model_replicas
-
     out = []
     if problem.objective == "throughput":
         whole = whole_model_replicas(problem)
@@ -188,8 +188,6 @@ def select_fastest(candidates: list[Candidate], measure: Callable[[Candidate], f
 
 def format_selection(selection: Selection) -> str:
     """The candidates' table: predicted and measured side by side, the winner marked."""
-    from ..units import format_seconds
-
     timed = [c for c in selection.candidates if not c.left_out]
     lines = [f"candidates, built and timed now ({len(timed)}; the fastest measured is kept):"]
     width = max(44, *(len(c.label) + 2 for c in selection.candidates))

@@ -12,6 +12,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..cost.base import CostModel
+from ..passes.extract import Extraction
+from ..schedules.analysis import main_operator
+from ..schedules.apply import FALLBACKS
 
 WARN_SHARE = 0.10  # of the model's time on a device
 
@@ -44,34 +47,31 @@ class FallbackHotspot:
         )
 
 
-def fallback_hotspots(costs: CostModel, share: float = WARN_SHARE) -> list[FallbackHotspot]:
-    """The PrimFuncs scheduled by the fallback rule (or by none) that take more than ``share`` of the
-    model's time on some device whose kernels were measured, dearest first. A model's time on a device
-    is the sum of its kernels' there, as the profile prints them. Costs that measured nothing (the
-    roofline, a table) find none."""
-    from ..schedules.analysis import main_operator
-    from ..schedules.apply import FALLBACKS
-    from .measured import MeasuredCostModel
-
-    if not isinstance(costs, MeasuredCostModel):
+def fallback_hotspots(costs: CostModel, extraction: Extraction, share: float = WARN_SHARE) -> list[FallbackHotspot]:
+    """The PrimFuncs of ``extraction`` scheduled by the fallback rule (or by none) that take more than
+    ``share`` of the model's time on some device whose kernels were measured, dearest first. A model's
+    time on a device is the sum of its kernels' there, as the profile prints them. Costs that measured
+    nothing (the roofline, a table read from a file) find none."""
+    provenance = costs.provenance
+    if provenance is None:
         return []
     shares: dict[str, dict[str, float]] = defaultdict(dict)
     schedules: dict[str, str] = {}
-    for device in costs.times:
-        seconds = {kernel: costs.compute_s(kernel, device) for kernel in costs.graph.kernels}
+    for device in provenance.timed:
+        seconds = {kernel: costs.compute_s(kernel, device) for kernel in extraction.graph.kernels}
         total = sum(seconds.values())
         by_func: dict[str, float] = defaultdict(float)
         for kernel, kernel_s in seconds.items():
-            schedule = costs.schedule_of(kernel, device)
+            schedule = provenance.schedule_of(kernel, device)
             if schedule in FALLBACKS:
-                by_func[costs.kernel_func[kernel]] += kernel_s / total
-                schedules[costs.kernel_func[kernel]] = schedule
+                by_func[extraction.kernel_func[kernel]] += kernel_s / total
+                schedules[extraction.kernel_func[kernel]] = schedule
         for func, func_share in by_func.items():
             if func_share > share:
                 shares[func][device] = func_share
     hotspots = []
     for func, on_devices in shares.items():
-        operator, layout = main_operator(costs.mod[func])
+        operator, layout = main_operator(extraction.mod[func])
         ordered = dict(sorted(on_devices.items(), key=lambda item: -item[1]))
         hotspots.append(FallbackHotspot(func, operator, layout, schedules[func], ordered))
     return sorted(hotspots, key=lambda hotspot: -max(hotspot.shares.values()))

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
+import threading
 from collections.abc import Callable
 
+import numpy as np
+import tvm
+from tvm import te
+
 from ..cost.base import ExecutorOverheads
+from ..runtime.concurrent import SWITCH_INTERVAL_S
+from ..runtime.executor import ConcurrentExecutor, SegmentCall
 from ..runtime.measure import time_calls
+from ..runtime.vm import pin_thread, set_threads, usable_cores
 
 
 def fit_executor_overheads(seconds_per_run: Callable[[int, int], float]) -> ExecutorOverheads:
@@ -28,10 +37,6 @@ def fit_executor_overheads(seconds_per_run: Callable[[int, int], float]) -> Exec
 def executor_overheads(repeats: int = 200, rounds: int = 5) -> ExecutorOverheads:
     """``fit_executor_overheads`` on the real executor (no-op segments, the runner's thread switch
     interval), each figure the median of ``rounds`` fits, as one round varies 2x here."""
-    import sys
-
-    from ..runtime.concurrent import SWITCH_INTERVAL_S
-    from ..runtime.executor import ConcurrentExecutor, SegmentCall
 
     def seconds_per_run(segments: int, devices: int) -> float:
         calls = [
@@ -75,14 +80,6 @@ def corun_factor(samples: int = 10, calls_per_sample: int = 8, rounds: int = 3) 
     threads time-sliced on one core each finish a 2 ms call inside their slice, so single calls
     would hide the sharing that the segments of a plan feel. The median of ``rounds`` fits (one
     varies by ~8% here)."""
-    import threading
-
-    import numpy as np
-    import tvm
-    from tvm import te
-
-    from ..runtime.vm import pin_thread, set_threads, usable_cores
-
     cores = usable_cores()
     if len(cores) < 2:
         return 1.0

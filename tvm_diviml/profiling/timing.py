@@ -1,10 +1,11 @@
 """Build plans and time them on this machine: the measurements that placement decisions rest on.
 
-Kernel costs timed with TVM and priced as they run inside the whole model (``measured_costs``,
-``calibrate_in_context``), one build timed as it runs best (``time_build``: the concurrent executor,
-or one VM), the single-device configurations of a platform, and several candidate plans built and
-timed side by side so that the fastest measured is kept (``choose_by_measurement``). ``diviml run``
-(``tvm_diviml.app.run``) and ``PartitionForDevices(candidates=N)`` both rest on these.
+Kernel costs priced as they run inside the whole model (``priced_in_context``: the whole model
+timed on each single device, what ``profiling.profile`` calibrates its kernels with), one build timed
+as it runs best (``time_build``: the concurrent executor, or one VM), the single-device
+configurations of a platform, and several candidate plans built and timed side by side so that the
+fastest measured is kept (``choose_by_measurement``). ``diviml run`` (``tvm_diviml.app.run``) and
+``PartitionForDevices(candidates=N)`` both rest on these.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ import math
 import os
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tvm_diviml.cost.base import ExecutorOverheads
+from tvm_diviml.cost.provenance import DeviceTimings, InContext, Provenance
+from tvm_diviml.cost.roofline import RooflineCostModel
+from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.graph import OpGraph
 from tvm_diviml.plan import Plan
@@ -30,7 +36,8 @@ from tvm_diviml.profiling.candidates import Candidate, Selection, candidate_plan
 from tvm_diviml.runtime.concurrent import ConcurrentRunner
 from tvm_diviml.runtime.measure import time_calls, time_stream
 from tvm_diviml.runtime.routed import RoutedBuild, SplitBuild, build_routes
-from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, pin_thread, set_threads
+from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner, pin_thread, set_threads, usable_cores
+from tvm_diviml.servers import corun_groups
 from tvm_diviml.simulator import STREAM_SLACK
 from tvm_diviml.tolerances import OutputComparison, compare_outputs
 from tvm_diviml.toolkit.single_device import single_device_plan
@@ -40,6 +47,8 @@ from tvm_diviml.zoo.reference import run_reference
 from ..passes.apply_plan import apply_plan
 from ..passes.build import build
 from ..passes.extract import Extraction
+from .cache import Measurement, ProfileCache
+from .measured import device_present, measure, whole_model_key
 
 log = logging.getLogger(__name__)
 
@@ -57,81 +66,10 @@ WARM_CALLS = 2
 CALIBRATION_MAX_AGE_S = 3600.0
 
 
-def measured_costs(
-    graph: OpGraph,
-    platform: Platform,
-    model: BuiltModel | None,
-    extraction: Extraction | None,
-    *,
-    tune=None,
-    tuning_db: str | None = None,
-    progress: bool = True,
-    calibrate: bool = True,
-    fresh: bool = False,
-):
-    """Kernel costs timed with TVM on the present devices, through the persistent profile cache:
-    as built, after MetaSchedule tuning within ``tune`` (a ``TuningBudget``), or with a user's MetaSchedule database
-    (``tuning_db``, a work_dir) applied. ``calibrate``: price each kernel as it runs inside the model
-    (the whole model timed once per present device, ``calibrate_in_context``; ``fresh``: timed now,
-    not read from the profile cache)."""
-    from tvm_diviml.profiling.cache import ProfileCache, tuning_cache_dir
-    from tvm_diviml.profiling.measured import (
-        MeasuredCostModel,
-        MeasureOptions,
-        device_present,
-        existing_tuning,
-        tune_for_devices,
-    )
-
-    if extraction is None:
-        raise DivimlInputError(
-            "measured costs need a model that TVM builds",
-            field="--cost",
-            hint="give a zoo name, an .onnx file or a .pt2 program, or use --cost roofline or a cost FILE",
-        )
-    tuning = {}
-    tune = tune if tune is not None and tune.active else None
-    if tuning_db and tune:
-        raise DivimlInputError(
-            "--tune and --tuning-db both choose the schedules", field="--tuning-db", hint="give one of them"
-        )
-    funcs = {name: extraction.mod[name] for name in sorted(set(extraction.kernel_func.values()))}
-    if tuning_db:
-        tuning = existing_tuning(tuning_db, platform.devices, funcs)
-    if tune:
-        present = any(device_present(device) for device in platform.devices)  # else: nothing to tune
-        configurations = [
-            device if threads == device.num_threads else replace(device, num_threads=threads)
-            for device, threads in (single_device_configurations(platform).values() if present else [])
-        ]  # the platform's devices, and the whole CPU that a kept plan may run on
-        tuning = tune_for_devices(
-            funcs,
-            [*platform.devices, *configurations],
-            tune,
-            tuning_cache_dir(),
-            progress=progress,
-        )
-    costs = MeasuredCostModel(
-        graph,
-        platform,
-        extraction.mod,
-        extraction.kernel_func,
-        cache=ProfileCache(),
-        options=MeasureOptions(progress=progress),
-        tuning=tuning,
-    )
-    if calibrate and costs.times:
-        databases = [t.database for t in tuning.values()]
-        calibrate_in_context(costs, model, extraction, database=databases[0] if databases else None, fresh=fresh)
-    return costs
-
-
 def single_device_configurations(platform: Platform) -> dict[str, tuple[Device, int | None]]:
     """The single-device configurations to time: each present device as the platform has it (distinct
     target and thread count only: cpu0 and cpu1 of cpu2 are the same CPU), and the host CPU with
     every core of this machine when the platform gives its CPUs fewer."""
-    from tvm_diviml.profiling.measured import device_present
-
     out: dict[str, tuple[Device, int | None]] = {}
     seen = set()
     for device in platform.devices:
@@ -199,8 +137,6 @@ def build_runnable(
 ) -> tuple[PlacedExecutable | RoutedBuild, float]:
     """``plan`` built for this machine (its devices checked first), and the seconds the build took; a
     replicated plan as one build per route (``runtime.routed``)."""
-    from tvm_diviml.profiling.measured import device_present
-
     if plan.replicas:
         began = time.perf_counter()
         routed = build_routes(
@@ -318,69 +254,122 @@ def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, pre
     return candidates
 
 
-def calibrate_in_context(
-    costs, model: BuiltModel, extraction: Extraction, *, repeats: int = 5, database=None, fresh: bool = False
-) -> dict[str, float]:
-    """Time the whole model once per present device configuration (as the platform has it; through
-    the profile cache, like kernels, for ``CALIBRATION_MAX_AGE_S``, unless ``fresh``: timed again and
-    the cache updated), and have
-    ``costs`` (a MeasuredCostModel) price every device of that configuration as its kernels run
-    inside the model, with the timing's spread as its ``prediction_error``. Returns the per-kernel
-    figures by device."""
-    from tvm_diviml.profiling.cache import Measurement
-
-    platform = costs.platform
+def priced_in_context(
+    provenance: Provenance,
+    platform: Platform,
+    model: BuiltModel | None,
+    extraction: Extraction,
+    *,
+    cache: ProfileCache | None = None,
+    repeats: int = 5,
+    database=None,
+    fresh: bool = False,
+) -> Provenance:
+    """``provenance`` (kernels measured on ``platform``) with every timed device priced as its kernels run
+    inside the model: the whole model timed once per present device configuration (as the platform has
+    it; through ``cache``, like kernels, for ``CALIBRATION_MAX_AGE_S``, unless ``fresh``: timed again and
+    the cache updated; ``model`` may be None where the cache answers), the timing's spread as its
+    ``prediction_error``, and the executor's overheads as the model's own timings raise them
+    (``executor_in_context``)."""
+    graph = extraction.graph
     configurations = {
         label: (device, threads)
         for label, (device, threads) in single_device_configurations(platform).items()
         if threads == device.num_threads
     }
-    keys = {label: costs.whole_model_key(device.name) for label, (device, _) in configurations.items()}
+    keys = {label: whole_model_key(graph, device, provenance.tuning) for label, (device, _) in configurations.items()}
     recent = time.time() - CALIBRATION_MAX_AGE_S
-    found = costs.cache.get_many(list(keys.values()), recorded_after=recent) if costs.cache and not fresh else {}
+    found = cache.get_many(list(keys.values()), recorded_after=recent) if cache and not fresh else {}
     missing = {label: configurations[label] for label, key in keys.items() if key not in found}
     if missing:
-        if costs.options.progress:
-            print(
-                f"timing the whole model on {', '.join(missing)} to price kernels as they run inside it "
-                f"(at least {repeats} inferences and {SETTLE_S:g} s each, then cached)",
-                file=sys.stderr,
-                flush=True,
-            )
-        samples = single_device_samples(model, extraction, platform, model.sample_inputs(), repeats, database, missing)
-        timed = {
-            keys[label]: Measurement(
-                statistics.median(seconds),
-                _relative_spread(seconds) * statistics.median(seconds),
-                len(seconds),
-                "measured",
-            )
-            for label, seconds in samples.items()
-        }
-        if costs.cache:
-            costs.cache.put_many(timed)
+        progress = provenance.options.progress
+        timed = _time_whole_model(model, extraction, platform, missing, repeats, database, progress)
+        timed = {keys[label]: measurement for label, measurement in timed.items()}
+        if cache:
+            cache.put_many(timed)
         found.update(timed)
-    costs.prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
-    executor_in_context(costs, model, extraction, database=database, fresh=fresh)
+    prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
+    overheads = executor_in_context(
+        provenance, platform, model, extraction, cache=cache, database=database, fresh=fresh
+    )
+    in_context = {}
     for label, (device, _) in configurations.items():
-        whole = found[keys[label]].median_s
         alike = [
             d.name
             for d in platform.devices
-            if d.name in costs.times
+            if d.name in provenance.timed
             and (str(d.target), d.kind, d.num_threads) == (str(device.target), device.kind, device.num_threads)
         ]
         for name in alike:
-            overhead = costs.calibrate_in_context(name, whole)
-            log.info("%s: %.1f us per kernel inside the model (whole model %.3f ms)", name, overhead * 1e6, whole * 1e3)
-    return dict(costs.in_context_s)
+            in_context[name] = fitted_in_context(name, provenance.timed[name], graph, found[keys[label]].median_s)
+    return replace(provenance, in_context=in_context, prediction_error=prediction_error, executor_overheads=overheads)
+
+
+def _time_whole_model(
+    model: BuiltModel,
+    extraction: Extraction,
+    platform: Platform,
+    configurations: dict[str, tuple[Device, int | None]],
+    repeats: int,
+    database,
+    progress: bool,
+) -> dict[str, Measurement]:
+    """The whole model timed on each of ``configurations`` (``single_device_samples``), by label: the
+    median, and half the interquartile range as its spread."""
+    if progress:
+        print(
+            f"timing the whole model on {', '.join(configurations)} to price kernels as they run inside it "
+            f"(at least {repeats} inferences and {SETTLE_S:g} s each, then cached)",
+            file=sys.stderr,
+            flush=True,
+        )
+    samples = single_device_samples(
+        model, extraction, platform, model.sample_inputs(), repeats, database, configurations
+    )
+    return {
+        label: Measurement(
+            statistics.median(seconds), _relative_spread(seconds) * statistics.median(seconds), len(seconds), "measured"
+        )
+        for label, seconds in samples.items()
+    }
+
+
+def fitted_in_context(device: str, timings: DeviceTimings, graph: OpGraph, whole_model_s: float) -> InContext:
+    """``InContext.fitted`` to ``device``'s kernels (``timings``) and the whole model's time on it, said
+    where the kernels alone sum to more than the whole."""
+    alone = sum(timings.seconds[k] for k in graph.kernels)
+    fitted = InContext.fitted(alone, whole_model_s, len(graph))
+    if fitted.scale < 1.0:
+        log.warning(
+            "%s: its kernels timed alone sum to %.3f ms, more than the whole model's %.3f ms: the machine "
+            "was busier while they were timed; each kernel is priced at %.2f of its time alone",
+            device,
+            alone * 1e3,
+            whole_model_s * 1e3,
+            math.floor(fitted.scale * 100) / 100,
+        )
+    log.info(
+        "%s: %.1f us per kernel inside the model (whole model %.3f ms)",
+        device,
+        fitted.per_kernel_s * 1e6,
+        whole_model_s * 1e3,
+    )
+    return fitted
 
 
 def executor_in_context(
-    costs, model: BuiltModel, extraction: Extraction, *, database=None, fresh: bool = False
-) -> None:
-    """What the executor and a second CPU device cost this model, timed on its single-device build on
-    the first present CPU device, through the profile cache like the whole-model times:
+    provenance: Provenance,
+    platform: Platform,
+    model: BuiltModel | None,
+    extraction: Extraction,
+    *,
+    cache: ProfileCache | None = None,
+    database=None,
+    fresh: bool = False,
+) -> ExecutorOverheads:
+    """The executor's overheads as this model raises the machine's (``provenance.machine_overheads``),
+    timed on its single-device build on the first present CPU device, through the profile cache like
+    the whole-model times:
 
     - a stream on the concurrent executor against one VM call at a time: the difference per inference
       is what a segment call costs in a stream (the worker's bookkeeping, the wake-ups, the outputs
@@ -393,14 +382,10 @@ def executor_in_context(
       each pinned to its cores) against one alone: the ratio becomes ``corun_factor`` when above the
       synthetic probe's, whose dense kernel read 1.00 while mobilenet_v2 at 64x64 ran 1.1-1.3x slower
       per inference with the other core busy."""
-    from tvm_diviml.profiling.cache import Measurement
-    from tvm_diviml.runtime.vm import usable_cores
-    from tvm_diviml.servers import corun_groups
-
-    platform = costs.platform
-    present = [d for d in platform.devices if d.name in costs.times and d.kind == "cpu"]
+    overheads = provenance.machine_overheads
+    present = [d for d in platform.devices if d.name in provenance.timed and d.kind == "cpu"]
     if not present:
-        return
+        return overheads
     first = present[0]
     pair = next((sorted(g & {d.name for d in present})[:2] for g in corun_groups(platform) if first.name in g), [])
     second = platform.device(pair[1]) if len(pair) > 1 else None
@@ -408,22 +393,21 @@ def executor_in_context(
     cores = usable_cores()
     if second is not None and sum(threads) > len(cores):
         second = None
-    model_key = costs.whole_model_key(first.name)
+    model_key = whole_model_key(extraction.graph, first, provenance.tuning)
     keys = {how: replace(model_key, primfunc_hash=f"{model_key.primfunc_hash}:{how}") for how in ("alone", "stream")}
     if second is not None:
         keys["beside"] = replace(model_key, primfunc_hash=f"{model_key.primfunc_hash}:beside")
     recent = time.time() - CALIBRATION_MAX_AGE_S
-    found = costs.cache.get_many(list(keys.values()), recorded_after=recent) if costs.cache and not fresh else {}
+    found = cache.get_many(list(keys.values()), recorded_after=recent) if cache and not fresh else {}
     if any(key not in found for key in keys.values()):
         plan = Plan({k: first.name for k in extraction.graph.kernels})
         built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
         slots = [cores[: threads[0]], cores[threads[0] : sum(threads)]] if second is not None else [[]]
         timed = _alone_stream_together(built, model, slots, threads)
         found = {keys[how]: Measurement(seconds, 0.0, 1, "measured") for how, seconds in timed.items()}
-        if costs.cache:
-            costs.cache.put_many(found)
+        if cache:
+            cache.put_many(found)
     alone = found[keys["alone"]].median_s
-    overheads = costs.machine_overheads
     per_call = found[keys["stream"]].median_s - alone
     log.info("%s: a stream pays %.1f us per segment call beyond one VM call at a time", first.name, per_call * 1e6)
     overheads = replace(overheads, stream_segment_s=max(0.0, per_call))
@@ -432,7 +416,7 @@ def executor_in_context(
         log.info("%s and %s at once: each inference %.2fx as long as alone", first.name, second.name, factor)
         if factor > overheads.corun_factor:
             overheads = replace(overheads, corun_factor=factor)
-    costs.executor_overheads = overheads
+    return overheads
 
 
 def _alone_stream_together(
@@ -441,8 +425,6 @@ def _alone_stream_together(
     """Median seconds per inference of ``built``: one VM call at a time on ``cores[0]`` ("alone"), a
     stream of as many on the concurrent executor ("stream"), and with two slots each VM's calls while
     the other runs it too ("beside")."""
-    import threading
-
     params, inputs = [w for _, w in model.params], model.sample_inputs()
     results: dict[int, list[float]] = {}
 
@@ -577,27 +559,27 @@ def predict_configuration(
     """The problem of ``device`` with ``threads`` threads (the whole CPU), priced by a cost model of
     the kind ``problem`` has, made for the platform with that device so: roofline, or measured here
     (kernels timed with that many threads through the profile cache, priced inside the model as it
-    runs now). None for a cost table, which holds no such device."""
-    from tvm_diviml.cost import RooflineCostModel
-    from tvm_diviml.profiling.measured import MeasuredCostModel
-
+    runs now). None for a cost table read from a file, which holds no such device."""
     platform = problem.platform.with_threads(device.name, threads)
+    measured = problem.costs.provenance
     if isinstance(problem.costs, RooflineCostModel):
         costs = RooflineCostModel(problem.graph, platform)
-    elif isinstance(problem.costs, MeasuredCostModel):
-        measured = problem.costs
-        costs = MeasuredCostModel(
-            problem.graph,
-            platform,
-            measured.mod,
-            measured.kernel_func,
-            cache=measured.cache,
-            options=measured.options,
-            tuning=measured.tuning,
-            executor_overheads=measured.machine_overheads,
-        )
-        if costs.times:  # timed now, as the configurations it is judged against are
-            calibrate_in_context(costs, model, extraction, database=database, fresh=True)
+    elif measured is not None:
+        with ProfileCache(measured.cache_path) if measured.cache_path else contextlib.nullcontext() as cache:
+            provenance = measure(
+                problem.graph,
+                platform,
+                extraction,
+                cache=cache,
+                options=measured.options,
+                tuning=measured.tuning,
+                overheads=measured.machine_overheads,
+            )
+            if provenance.timed:  # timed now, as the configurations it is judged against are
+                provenance = priced_in_context(
+                    provenance, platform, model, extraction, cache=cache, database=database, fresh=True
+                )
+        costs = TableCostModel.from_provenance(problem.graph, platform, provenance)
     else:
         return None
     return Problem(problem.graph, platform, costs, objective=problem.objective, stages=problem.stages)
@@ -702,18 +684,6 @@ def _time_streams_side_by_side(
         )
         for key in keys
     }
-
-
-def with_random_weights(mod, entry: str, seed: int = 0) -> BuiltModel:
-    """``mod`` with seeded random weights for its entry's weight parameters: enough to time it."""
-    from tvm_diviml.zoo import init_weights
-
-    from ..frontends.importers import from_relax
-
-    func = mod[entry]
-    num_inputs = int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)
-    shapes = [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in func.params[num_inputs:]]
-    return from_relax(mod, entry, [w for _, w in init_weights(shapes, seed)])
 
 
 def _concurrent_latency(

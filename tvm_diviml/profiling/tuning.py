@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import tirx
 from tvm.ir.utils import derived_object
@@ -38,6 +39,8 @@ from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from ..errors import DivimlInputError, Stop, first_line, interrupts_deferred, raise_if_interrupted
+from ..runtime.vm import set_threads
+from ..schedules.apply import default_schedule
 from ..schedules.database import (
     as_target,
     best_record,
@@ -218,8 +221,6 @@ def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) 
     """A workload without records for ``target`` (its kind and thread count) gets the default rules'
     schedule as its first, timed here: the search starts from it and a build never applies a record
     slower than it."""
-    from ..schedules.apply import default_schedule
-
     if best_record(database, mod, target) is not None:
         return
     schedule, _ = default_schedule(mod["main"], target)
@@ -241,10 +242,6 @@ def _seed_with_default_schedule(database, mod: tvm.IRModule, target, name: str) 
 def _time_schedule(mod: tvm.IRModule, target) -> float:
     """Median seconds of a scheduled kernel, timed as the runner times candidates (on the target's
     threads: the runner's worker process uses every core, which ``tuning_target`` gives a CPU)."""
-    import numpy as np
-
-    from ..runtime.vm import set_threads
-
     module = tvm.tirx.build(mod, target=target)
     device = tvm.cpu(0)
     if target.kind.name == "llvm":
@@ -573,8 +570,6 @@ def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
     """The runner's arguments for a candidate: random floats (MetaSchedule's), integer buffers all
     zero. Integer buffers are indices (a gather's token ids): random ones run out of bounds, and TVM's
     gathers do not check (a segfault, seen with BERT's embedding). Zeros are always in bounds."""
-    import numpy as np
-
     random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
     arg_sets = alloc_argument_common(random_fill, device, args_info, alloc_repeat)
     for arguments in arg_sets:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from ..errors import DivimlInputError
 from ..jsonio import read_json
 from ..writes import folder_written_whole, write_text
@@ -114,8 +115,6 @@ def write_artefact(
     and placements into the new folder, then come the weights and the manifest naming every file's
     SHA-256. Returns the files written, relative to ``folder``."""
     import tvm
-
-    from .. import __version__
 
     with folder_written_whole(folder, "the export", is_artefact) as staging:
         write_build(staging)

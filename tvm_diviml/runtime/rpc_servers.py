@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import DivimlInputError
 from ..platform import Platform
 from ..servers import server_devices
+from .vm import allow_every_core
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,8 @@ def format_address(address: tuple[str, int]) -> str:
 def serve(host: str, port: int, exit_with: int | None = None) -> None:
     """One RPC server on ``host:port`` (each session in a forked process), until killed, or until
     process ``exit_with`` ends (the driver that started it: no server outlives a killed test run)."""
-    from tvm.rpc.server import PopenRPCServerState  # the server tvm.exec.rpc_server runs, minus its
-
-    from .vm import allow_every_core  # process pool (which needs cloudpickle)
+    # the server tvm.exec.rpc_server runs, minus its process pool (which needs cloudpickle)
+    from tvm.rpc.server import PopenRPCServerState
 
     allow_every_core()
     state = PopenRPCServerState(host, port, port + 1, silent=True)

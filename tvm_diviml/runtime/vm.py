@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from ..errors import DivimlInputError, raise_if_interrupted
 from ..writes import write_text, written_whole
 from .placement import Placement, file_sha256, placement_path
@@ -149,8 +150,6 @@ class PlacedExecutable:
         not at all; the placement names the library's SHA-256, so that a pair from two exports (one
         interrupted between its two files, or one file replaced) is refused when loaded."""
         import tvm
-
-        from .. import __version__
 
         with written_whole(path, "the exported library") as library:
             self.executable.export_library(library)

@@ -2,37 +2,40 @@
 GPUs), as the build and the cost model both do it. Each scheduled PrimFunc carries the name of what
 scheduled it (``RULE_ATTR``).
 
-A rule that raises is a rule that failed, not one that declined (those return None): the next rule
-schedules the kernel, and a warning names both, since a raise that ends on the fallback is a slow
-kernel nobody chose. One of our own rules raising is a bug: with ``DIVIML_STRICT_SCHEDULES=1`` (the
-test suite sets it) it propagates."""
+A rule declines a kernel by returning None, and the next rule is tried. A rule that raises has a bug,
+and its error propagates, as in dlight: were it taken for a decline, a broken ``Conv2d`` would quietly
+leave its convolutions to the ``Fallback`` schedule, many times slower."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
-import logging
-import os
 from pathlib import Path
 
 import tvm
 from tvm import tirx
+from tvm.s_tir import dlight
 
-from ..errors import first_line, raise_if_interrupted
-from .rules import cpu_rules
-
-log = logging.getLogger(__name__)
+from .rules import cpu_rules, declining_where_it_asserts
 
 RULE_ATTR = "diviml.schedule"  # the rule that scheduled a PrimFunc, or "tuned"
 UNSCHEDULED = "unscheduled"
 FALLBACKS = ("Fallback", UNSCHEDULED)  # what schedules a kernel that no class rule took
-STRICT_ENV = "DIVIML_STRICT_SCHEDULES"
+# This package's modules that decide no CPU kernel's schedule: its map, the tuning records' application,
+# and the target (which the profile cache keys on its own).
+NOT_SCHEDULING = frozenset({"__init__.py", "database.py", "target.py"})
+GpuGEMV = declining_where_it_asserts(dlight.gpu.GEMV)  # named GEMV, as dlight's
 
 
 def gpu_rules() -> list:
-    from tvm.s_tir import dlight as dl
-
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [
+        dlight.gpu.Matmul(),
+        GpuGEMV(),
+        dlight.gpu.Reduction(),
+        dlight.gpu.GeneralReduction(),
+        dlight.gpu.Fallback(),
+    ]
 
 
 def rules_for(target) -> list:
@@ -41,48 +44,23 @@ def rules_for(target) -> list:
 
 def default_schedule(func: tirx.PrimFunc, target, rules: list | None = None, kernel: str | None = None):
     """The schedule of the first rule that applies to ``func`` and that rule's name; (None,
-    ``UNSCHEDULED``) when none does. A rule that raises counts as not applying, said in a warning
-    (``kernel`` names the function there) where it was one of ours or the kernel ends on a fallback."""
-    failed = []
-    scheduled, name = None, UNSCHEDULED
+    ``UNSCHEDULED``) when none does. An error a rule raises propagates, with a note naming the rule
+    and the kernel (``kernel``, else the function's symbol)."""
     for rule in rules if rules is not None else rules_for(target):
         try:
             with target:
                 scheduled = rule.apply(func, target, False)
-        except Exception as error:  # noqa: BLE001 (reported below; the next rule may schedule it)
-            raise_if_interrupted()
-            if _ours(rule) and os.environ.get(STRICT_ENV) == "1":
-                raise
-            failed.append((rule, error))
-            continue
+        except Exception as error:
+            error.add_note(f"raised by the {type(rule).__name__} schedule rule on {kernel or _name_of(func)}")
+            raise
         if scheduled is not None:
-            name = type(rule).__name__
-            break
-    instead = "no rule scheduled it" if name == UNSCHEDULED else f"the {name} rule scheduled it instead"
-    for rule, error in failed:
-        _report_failed_rule(
-            type(rule).__name__,
-            kernel or _name_of(func),
-            f"{type(error).__name__}: {first_line(error)}",
-            instead,
-            loud=_ours(rule) or name in FALLBACKS,
-        )
-    return scheduled, name
-
-
-def _ours(rule) -> bool:
-    return type(rule).__module__.startswith("tvm_diviml.")
+            return scheduled, type(rule).__name__
+    return None, UNSCHEDULED
 
 
 def _name_of(func: tirx.PrimFunc) -> str:
     symbol = func.attrs.get("global_symbol") if func.attrs is not None else None
     return str(symbol) if symbol else "a kernel"
-
-
-@functools.cache
-def _report_failed_rule(rule: str, kernel: str, error: str, instead: str, loud: bool) -> None:
-    """Once per process for each rule, kernel and error: schedules are made again for every build."""
-    (log.warning if loud else log.info)("the %s schedule rule raised on %s (%s); %s", rule, kernel, error, instead)
 
 
 def apply_rules(func: tirx.PrimFunc, target, rules: list, kernel: str | None = None):
@@ -111,9 +89,28 @@ def schedule_module(mod, target):
 
 @functools.cache
 def rules_digest() -> str:
-    """A digest of this package's code: what the default CPU schedules are."""
-    sources = sorted(Path(__file__).parent.glob("*.py"))
-    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
+    """What the default CPU schedules are, as the profile cache keys them: a changed rule times its
+    kernels again, a changed comment or docstring does not."""
+    return schedules_digest(Path(__file__).parent)
+
+
+def schedules_digest(folder: Path) -> str:
+    """A digest of the code of the modules in ``folder`` that decide schedules (``NOT_SCHEDULING``
+    left out): their syntax trees, which hold no comments, with the docstrings dropped."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        if path.name not in NOT_SCHEDULING:
+            tree = _WithoutDocstrings().visit(ast.parse(path.read_text(), path.name))
+            digest.update(f"{path.name}\n{ast.dump(tree)}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+class _WithoutDocstrings(ast.NodeTransformer):
+    """A syntax tree less its docstrings: every statement that is a string alone, which does nothing."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr | None:
+        is_string = isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        return None if is_string else node
 
 
 def schedule_names(mod) -> dict[str, str]:

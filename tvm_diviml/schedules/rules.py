@@ -1,31 +1,28 @@
 """CPU schedule rules in dlight's form, one per kernel class: ``apply(func, target, tunable)`` returns
-a Schedule, or None when the rule does not apply (the next one is tried).
+a Schedule, or None when the rule does not apply (the next one is tried). A rule declines by that
+check alone, never by raising: an error is a bug and reaches the caller.
 
 ``Conv2d``, ``Pool`` and ``Matmul`` recognise their class from how the contraction reads its inputs
 (a sliding window and weights; a window alone, or a whole-axis reduction of one input; plain
 operands) and share the register-tiled schedule of ``tiling.py``. Matrix-vector products with the
-reduction innermost are TVM's own ``dlight.cpu.GEMV``; softmax, layer and RMS norms
-``RowReduction``.
-``Injective`` covers elementwise, broadcast and layout kernels; ``Fallback`` any other kernel:
-its outer loops parallel and its innermost spatial loop vectorized where that is legal.
+reduction innermost are TVM's own ``dlight.cpu.GEMV`` (declining where TVM asserts); softmax, layer
+and RMS norms ``RowReduction``. ``Injective`` covers elementwise, broadcast and layout kernels;
+``Fallback`` any other kernel: its outer loops parallel and its innermost spatial loop vectorized
+where that is legal.
 """
 
 from __future__ import annotations
 
-import logging
-
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad  # a buffer read (tirx.BufferLoad builds one)
+from tvm.s_tir import ScheduleError, dlight
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base.common_schedules import try_inline_contiguous_spatial
-from tvm.s_tir.dlight.cpu import GEMV
 from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 
 from ..errors import raise_if_interrupted
 from .analysis import REDUCTION, Contraction, CpuFacts, find_contraction, uses
 from .tiling import schedule_contraction, schedule_injective
-
-log = logging.getLogger(__name__)
 
 
 class _ContractionRule(CPUScheduleRule):
@@ -120,6 +117,26 @@ class Fallback(CPUScheduleRule):
         return sch
 
 
+def declining_where_it_asserts(dlight_rule: type) -> type:
+    """``dlight_rule`` with its AssertionError taken for the decline it should have been, under the
+    same name. TVM 0.27's GEMV analysis (``s_tir/dlight/analysis/gemv.py``, ``normalize``) asserts
+    that a matrix-vector product has a spatial axis some buffer does not share, where a depthwise
+    convolution over a 1x1 image (MobileNetV2's last ones) has none; any other error propagates."""
+
+    class Declining(dlight_rule):
+        def apply(self, func, target, tunable):
+            try:
+                return super().apply(func, target, tunable)
+            except AssertionError:
+                return None
+
+    Declining.__name__ = Declining.__qualname__ = dlight_rule.__name__
+    return Declining
+
+
+GEMV = declining_where_it_asserts(dlight.cpu.GEMV)
+
+
 def inline_copies(sch, blocks) -> list:
     """``blocks`` less the copies and casts, folded into their readers (an expensive elementwise
     step, an exponential, stays a block of its own: folded into two reductions it would be computed
@@ -134,9 +151,8 @@ def inline_copies(sch, blocks) -> list:
             try:
                 sch.compute_inline(block.block_rv)
                 continue
-            except Exception:  # noqa: BLE001 (an output block, or read in a way inlining refuses)
+            except ScheduleError:  # TVM refuses: an output block, or one read in a way inlining cannot fold
                 raise_if_interrupted()
-                pass
         kept.append(block)
     return kept
 

@@ -86,7 +86,7 @@ class Cpsat(Solver):
             plan.attrs["cpsat_status"] = "OUT_OF_TIME"
             return plan
         with self._session(session) as opened:
-            answer = opened.solve(model, deadline.left(), deadline=deadline)
+            answer = opened.solve(model, deadline, deadline=deadline)
         status = answer["status"]
         if status == "INFEASIBLE":  # memory held every activation at once: a restriction
             return exact_instead(

@@ -75,8 +75,8 @@ class Downsets(Solver):
             return self._fall_back(problem, deadline, str(stop), watch, stop.plan)
         except TooManyIdeals as stop:
             return self._fall_back(problem, deadline, str(stop), watch)
-        if plan.attrs.get("infeasible"):  # pipelines: the DP's plan breaks a constraint it relaxes
-            fallback = self._fall_back(problem, deadline, plan.attrs["infeasible"], watch)
+        if plan.infeasible:  # pipelines: the DP's plan breaks a constraint it relaxes
+            fallback = self._fall_back(problem, deadline, plan.infeasible, watch)
             fallback.lower_bound_s = max(fallback.lower_bound_s or 0.0, plan.lower_bound_s)
             return fallback
         return plan
@@ -103,7 +103,7 @@ class Downsets(Solver):
         share = 0.7 * left if problem.mode == "stage_serial" else left
         options = {"time_limit_s": share, "seed": self.seed, **self.fallback_options}
         plan = SliceGraph(**options).solve(problem, deadline=deadline.within(share), watch=watch)
-        plan.attrs.update({"method": "slicegraph (fallback)", "fallback_reason": reason})
+        plan.method, plan.attrs["fallback_reason"] = "slicegraph (fallback)", reason
         if stopped is not None and stopped.value_s < plan.value_s and self._feasible(problem, stopped):
             stopped.attrs.update(fallback_reason=reason, slicegraph_value_s=plan.value_s)
             stopped.lower_bound_s = plan.lower_bound_s
@@ -138,8 +138,9 @@ class Downsets(Solver):
         """``step`` where its period is lower than ``plan``'s, carrying the method that led to it."""
         if not step.value_s < plan.value_s:
             return plan
-        steps = plan.attrs["method"].split(", ")
-        step.attrs.update(plan.attrs, method=", ".join(steps if how in steps else [*steps, how]))
+        steps = plan.method.split(", ")
+        step.method = ", ".join(steps if how in steps else [*steps, how])
+        step.attrs.update(plan.attrs)
         step.attrs.setdefault("slicegraph_value_s", plan.value_s)
         step.lower_bound_s = plan.lower_bound_s
         return step

@@ -90,7 +90,7 @@ class Milp(Solver):
         if incumbent is not None:
             sim = simulate(problem, incumbent)
             model.warm_start(incumbent.assignment, sim.start_s, sim.value_s)
-        found = model.solve(deadline.left(), seed=self.seed, threads=self.threads)
+        found = model.solve(deadline, seed=self.seed, threads=self.threads)
         if found is None:
             if incumbent is None:
                 raise nothing_found(model.status, "MILP", "heft")

@@ -43,23 +43,21 @@ class PipelineMip(Solver):
             if self.use_warm_start
             else None
         )
-        return solve_pipeline_mip(
-            problem, time_limit_s=deadline.left(), backend=self.backend, seed=self.seed, warm_start=incumbent
-        )
+        return solve_pipeline_mip(problem, deadline, backend=self.backend, seed=self.seed, warm_start=incumbent)
 
 
 def solve_pipeline_mip(
     problem: Problem,
+    deadline: Deadline,
     *,
-    time_limit_s: float,
     backend: str = "highs",
     seed: int = 0,
     warm_start: Plan | None = None,
     floor_s: float = 0.0,
     max_nodes: int | None = None,
 ) -> Plan:
-    """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial`` within
-    ``time_limit_s`` of wall time, the model's build included.
+    """The exact MTPP MIP with stage devices chosen too; a Plan in mode ``stage_serial`` by ``deadline``,
+    the model's build included.
 
     ``value_s`` is the simulator's value, ``lower_bound_s`` the MIP's certified bound (never above
     the value), ``optimal`` only when the MIP proved its optimum and the simulator agrees with it.
@@ -67,9 +65,8 @@ def solve_pipeline_mip(
     finds nothing better. ``floor_s``: a known lower bound on the optimum (the cheap bounds are
     always assumed), which sharpens the MIP's own bound. ``max_nodes``: stop after that many
     branch-and-bound nodes too (the same bound on every run where the time limit is not reached;
-    ``attrs["stopped_by_time"]`` says whether it was)."""
+    ``stopped_by_time`` says whether it was)."""
     began = time.perf_counter()
-    deadline = Deadline(began + time_limit_s)
     if problem.objective != "pipeline":
         raise DivimlInputError(
             f"the pipeline MIP places for objective 'pipeline', not '{problem.objective}'",
@@ -83,7 +80,7 @@ def solve_pipeline_mip(
     if warm_start is not None:
         model.warm_start(warm_start)
     solving, solving_s = time.perf_counter(), deadline.left()
-    status = optimize(model.builder, solving_s, seed, max_nodes)
+    status = optimize(model.builder, deadline, seed, max_nodes)
     stopped_by_time = status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.INFEASIBLE) and (
         time.perf_counter() - solving >= 0.95 * solving_s
     )
@@ -106,14 +103,13 @@ def solve_pipeline_mip(
         and sim.feasible
         and sim.value_s <= claim * (1 + PIPELINE_AGREEMENT) + ABSOLUTE_SLACK
     )
-    plan.solve_s = time.perf_counter() - began
+    plan.solve_s, plan.stopped_by_time = time.perf_counter() - began, stopped_by_time
     plan.attrs.update(
         {
             "mip_status": status.name.lower(),
             "mip_objective_s": claim,
             "links_exact": model.links_exact,
             "mip_backend": backend,
-            "stopped_by_time": stopped_by_time,
         }
     )
     if weaker:

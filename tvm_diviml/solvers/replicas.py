@@ -171,5 +171,5 @@ def best_with_replicas(problem: Problem, base: Plan, solver: str) -> Plan:
             hint="check memory and allowed devices; try --solver greedy",
         )
     plan = options[best_name]
-    plan.attrs.update({"replicas_option": best_name, "option_values_s": values})
+    plan.replicas_option, plan.attrs["option_values_s"] = best_name, values
     return plan

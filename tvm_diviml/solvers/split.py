@@ -158,7 +158,7 @@ class Split(Solver):
             )
             plan = better_of(plan, whole)
             plan.attrs["whole_graph"] = whole.attrs.get("cpsat_status")
-        segments = in_series.attrs["series"] if in_series is not None else {}
+        segments = in_series.series if in_series is not None else {}
         solved = windows.solved + segments.get("segment_solves", 0)
         return plan, solved, windows.proven + segments.get("segment_solves_proven", 0)
 

@@ -55,7 +55,7 @@ ROUNDS = 2  # server programs: the first guesses where head and tail go, the sec
 
 
 @dataclass
-class Candidate:
+class GroupPlacement:
     """g blocks placed on one server of a kind: per block, its time (latency), the load of each device
     and link by position in the server (throughput), the weights on each device; plus activations."""
 
@@ -70,8 +70,8 @@ class Candidate:
     start_s: dict[str, float]  # simulated start of each kernel: the run order
     positions: tuple[int, ...]  # the plan's device positions -> the server's (mirrors)
 
-    def mirrored(self, a: int, b: int) -> Candidate:
-        """This candidate with identical devices ``a`` and ``b`` swapped."""
+    def mirrored(self, a: int, b: int) -> GroupPlacement:
+        """This placement with identical devices ``a`` and ``b`` swapped."""
         swap = {a: b, b: a}
 
         def moved(values: list) -> list:
@@ -93,7 +93,7 @@ class Candidate:
         return max([*self.device_load_s, *self.link_load_s.values()])
 
 
-Allocation = dict[str, list[tuple[Candidate, int]]]  # server -> its runs: (candidate, blocks), in order
+Allocation = dict[str, list[tuple[GroupPlacement, int]]]  # server -> its runs: (group placement, blocks), in order
 
 
 class Symmetric(Solver):
@@ -126,14 +126,14 @@ class Symmetric(Solver):
         )
         if watch is not None:
             self._offer_first_plan(problem, blocks, deadline, watch)
-        candidates = self._candidates(problem, blocks, deadline)
-        if not any(candidates.values()):
+        placements = self._placements(problem, blocks, deadline)
+        if not any(placements.values()):
             raise DivimlInputError(
                 "no server can hold even one block of the model",
                 field="memory_bytes",
                 hint="use servers with more memory, or another solver",
             )
-        sim, plan, allocation = self._plan_from(problem, blocks, candidates, deadline)
+        sim, plan, allocation = self._plan_from(problem, blocks, placements, deadline)
         plan.value_s = sim.value_s
         plan.lower_bound_s = min(lower_bound(problem), sim.value_s)  # the whole problem's
         plan.optimal = meets(sim.value_s, plan.lower_bound_s)
@@ -151,11 +151,15 @@ class Symmetric(Solver):
             "block_kernels": blocks.block_size,
             "head": len(blocks.head),
             "tail": len(blocks.tail),
-            "candidates": sum(len(c) for c in candidates.values()),
+            "candidates": sum(len(found) for found in placements.values()),
             "servers": {
                 server: [
-                    {"blocks": n, "anchor": server_devices(problem.platform)[server][cand.anchor], "group": cand.group}
-                    for cand, n in runs
+                    {
+                        "blocks": n,
+                        "anchor": server_devices(problem.platform)[server][placement.anchor],
+                        "group": placement.group,
+                    }
+                    for placement, n in runs
                 ]
                 for server, runs in allocation.items()
             },
@@ -166,20 +170,18 @@ class Symmetric(Solver):
         self,
         problem: Problem,
         blocks: Blocks,
-        candidates: dict[str, list[Candidate]],
+        placements: dict[str, list[GroupPlacement]],
         deadline: Deadline,
         place_ends: bool = True,
     ) -> tuple:
-        """The best of ``ROUNDS`` server programs over ``candidates``: (its simulation, plan, allocation).
-        Without ``place_ends`` the head and tail stay on the first and last run's anchors. The plans'
-        run ranks (``attrs["rank"]``) are dropped once their order is set."""
+        """The best of ``ROUNDS`` server programs over ``placements``: (its simulation, plan, allocation).
+        Without ``place_ends`` the head and tail stay on the first and last run's anchors."""
         best, ends, end_links = None, None, {}
         for _ in range(ROUNDS):
-            allocation, memory_binds = self._allocate(problem, blocks, candidates, ends, end_links, deadline)
-            plan = self._assemble(problem, blocks, allocation)
+            allocation, memory_binds = self._allocate(problem, blocks, placements, ends, end_links, deadline)
+            plan, rank = self._assemble(problem, blocks, allocation)
             if place_ends:
-                self._place_ends(problem, blocks, plan, allocation)
-            del plan.attrs["rank"]
+                self._place_ends(problem, blocks, plan, rank, allocation)
             sim = simulate(problem, plan)
             if best is None or sim.value_s < best[0].value_s:
                 best = (sim, plan, allocation)
@@ -194,12 +196,12 @@ class Symmetric(Solver):
         over one block's list schedules (and the block whole on its anchor), no solve; for latency the
         head and tail stay on the anchors. None where memory wants more."""
         latency = problem.objective == "latency"
-        quick = self._candidates(problem, blocks, deadline, max_group=1, solve=False)
+        quick = self._placements(problem, blocks, deadline, max_group=1, solve=False)
         if not any(quick.values()):
             return
         try:
             sim, plan, _ = self._plan_from(problem, blocks, quick, deadline, place_ends=not latency)
-        except DivimlInputError as error:  # memory wants larger groups or split blocks: the full candidates decide
+        except DivimlInputError as error:  # memory wants larger groups or split blocks: the full placements decide
             log.info("symmetric: no first plan (%s)", error)
             return
         watch.offer(plan, "symmetric: list schedules of one block on servers", sim.value_s)
@@ -214,29 +216,29 @@ class Symmetric(Solver):
         plan.attrs["symmetric"] = {"fallback": f"{reason}; solved by {name}"}
         return plan
 
-    # ------------------------------------------------------------------ 2. candidates
-    def _candidates(
+    # ------------------------------------------------------------------ 2. placements
+    def _placements(
         self,
         problem: Problem,
         blocks: Blocks,
         deadline: Deadline,
         max_group: int | None = None,
         solve: bool = True,
-    ) -> dict[str, list[Candidate]]:
-        """Kind -> its candidates (every anchor and group size up to ``max_group`` that gave a plan).
+    ) -> dict[str, list[GroupPlacement]]:
+        """Kind -> its placements (every anchor and group size up to ``max_group`` that gave a plan).
         Without ``solve``, list schedules of the groups stand in for their solves."""
-        out: dict[str, list[Candidate]] = {}
+        out: dict[str, list[GroupPlacement]] = {}
         latency = problem.objective == "latency"
         opened = CpsatSession(seed=self.seed, workers=2) if latency and solve else contextlib.nullcontext()
         with opened as session:  # one OR-Tools process for all latency groups
             for servers in identical_servers(problem.platform):
-                kind, found = self._kind_candidates(
+                kind, found = self._kind_placements(
                     problem, blocks, servers[0], session, deadline, max_group or self.max_group, solve
                 )
                 out[kind] = found
         return out
 
-    def _kind_candidates(
+    def _kind_placements(
         self,
         problem: Problem,
         blocks: Blocks,
@@ -245,8 +247,8 @@ class Symmetric(Solver):
         deadline: Deadline,
         max_group: int,
         solve: bool,
-    ) -> tuple[str, list[Candidate]]:
-        """The candidates of the kind of server ``first``, each group solve within the whole deadline
+    ) -> tuple[str, list[GroupPlacement]]:
+        """The placements of the kind of server ``first``, each group solve within the whole deadline
         (without ``solve``, each group's best list schedule instead)."""
         devices = server_devices(problem.platform)
         groups = [1] if problem.objective == "latency" else list(range(1, min(max_group, len(blocks.blocks)) + 1))
@@ -263,7 +265,7 @@ class Symmetric(Solver):
                 sub = _group_problem(problem, blocks, group, platform, anchor)
                 try:
                     sub.validate()
-                except DivimlInputError as error:  # this server cannot hold the group: no candidate
+                except DivimlInputError as error:  # this server cannot hold the group: no placement
                     log.info("symmetric: %s, anchor %s, %d blocks: %s", kind, anchor, group, error)
                     continue
                 if solve:
@@ -278,16 +280,16 @@ class Symmetric(Solver):
                     sim = simulate(sub, plan)
                     if not sim.feasible or any(plan.assignment == c.plan.assignment for c in found):
                         continue
-                    cand = _candidate(devices[first], group, plan, sub, sim)
+                    placement = _group_placement(devices[first], group, plan, sub, sim)
                     # the same plan anchored on each identical device: memory may need them all
-                    found += [cand] + [cand.mirrored(position[anchor], position[twin]) for twin in twins[1:]]
-                    solved = solved or cand
+                    found += [placement] + [placement.mirrored(position[anchor], position[twin]) for twin in twins[1:]]
+                    solved = solved or placement
                     log.info(
                         "symmetric: %s, anchor %s, %d block(s): %.4g s per block",
                         kind,
                         anchor,
                         group,
-                        cand.block_s if problem.objective == "latency" else cand.period_s,
+                        placement.block_s if problem.objective == "latency" else placement.period_s,
                     )
                 if solved is None or solved.period_s > per_block * (1 - MIN_GROUP_GAIN):
                     break
@@ -299,70 +301,25 @@ class Symmetric(Solver):
         self,
         problem: Problem,
         blocks: Blocks,
-        candidates: dict[str, list[Candidate]],
+        placements: dict[str, list[GroupPlacement]],
         ends: dict[str, tuple[float, float]] | None,
         end_links: dict[tuple[str, str], float],
         deadline: Deadline,
     ) -> tuple[Allocation, bool]:
-        """Server -> its (candidate, number of blocks) runs, servers taking none left out; and whether
+        """Server -> its (group placement, number of blocks) runs, servers taking none left out; and whether
         memory kept a server from taking one block more. ``ends``: device -> (seconds, weight bytes) of
         the head and tail where a previous round put them; without it every device keeps room for all
         their weights. ``end_links``: (device, device) -> seconds of their transfers on that link (the
         model's output returning to the host can set the period alone). The program gets a quarter
         of the time limit within the deadline, at least 1 s."""
-        platform, total = problem.platform, len(blocks.blocks)
-        devices = server_devices(platform)
-        hosts = {s: server.host for s, server in platform.servers.items()}
-        kinds = {
-            s: platform.servers[s].kind if platform.servers else s
-            for group in identical_servers(platform)
-            for s in group
-        }
-        unit = min(c.block_s for found in candidates.values() for c in found) or 1.0
-        every_end = problem.graph.weight_bytes(blocks.head + blocks.tail)
-        boundary = _boundary_bytes(problem.graph, blocks)
-
-        def fixed(device: str) -> tuple[float, float]:
-            return ends.get(device, (0.0, 0.0)) if ends is not None else (0.0, every_end)
-
-        def fixed_link(src: str, dst: str) -> float:
-            return end_links.get((src, dst), 0.0)
-
-        def move(src: str, dst: str) -> float:
-            return problem.costs.transfer_s(boundary, src, dst) / unit
-
-        def network_hop(server: str) -> float:
-            """The boundary tensor reaching this server's host from another server's."""
-            other = next((s for s in devices if s != server), None)
-            return move(hosts[other], hosts[server]) if other is not None else 0.0
-
-        def runs(server: str):
-            return list(enumerate(candidates.get(kinds[server], [])))
-
+        servers = _ServerProgram(problem, blocks, placements, ends, end_links)
+        platform, devices, total = problem.platform, servers.devices, len(blocks.blocks)
         model = new_model("symmetric_servers", "highs")
-        n, y, used = _run_variables(model, {server: runs(server) for server in kinds}, total)
-        for server in kinds:
-            _fit_memory(model, platform, devices[server], runs(server), n, y, server, fixed)
-        _order_alike_servers(model, platform, devices, n, runs, fixed, fixed_link)
-        # Each run enters its anchor from the server's host; each server used is one network hop.
-        if problem.objective == "latency":
-            model.objective = mip.minimize(
-                mip.xsum(
-                    n[s, i] * c.block_s / unit
-                    + y[s, i] * move(hosts.get(s, devices[s][c.anchor]), devices[s][c.anchor])
-                    for s in kinds
-                    for i, c in runs(s)
-                )
-                + mip.xsum(used[s] * network_hop(s) for s in kinds)
-            )
-        else:
-            period = model.add_var(lb=0.0)
-            for s in kinds:
-                _bound_period(model, period, devices[s], runs(s), n, s, unit, fixed, fixed_link)
-                model += period >= used[s] * network_hop(s)
-            # among equal periods, the fewest runs: a server that could mix candidates freely otherwise
-            # mixes them at random wherever another device sets the period
-            model.objective = mip.minimize(period + FEWER_RUNS * mip.xsum(y.values()))
+        n, y, used = _run_variables(model, {server: servers.runs(server) for server in servers.kinds}, total)
+        for server in servers.kinds:
+            _fit_memory(model, platform, devices[server], servers.runs(server), n, y, server, servers.fixed)
+        _order_alike_servers(model, platform, devices, n, servers.runs, servers.fixed, servers.fixed_link)
+        servers.set_objective(model, n, y, used)
         status = optimized(model, max_seconds=max(1.0, min(self.time_limit_s / 4, deadline.left())))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise DivimlInputError(
@@ -371,47 +328,45 @@ class Symmetric(Solver):
                 field="memory_bytes",
                 hint="add servers, or use servers with more memory",
             )
-        allocation: Allocation = {}
-        for s in devices:  # in the platform's server order
-            taken = [(c, round(n[s, i].x)) for i, c in (runs(s) if s in kinds else [])]
-            if any(count > 0 for _, count in taken):
-                allocation[s] = [(c, count) for c, count in taken if count > 0]
-        return allocation, any(_memory_full(platform, devices[s], allocation[s], fixed) for s in allocation)
+        allocation = servers.allocation(n)
+        return allocation, any(_memory_full(platform, devices[s], allocation[s], servers.fixed) for s in allocation)
 
     # ------------------------------------------------------------------ assembly
-    def _assemble(self, problem: Problem, blocks: Blocks, allocation: Allocation) -> Plan:
-        """The blocks through the servers in order, each run of blocks repeating its candidate's pattern."""
+    def _assemble(self, problem: Problem, blocks: Blocks, allocation: Allocation) -> tuple[Plan, dict[str, tuple]]:
+        """The blocks through the servers in order, each run of blocks repeating its group placement's
+        pattern; and each kernel's rank in the run order (``_set_order``)."""
         devices = server_devices(problem.platform)
         assignment: dict[str, str] = {}
         rank: dict[str, tuple] = {}
         topo = {k: i for i, k in enumerate(problem.graph.topo_order)}
         index = 0
-        for server, cand, count in ((s, c, k) for s, runs in allocation.items() for c, k in runs):
-            first = _server_of_names(devices, cand.plan)
-            pattern_of = pattern_blocks(blocks, cand.group)
+        for server, placement, count in ((s, c, k) for s, runs in allocation.items() for c, k in runs):
+            first = _server_of_names(devices, placement.plan)
+            pattern_of = pattern_blocks(blocks, placement.group)
             for local in range(count):
-                pattern = blocks.blocks[pattern_of[local % cand.group]]
+                pattern = blocks.blocks[pattern_of[local % placement.group]]
                 for position, kernel in enumerate(blocks.blocks[index]):
                     source = pattern[position]
-                    placed = devices[first].index(cand.plan.assignment[source])
-                    assignment[kernel] = devices[server][cand.positions[placed]]
-                    rank[kernel] = (1, index, cand.start_s.get(source, 0.0), topo[kernel])
+                    placed = devices[first].index(placement.plan.assignment[source])
+                    assignment[kernel] = devices[server][placement.positions[placed]]
+                    rank[kernel] = (1, index, placement.start_s.get(source, 0.0), topo[kernel])
                 index += 1
         first_server, last_server = list(allocation)[0], list(allocation)[-1]
-        for kernels, server, cand, tier in (
+        for kernels, server, placement, tier in (
             (blocks.head, first_server, allocation[first_server][0][0], 0),
             (blocks.tail, last_server, allocation[last_server][-1][0], 2),
         ):
             for kernel in kernels:
-                assignment[kernel] = devices[server][cand.anchor]
+                assignment[kernel] = devices[server][placement.anchor]
                 rank[kernel] = (tier, 0, 0.0, topo[kernel])
         plan = Plan(assignment, objective=problem.objective, mode=problem.mode, solver=self.name)
-        plan.attrs["rank"] = rank
-        _set_order(plan)
-        return plan
+        _set_order(plan, rank)
+        return plan, rank
 
     # ------------------------------------------------------------------ 4. head and tail
-    def _place_ends(self, problem: Problem, blocks: Blocks, plan: Plan, allocation: Allocation) -> None:
+    def _place_ends(
+        self, problem: Problem, blocks: Blocks, plan: Plan, rank: dict[str, tuple], allocation: Allocation
+    ) -> None:
         """Move each head and tail kernel to its best device, judged by the simulator on the whole plan.
         Only the servers that hold the model's inputs and outputs (the host's), its first block or its
         last block are tried: elsewhere a head or tail kernel only adds network hops."""
@@ -427,33 +382,113 @@ class Symmetric(Solver):
                     if device == current:
                         continue
                     plan.assignment[kernel] = device
-                    _set_order(plan)
+                    _set_order(plan, rank)
                     score = _score(problem, plan)
                     if score < best:
                         best, current, improved = score, device, True
                 plan.assignment[kernel] = current
-                _set_order(plan)
+                _set_order(plan, rank)
             if not improved:
                 break
 
 
+class _ServerProgram:
+    """What the server program (``Symmetric._allocate``) reads: each server's devices, host and kind,
+    the group placements of its kind, and the head and tail where a previous round put them (``ends``,
+    ``end_links``); times in units of the fastest block's."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        blocks: Blocks,
+        placements: dict[str, list[GroupPlacement]],
+        ends: dict[str, tuple[float, float]] | None,
+        end_links: dict[tuple[str, str], float],
+    ):
+        platform = problem.platform
+        self.problem, self.placements, self.ends, self.end_links = problem, placements, ends, end_links
+        self.devices = server_devices(platform)
+        self.hosts = {s: server.host for s, server in platform.servers.items()}
+        self.kinds = {
+            s: platform.servers[s].kind if platform.servers else s
+            for group in identical_servers(platform)
+            for s in group
+        }
+        self.unit = min(p.block_s for found in placements.values() for p in found) or 1.0
+        self.every_end = problem.graph.weight_bytes(blocks.head + blocks.tail)
+        self.boundary = _boundary_bytes(problem.graph, blocks)
+
+    def fixed(self, device: str) -> tuple[float, float]:
+        """(seconds, weight bytes) of the head and tail on ``device`` (before a round placed them: no
+        time, and room for all their weights)."""
+        return self.ends.get(device, (0.0, 0.0)) if self.ends is not None else (0.0, self.every_end)
+
+    def fixed_link(self, src: str, dst: str) -> float:
+        return self.end_links.get((src, dst), 0.0)
+
+    def move(self, src: str, dst: str) -> float:
+        return self.problem.costs.transfer_s(self.boundary, src, dst) / self.unit
+
+    def network_hop(self, server: str) -> float:
+        """The boundary tensor reaching this server's host from another server's."""
+        other = next((s for s in self.devices if s != server), None)
+        return self.move(self.hosts[other], self.hosts[server]) if other is not None else 0.0
+
+    def runs(self, server: str) -> list[tuple[int, GroupPlacement]]:
+        return list(enumerate(self.placements.get(self.kinds[server], [])))
+
+    def set_objective(self, model: mip.Model, n: dict, y: dict, used: dict) -> None:
+        """The latency of the blocks' path, or the period. Each run enters its anchor from the server's
+        host; each server used is one network hop."""
+        devices, hosts, unit = self.devices, self.hosts, self.unit
+        if self.problem.objective == "latency":
+            model.objective = mip.minimize(
+                mip.xsum(
+                    n[s, i] * p.block_s / unit
+                    + y[s, i] * self.move(hosts.get(s, devices[s][p.anchor]), devices[s][p.anchor])
+                    for s in self.kinds
+                    for i, p in self.runs(s)
+                )
+                + mip.xsum(used[s] * self.network_hop(s) for s in self.kinds)
+            )
+            return
+        period = model.add_var(lb=0.0)
+        for s in self.kinds:
+            _bound_period(model, period, devices[s], self.runs(s), n, s, unit, self.fixed, self.fixed_link)
+            model += period >= used[s] * self.network_hop(s)
+        # among equal periods, the fewest runs: a server that could mix placements freely otherwise
+        # mixes them at random wherever another device sets the period
+        model.objective = mip.minimize(period + FEWER_RUNS * mip.xsum(y.values()))
+
+    def allocation(self, n: dict) -> Allocation:
+        """The solved program's runs per server, in the platform's server order, servers taking none left out."""
+        allocation: Allocation = {}
+        for s in self.devices:
+            taken = [(p, round(n[s, i].x)) for i, p in (self.runs(s) if s in self.kinds else [])]
+            if any(count > 0 for _, count in taken):
+                allocation[s] = [(p, count) for p, count in taken if count > 0]
+        return allocation
+
+
 def _run_variables(
-    model: mip.Model, runs: dict[str, list[tuple[int, Candidate]]], total: int
+    model: mip.Model, runs: dict[str, list[tuple[int, GroupPlacement]]], total: int
 ) -> tuple[dict, dict, dict]:
     """The server program's variables: n[s, i] blocks of run i on server s (y[s, i] whether any),
-    used[s] whether server s takes any; every block taken once. A run of a group candidate repeats
+    used[s] whether server s takes any; every block taken once. A run of a group placement repeats
     the whole group: its blocks differ (one may load a device more), and only whole groups have the
-    candidate's loads per block."""
+    placement's loads per block."""
     n, y, used = {}, {}, {}
     for server, server_runs in runs.items():
         used[server] = model.add_var(var_type=mip.BINARY)
-        for i, cand in server_runs:
+        for i, placement in server_runs:
             n[server, i] = model.add_var(var_type=mip.INTEGER, lb=0, ub=total)
             y[server, i] = model.add_var(var_type=mip.BINARY)
             model += n[server, i] <= total * y[server, i]
             model += used[server] >= y[server, i]
-            if cand.group > 1:
-                model += n[server, i] == cand.group * model.add_var(var_type=mip.INTEGER, lb=0, ub=total // cand.group)
+            if placement.group > 1:
+                model += n[server, i] == placement.group * model.add_var(
+                    var_type=mip.INTEGER, lb=0, ub=total // placement.group
+                )
     model += mip.xsum(n.values()) == total
     return n, y, used
 
@@ -463,7 +498,7 @@ def _order_alike_servers(
     platform: Platform,
     devices: dict[str, list[str]],
     n: dict,
-    runs: Callable[[str], list[tuple[int, Candidate]]],
+    runs: Callable[[str], list[tuple[int, GroupPlacement]]],
     fixed: Callable[[str], tuple[float, float]],
     fixed_link: Callable[[str, str], float],
 ) -> None:
@@ -484,7 +519,7 @@ def _bound_period(
     model: mip.Model,
     period: mip.Var,
     devices: list[str],
-    runs: list[tuple[int, Candidate]],
+    runs: list[tuple[int, GroupPlacement]],
     n: dict,
     server: str,
     unit: float,
@@ -506,7 +541,7 @@ def _fit_memory(
     model: mip.Model,
     platform: Platform,
     devices: list[str],
-    runs: list[tuple[int, Candidate]],
+    runs: list[tuple[int, GroupPlacement]],
     n: dict,
     y: dict,
     server: str,
@@ -530,7 +565,7 @@ def _fit_memory(
 def _memory_full(
     platform: Platform,
     devices: list[str],
-    taken: list[tuple[Candidate, int]],
+    taken: list[tuple[GroupPlacement, int]],
     fixed: Callable[[str], tuple[float, float]],
 ) -> bool:
     """Whether memory keeps a server (its ``devices``, its ``taken`` runs) from taking one block more;
@@ -580,11 +615,10 @@ def _score(problem: Problem, plan: Plan) -> float:
     return sim.value_s if sim.feasible else math.inf
 
 
-def _set_order(plan: Plan) -> None:
-    """Latency plans run each device's kernels by rank (head, blocks in order as their pattern ran, tail)."""
+def _set_order(plan: Plan, rank: dict[str, tuple]) -> None:
+    """Latency plans run each device's kernels by ``rank`` (head, blocks in order as their pattern ran, tail)."""
     if plan.objective != "latency":
         return
-    rank = plan.attrs["rank"]
     order: dict[str, list[str]] = {}
     for kernel in sorted(plan.assignment, key=rank.__getitem__):
         order.setdefault(plan.assignment[kernel], []).append(kernel)
@@ -664,7 +698,7 @@ def _group_problem(problem: Problem, blocks: Blocks, group: int, platform: Platf
     return Problem(sub, platform, costs, objective=problem.objective)
 
 
-def _candidate(devices: list[str], group: int, plan: Plan, sub: Problem, sim) -> Candidate:
+def _group_placement(devices: list[str], group: int, plan: Plan, sub: Problem, sim) -> GroupPlacement:
     """What the server program needs of a solved group problem, per block and by device position."""
     position = {d: p for p, d in enumerate(devices)}
     graph = sub.graph
@@ -673,7 +707,7 @@ def _candidate(devices: list[str], group: int, plan: Plan, sub: Problem, sim) ->
     for device in devices:
         weights[position[device]] = graph.weight_bytes([k for k, d in plan.assignment.items() if d == device])
     activations = [max(memory.get(d, 0.0) - weights[position[d]], 0.0) for d in devices]
-    return Candidate(
+    return GroupPlacement(
         position[plan.assignment[ENTRY]],
         group,
         plan,
@@ -688,6 +722,6 @@ def _candidate(devices: list[str], group: int, plan: Plan, sub: Problem, sim) ->
 
 
 def _server_of_names(devices: dict[str, list[str]], plan: Plan) -> str:
-    """The server whose device names a candidate's plan uses."""
+    """The server whose device names a group placement's plan uses."""
     anchor = plan.assignment[ENTRY]
     return next(s for s, names in devices.items() if anchor in names)

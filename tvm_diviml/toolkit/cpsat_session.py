@@ -229,12 +229,45 @@ def tick_model(
     price more transfers (``transfer_prices``), each kernel keeps only the devices that ``hint`` and
     ``context`` use and the host, and the model is ``restricted`` (no bound, no proof); ``OutOfTime``
     where that is still more, or there is no hint."""
-    graph, platform, costs = problem.graph, problem.platform, problem.costs
     context = context or Context()
-    kernels = list(window) if window is not None else list(graph.topo_order)
-    devices = platform.device_names
+    kernels = list(window) if window is not None else list(problem.graph.topo_order)
     k_index = {k: i for i, k in enumerate(kernels)}
-    d_index = {d: i for i, d in enumerate(devices)}
+    d_index = {d: i for i, d in enumerate(problem.platform.device_names)}
+    feasible, restricted = window_choices(problem, kernels, context, ends_on, hint, prices_at_most)
+    memory, memory_binds = memory_items(problem, feasible, k_index, d_index, context)
+    horizon = trivial_horizon_s(problem, kernels, context, tail_s)
+    if horizon_s is not None and not memory_binds:
+        horizon = min(horizon, max(horizon_s, *context.finish_s.values()) if context.finish_s else horizon_s)
+    scale = tick_scale(horizon)
+    horizon_ticks = math.ceil(horizon * scale) + len(kernels)  # a tick of rounding per kernel on a path
+    grid = TickGrid(scale, k_index, d_index, never=horizon_ticks + 1)
+    data = {
+        **schedule_items(problem, kernels, context, feasible, grid, fixed_start_s, tail_s, ends_on, deadline),
+        "horizon": horizon_ticks,
+        "memory": memory,
+        "hint": None,
+        "lower_bound": max(0, grid.down(lower_bound_s) - 2 * (len(kernels) + len(problem.graph.edges) + 2)),
+    }
+    if hint is not None:
+        data["hint"] = {
+            "device": [d_index[hint.assignment[k]] for k in kernels],
+            "start": [min(grid.up(hint.start_s[k]), data["horizon"]) for k in kernels],
+        }
+    return TickModel(data, scale, kernels, problem.platform.device_names, memory_binds, restricted)
+
+
+def window_choices(
+    problem: Problem,
+    kernels: list[str],
+    context: Context,
+    ends_on: dict[str, str] | None,
+    hint: WindowSolution | None,
+    prices_at_most: int | None,
+) -> tuple[dict[str, list[str]], bool]:
+    """Each window kernel's devices (one for a kernel of ``ends_on``), and whether they were restricted:
+    past ``prices_at_most`` transfer prices, each kernel keeps the devices ``hint`` and ``context``
+    use and the host (``OutOfTime`` where that is still more, or there is no hint)."""
+    platform = problem.platform
     feasible = {k: window_devices(problem, k, context.assignment) for k in kernels}
     for kernel, device in (ends_on or {}).items():
         if device not in feasible[kernel]:
@@ -248,15 +281,24 @@ def tick_model(
         if hint is None or prices > prices_at_most:
             raise OutOfTime(f"a CP-SAT model pricing {prices} transfers cannot be built in time", field="time_limit")
         log.info("cpsat: %d kernels kept to the %d devices their plan uses (a restriction)", len(kernels), len(used))
-    memory, memory_binds = memory_items(problem, feasible, k_index, d_index, context)
-    busy = {k: (s, context.finish_s[k]) for k, s in (fixed_start_s or {}).items()}
-    horizon = trivial_horizon_s(problem, kernels, context, tail_s)
-    if horizon_s is not None and not memory_binds:
-        horizon = min(horizon, max(horizon_s, *context.finish_s.values()) if context.finish_s else horizon_s)
-    scale = tick_scale(horizon)
-    horizon_ticks = math.ceil(horizon * scale) + len(kernels)  # a tick of rounding per kernel on a path
-    grid = TickGrid(scale, k_index, d_index, never=horizon_ticks + 1)
-    ticks, ticks_up = grid.down, grid.up
+    return feasible, restricted
+
+
+def schedule_items(
+    problem: Problem,
+    kernels: list[str],
+    context: Context,
+    feasible: dict[str, list[str]],
+    grid: TickGrid,
+    fixed_start_s: dict[str, float] | None,
+    tail_s: dict[str, float | dict[str, float]] | None,
+    ends_on: dict[str, str] | None,
+    deadline: Deadline | None,
+) -> dict[str, list]:
+    """The window's schedule as the worker reads it, in ticks: durations, precedences, transfer delays,
+    release times, tails, the fixed kernels' runs on their devices (``busy``) and co-located pairs."""
+    graph, costs, devices = problem.graph, problem.costs, problem.platform.device_names
+    ticks, ticks_up, k_index = grid.down, grid.up, grid.kernel
     duration = [[ticks(costs.compute_s(k, d)) if d in feasible[k] else None for d in devices] for k in kernels]
     precedences, delays, releases = edge_timing(problem, kernels, context, feasible, grid, deadline)
     releases += input_releases(problem, kernels, feasible, grid)
@@ -268,32 +310,23 @@ def tick_model(
         if graph.kernels[k].colocate is not None
     ]
     earliest = min(earliest_starts(kernels, precedences, releases, duration), default=0)
+    busy = {k: (s, context.finish_s[k]) for k, s in (fixed_start_s or {}).items()}
     busy_ticks = merged_intervals(
         [
-            (d_index[context.assignment[k]], ticks(s), ticks_up(f))
+            (grid.device[context.assignment[k]], ticks(s), ticks_up(f))
             for k, (s, f) in busy.items()
             if ticks_up(f) > max(ticks(s), earliest)
         ]
     )
-    data = {
+    return {
         "duration": duration,
-        "horizon": horizon_ticks,
         "precedences": precedences,
         "delays": delays,
         "releases": releases,
         "tails": tails,
         "busy": busy_ticks,
         "same_device": [pair for pair in same_device if pair[0] != pair[1]],
-        "memory": memory,
-        "hint": None,
-        "lower_bound": max(0, ticks(lower_bound_s) - 2 * (len(kernels) + len(graph.edges) + 2)),
     }
-    if hint is not None:
-        data["hint"] = {
-            "device": [d_index[hint.assignment[k]] for k in kernels],
-            "start": [min(ticks_up(hint.start_s[k]), data["horizon"]) for k in kernels],
-        }
-    return TickModel(data, scale, kernels, devices, memory_binds, restricted)
 
 
 def merged_intervals(runs: list[tuple[int, int, int]]) -> list[list[int]]:
@@ -426,13 +459,14 @@ class CpsatSession:
         process.stdout.close()
         self._errors.close()
 
-    def request(self, data: dict, timeout_s: float, deadline: Deadline | None = None) -> dict:
-        """Send one request (``cpsat_worker``'s format) and wait at most ``timeout_s`` (the worker
-        builds and solves within it) plus ``ANSWER_GRACE_S`` for its answer, plus OR-Tools' start-up
-        before the process's first answer; never more than ``ANSWER_GRACE_S`` past ``deadline``."""
+    def request(self, data: dict, until: Deadline, deadline: Deadline | None = None) -> dict:
+        """Send one request (``cpsat_worker``'s format) and wait for its answer until ``until`` (the
+        worker builds and solves by then) and ``ANSWER_GRACE_S`` more, plus OR-Tools' start-up before the
+        process's first answer; never more than ``ANSWER_GRACE_S`` past ``deadline``."""
         if self._process is None:
             self._start()
-        wait_s = timeout_s + (ANSWER_GRACE_S if self._answered else WORKER_STARTUP_S)
+        limit_s = until.left()
+        wait_s = limit_s + (ANSWER_GRACE_S if self._answered else WORKER_STARTUP_S)
         if deadline is not None:
             wait_s = min(wait_s, deadline.left() + ANSWER_GRACE_S)
         give_up_at = time.monotonic() + wait_s  # a wait on a pipe
@@ -442,10 +476,10 @@ class CpsatSession:
             self._failed()
         line = self._read_line(give_up_at)
         if line is None:
-            log.warning("cpsat: the CP-SAT process ran past %.3g s and was stopped", timeout_s)
+            log.warning("cpsat: the CP-SAT process ran past %.3g s and was stopped", limit_s)
             self._process.kill()
             self.close()
-            return {"status": "TIMEOUT", "bound": 0, "wall_s": timeout_s}
+            return {"status": "TIMEOUT", "bound": 0, "wall_s": limit_s}
         answer = json.loads(line)
         self._answered = True
         if answer["status"] == "NO_ORTOOLS":  # installed (a dependency) but broken, e.g. a protobuf clash
@@ -459,21 +493,21 @@ class CpsatSession:
     def solve(
         self,
         model: TickModel,
-        time_limit_s: float,
+        until: Deadline,
         *,
         relative_gap: float = PROOF_GAP,
         deadline: Deadline | None = None,
     ) -> dict:
-        """The worker's answer for ``model`` after at most ``time_limit_s`` (building the model in the
-        worker included), and no later than ``deadline`` (see ``request``)."""
+        """The worker's answer for ``model``, solved by ``until`` (building the model in the worker
+        included), and waited for no later than ``deadline`` allows (see ``request``)."""
         data = {
             **model.data,
-            "time_limit_s": time_limit_s,
+            "time_limit_s": until.left(),
             "seed": self.seed,
             "workers": self.workers,
             "relative_gap": relative_gap,
         }
-        return self.request(data, time_limit_s, deadline)
+        return self.request(data, until, deadline)
 
     def solve_window(
         self,
@@ -484,11 +518,11 @@ class CpsatSession:
         fixed_start_s: dict[str, float] | None = None,
         tail_s: dict[str, float | dict[str, float]] | None = None,
         hint: WindowSolution | None = None,
-        time_limit_s: float,
+        until: Deadline,
         deadline: Deadline | None = None,
     ) -> WindowSolution | None:
-        """The best schedule of ``window`` found around ``context`` (see ``tick_model``; on the
-        devices ``hint`` and ``context`` use where it would price more than ``MAX_PRICES``
+        """The best schedule of ``window`` found around ``context`` by ``until`` (see ``tick_model``; on
+        the devices ``hint`` and ``context`` use where it would price more than ``MAX_PRICES``
         transfers); None when CP-SAT found none in time. ``hint`` (a list schedule) seeds the
         search, and its makespan (window tails included) bounds the horizon. ``OutOfTime`` where
         ``deadline`` passes while the model is built."""
@@ -503,7 +537,7 @@ class CpsatSession:
             deadline=deadline,
             prices_at_most=MAX_PRICES,
         )
-        return model.solution(problem, self.solve(model, time_limit_s, deadline=deadline))
+        return model.solution(problem, self.solve(model, until, deadline=deadline))
 
     def _read_line(self, give_up_at: float) -> bytes | None:
         """The worker's next line, or None where none came by ``give_up_at`` (``time.monotonic``)."""

@@ -674,7 +674,7 @@ def downset_plan(
     problem: Problem, max_ideals: int, deadline: Deadline = NO_DEADLINE, upper_s: float = math.inf
 ) -> Plan:
     """The DP's plan (solver ``downsets``), scored by the simulator. For pipelines ``lower_bound_s`` is the
-    DP's value, and ``attrs["infeasible"]`` says why, where the plan breaks what the DP relaxes.
+    DP's value, and ``infeasible`` says why, where the plan breaks what the DP relaxes.
     ``upper_s``: a known plan's value, which spares the DP a pass (``MaxLoadInstance.search``).
     Raises TooManyIdeals past ``max_ideals``, DpStopped (a TimeoutError) past ``deadline``, with the
     plan of a finished pass that proved nothing, if any."""
@@ -693,7 +693,7 @@ def downset_plan(
     except DpStopped as stop:
         if stop.partition is not None:
             stop.plan = _plan_of(problem, instance, stop.partition)
-            stop.plan.attrs.update({"method": "downset DP, stopped", "ideals": len(instance.ideals)})
+            stop.plan.method, stop.plan.attrs["ideals"] = "downset DP, stopped", len(instance.ideals)
         raise
     if not math.isfinite(split.value_s):
         raise DivimlInputError(
@@ -704,17 +704,18 @@ def downset_plan(
         )
     plan = _plan_of(problem, instance, split)
     sim = simulate(problem, plan)
-    plan.attrs.update({"method": "downset DP", "ideals": len(instance.ideals), "dp_passes": passes})
+    plan.method = "downset DP"
+    plan.attrs.update({"ideals": len(instance.ideals), "dp_passes": passes})
     plan.attrs.update({"dp_value_s": split.value_s, "prices_exact": instance.prices_exact})
     if problem.mode == "stage_serial":  # the DP relaxes the simulator: its value bounds every plan
         plan.lower_bound_s = min(split.value_s, sim.value_s)
         plan.optimal = sim.feasible and within_slack(sim.value_s, split.value_s)
         if not sim.feasible:
-            plan.attrs["infeasible"] = "the DP's plan " + "; ".join(sim.problems)
+            plan.infeasible = "the DP's plan " + "; ".join(sim.problems)
     else:
         memory_exact = all(math.isinf(c.memory_bytes) for c in classes) or _memory_is_additive(graph)
         plan.optimal = instance.prices_exact and memory_exact and sim.feasible
-        plan.attrs["optimal_among"] = "ordered splits into contiguous sets (Tarnawski et al.)"
+        plan.optimal_among = "ordered splits into contiguous sets (Tarnawski et al.)"
         plan.attrs["memory_exact"] = memory_exact
     log.info(
         "downsets: %s %.6g s over %d sets, %d ideals, %.2f s (exact DP%s)",

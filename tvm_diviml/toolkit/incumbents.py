@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..plan import Plan
+from ..plan import Plan, PlanError
 from ..problem import Problem
-from ..simulator import PlanError, simulate
+from ..simulator import simulate
 
 
 @dataclass(frozen=True)

@@ -234,10 +234,11 @@ class LatencyModel(WindowVariables):
         start.append((self.C, min(makespan_s / self.unit, self.horizon)))
         self.m.start = start
 
-    def solve(self, time_limit_s: float, seed: int = 0, threads: int = 1) -> WindowSolution | None:
+    def solve(self, deadline: Deadline, seed: int = 0, threads: int = 1) -> WindowSolution | None:
+        """The best schedule the MILP finds by ``deadline`` (None: none)."""
         m = self.m
         prove_exactly(m, seed, threads)
-        self.status = status = optimized(m, max_seconds=max(time_limit_s, 0.01))
+        self.status = status = optimized(m, max_seconds=max(deadline.left(), 0.01))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             log.debug("window of %d kernels: status %s", len(self.window), status)
             return None

@@ -258,15 +258,16 @@ class MipBuilder:
 
 
 def optimize(
-    builder: MipBuilder, time_limit_s: float, seed: int, max_nodes: int | None = None
+    builder: MipBuilder, deadline: Deadline, seed: int, max_nodes: int | None = None
 ) -> mip.OptimizationStatus:
-    """Solve ``builder``'s model on one thread to the exact-solve gaps, within ``time_limit_s`` and, if
-    given, ``max_nodes`` branch-and-bound nodes: a node limit the clock does not reach gives the
-    same bound on every run, however loaded the machine."""
+    """Solve ``builder``'s model on one thread to the exact-solve gaps, by ``deadline`` and, if
+    given, within ``max_nodes`` branch-and-bound nodes: a node limit the clock does not reach gives
+    the same bound on every run, however loaded the machine."""
     prove_exactly(builder.m, seed)
+    seconds = max(deadline.left(), 0.01)
     if max_nodes is None:
-        return optimized(builder.m, max_seconds=max(time_limit_s, 0.01))
-    return optimized(builder.m, max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes)
+        return optimized(builder.m, max_seconds=seconds)
+    return optimized(builder.m, max_seconds=seconds, max_nodes=max_nodes)
 
 
 def time_unit(pricing: BlockPricing) -> float:

@@ -174,9 +174,9 @@ class SeriesSolver:
                     # an even share of the time left, but never under half a second while time is left:
                     # most pairs repeat a segment already solved (cached) or prove in milliseconds
                     share = max(deadline.left() / max(pairs_left, 1), min(MIN_SEGMENT_S, deadline.left()))
-                    limit = min(self.segment_time_limit_s, share)
+                    until = deadline.within(min(self.segment_time_limit_s, share))
                     pairs_left -= 1
-                    segment = self.segment(index, open_, close, limit)
+                    segment = self.segment(index, open_, close, until)
                     if path is None or so_far + segment.value_s < best:
                         best, path = so_far + segment.value_s, [*segments, segment]
                     bound = min(bound, so_far_bound + segment.bound_s)
@@ -187,8 +187,9 @@ class SeriesSolver:
             return None
         return SeriesSolution(self.plan(segments), bound_s, self.solves, self.proven)
 
-    def segment(self, index: int, open_: str | None, close: str | None, limit_s: float) -> SegmentSchedule:
-        """Segment ``index`` opening on ``open_`` (its cut finished at time 0) and closing on ``close``."""
+    def segment(self, index: int, open_: str | None, close: str | None, until: Deadline) -> SegmentSchedule:
+        """Segment ``index`` opening on ``open_`` (its cut finished at time 0) and closing on ``close``,
+        solved by ``until``."""
         problem, series = self.problem, self.series
         window = series.segment(index)
         opening = series.cuts[index - 1] if index > 0 else None
@@ -210,7 +211,7 @@ class SeriesSolver:
         hint = list_schedule(problem, window, context, self.simple_assignment(window, open_, close))
         ends_on = {window[-1]: close} if close is not None else None
         model = tick_model(problem, window, context, ends_on=ends_on, hint=hint, horizon_s=hint.objective_s)
-        solution = model.solution(problem, self.answer(model, limit_s))
+        solution = model.solution(problem, self.answer(model, until))
         if solution is None:  # CP-SAT found nothing in time: the list schedule stands
             return SegmentSchedule(max(hint.objective_s, returned), returned, False, hint.assignment, hint.start_s)
         return SegmentSchedule(
@@ -236,11 +237,11 @@ class SeriesSolver:
             assignment[window[-1]] = close
         return assignment
 
-    def answer(self, model: TickModel, limit_s: float) -> dict:
-        """CP-SAT's answer for ``model``, once per distinct model (identical segments share it)."""
+    def answer(self, model: TickModel, until: Deadline) -> dict:
+        """CP-SAT's answer for ``model`` by ``until``, once per distinct model (identical segments share it)."""
         key = json.dumps(model.data, sort_keys=True)
         if key not in self.answers:
-            self.answers[key] = self.session.solve(model, limit_s)
+            self.answers[key] = self.session.solve(model, until)
             self.solves += 1
             self.proven += self.answers[key]["status"] == "OPTIMAL"
         return self.answers[key]
@@ -280,7 +281,7 @@ def series_plan(
     plan.lower_bound_s = min(found.bound_s, sim.value_s)
     plan.optimal = sim.feasible and within_slack(sim.value_s, found.bound_s)
     largest = max(len(series.segment(i)) for i in range(len(series.blocks)))
-    plan.attrs["series"] = {
+    plan.series = {
         "cuts": len(series.cuts),
         "largest_segment": largest,
         "segment_solves": found.solves,

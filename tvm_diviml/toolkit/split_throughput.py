@@ -86,7 +86,7 @@ class ThroughputWindowSolver:
             return None
         model.warm_start(hint)
         limit = min(self.window_time_limit_s, remaining / max(windows_left, 1))
-        found = model.solve(limit, seed=self.seed, max_nodes=self.window_nodes)
+        found = model.solve(self.deadline.within(limit), seed=self.seed, max_nodes=self.window_nodes)
         self.solved += 1
         self.proven += bool(found is not None and found.optimal)
         return None if found is None else found.assignment

@@ -63,7 +63,7 @@ def _solve_once(
         return plan
     if incumbent is not None:
         model.warm_start(incumbent.assignment)
-    found = model.solve(deadline.left(), seed=seed, threads=threads)
+    found = model.solve(deadline, seed=seed, threads=threads)
     if found is None:
         if incumbent is None:
             raise nothing_found(model.status, "throughput MILP", "greedy")

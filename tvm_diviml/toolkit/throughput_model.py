@@ -226,13 +226,13 @@ class ThroughputModel(WindowVariables):
         self.m.start = list(value.items())
 
     def solve(
-        self, time_limit_s: float, seed: int = 0, threads: int = 1, max_nodes: int | None = None
+        self, deadline: Deadline, seed: int = 0, threads: int = 1, max_nodes: int | None = None
     ) -> ThroughputSolution | None:
-        """``max_nodes``: a branch-and-bound node limit, which (unlike the clock) ends a solve in the same
-        place on every run."""
+        """The best placement the MILP finds by ``deadline`` (None: none). ``max_nodes``: a
+        branch-and-bound node limit, which (unlike the clock) ends a solve in the same place on every run."""
         m = self.m
         prove_exactly(m, seed, threads)
-        self.status = status = optimized(m, max_seconds=max(time_limit_s, 0.01), max_nodes=max_nodes or mip.INT_MAX)
+        self.status = status = optimized(m, max_seconds=max(deadline.left(), 0.01), max_nodes=max_nodes or mip.INT_MAX)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             log.debug("throughput window of %d kernels: status %s", len(self.window), status)
             return None

@@ -97,7 +97,7 @@ class WindowSolver:
                     fixed_start_s=fixed_start_s,
                     tail_s=tail,
                     hint=hint,
-                    time_limit_s=limit,
+                    until=self.deadline.within(limit),
                     deadline=self.deadline,
                 )
             else:
@@ -113,7 +113,7 @@ class WindowSolver:
                     build_by=self.deadline,
                 )
                 model.warm_start(hint.assignment, hint.start_s, hint.objective_s)
-                solution = model.solve(limit, seed=self.seed)
+                solution = model.solve(self.deadline.within(limit), seed=self.seed)
         except DivimlInputError as error:  # e.g. a co-location group left without a device; OutOfTime
             log.debug("windows: window of %d kernels skipped: %s", len(window), error)
             return None

@@ -43,7 +43,7 @@ class BuiltModel:
         ``input_ranges``, inside every table they index."""
         if self.given_inputs is not None:
             return list(self.given_inputs)
-        from .input_ranges import FLAG_RANGE
+        from .input_ranges import FLAG_RANGE  # keeps TVM out of `import tvm_diviml.zoo` (the workload's names)
 
         rng = np.random.default_rng(seed)
         out = []
@@ -142,7 +142,7 @@ def zoo_names() -> list[str]:
 
 def check_zoo_name(name: str) -> None:
     """Refuse a name no zoo model has, before TVM is imported (5 s here): every zoo model has its
-    SMALL_OPTIONS (tests/test_apply_plan.py holds the two to the same names)."""
+    SMALL_OPTIONS (tests/passes/test_apply_plan.py holds the two to the same names)."""
     if name not in SMALL_OPTIONS:
         raise DivimlInputError(
             f"unknown model '{name}'",
@@ -157,7 +157,7 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
     import tvm
     from tvm.relax.frontend import nn
 
-    from .input_ranges import integer_input_ranges
+    from .input_ranges import integer_input_ranges  # TVM enters here: `import tvm_diviml.zoo` loads none
 
     check_zoo_name(name)
     _load_all()
@@ -199,4 +199,4 @@ def build_model(name: str, options: dict[str, Any] | None = None, *, seed: int =
 
 def _load_all() -> None:
     """Import the modules that register zoo entries (they import TVM, so only on demand)."""
-    from . import branches, cnn, llama, randwire, transformers  # noqa: F401
+    from . import branches, cnn, llama, randwire, transformers  # noqa: F401 (TVM enters here, and only here)

@@ -1,0 +1,273 @@
+"""The default CPU schedules (tvm_diviml/schedules): each rule claims its kernel class and computes
+what the unscheduled kernel computes (relative 1e-5) on random shapes; targets name this machine's
+CPU and the device's threads; a one-thread device gets no parallel loop; every kernel of the zoo
+gets a class rule, not the fallback; a rule that raises fails the scheduling (it is no decline); the
+rules' digest follows their code, not their comments."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tvm import te, topi
+from tvm.s_tir import dlight
+
+from tests.helpers import examples
+from tvm_diviml.app.load import load_model
+from tvm_diviml.platform import Device
+from tvm_diviml.presets import get_platform
+from tvm_diviml.schedules import apply
+from tvm_diviml.schedules.apply import (
+    UNSCHEDULED,
+    GpuGEMV,
+    apply_rules,
+    rules_digest,
+    rules_for,
+    schedule_module,
+    schedule_names,
+    schedules_digest,
+)
+from tvm_diviml.schedules.rules import GEMV, Conv2d
+from tvm_diviml.schedules.target import device_target
+from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
+
+HOST = device_target(get_platform("cpu1").devices[0]).export()
+
+
+def target(threads: int) -> tvm.target.Target:
+    return tvm.target.Target({**{k: v for k, v in HOST.items() if k not in ("tag", "keys")}, "num-cores": threads})
+
+
+def epilogue(out: te.Tensor) -> te.Tensor:
+    """A bias and a ReLU after the kernel, as fusion leaves them."""
+    bias = te.placeholder((out.shape[-1],), "float32", name="bias")
+    return topi.nn.relu(topi.add(out, bias)), bias
+
+
+def conv(draw, layout: str, kind: str):
+    n, size = draw(st.integers(1, 2)), draw(st.integers(3, 12))
+    groups = 1
+    channels = draw(st.sampled_from([3, 8, 16, 24, 32]))
+    out_channels = draw(st.sampled_from([8, 16, 24, 48]))
+    if kind == "depthwise":
+        groups = out_channels = channels
+    elif kind == "grouped":
+        groups = draw(st.sampled_from([2, 4]))
+        channels, out_channels = channels * groups, out_channels * groups
+    # a 1x1 depthwise convolution reduces nothing: an elementwise product, not this class
+    k = draw(st.sampled_from([3, 5] if kind == "depthwise" else [1, 3, 5]))
+    stride = draw(st.sampled_from([1, 2]))
+    pad = k // 2
+    if layout == "NHWC":
+        data = te.placeholder((n, size, size, channels), name="data")
+        weight = te.placeholder((k, k, channels // groups, out_channels), name="weight")
+        out = topi.nn.group_conv2d_nhwc(data, weight, stride, pad, 1, groups)
+    else:
+        data = te.placeholder((n, channels, size, size), name="data")
+        weight = te.placeholder((out_channels, channels // groups, k, k), name="weight")
+        out = topi.nn.group_conv2d_nchw(data, weight, stride, pad, 1, groups)
+    if layout == "NHWC":
+        out, bias = epilogue(out)
+        return [data, weight, bias], out
+    return [data, weight], topi.nn.relu(out)
+
+
+def matmul(draw, batched: bool):
+    m = draw(st.sampled_from([1, 3, 16, 40, 64]))
+    # a reduction of one is an elementwise product, one output column a dot product per row
+    k, n = (draw(st.sampled_from([3, 16, 40, 64])) for _ in range(2))
+    if batched:
+        b = draw(st.integers(1, 3))
+        a, w = te.placeholder((b, m, k), name="a"), te.placeholder((b, k, n), name="w")
+        out = topi.nn.batch_matmul(a, w, transpose_b=False)
+    else:
+        a, w = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="w")
+        out = topi.matmul(a, w)
+    out, bias = epilogue(out)
+    return [a, w, bias], out
+
+
+def pool(draw, kind: str):
+    n, size, channels = draw(st.integers(1, 2)), draw(st.integers(4, 12)), draw(st.sampled_from([3, 16, 32, 40]))
+    data = te.placeholder((n, size, size, channels), name="data")
+    if kind == "global":
+        return [data], topi.nn.adaptive_pool(data, (1, 1), "avg", layout="NHWC")
+    k = draw(st.sampled_from([2, 3]))
+    return [data], topi.nn.pool2d(data, (k, k), (2, 2), (1, 1), (0, 0, 0, 0), kind, layout="NHWC")
+
+
+def rows(draw, kind: str):
+    shape = (draw(st.integers(1, 4)), draw(st.sampled_from([8, 16, 40, 128])))
+    data = te.placeholder(shape, name="data")
+    weight = te.placeholder(shape[-1:], name="weight")
+    if kind == "softmax":
+        return [data], topi.nn.softmax(data)
+    if kind == "layer_norm":
+        return [data, weight], topi.nn.layer_norm(data, weight, weight, [1])
+    return [data, weight], topi.nn.rms_norm(data, weight, [1])
+
+
+def injective(draw, kind: str):
+    shape = tuple(draw(st.lists(st.sampled_from([1, 3, 8, 16, 33]), min_size=2, max_size=4)))
+    data = te.placeholder(shape, name="data")
+    if kind == "transpose":
+        return [data], topi.transpose(data)
+    return [data], topi.nn.relu(topi.multiply(data, te.const(2.0, "float32")))
+
+
+def unit_reduction(draw):
+    """A reduction over unit axes only, then an epilogue: normalized, it looks injective but keeps its
+    init (a Linear(1, n) with bias, a sum over an axis of one, a 1x1 depthwise convolution)."""
+    kind, n = draw(st.sampled_from(["matmul", "sum", "depthwise"])), draw(st.sampled_from([8, 16, 33]))
+    if kind == "matmul":
+        a, w = te.placeholder((draw(st.integers(1, 4)), 1), name="a"), te.placeholder((1, n), name="w")
+        out, bias = epilogue(topi.matmul(a, w))
+        return [a, w, bias], out
+    if kind == "sum":
+        data = te.placeholder((draw(st.integers(1, 4)), 1, n), name="data")
+        out, bias = epilogue(topi.sum(data, axis=1))
+        return [data, bias], out
+    data, weight = te.placeholder((1, 4, 4, n), name="data"), te.placeholder((1, 1, 1, n), name="weight")
+    out, bias = epilogue(topi.nn.group_conv2d_nhwc(data, weight, 1, 0, 1, n))
+    return [data, weight, bias], out
+
+
+CONV = {"Conv2d", "Matmul"}  # a 1x1 convolution is a matmul
+KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any but the fallback)
+    "conv2d NHWC": (lambda d: conv(d, "NHWC", "plain"), CONV),
+    "conv2d NCHW": (lambda d: conv(d, "NCHW", "plain"), None),  # strided NCHW reads: no vector axis
+    # the input channel moves with the output channel's group: a broadcast within each group (ResNeXt, RegNet)
+    "grouped conv2d NHWC": (lambda d: conv(d, "NHWC", "grouped"), CONV),
+    "depthwise conv2d NHWC": (lambda d: conv(d, "NHWC", "depthwise"), CONV),
+    "depthwise conv2d NCHW": (lambda d: conv(d, "NCHW", "depthwise"), None),
+    "matmul": (lambda d: matmul(d, False), {"Matmul"}),
+    "batch matmul": (lambda d: matmul(d, True), {"Matmul"}),
+    "max pool": (lambda d: pool(d, "max"), {"Pool"}),
+    "average pool": (lambda d: pool(d, "avg"), {"Pool"}),
+    "global average pool": (lambda d: pool(d, "global"), {"Pool"}),
+    "softmax": (lambda d: rows(d, "softmax"), {"RowReduction"}),
+    "layer norm": (lambda d: rows(d, "layer_norm"), {"RowReduction"}),
+    "rms norm": (lambda d: rows(d, "rms_norm"), {"RowReduction"}),
+    "elementwise": (lambda d: injective(d, "elementwise"), {"Injective"}),
+    "transpose": (lambda d: injective(d, "transpose"), {"Injective"}),
+    "reduction over unit axes": (unit_reduction, None),
+}
+
+
+def run(func, t, arrays):
+    lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=t)
+    device = tvm.cpu()
+    args = [tvm.runtime.tensor(a, device) for a in arrays]
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@settings(max_examples=examples(3), deadline=None)
+@given(data=st.data(), threads=st.sampled_from([1, 2]))
+def test_each_rule_claims_its_kernels_and_computes_what_the_unscheduled_kernel_does(kernel, data, threads):
+    make, expected = KERNELS[kernel]
+    tensors, out = make(data.draw)
+    func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main")
+    t = target(threads)
+    scheduled, rule = apply_rules(func, t, rules_for(t))
+    assert rule != UNSCHEDULED
+    if expected:
+        assert rule in expected
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal([int(d) for d in x.shape]).astype("float32") for x in tensors]
+    arrays.append(np.zeros([int(d) for d in out.shape], "float32"))
+    np.testing.assert_allclose(run(scheduled, t, arrays), run(func, t, arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_one_thread_devices_get_no_parallel_loop_and_several_threads_do():
+    data, weight = te.placeholder((1, 28, 28, 64), name="data"), te.placeholder((3, 3, 64, 64), name="weight")
+    out = topi.nn.conv2d_nhwc(data, weight, 1, 1, 1)
+    func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+    one, _ = apply_rules(func, target(1), rules_for(target(1)))
+    two, _ = apply_rules(func, target(2), rules_for(target(2)))
+    assert "T.parallel" not in one.script() and "T.vectorized" in one.script()
+    assert "T.parallel" in two.script()
+
+
+def test_a_cpu_of_this_machine_is_built_for_its_cpu_and_threads_another_as_written():
+    here = get_platform("cpu2").devices[0]
+    built = device_target(here)
+    assert built.attrs["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
+    assert int(built.attrs["num-cores"]) == 1
+    elsewhere = Device("far", {"kind": "llvm"}, "cpu:0", num_threads=20, measure=False)
+    assert "mcpu" not in device_target(elsewhere).attrs and int(device_target(elsewhere).attrs["num-cores"]) == 20
+    named = Device("skx", {"kind": "llvm", "mcpu": "skylake-avx512"}, "cpu:0")
+    assert device_target(named).attrs["mcpu"] == "skylake-avx512"
+    gpu = Device("gpu", {"kind": "cuda", "arch": "sm_90"}, "cuda:0")
+    assert device_target(gpu).kind.name == "cuda"
+
+
+# Kernels no class rule schedules yet, and why (the fallback still parallelizes and vectorizes them).
+FALLBACK_ALLOWED: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("name", zoo_names())
+def test_every_zoo_kernel_gets_a_class_rule(name):
+    extraction = load_model(name, SMALL_OPTIONS[name]).extraction
+    funcs = {f: extraction.mod[f] for f in set(extraction.kernel_func.values())}
+    names = schedule_names(schedule_module(tvm.IRModule(funcs), target(2)))
+    missing = {f: rule for f, rule in names.items() if rule in ("Fallback", UNSCHEDULED) and f not in FALLBACK_ALLOWED}
+    assert not missing, missing
+
+
+def test_a_rule_that_raises_fails_the_scheduling_with_its_error_not_a_fallback(monkeypatch):
+    def broken(self, func, target, tunable):
+        raise RuntimeError("a bug in the rule")
+
+    monkeypatch.setattr(Conv2d, "apply", broken)
+    data, weight = te.placeholder((1, 8, 8, 16), name="data"), te.placeholder((3, 3, 16, 16), name="weight")
+    func = te.create_prim_func([data, weight, topi.nn.conv2d_nhwc(data, weight, 1, 1, 1)])
+    with pytest.raises(RuntimeError, match="a bug in the rule") as raised:
+        schedule_module(tvm.IRModule({"convolution": func}), target(2))
+    assert raised.value.__notes__ == ["raised by the Conv2d schedule rule on convolution"]
+
+
+def test_dlights_gemv_declines_where_tvm_asserts_a_depthwise_convolution_over_a_1x1_image():
+    """TVM 0.27's GEMV analysis asserts on it (no spatial axis that some buffer does not share):
+    MobileNetV2's last depthwise convolutions, which on a GPU the Reduction rule then takes."""
+    data, weight = te.placeholder((1, 1, 1, 64), name="data"), te.placeholder((3, 3, 1, 64), name="weight")
+    func = te.create_prim_func([data, weight, topi.nn.group_conv2d_nhwc(data, weight, 1, 1, 1, 64)])
+    gpu = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    for built_for, tvms, ours in ((target(2), dlight.cpu.GEMV, GEMV), (gpu, dlight.gpu.GEMV, GpuGEMV)):
+        with built_for, pytest.raises(AssertionError):
+            tvms().apply(func, built_for, False)
+        with built_for:
+            assert ours().apply(func, built_for, False) is None
+    assert apply_rules(func, gpu, rules_for(gpu))[1] == "Reduction"
+
+
+def package_copy(folder: Path) -> Path:
+    """The schedules package's modules copied into ``folder``, to edit without touching the real ones."""
+    for path in Path(apply.__file__).parent.glob("*.py"):
+        shutil.copy(path, folder / path.name)
+    return folder
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_the_rules_digest_changes_with_the_rules_code_not_with_comments_docstrings_or_other_modules(tmp_path):
+    copy = package_copy(tmp_path)
+    assert schedules_digest(copy) == rules_digest()
+    edit(copy / "tiling.py", "SPARE_REGISTERS = 4  # for", "SPARE_REGISTERS = 4  # kept for")
+    edit(copy / "rules.py", '"""CPU schedule rules', '"""The CPU schedule rules')
+    edit(copy / "apply.py", '"""PrimFunc name -> what scheduled it', '"""PrimFunc name -> the rule that scheduled it')
+    edit(copy / "analysis.py", "        return runs\n", "        # the longest run found\n        return runs\n")
+    edit(copy / "database.py", "import hashlib\n", "import hashlib\nimport json\n")  # applies tuning records
+    assert schedules_digest(copy) == rules_digest()
+    edit(copy / "tiling.py", "SPARE_REGISTERS = 4", "SPARE_REGISTERS = 5")
+    assert schedules_digest(copy) != rules_digest()

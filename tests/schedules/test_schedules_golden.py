@@ -1,0 +1,123 @@
+"""The default CPU schedules' structure, pinned: a few representative kernels scheduled for a fixed
+target (AMD Zen 4: AVX-512, 32 vector registers; two threads) must keep the rule and, per block, the
+loop nest they had: each loop's kind and extent, outermost first. A change to a rule's tiling, its
+vector width, what it unrolls or makes parallel fails here, so that it is made on purpose (and the
+expectation updated with it), not in passing. Whether the schedules compute the right values is
+``test_schedules.py``'s question."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm import s_tir, te, tirx, topi
+
+from tvm_diviml.schedules.apply import apply_rules, rules_for
+
+TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+LOOP_KINDS = {
+    tirx.ForKind.SERIAL: "",
+    tirx.ForKind.PARALLEL: "p",
+    tirx.ForKind.VECTORIZED: "v",
+    tirx.ForKind.UNROLLED: "u",
+}
+
+
+def conv2d_nchw():
+    data, weight = te.placeholder((1, 16, 14, 14), name="data"), te.placeholder((32, 16, 3, 3), name="weight")
+    return [data, weight], topi.nn.relu(topi.nn.conv2d_nchw(data, weight, 1, 1, 1))
+
+
+def conv2d_nhwc():
+    data, weight = te.placeholder((1, 28, 28, 32), name="data"), te.placeholder((3, 3, 32, 64), name="weight")
+    return [data, weight], topi.nn.relu(topi.nn.conv2d_nhwc(data, weight, 1, 1, 1))
+
+
+def dense():
+    a, w = te.placeholder((8, 64), name="a"), te.placeholder((64, 128), name="w")
+    bias = te.placeholder((128,), name="bias")
+    return [a, w, bias], topi.nn.relu(topi.add(topi.matmul(a, w), bias))
+
+
+def softmax():
+    data = te.placeholder((4, 128), name="data")
+    return [data], topi.nn.softmax(data)
+
+
+def elementwise():
+    data = te.placeholder((64, 33, 64), name="data")
+    return [data], topi.nn.relu(topi.multiply(data, te.const(2.0, "float32")))
+
+
+# kernel -> (its TE, the rule that schedules it, each block's loops: p parallel, u unrolled,
+# v vectorized, a bare extent serial; {key=value} an annotation)
+GOLDEN = {
+    "conv2d NCHW": (
+        conv2d_nchw,
+        "Conv2d",
+        {
+            "pad_temp": "16 16 v16",
+            "conv2d_nchw_init": "14 7 2 u16 v2",
+            "conv2d_nchw_update": "14 7 2 16 3 3 u16 v2",
+            "compute": "14 7 2 16 1 v2",
+        },
+    ),
+    "conv2d NHWC": (
+        conv2d_nhwc,
+        "Conv2d",
+        {
+            "pad_temp": "30 30 u2 v16",
+            "conv2d_nhwc_init": "p112 u1 u28 v16",
+            "conv2d_nhwc_update": "p112 3 3 32 u1 u28 v16",
+            "compute": "p112 1 28 v16",
+        },
+    ),
+    "dense": (
+        dense,
+        "Matmul",
+        {
+            "T_matmul_init": "2 2 u4 u4 v16",
+            "T_matmul_update": "2 2 64 u4 u4 v16",
+            "compute": "2 2 4 u4 v16",
+        },
+    ),
+    "softmax": (
+        softmax,
+        "RowReduction",
+        {
+            "T_softmax_maxelem": "p4 128",
+            "T_softmax_exp": "4 u8 v16",
+            "T_softmax_expsum": "p4 128",
+            "T_softmax_norm": "4 u8 v16",
+        },
+    ),
+    "elementwise": (elementwise, "Injective", {"compute": "p2112 u4 v16"}),
+}
+
+
+def loop_nests(func: tirx.PrimFunc) -> dict[str, str]:
+    """Block name -> its loops from the root, in program order: kind letter, extent, annotations."""
+    sch = s_tir.Schedule(func)
+    nests = {}
+
+    def describe(loop_rv) -> str:
+        loop = sch.get(loop_rv)
+        annotations = "".join(f"{{{key}={value}}}" for key, value in sorted(loop.annotations.items()))
+        return f"{LOOP_KINDS[loop.kind]}{int(loop.extent)}{annotations}"
+
+    def visit(parent) -> None:
+        for block in sch.get_child_blocks(parent):
+            nests[sch.get(block).name_hint] = " ".join(describe(loop) for loop in sch.get_loops(block))
+            visit(block)
+
+    visit(sch.get_sblock("root"))
+    return nests
+
+
+@pytest.mark.parametrize("kernel", list(GOLDEN))
+def test_a_representative_kernel_keeps_its_rule_and_loop_nests(kernel):
+    make, expected_rule, expected_nests = GOLDEN[kernel]
+    tensors, out = make()
+    func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main")
+    scheduled, rule = apply_rules(func, TARGET, rules_for(TARGET))
+    assert rule == expected_rule
+    assert list(loop_nests(scheduled).items()) == list(expected_nests.items())

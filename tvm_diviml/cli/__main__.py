@@ -1,0 +1,5 @@
+"""``python -m tvm_diviml.cli``: the ``diviml`` command."""
+
+from . import entry
+
+entry()
