@@ -136,3 +136,43 @@ def test_no_private_name_is_imported_across_library_modules():
                     if alias.name.startswith("_") and not alias.name.startswith("__")
                 ]
     assert not private, "; ".join(private)
+
+
+def function_level_imports() -> list[tuple[str, int, str]]:
+    """(module, line, the import's line with the line above it) of every import of a tvm_diviml module
+    made inside a function."""
+    found = []
+    for module, path in module_files().items():
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                in_project = (
+                    isinstance(inner, ast.ImportFrom) and (inner.level or (inner.module or "").startswith("tvm_diviml"))
+                ) or (isinstance(inner, ast.Import) and any(a.name.startswith("tvm_diviml") for a in inner.names))
+                if in_project:
+                    found.append((module, inner.lineno, "\n".join(lines[inner.lineno - 2 : inner.lineno])))
+    return sorted(set(found))
+
+
+def test_few_function_level_imports_and_each_says_why():
+    """An in-project import inside a function hides a dependency: at most 20, each with a comment
+    saying what it keeps out of a lighter import (TVM, torch) or which cycle it breaks."""
+    found = function_level_imports()
+    assert found, "the walk sees function-level imports"
+    assert len(found) <= 20, "\n".join(f"{m}:{n}" for m, n, _ in found)
+    silent = [f"{m}:{n}" for m, n, text in found if "#" not in text]
+    assert not silent, "function-level imports without a comment saying why: " + ", ".join(silent)
+
+
+def test_no_function_is_longer_than_80_lines_nor_60_in_the_command_line():
+    too_long = []
+    for module, path in module_files().items():
+        limit = 60 if module.startswith("tvm_diviml.cli") else 80
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > limit:
+                    too_long.append(f"{module}.{node.name}: {length} lines (at most {limit})")
+    assert not too_long, "; ".join(too_long)
