@@ -21,7 +21,6 @@ import contextvars
 import json
 import logging
 import math
-import os
 from collections.abc import Iterator
 
 import tvm
@@ -29,6 +28,7 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_diviml.cost.base import CostModel
+from tvm_diviml.cost.catalog import check as check_cost
 from tvm_diviml.cost.catalog import create as create_costs
 from tvm_diviml.cost.provenance import MeasureOptions
 from tvm_diviml.errors import DivimlInputError
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 PLAN_ATTR = "diviml_plan"
 PIPELINE_NAME = "diviml"
-COSTS = ("roofline", "measured")
 
 # A pass runs behind TVM's FFI, which turns unknown exception types into RuntimeError; registered,
 # a bad-input error raised inside the pass reaches the caller of tvm.compile as itself.
@@ -72,15 +71,9 @@ def _platform_of(platform: Platform | str) -> Platform:
 
 
 def _check_cost(cost) -> None:
-    if isinstance(cost, CostModel) or cost in COSTS:
-        return
-    if isinstance(cost, str) and os.path.isfile(cost):
-        return
-    raise DivimlInputError(
-        f"unknown cost '{cost}'",
-        field="cost",
-        hint="use 'roofline', 'measured', a cost table .json file, or a CostModel object",
-    )
+    """A CostModel object, or what the cost catalog names (``cost.catalog.check``)."""
+    if not isinstance(cost, CostModel):
+        check_cost(cost)
 
 
 @tvm.transform.module_pass(opt_level=0, name="diviml.PartitionForDevices")

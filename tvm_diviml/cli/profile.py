@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..app.profile import profile_report
 from .arguments import load_options, model_arguments, tuning_arguments
 from .output import print_warnings, write_json
 
@@ -22,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..app.profile import profile_report  # TVM enters here: the flags parse, and --help answers, without it
+
     report = profile_report(args.model, args.platform, load=load_options(args))
     print(report.text)
     print_warnings(report.warnings)

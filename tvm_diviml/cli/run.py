@@ -4,12 +4,11 @@ checked and the time measured against the prediction and every single-device con
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..app.export import export_run
 from ..app.reference import FRAMEWORKS
 from ..app.report import format_row
-from ..app.rpc_run import run_rpc
-from ..app.run import Planned, RunOptions, run_model
 from .arguments import (
     at_least_two,
     batch_split_argument,
@@ -24,6 +23,9 @@ from .arguments import (
     tuning_arguments,
 )
 from .output import ProgressLines, print_warnings, write_json
+
+if TYPE_CHECKING:
+    from ..app.run import Planned
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,10 +137,13 @@ def _output_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """The run's plan as soon as it is solved, then its report; exit status 1 where the outputs differ
     from the single-device build or the framework beyond ``--rtol``."""
+    from ..app import rpc_run  # TVM enters here: the flags parse, and --help answers, without it
+    from ..app import run as run_job  # (TVM, as above)
+
     job = dict(
         load=load_options(args),
         solve=solve_options(args),
-        options=RunOptions(
+        options=run_job.RunOptions(
             repeats=args.repeats,
             stream_inputs=args.inputs,
             in_flight=args.in_flight,
@@ -151,9 +156,9 @@ def run(args: argparse.Namespace) -> int:
         on_planned=print_planned,
     )
     if args.rpc:
-        report = run_rpc(args.model, args.platform, args.rpc, args.cost, timeout_s=args.rpc_timeout, **job)
+        report = rpc_run.run_rpc(args.model, args.platform, args.rpc, args.cost, timeout_s=args.rpc_timeout, **job)
     else:
-        report = run_model(args.model, args.platform, args.cost, **job)
+        report = run_job.run_model(args.model, args.platform, args.cost, **job)
     print(report.text)
     if args.export:
         print(export_run(args.export, report.built, report.model, report.measured, report.weights))

@@ -24,7 +24,7 @@ Factory = Callable[[OpGraph, Platform], CostModel]
 BUILT_IN: dict[str, Factory] = {"roofline": RooflineCostModel}
 MEASURED = "measured"
 NAMES = (*BUILT_IN, MEASURED)
-HINT = "use 'roofline', 'measured' or a cost table .json file"
+HINT = "use 'roofline', 'measured' or a cost table .json file (or, from Python, a CostModel object)"
 
 
 def check(spec: str) -> None:
