@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -17,10 +18,15 @@ import tvm
 import tvm_ffi
 from tvm import relax, te
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
 from tvm_diviml.errors import DivimlInputError
-from tvm_diviml.profiling import tuning
+from tvm_diviml.presets import cpu2
+from tvm_diviml.profiling import measured, profiler, tuning
+from tvm_diviml.profiling.timing import single_device_configurations
 from tvm_diviml.schedules import database as schedules_database
+from tvm_diviml.schedules.apply import default_schedule
+from tvm_diviml.schedules.target import device_target
 
 from ..helpers import HANG_GUARD_S, wait_until
 
@@ -69,6 +75,11 @@ def random_args(func, seed=0) -> tuple[list[np.ndarray], tuple[int, ...]]:
     return [rng.standard_normal(s).astype("float32") for s in shapes[:-1]], shapes[-1]
 
 
+def search_database(work_dir):
+    """The search's own records (``TuningResult.database`` holds those timed again beside the defaults)."""
+    return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+
+
 def records_of(database, func) -> list:
     """The database's records for ``func`` (filed under the symbol "main")."""
     workload = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
@@ -85,7 +96,110 @@ def test_a_search_builds_and_times_its_candidates(tmp_path):
         {"mm": func}, "llvm", tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False, cost_model="random"
     )
     assert (result.measured, result.failed) == (TRIALS, 0)
-    assert len(records_of(result.database, func)) == TRIALS + 1
+    assert len(records_of(search_database(work_dir), func)) == TRIALS + 1
+    assert result.workloads == 1 and records_of(result.database, func)  # ranked: what builds apply
+
+
+def test_a_cpu_candidate_is_timed_cold_one_run_per_repeat_and_keeps_the_median():
+    """Inside a model a kernel's weights are not in the cache: each timed run follows a flush of every
+    argument but the first (the input its predecessor just wrote), so each repeat is one run."""
+    calls = []
+
+    class Kernel:
+        entry_name = "main"
+
+        def time_evaluator(self, **settings):
+            calls.append(settings)
+            return lambda *args: types.SimpleNamespace(results=[3e-6, 1e-6, 2e-6])
+
+    cpu = tuning._evaluator(schedules_database.tuning_target("llvm"))
+    assert tuning.median_run_seconds(Kernel(), tvm.cpu(), cpu, [[]]) == [2e-6]
+    (settings,) = calls
+    assert settings["f_preproc"] == "cache_flush_cpu_non_first_arg"
+    assert (settings["number"], settings["min_repeat_ms"]) == (1, 0) and settings["repeat"] >= 5
+    assert not tuning._evaluator(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})).enable_cpu_cache_flush
+
+
+def naive(mod) -> tvm.s_tir.Schedule:
+    """The matmul's loops as written: a schedule of one step (MetaSchedule's database ignores an empty trace)."""
+    schedule = tvm.s_tir.Schedule(mod)
+    schedule.get_loops(schedule.get_sblock("C"))
+    return schedule
+
+
+def search_finding(trace_of, monkeypatch):
+    """A search (monkeypatched) that records, for each kernel, the schedule ``trace_of(mod)`` as timed
+    in 1 ns: faster than anything, as the search's luckiest timing can claim."""
+
+    def search(missing, target, searched, wanted, work_dir, database, *rest):
+        for mod in missing.values():
+            tuning._commit_record(database, mod, trace_of(mod), 1e-9, target)
+        return tuning._Outcome(measured=len(missing))
+
+    monkeypatch.setattr(tuning, "_search", search)
+
+
+def cold_timings(monkeypatch) -> list:
+    """The evaluator settings of every timing taken in this process (the default's and the re-ranking's)."""
+    settings = []
+
+    def spy(rt_mod, device, evaluator_config, repeated_args):
+        settings.append(evaluator_config)
+        return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+
+    monkeypatch.setattr(tuning, "run_evaluator_common", spy)
+    return settings
+
+
+def test_a_search_record_slower_beside_the_default_is_not_kept_and_the_run_says_so(tmp_path, monkeypatch, caplog):
+    """The search's record claims 1 ns, but the unscheduled loop it holds runs slower than the default
+    schedule when the two take turns: the default stands, and tuning says it found nothing."""
+    func = matmul(64)
+    search_finding(lambda mod: naive(mod).trace, monkeypatch)
+    timings = cold_timings(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="tvm_diviml.profiling.tuning"):
+        result = tuning.tune_primfuncs({"mm": func}, "llvm", tuning.TuningBudget(1), str(tmp_path), progress=False)
+    assert (result.workloads, result.improved) == (1, 0)
+    assert "tuning found no schedule faster than the defaults for any of the 1 kernels" in caplog.text
+    assert "the default stands" in caplog.text
+    target = schedules_database.tuning_target("llvm")
+    default, _ = default_schedule(func.with_attr("global_symbol", "main"), target)
+    kept = schedules_database.best_record(result.database, schedules_database.workload_module(func), target)
+    assert str(kept.trace) == str(default.trace)
+    assert timings and all(config.enable_cpu_cache_flush and config.number == 1 for config in timings)
+    assert tuning.open_database(str(tmp_path)).get_all_tuning_records()  # --tuning-db reads the ranked ones
+
+
+def test_a_search_record_faster_beside_the_default_is_kept(tmp_path, monkeypatch, caplog):
+    """The other way round: a default that is the unscheduled loop, and a search that found the rules'
+    schedule. Timed taking turns, the found one is faster and kept, and nothing is reported missing."""
+    func = matmul(64)
+    target = schedules_database.tuning_target("llvm")
+    rules, _ = default_schedule(func.with_attr("global_symbol", "main"), target)
+    monkeypatch.setattr(tuning, "default_schedule", lambda func, target: (naive(func), "Unscheduled"))
+    search_finding(lambda mod: rules.trace, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="tvm_diviml.profiling.tuning"):
+        result = tuning.tune_primfuncs({"mm": func}, "llvm", tuning.TuningBudget(1), str(tmp_path), progress=False)
+    assert result.improved == 1 and "found no schedule" not in caplog.text
+    kept = schedules_database.best_record(result.database, schedules_database.workload_module(func), target)
+    assert str(kept.trace) == str(rules.trace) and kept.run_secs[0] > 1e-9  # its time is the one taken again
+
+
+def test_tuning_searches_for_the_target_the_kept_whole_cpu_build_has(monkeypatch, tmp_path):
+    """cpu2 usually keeps the whole CPU as one device (every core's threads): its build's target is
+    one tuning searches, and a record of that search applies to that build."""
+    searched = []
+    monkeypatch.setenv("DIVIML_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measured, "tune_primfuncs", lambda funcs, target, *args, **kwargs: searched.append(target))
+    platform = cpu2()
+    extraction = types.SimpleNamespace(mod=tvm.IRModule({"mm": matmul(16)}), kernel_func={"matmul": "mm"})
+    profiler.tuning_for(platform, extraction, tune=tuning.TuningBudget(1), progress=False)
+    device, threads = max(single_device_configurations(platform).values(), key=lambda kept: kept[1] or 0)
+    kept = device_target(platform.with_threads(device.name, threads).device(device.name))
+    assert any(target.export() == kept.export() for target in searched), [t.export() for t in searched]
+    one_record_database(tmp_path / "db", target=kept)
+    database = tuning.open_database(str(tmp_path / "db"))
+    assert schedules_database.apply_database(tvm.IRModule({"mm": matmul(16)}), kept, database).scheduled == 1
 
 
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
@@ -196,12 +310,6 @@ def test_another_thread_count_is_searched_beside_the_first_in_one_work_dir(tuned
     assert again.digest != result.digest
     for target in (one, every):
         assert schedules_database.tuned_seconds(again.database, funcs["mm"], target) > 0
-    mod = tvm.IRModule({"mm": funcs["mm"]})
-    schedules = {
-        str(target): schedules_database.apply_database(mod, target, again.database).mod["mm"].body
-        for target in (one, every)
-    }
-    assert not tvm_ffi.structural_equal(*schedules.values())  # each build its own thread count's record
     resumed = tuning.tune_primfuncs(mm, one, tuning.TuningBudget(TRIALS), work_dir, seed=0, progress=False)
     assert (resumed.tuned, resumed.digest) == (0, again.digest)
 
@@ -234,13 +342,12 @@ def test_digest_changes_with_the_best_record_only(tuned, tmp_path):
     shutil.copytree(result.work_dir, work_dir)
     database = tuning.open_database(work_dir)
     assert schedules_database.database_digest(database) == result.digest
-    mm_records = records_of(database, funcs["mm"])
-    best = database.get_top_k(mm_records[0].workload, 1)[0]
-    other = next(r for r in mm_records if str(r.trace) != str(best.trace))
+    best = database.get_top_k(records_of(database, funcs["mm"])[0].workload, 1)[0]
+    other = next(r for r in records_of(search_database(work_dir), funcs["mm"]) if str(r.trace) != str(best.trace))
 
     def commit(seconds):
         database.commit_tuning_record(
-            ms.database.TuningRecord(other.trace, other.workload, [seconds], other.target, other.args_info)
+            ms.database.TuningRecord(other.trace, best.workload, [seconds], other.target, other.args_info)
         )
 
     commit(1.0)  # not the best: a build stays the same
@@ -279,7 +386,7 @@ def test_same_seed_same_candidates_and_logs_stay_off_the_terminal(tmp_path, capf
             progress=False,
             cost_model="random",
         )
-        traces.append(sorted(str(r.trace) for r in result.database.get_all_tuning_records()))
+        traces.append(sorted(str(r.trace) for r in search_database(result.work_dir).get_all_tuning_records()))
     assert traces[0] == traces[1] and len(traces[0]) == 3 + 1  # three trials and the default schedule
     out, err = capfd.readouterr()
     assert "Trial" not in out + err
@@ -323,14 +430,13 @@ def test_gathers_are_tuned_with_in_bounds_indices(tmp_path):
 @pytest.mark.slow  # shares the module's search (about 2 minutes on 2 cores)
 def test_the_default_schedule_is_the_searchs_first_record(tuned):
     """A tuned kernel is never slower than the default one: the rules' schedule is a record."""
-    from tvm_diviml.schedules.apply import default_schedule
-
     result, funcs = tuned
     target = schedules_database.tuning_target("llvm")
+    search = search_database(result.work_dir)
     for func in funcs.values():
         schedule, _ = default_schedule(func.with_attr("global_symbol", "main"), target)
-        workload = result.database.commit_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
-        traces = [str(r.trace) for r in result.database.get_top_k(workload, 1000)]
+        workload = search.commit_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+        traces = [str(r.trace) for r in search.get_top_k(workload, 1000)]
         assert str(schedule.trace) in traces
 
 
@@ -426,13 +532,15 @@ def test_a_database_without_records_for_the_model_is_refused_naming_a_kernel(tun
 
 
 # ---------------------------------------------------------------------- damaged databases heal
-def one_record_database(work_dir) -> None:
-    """A MetaSchedule database of one workload and one record, as a tuning run writes it."""
+def one_record_database(work_dir, target=None) -> None:
+    """A MetaSchedule database of one workload and one record (for one thread unless ``target``), as
+    a tuning run writes it."""
     func = matmul(16).with_attr("global_symbol", "main")
+    os.makedirs(work_dir, exist_ok=True)
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     workload = database.commit_workload(tvm.IRModule({"main": func}))
-    trace = tvm.s_tir.Schedule(tvm.IRModule({"main": func})).trace
-    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    trace = naive(tvm.IRModule({"main": func})).trace
+    target = target or tvm.target.Target({"kind": "llvm", "num-cores": 1})
     args = ms.arg_info.ArgInfo.from_prim_func(func)
     database.commit_tuning_record(ms.database.TuningRecord(trace, workload, [1e-3], target, args))
 

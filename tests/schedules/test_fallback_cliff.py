@@ -6,7 +6,8 @@ every convolution in NCHW: torch's attention squeezes a negative axis, on which 
 ``ConvertLayout`` fails for the whole module, and in NCHW the strided convolution reads its input
 with gaps, which only the ``Fallback`` rule takes (33 ms where NHWC under ``Conv2d`` takes 0.4 ms).
 Which rule takes each kernel is checked by structure, weighted by the kernel's share of the model's
-FLOPs, not by timing: a 2-core machine shared with other jobs cannot time a 5% share reliably. The
+work (``work_shares``: FLOPs, or bytes for a kernel without FLOPs), not by timing: a 2-core machine
+shared with other jobs cannot time a 5% share reliably. The
 warning is checked on measured costs with a rule taken away, so that the convolution is left to the
 fallback on purpose.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-import tvm
 from tvm import relax
 
 from tvm_diviml.app import coverage
@@ -24,12 +24,10 @@ from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.passes.extract import extract
 from tvm_diviml.presets import get_platform
 from tvm_diviml.profiling.cache import ProfileCache
-from tvm_diviml.profiling.fallback_time import fallback_hotspots
+from tvm_diviml.profiling.fallback_time import FALLBACK_SHARE, fallback_hotspots, on_fallback, work_shares
 from tvm_diviml.profiling.measured import MeasureOptions, measure
 from tvm_diviml.schedules import apply
-from tvm_diviml.schedules.apply import FALLBACKS, schedule_module, schedule_names
 from tvm_diviml.schedules.rules import Conv2d
-from tvm_diviml.schedules.target import device_target
 
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="needs torch (pip install 'tvm-diviml[torch]')"
@@ -38,7 +36,6 @@ needs_onnx_export = pytest.mark.skipif(
     any(importlib.util.find_spec(name) is None for name in ("torch", "onnx", "onnxscript")),
     reason="needs torch, onnx and onnxscript (pip install 'tvm-diviml[torch]')",
 )
-FALLBACK_FLOP_SHARE = 0.05  # the most of a model's FLOPs that kernels on a fallback schedule may hold
 FAST = MeasureOptions(repeats=3, min_repeat_ms=1, progress=False)
 
 
@@ -114,23 +111,15 @@ def imported(make, route: str, folder):
     return load_onnx(path)
 
 
-def rules_and_flop_shares(built) -> dict[str, tuple[str, float]]:
-    """Each kernel's schedule on this machine's CPU and its share of the model's FLOPs."""
-    extraction = extract(built.mod, built.entry)
-    funcs = {name: extraction.mod[name] for name in set(extraction.kernel_func.values())}
-    target = device_target(get_platform("cpu2").devices[0])
-    rules = schedule_names(schedule_module(tvm.IRModule(funcs), target))
-    total = sum(kernel.flops for kernel in extraction.graph.kernels.values())
-    return {
-        name: (rules[extraction.kernel_func[name]], kernel.flops / total)
-        for name, kernel in extraction.graph.kernels.items()
-    }
+def rules_and_work_shares(built):
+    """Each kernel's schedule on this machine's CPU and its share of the model's work."""
+    return work_shares(extract(built.mod, built.entry))
 
 
-def assert_no_fallback_cliff(shares: dict[str, tuple[str, float]]) -> None:
-    on_fallback = {name: share for name, (rule, share) in shares.items() if rule in FALLBACKS}
-    assert all(share <= FALLBACK_FLOP_SHARE for share in on_fallback.values()), on_fallback
-    convolutions = {name: rule for name, (rule, _) in shares.items() if "conv" in name}
+def assert_no_fallback_cliff(shares) -> None:
+    left = on_fallback(shares)
+    assert all(share.share <= FALLBACK_SHARE for share in left.values()), left
+    convolutions = {name: share.rule for name, share in shares.items() if "conv" in name}
     assert convolutions and set(convolutions.values()) == {"Conv2d"}, convolutions
 
 
@@ -143,13 +132,13 @@ def assert_equals_torch(make) -> None:
 @needs_torch
 @pytest.mark.parametrize("model", list(MODELS))
 def test_every_convolution_of_a_torch_export_gets_the_conv2d_rule_and_the_model_equals_torch(model, tmp_path):
-    assert_no_fallback_cliff(rules_and_flop_shares(imported(MODELS[model], "torch", tmp_path)))
+    assert_no_fallback_cliff(rules_and_work_shares(imported(MODELS[model], "torch", tmp_path)))
     assert_equals_torch(MODELS[model])
 
 
 @needs_onnx_export
 def test_the_attention_cnn_exported_to_onnx_gets_the_conv2d_rule_too(tmp_path):
-    assert_no_fallback_cliff(rules_and_flop_shares(imported(attention_cnn, "onnx", tmp_path)))
+    assert_no_fallback_cliff(rules_and_work_shares(imported(attention_cnn, "onnx", tmp_path)))
 
 
 @needs_torch
@@ -162,7 +151,7 @@ def test_where_tvm_cannot_convert_layouts_each_convolution_is_converted_on_its_o
         return fail
 
     monkeypatch.setattr(relax.transform, "ConvertLayout", failing_layout_conversion)
-    assert_no_fallback_cliff(rules_and_flop_shares(imported(MODELS[model], "torch", tmp_path)))
+    assert_no_fallback_cliff(rules_and_work_shares(imported(MODELS[model], "torch", tmp_path)))
     assert_equals_torch(MODELS[model])
 
 

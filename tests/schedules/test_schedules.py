@@ -92,6 +92,31 @@ def matmul(draw, batched: bool):
     return [a, w, bias], out
 
 
+def matmul_on_aliased_rows(draw):
+    """A matmul or a 1x1 convolution (strided too) whose rows lie a multiple of 2 KB apart (512 to 2048 channels):
+    the register tile's broadcasts fall in a few sets of the L1 cache, so the rule packs them."""
+    k = draw(st.sampled_from([512, 1024, 2048]))
+    n = draw(st.sampled_from([16, 48, 64]))
+    if draw(st.booleans()):
+        a, w = te.placeholder((draw(st.sampled_from([14, 28, 49])), k), name="a"), te.placeholder((k, n), name="w")
+        out, bias = epilogue(topi.matmul(a, w))
+        return [a, w, bias], out
+    size, stride = draw(st.sampled_from([4, 14, 28])), draw(st.sampled_from([1, 2]))
+    data, weight = te.placeholder((1, size, size, k), name="data"), te.placeholder((1, 1, k, n), name="weight")
+    out, bias = epilogue(topi.nn.conv2d_nhwc(data, weight, stride, 0, 1))
+    return [data, weight, bias], out
+
+
+def matmul_of_prime_sizes(draw):
+    """A (batched) matmul whose rows or columns have no good tile (197 tokens, as ViT's): the rule pads
+    them to whole tiles and drops the padding."""
+    m, n = draw(st.sampled_from([(197, 197), (197, 64), (37, 197), (16, 131)]))
+    k, b = draw(st.sampled_from([16, 64])), draw(st.integers(1, 2))
+    a, w = te.placeholder((b, m, k), name="a"), te.placeholder((b, k, n), name="w")
+    out = topi.multiply(topi.nn.batch_matmul(a, w, transpose_b=False), te.const(0.125, "float32"))
+    return [a, w], out
+
+
 def pool(draw, kind: str):
     n, size, channels = draw(st.integers(1, 2)), draw(st.integers(4, 12)), draw(st.sampled_from([3, 16, 32, 40]))
     data = te.placeholder((n, size, size, channels), name="data")
@@ -147,6 +172,8 @@ KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any b
     "depthwise conv2d NCHW": (lambda d: conv(d, "NCHW", "depthwise"), None),
     "matmul": (lambda d: matmul(d, False), {"Matmul"}),
     "batch matmul": (lambda d: matmul(d, True), {"Matmul"}),
+    "matmul on rows in one cache set": (matmul_on_aliased_rows, {"Matmul"}),
+    "matmul of prime sizes": (matmul_of_prime_sizes, {"Matmul"}),
     "max pool": (lambda d: pool(d, "max"), {"Pool"}),
     "average pool": (lambda d: pool(d, "avg"), {"Pool"}),
     "global average pool": (lambda d: pool(d, "global"), {"Pool"}),
@@ -263,11 +290,11 @@ def edit(path: Path, old: str, new: str) -> None:
 def test_the_rules_digest_changes_with_the_rules_code_not_with_comments_docstrings_or_other_modules(tmp_path):
     copy = package_copy(tmp_path)
     assert schedules_digest(copy) == rules_digest()
-    edit(copy / "tiling.py", "SPARE_REGISTERS = 4  # for", "SPARE_REGISTERS = 4  # kept for")
+    edit(copy / "tiling.py", "SPARE_REGISTERS = 2  # besides", "SPARE_REGISTERS = 2  # over and above")
     edit(copy / "rules.py", '"""CPU schedule rules', '"""The CPU schedule rules')
     edit(copy / "apply.py", '"""PrimFunc name -> what scheduled it', '"""PrimFunc name -> the rule that scheduled it')
     edit(copy / "analysis.py", "        return runs\n", "        # the longest run found\n        return runs\n")
     edit(copy / "database.py", "import hashlib\n", "import hashlib\nimport json\n")  # applies tuning records
     assert schedules_digest(copy) == rules_digest()
-    edit(copy / "tiling.py", "SPARE_REGISTERS = 4", "SPARE_REGISTERS = 5")
+    edit(copy / "tiling.py", "SPARE_REGISTERS = 2", "SPARE_REGISTERS = 3")
     assert schedules_digest(copy) != rules_digest()

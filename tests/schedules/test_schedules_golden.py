@@ -38,6 +38,13 @@ def dense():
     return [a, w, bias], topi.nn.relu(topi.add(topi.matmul(a, w), bias))
 
 
+def pointwise_conv_1024_channels():
+    """A 1x1 convolution over 1024 channels (ResNet-50's third stage): the rows of the register tile's
+    broadcasts lie 4 KB apart, in one set of the L1 cache, so the rule packs them."""
+    data, weight = te.placeholder((1, 14, 14, 1024), name="data"), te.placeholder((1, 1, 1024, 256), name="weight")
+    return [data, weight], topi.nn.relu(topi.nn.conv2d_nhwc(data, weight, 1, 0, 1))
+
+
 def softmax():
     data = te.placeholder((4, 128), name="data")
     return [data], topi.nn.softmax(data)
@@ -78,6 +85,16 @@ GOLDEN = {
             "T_matmul_init": "2 2 u4 u4 v16",
             "T_matmul_update": "2 2 64 u4 u4 v16",
             "compute": "2 2 4 u4 v16",
+        },
+    ),
+    "pointwise conv2d over 1024 channels": (
+        pointwise_conv_1024_channels,
+        "Matmul",
+        {
+            "data_global": "p7 2 14 1024",  # the pack: the tile's 28 rows, reduction first
+            "conv2d_nhwc_init": "p7 16 u2 u14 v16",
+            "conv2d_nhwc_update": "p7 16 1024 u2 u14 v16",
+            "compute": "p7 16 2 14 v16",
         },
     ),
     "softmax": (

@@ -9,6 +9,10 @@ once and compared with torch's own outputs. A comparison counts only where torch
 input (``sensitivity``: how far they move when it changes), so weights are drawn to keep them lively,
 and only where torch's float32 outputs agree with its float64 ones to the tolerance
 (``reference_error``): otherwise rounding alone moves them past it, and so would any float32 build's.
+Before the build, every kernel is scheduled for cpu2's CPU as diviml builds it: a kernel that no class
+rule takes (``Fallback`` or unscheduled) holding more than 5% of the model's work (its FLOPs, or bytes
+moved for a kernel without FLOPs) makes the row's outcome "fallback", naming it, and a schedule rule
+that raises fails the build stage, naming the rule: neither is a silent fallback.
 ``check_model`` returns one row per model and route; a stage that fails ends the row with that
 stage's one-line error, never the whole suite.
 """
@@ -38,6 +42,7 @@ from ..frontends.importers import from_torch_export, load_onnx
 from ..passes.apply_plan import apply_plan
 from ..passes.build import build
 from ..passes.extract import extract
+from ..profiling.fallback_time import FALLBACK_SHARE, WorkShare, on_fallback, work_shares
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +308,7 @@ def check_model(
             if not solved.simulation.feasible:
                 raise DivimlInputError(f"the plan on {name} is infeasible", field="plan")
         stage, began = "build", time.perf_counter()
+        fallback = _record_fallback(row, extraction)
         executable = build(apply_plan(built.mod, halves_plan(extraction), load_platform("cpu2"), extraction=extraction))
         row["build_s"] = time.perf_counter() - began
         stage = "run"
@@ -311,12 +317,32 @@ def check_model(
         row["rel_diff"] = relative_difference(got, want)
         if not row["rel_diff"] <= tolerance:
             row["outcome"] = "mismatch"
+        elif row["fallback_share"] > FALLBACK_SHARE:
+            row["outcome"] = "fallback"
+            row["error"] = f"kernels on a fallback schedule above {FALLBACK_SHARE:.0%} of the work: " + describe(
+                {name: share for name, share in fallback.items() if share.share > FALLBACK_SHARE}
+            )
     except DivimlInputError as error:
         row["outcome"], row["error"] = f"{stage} failed", str(error)
     except Exception as error:  # a model the tool cannot handle is a row, not the end of the suite
         log.warning("%s (%s) failed at %s", model.name, route, stage, exc_info=True)
-        row["outcome"], row["error"] = f"{stage} failed", f"{type(error).__name__}: {first_line(error)}"
+        notes = "".join(f" ({note})" for note in getattr(error, "__notes__", ()))  # which schedule rule raised
+        row["outcome"], row["error"] = f"{stage} failed", f"{type(error).__name__}: {first_line(error)}{notes}"
     return row
+
+
+def _record_fallback(row: dict[str, Any], extraction) -> dict[str, WorkShare]:
+    """The kernels that no class rule schedules for cpu2's CPU, into the row: the largest one's share of
+    the model's work and each one's rule and share. A schedule rule that raises propagates."""
+    fallback = on_fallback(work_shares(extraction))
+    row["fallback_share"] = max((share.share for share in fallback.values()), default=0.0)
+    row["fallback_kernels"] = describe(fallback)
+    return fallback
+
+
+def describe(kernels: dict[str, WorkShare]) -> str:
+    """Kernels with their rule and share of the model's work, on one line: "name (Fallback, 6.1% of FLOPs)"."""
+    return "; ".join(f"{name} ({share.rule}, {share.share:.1%} of {share.measure})" for name, share in kernels.items())
 
 
 def _empty_row(model: EcosystemModel, route: str, platforms: tuple[str, ...]) -> dict[str, Any]:
@@ -333,6 +359,8 @@ def _empty_row(model: EcosystemModel, route: str, platforms: tuple[str, ...]) ->
         "extract_s": None,
         **{f"plan_{name}_s": None for name in platforms},
         "build_s": None,
+        "fallback_share": None,
+        "fallback_kernels": None,
         "sensitivity": None,
         "reference_error": None,
         "rel_diff": None,

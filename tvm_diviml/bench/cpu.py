@@ -5,7 +5,9 @@ Per zoo model: its FLOPs over the measured latency of the single-device build on
 kernel scheduled by the default rules, as ``diviml run`` builds it), divided by the attainable peak
 of one core: a cache-resident 256 x 256 x 256 matmul scheduled by the same rules (register-tiled
 multiply-adds: what the FMA units sustain at the clock the machine runs under load, so the ratio
-needs no datasheet).
+needs no datasheet). Each row also gives the fraction of the FMA peak (``of_fma_peak``: independent
+vector FMA chains, ``profiling.peak``), the measured counterpart of the datasheet peak that a preset's
+efficiency multiplies.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tvm import te
 from ..app.load import load_model
 from ..modelspec import format_model_spec
 from ..presets import get_platform
+from ..profiling.peak import measured_peak_flops_per_s
 from ..profiling.timing import time_single_devices
 from ..runtime.vm import set_threads
 from ..schedules.apply import apply_rules, rules_for
@@ -34,16 +37,16 @@ PEAK_SIZE = 256
 def suite_cpu(models: str = "") -> Iterator[Row]:
     """One row per model (its build on one thread), then the geometric mean of their efficiency."""
     names = [m.strip() for m in models.split(",") if m.strip()] or list(MODELS)
-    peak = attainable_peak_flops()
+    peak, fma_peak = attainable_peak_flops(), measured_peak_flops_per_s(1)
     efficiencies = []
     for name in progress(names, desc="cpu suite", unit="model"):
-        row = model_row(name, MODELS.get(name, {}), peak)
+        row = model_row(name, MODELS.get(name, {}), peak, fma_peak)
         efficiencies.append(row["efficiency"])
         yield row
     yield {"suite": "cpu", "model": f"geomean of {len(efficiencies)} models", "efficiency": geomean(efficiencies)}
 
 
-def model_row(name: str, options: dict, peak_flops: float) -> Row:
+def model_row(name: str, options: dict, peak_flops: float, fma_peak_flops: float) -> Row:
     loaded = load_model(name, options)
     graph, built = loaded.extraction.graph, loaded.built
     flops = sum(kernel.flops for kernel in graph.kernels.values())
@@ -59,6 +62,8 @@ def model_row(name: str, options: dict, peak_flops: float) -> Row:
         "gflops": flops / scheduled_s / 1e9,
         "peak_gflops": peak_flops / 1e9,
         "efficiency": flops / scheduled_s / peak_flops,
+        "fma_peak_gflops": fma_peak_flops / 1e9,
+        "of_fma_peak": flops / scheduled_s / fma_peak_flops,
     }
 
 

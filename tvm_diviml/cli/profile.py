@@ -14,7 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--platform", help="a preset, local (this machine, detected) or platform .json (default cpu2, this machine)"
     )
     tuning_arguments(parser, "apply an existing MetaSchedule database (its work_dir)")
-    parser.add_argument("--json", metavar="PATH", help="write the per-kernel rows as JSON")
+    parser.add_argument(
+        "--json", metavar="PATH", help="write the per-kernel rows and the per-class FLOP/s (kernels, classes) as JSON"
+    )
     parser.add_argument(
         "--export", metavar="PATH", help="write all costs (kernels and links) as a cost table that --cost PATH reads"
     )
@@ -27,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     print(report.text)
     print_warnings(report.warnings)
     if args.json:
-        write_json(report.rows, args.json)
+        write_json(report.to_json(), args.json)
     if args.export:
         print(report.export(args.export))
     return 0

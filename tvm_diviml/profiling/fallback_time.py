@@ -3,20 +3,64 @@
 The fallback schedule is never wrong but can be 80x slower than a class rule (a strided convolution
 left in NCHW took 24 ms of a model's 39 ms, where NHWC under the ``Conv2d`` rule took 0.2 ms), and a
 profile shows which rule took a kernel only in its last column: ``diviml profile`` and ``diviml run``
-warn with what ``fallback_hotspots`` finds.
+warn with what ``fallback_hotspots`` finds. ``work_shares`` says which rule takes each kernel and
+what share of the model's work it holds, counted rather than timed, for checks that must hold on a
+machine busy with other jobs (the model-coverage suite, the tests).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import tvm
 
 from ..cost.base import CostModel
 from ..passes.extract import Extraction
+from ..presets import get_platform
 from ..schedules.analysis import main_operator
-from ..schedules.apply import FALLBACKS
+from ..schedules.apply import FALLBACKS, schedule_module, schedule_names
+from ..schedules.target import device_target
 
 WARN_SHARE = 0.10  # of the model's time on a device
+FALLBACK_SHARE = 0.05  # the most of a model's work that one kernel on a fallback schedule may hold
+
+
+class WorkShare(NamedTuple):
+    """What scheduled a kernel, and its share of the model's work in ``measure``: its FLOPs, or, for a
+    kernel that computes nothing (a transpose, a gather), the bytes it moves, of all the kernels' bytes."""
+
+    rule: str
+    share: float
+    measure: str  # "FLOPs" or "bytes"
+
+
+def work_shares(extraction: Extraction, target: tvm.target.Target | None = None) -> dict[str, WorkShare]:
+    """Each kernel of ``extraction``: the rule that schedules it for ``target`` (by default cpu2's first
+    device, where the coverage suite builds) and its share of the model's work. Counted, not timed: a
+    2-core machine shared with other jobs cannot time a 5% share reliably. Bytes weigh a kernel without
+    FLOPs, so that a fallback transpose of a big tensor is not invisible. A rule that raises propagates."""
+    target = target or device_target(get_platform("cpu2").devices[0])
+    funcs = {name: extraction.mod[name] for name in set(extraction.kernel_func.values())}
+    rules = schedule_names(schedule_module(tvm.IRModule(funcs), target))
+    kernels = extraction.graph.kernels
+    total_flops = sum(kernel.flops for kernel in kernels.values()) or 1.0
+    total_bytes = sum(kernel.bytes_moved for kernel in kernels.values()) or 1.0
+    shares = {}
+    for name, kernel in kernels.items():
+        rule = rules[extraction.kernel_func[name]]
+        if kernel.flops > 0:
+            shares[name] = WorkShare(rule, kernel.flops / total_flops, "FLOPs")
+        else:
+            shares[name] = WorkShare(rule, kernel.bytes_moved / total_bytes, "bytes")
+    return shares
+
+
+def on_fallback(shares: dict[str, WorkShare]) -> dict[str, WorkShare]:
+    """The kernels of ``shares`` that no class rule took and that hold some work, the largest first."""
+    left = {name: share for name, share in shares.items() if share.rule in FALLBACKS and share.share > 0}
+    return dict(sorted(left.items(), key=lambda item: -item[1].share))
 
 
 @dataclass(frozen=True)

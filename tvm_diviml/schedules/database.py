@@ -133,25 +133,38 @@ def threads_of(target: tvm.target.Target) -> int | None:
     return int(tuning_target(target).attrs["num-cores"]) if target.kind.name == "llvm" else None
 
 
-def best_record(database, mod: tvm.IRModule, target=None):
-    """The fastest measured record of ``mod`` for ``target`` (when given): of its kind and, for a CPU,
-    its thread count. A schedule tuned for one thread has no parallel loops: applied to a build on
-    every core it ran resnet50 1.6x slower than the default rules (62.4 against 39.1 ms here)."""
+def records_for(database, mod: tvm.IRModule, target) -> list:
+    """The measured records of ``mod`` for ``target``, fastest first: of its kind and, for a CPU, its
+    thread count. A schedule tuned for one thread has no parallel loops: applied to a build on every
+    core it ran resnet50 1.6x slower than the default rules (62.4 against 39.1 ms here)."""
     if not database.has_workload(mod):
-        return None
-    records = database.get_top_k(database.commit_workload(mod), 1 if target is None else 1 << 30)
-    if target is not None:
-        wanted = threads_of(target)
-        records = [r for r in records if r.target.kind.name == target.kind.name and threads_of(r.target) == wanted]
+        return []
+    wanted = threads_of(target)
+    return [
+        r
+        for r in database.get_top_k(database.commit_workload(mod), 1 << 30)
+        if r.target.kind.name == target.kind.name and threads_of(r.target) == wanted
+    ]
+
+
+def best_record(database, mod: tvm.IRModule, target=None):
+    """The fastest measured record of ``mod`` for ``target`` (when given, ``records_for``'s)."""
+    if target is None:
+        records = database.get_top_k(database.commit_workload(mod), 1) if database.has_workload(mod) else []
+    else:
+        records = records_for(database, mod, target)
     return records[0] if records else None
 
 
 def best_schedule(database, mod: tvm.IRModule, target, name: str):
-    """The best record's trace replayed on ``mod``: its schedule, or None without a usable record
-    (a trace that no longer replays, from a database of another TVM version, counts as none)."""
+    """The best record's schedule of ``mod`` (``replay``), or None without a usable record."""
     record = best_record(database, mod, target)
-    if record is None:
-        return None
+    return None if record is None else replay(record, mod, name)
+
+
+def replay(record, mod: tvm.IRModule, name: str):
+    """``record``'s trace replayed on ``mod``: its schedule, or None where it no longer replays (a
+    record from a database of another TVM version), with a warning naming kernel ``name``."""
     if any(inst.kind.name == "Tensorize" for inst in record.trace.insts):
         import_tensor_intrinsics()
     schedule = tvm.s_tir.Schedule(mod)

@@ -22,7 +22,7 @@ from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 
 from ..errors import raise_if_interrupted
 from .analysis import REDUCTION, Contraction, CpuFacts, find_contraction, uses
-from .tiling import schedule_contraction, schedule_injective
+from .tiling import padded_for_tiles, schedule_contraction, schedule_injective
 
 
 class _ContractionRule(CPUScheduleRule):
@@ -37,7 +37,8 @@ class _ContractionRule(CPUScheduleRule):
         c = find_contraction(func)
         if c is None or not self.matches(c):
             return None
-        return schedule_contraction(c, CpuFacts.of(target))
+        facts = CpuFacts.of(target)
+        return schedule_contraction(padded_for_tiles(c, facts) or c, facts)
 
 
 class Conv2d(_ContractionRule):

@@ -18,13 +18,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import tvm
 from tvm import tirx
+from tvm.s_tir import ScheduleError
 from tvm_ffi import get_global_func
 
-from .analysis import Axis, Contraction, CpuFacts, uses
+from ..errors import raise_if_interrupted
+from .analysis import Axis, Contraction, CpuFacts, detect_linear_equation, find_contraction, uses
 
-SPARE_REGISTERS = 4  # for the loaded vector and the broadcasts
+SPARE_REGISTERS = 2  # besides the accumulators and the loaded vectors: for broadcasts and addresses
 MAX_VECTORS = 4  # vector registers per row of the tile
+# x86 L1 data caches (32 KB 8-way, 48 KB 12-way) have 64 sets of 64-byte lines
+CACHE_LINE = 64
+L1_SET_PERIOD = 64 * CACHE_LINE
+L1_WAYS = 8
+L2_BYTES = 1 << 20  # per core: AMD Zen 4 and 5; Intel's recent cores have 1.25-2 MB
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,14 @@ def vector_tiles(extent: int, width: int) -> list[int]:
     return [width * rows for rows in range(1, MAX_VECTORS + 1) if extent % (width * rows) == 0]
 
 
+def positions_budget(registers: int, vectors: int) -> int:
+    """How many positions a tile of ``vectors`` vectors per position may hold: the accumulators and
+    the loaded vectors in registers, with ``SPARE_REGISTERS`` left. One more and LLVM spills: a 1x1
+    convolution over a 7x7 image with 4 vectors by 7 positions (28 accumulators, 4 loaded) ran at 45
+    GFLOP/s, with 2 by 7 at 114."""
+    return max(1, (registers - SPARE_REGISTERS - vectors) // vectors)
+
+
 def choose_tiling(c: Contraction, facts: CpuFacts) -> Tiling | None:
     """The best register tile, or None when some input is read neither contiguously along the
     output's innermost axis nor independently of it (a transposed or strided read), nor the same
@@ -74,7 +90,7 @@ def choose_tiling(c: Contraction, facts: CpuFacts) -> Tiling | None:
     best, best_score = None, math.inf
     for vector_tile in vector_tiles(tileable, width):
         vectors = vector_tile // width
-        budget = max(1, (facts.registers - SPARE_REGISTERS) // vectors)
+        budget = positions_budget(facts.registers, vectors)
         tiles = {}
         for axis in reusing:
             tiles[axis] = largest_divisor(axis.extent, budget)
@@ -86,6 +102,38 @@ def choose_tiling(c: Contraction, facts: CpuFacts) -> Tiling | None:
         if score < best_score:
             best, best_score = Tiling(vector, vector_tile, width, tiles), score
     return best
+
+
+POSITION_ROUND = 8  # a positions axis without a divisor of 4 or more up to this is padded to its multiple
+
+
+def padded_for_tiles(c: Contraction, facts: CpuFacts) -> Contraction | None:
+    """``c`` computed over a padded domain, where an axis has no good tile: the vector axis (197
+    tokens: one lane) to whole vectors, an axis of positions (197 again: one position a tile) to a
+    multiple of ``POSITION_ROUND``; the padded rows and columns are computed and dropped. None where
+    no axis needs it or TVM cannot pad (a windowed read: ``pad_einsum`` takes plain indices only).
+    ViT-B/16's attention scores ran at 4 GFLOP/s unpadded."""
+    lanes = facts.lanes(c.dtype)
+    vector = c.output_axes[-1]
+    rounds = {}
+    if vector.extent > lanes and vector_width(vector.extent, lanes) < lanes // 2:
+        rounds[vector] = lanes
+    for axis in c.output_axes[:-1]:
+        if axis.extent > POSITION_ROUND and largest_divisor(axis.extent, POSITION_ROUND) < POSITION_ROUND // 2:
+            rounds[axis] = POSITION_ROUND
+    if not rounds:
+        return None
+    stmt = c.sch.get(c.main.block_rv)
+    padding = [
+        next((factor for axis, factor in rounds.items() if axis.var.same_as(iter_var.var)), 1)
+        for iter_var in stmt.iter_vars
+    ]
+    try:
+        c.sch.pad_einsum(c.main.block_rv, padding)
+    except ScheduleError:  # not an einsum: a window, a stride or a sum of axes in some index
+        raise_if_interrupted()
+        return None
+    return find_contraction(c.sch.mod["main"])
 
 
 def schedule_contraction(c: Contraction, facts: CpuFacts):
@@ -115,8 +163,11 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
             tile_inner.append(inner)
     untiled = [axis.loop for axis in c.output_axes[:-1] if axis not in tiling.tiles]
     reductions = [axis.loop for axis in c.reduction]
-    sch.reorder(*untiled, vector_outer, *tile_outer, *reductions, *tile_inner, *vector_rows, vector_inner)
-    tile_loop = (tile_outer or [vector_outer])[-1]
+    packed = packable_read(c, tiling)
+    packed = packed if packed is not None and pack_pays(c, tiling) else None
+    outer = [*untiled, *tile_outer, vector_outer] if packed is not None else [*untiled, vector_outer, *tile_outer]
+    sch.reorder(*outer, *reductions, *tile_inner, *vector_rows, vector_inner)
+    tile_loop = outer[-1]
     if last is not None:  # the accumulators live in registers, the epilogue reads them there
         sch.set_scope(block, 0, "local")
         stored = last.block_rv
@@ -127,13 +178,117 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
     for loop in [*tile_inner, *vector_rows]:
         sch.unroll(loop)
     sch.vectorize(vector_inner)
-    outer = [*untiled, vector_outer, *tile_outer]
+    if packed is not None:
+        pack_broadcasts(sch, block, c, tiling, packed, tile_outer[-1])
+        outer = outer[:-1]  # the vector tiles run after the pack, in the thread that packed
     work = math.prod(axis.extent for axis in [*c.spatial, *c.reduction])
     if facts.parallel(facts.contraction_seconds(work, c.dtype)):
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     if reductions:
         vectorize_innermost(sch, sch.decompose_reduction(block, reductions[0]), lanes)
     return sch
+
+
+def packable_read(c: Contraction, tiling: Tiling) -> int | None:
+    """The index (among the block's reads) of the operand read as broadcasts by a register tile of
+    several positions, when its rows share sets of the L1 cache: read without a window, each index a
+    constant or an axis times a stride, whole rows. Unpacked, each broadcast of a tile comes from its
+    own row: with rows 4 KB apart (1024 channels) all of them fall in one set, and ResNet-50's 1x1
+    convolution over them ran at 23 GFLOP/s where its 3x3 neighbour ran at 113."""
+    if not tiling.tiles:
+        return None
+    stmt = c.sch.get(c.main.block_rv)
+    output = stmt.writes[0].source
+    for index, region in enumerate(stmt.reads):
+        if region.source.same_as(output):
+            continue
+        dims = strided_dims(region, [*c.spatial, *c.reduction])
+        if dims is None or any(axis is tiling.vector for axis, _ in dims):
+            continue
+        if not any(axis in tiling.tiles for axis, _ in dims):
+            continue
+        shape = [int(d) for d in region.source.shape]
+        if any(axis is not None and axis.extent * step != extent for (axis, step), extent in zip(dims, shape)):
+            continue
+        if broadcasts_per_cache_set(dims, shape, tiling, region.source.dtype) > L1_WAYS:
+            return index
+    return None
+
+
+def strided_dims(region, axes: list[Axis]) -> list[tuple[Axis | None, int]] | None:
+    """Per dimension of the read, the axis that indexes it and its stride ((None, 0) for a constant),
+    or None where an index is anything else (a window, a sum of axes)."""
+    dims = []
+    for dim in region.region:
+        if isinstance(dim.min, tirx.IntImm):
+            dims.append((None, 0))
+            continue
+        used = [axis for axis in axes if uses(dim.min, axis.var)]
+        if len(used) != 1:
+            return None
+        coefficients = detect_linear_equation(dim.min, [used[0].var])
+        if len(coefficients) != 2 or not all(isinstance(x, tirx.IntImm) for x in coefficients):
+            return None
+        step, offset = (int(x) for x in coefficients)
+        if step < 1 or offset != 0:
+            return None
+        dims.append((used[0], step))
+    return dims
+
+
+def broadcasts_per_cache_set(dims: list, shape: list[int], tiling: Tiling, dtype) -> int:
+    """The most broadcasts of one reduction step of the register tile that fall in one set of the L1
+    cache (addresses ``L1_SET_PERIOD`` apart share a set)."""
+    itemsize = tvm.DataType(str(dtype)).bits // 8
+    strides = [math.prod(shape[i + 1 :]) * itemsize for i in range(len(shape))]
+    offsets = [0]
+    for (axis, step), stride in zip(dims, strides, strict=True):
+        if axis in tiling.tiles:
+            offsets = [o + position * step * stride for o in offsets for position in range(tiling.tiles[axis])]
+    sets = [(offset % L1_SET_PERIOD) // CACHE_LINE for offset in offsets]
+    return max(sets.count(s) for s in set(sets))
+
+
+def pack_pays(c: Contraction, tiling: Tiling) -> bool:
+    """Whether packing the broadcasts pays: a pack serves every vector tile only with the tiles of
+    positions outside those of the vector axis, which re-reads the vector operands once per tile of
+    positions where they do not fit in L2; that must not move more bytes than the usual order, which
+    re-reads the broadcast operands once per vector tile. (A pack inside each vector tile copies the
+    operand that often: slower than none, measured on ResNet-50's 1x1 convolutions, as was the
+    positions-first order without a pack wherever the rows did not share a cache set.)"""
+    broadcast = sum(_bytes(read.buffer) for read in c.reads if not read.depends_on(tiling.vector))
+    vectors = sum(_bytes(read.buffer) for read in c.reads if read.depends_on(tiling.vector))
+    position_tiles = math.prod(axis.extent // tile for axis, tile in tiling.tiles.items())
+    vector_tiles = tiling.vector.extent // tiling.vector_tile
+    return vectors * (1 if vectors <= L2_BYTES // 2 else position_tiles) <= broadcast * vector_tiles
+
+
+def _bytes(buffer) -> int:
+    return math.prod(int(d) for d in buffer.shape) * tvm.DataType(str(buffer.dtype)).bits // 8
+
+
+def pack_broadcasts(sch, block, c: Contraction, tiling: Tiling, index: int, tile_loop) -> None:
+    """Copy the tile's rows of the broadcast operand, once per tile of positions, into a buffer laid out
+    reduction first, positions last: the broadcasts of one step of the reduction are then adjacent
+    (a strided read copies the rows it skips too: s - 1 of every s)."""
+    dims = strided_dims(sch.get(block).reads[index], [*c.spatial, *c.reduction])
+    tiles = {axis: tile for axis, tile in tiling.tiles.items() if tile > 1}
+    order = [axis for axis in c.output_axes[:-1] if axis in tiles]
+    cache = sch.cache_read(block, index, "global")
+    sch.compute_at(cache, tile_loop)
+
+    def packed(*coordinates):
+        leading, inner = [], {}
+        for coordinate, (axis, step) in zip(coordinates, dims, strict=True):
+            if axis in tiles:
+                block_rows = step * tiles[axis]
+                leading.append(coordinate // block_rows)
+                inner[axis] = coordinate % block_rows
+            else:
+                leading.append(coordinate)
+        return [*leading, *(inner[axis] for axis in order)]
+
+    sch.transform_layout(cache, ("write", 0), packed)
 
 
 def split_lanes(sch, loop, extent: int, lanes: int) -> tuple[list, object]:
@@ -168,7 +323,18 @@ def folds_into(c: Contraction, producer, vector: Axis) -> bool:
         return False
     if not has_condition(stmt):
         return True
+    if condition_on_innermost(stmt):
+        return False  # a vector straddling the edge (``padded_for_tiles``' 197 of 208): a masked load per step
     return all(read.contiguous_in(vector) for read in c.reads if read.buffer.same_as(written))
+
+
+def condition_on_innermost(stmt) -> bool:
+    """Whether the block's value is chosen by a condition on the index of its innermost dimension."""
+    value = getattr(stmt.body, "value", None)
+    innermost = stmt.writes[0].region[-1].min
+    if not (isinstance(value, tvm.ir.expr.Call) and getattr(value.op, "name", None) == "prim.if_then_else"):
+        return False
+    return isinstance(innermost, tirx.Var) and uses(value.args[0], innermost)
 
 
 def has_condition(stmt) -> bool:

@@ -1,0 +1,68 @@
+"""The register tile's broadcasts packed where their rows share a set of the L1 cache: which reads are
+packed, and in which loop order, decided from the shapes alone (no timing)."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm import te, topi
+
+from tvm_diviml.schedules.analysis import CpuFacts, find_contraction
+from tvm_diviml.schedules.apply import apply_rules, rules_for
+from tvm_diviml.schedules.tiling import choose_tiling, pack_pays, packable_read
+
+TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+
+
+def pointwise_conv(size: int, channels: int, out_channels: int, stride: int = 1):
+    data = te.placeholder((1, size, size, channels), name="data")
+    weight = te.placeholder((1, 1, channels, out_channels), name="weight")
+    out = topi.nn.relu(topi.nn.conv2d_nhwc(data, weight, stride, 0, 1))
+    return te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+
+
+def decision(func):
+    contraction = find_contraction(func)
+    tiling = choose_tiling(contraction, CpuFacts.of(TARGET))
+    packed = packable_read(contraction, tiling)
+    return packed, pack_pays(contraction, tiling)
+
+
+def packed_buffers(func) -> list[str]:
+    scheduled, _ = apply_rules(func, TARGET, rules_for(TARGET))
+    return [name for name in ("data_global", "weight_global") if name in scheduled.script()]
+
+
+@pytest.mark.parametrize(
+    "size, channels, out_channels, aliased, pays",
+    [
+        (14, 1024, 256, True, True),  # rows 4 KB apart, 28 in one set; 1 MB of weights re-read 7 times
+        (28, 512, 256, True, True),  # rows 2 KB apart: 14 to a set of 8 ways; the weights fit L2
+        (14, 2048, 1024, True, False),  # 8 MB of weights re-read per tile of positions: more than the rows
+        (7, 2048, 512, False, False),  # 7 rows to a set, which holds them
+        (14, 256, 256, False, True),  # rows 1 KB apart: 7 to a set
+        (56, 64, 256, False, True),  # rows 256 bytes apart: 16 sets
+    ],
+)
+def test_broadcast_rows_in_one_cache_set_are_packed_where_that_moves_no_more_bytes(
+    size, channels, out_channels, aliased, pays
+):
+    func = pointwise_conv(size, channels, out_channels)
+    assert decision(func) == ((0 if aliased else None), pays)
+    assert packed_buffers(func) == (["data_global"] if aliased and pays else [])
+
+
+def test_a_strided_read_is_packed_with_the_rows_it_skips():
+    """ResNet-50's downsampling 1x1 convolution: every other row of 256 channels, 2 KB apart."""
+    func = pointwise_conv(56, 256, 512, stride=2)
+    assert decision(func) == (0, True)
+    scheduled, _ = apply_rules(func, TARGET, rules_for(TARGET))
+    (pack,) = [line for line in scheduled.script().splitlines() if "data_global = T.sblock_alloc_buffer" in line]
+    assert pack.split("((")[1].startswith("1, 56, 1, 256, 56)")  # 28 output columns read 56 input columns
+
+
+def test_a_windowed_input_is_not_packed():
+    data, weight = te.placeholder((1, 14, 14, 1024), name="data"), te.placeholder((3, 3, 1024, 64), name="weight")
+    out = topi.nn.conv2d_nhwc(data, weight, 1, 1, 1)
+    func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+    assert decision(func)[0] is None and packed_buffers(func) == []
