@@ -172,7 +172,8 @@ SUITES: dict[str, Suite] = {
         ),
         Suite(
             "frameworks",
-            "diviml against torch eager, ONNX Runtime and tvm.compile's default on this CPU, per inference",
+            "diviml against torch eager, torch.compile, ONNX Runtime and tvm.compile's default on this CPU, per "
+            "inference, with held-out models and diviml's fraction of the measured peak",
             "frameworks:suite_frameworks",
             (
                 QUICK,
