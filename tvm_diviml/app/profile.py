@@ -11,15 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tvm import tirx
-from tvm.sym.pattern import detect_linear_equation
-
 from ..cost.fit import fit_costs
 from ..cost.table import TableCostModel
 from ..machine import available_cores
 from ..passes.extract import Extraction
 from ..profiling.peak import measured_peak_flops_per_s
-from ..schedules.analysis import find_contraction, uses
+from ..schedules.analysis import find_contraction, linear_in, uses
 from ..units import format_seconds
 from .job import AS_GIVEN, LoadOptions
 from .run import fallback_warnings
@@ -205,8 +202,8 @@ def convolution_kind(func) -> str:
 
 def stride(index, axis) -> int:
     """How far ``index`` moves per step of ``axis``: 2 for ``y * 2 + ry``; 0 where not linear in it."""
-    coefficients = detect_linear_equation(index, [axis.var])
-    return int(coefficients[0]) if coefficients and isinstance(coefficients[0], tirx.IntImm) else 0
+    linear = linear_in(index, axis)
+    return linear[0] if linear is not None else 0
 
 
 def class_table_lines(rows: list[dict[str, Any]]) -> list[str]:

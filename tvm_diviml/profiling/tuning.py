@@ -223,16 +223,45 @@ def _search(
     progress,
     cost_model: str,
 ) -> _Outcome:
-    """``_tune`` for the ``missing`` workloads, its failures reported and the trials it took saved;
-    an interrupt is raised again once they are (what was measured stays in the database)."""
+    """One MetaSchedule run: up to ``wanted`` trials for each of ``missing`` (task name -> workload),
+    less those already searched, until ``deadline`` or an interrupt; its failures reported and the
+    trials each task has had saved, then an interrupt raised again (after a batch: what was measured
+    stays in the database).
+
+    Tasks take turns (round-robin: a gradient scheduler picks them by measured times, so two runs
+    would differ), and the search runs on one thread, seeded."""
     with _metaschedule_logs_into(os.path.join(work_dir, "logs")):
-        done, stopped, outcome = _tune(
-            missing, target, searched, wanted, work_dir, database, seed, deadline, progress, cost_model
-        )
+        import_tensor_intrinsics()
+        names = sorted(missing)
+        already = [searched.get(_searched_key(missing[name], target), 0) for name in names]
+        trials = [max(1, wanted - done) for done in already]
+        contexts = [
+            ms.TuneContext(
+                mod=missing[name],
+                target=target,
+                space_generator="post-order-apply",
+                search_strategy=ms.search_strategy.EvolutionarySearch(
+                    population_size=_POPULATION, genetic_num_iters=_GENETIC_ROUNDS
+                ),
+                task_name=name,
+                rand_state=rand_state,
+                num_threads=1,
+                logger=logging.getLogger(f"{_MS_LOGGER}.task.{name}"),
+            ).clone()
+            for name, rand_state in zip(names, ms.utils.fork_seed(seed, n=len(names)))
+        ]
+        with interrupts_deferred(
+            "stopping once the candidates being measured are timed (interrupt again to stop at once)"
+        ) as stop:
+            watch = _Progress(len(names), sum(trials), deadline, progress, stop)
+            _run_search(contexts, target, trials, work_dir, database, cost_model, seed, watch)
+        watch.close()
+    outcome = _Outcome(watch.measured, watch.failed, watch.first_failure)
     _report_failures(outcome, os.path.join(work_dir, "logs"))
+    done = {name: before + watch.trials[index] for index, (name, before) in enumerate(zip(names, already))}
     searched.update({_searched_key(missing[name], target): trials for name, trials in done.items()})
     _save_searched(work_dir, searched)
-    if stopped:
+    if stop.requested.is_set():
         log.info("tuning interrupted after %d trials; what was measured is kept in %s", sum(done.values()), work_dir)
         raise KeyboardInterrupt
     return outcome
@@ -533,54 +562,6 @@ def check_database_covers(database, funcs: dict[str, tirx.PrimFunc], targets: li
 
 
 # ---------------------------------------------------------------------- search
-def _tune(
-    pending: dict[str, tvm.IRModule],
-    target,
-    searched: dict[str, int],
-    wanted: int,
-    work_dir: str,
-    database,
-    seed: int,
-    deadline: float | None,
-    progress,
-    cost_model: str,
-) -> tuple[dict[str, int], bool, _Outcome]:
-    """One MetaSchedule run: up to ``wanted`` trials for each of ``pending`` (task name -> workload),
-    less those already searched, until ``deadline`` or an interrupt; returns the trials each task has
-    had now, whether an interrupt stopped it (after a batch: the database stays whole) and what it
-    measured.
-
-    Tasks take turns (round-robin: a gradient scheduler picks them by measured times, so two runs
-    would differ), and the search runs on one thread, seeded."""
-    import_tensor_intrinsics()
-    names = sorted(pending)
-    already = [searched.get(_searched_key(pending[name], target), 0) for name in names]
-    trials = [max(1, wanted - done) for done in already]
-    contexts = [
-        ms.TuneContext(
-            mod=pending[name],
-            target=target,
-            space_generator="post-order-apply",
-            search_strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=_POPULATION, genetic_num_iters=_GENETIC_ROUNDS
-            ),
-            task_name=name,
-            rand_state=rand_state,
-            num_threads=1,
-            logger=logging.getLogger(f"{_MS_LOGGER}.task.{name}"),
-        ).clone()
-        for name, rand_state in zip(names, ms.utils.fork_seed(seed, n=len(names)))
-    ]
-    with interrupts_deferred(
-        "stopping once the candidates being measured are timed (interrupt again to stop at once)"
-    ) as stop:
-        watch = _Progress(len(names), sum(trials), deadline, progress, stop)
-        _run_search(contexts, target, trials, work_dir, database, cost_model, seed, watch)
-    watch.close()
-    trials_now = {name: done + watch.trials[index] for index, (name, done) in enumerate(zip(names, already))}
-    return trials_now, stop.requested.is_set(), _Outcome(watch.measured, watch.failed, watch.first_failure)
-
-
 def _run_search(
     contexts, target, trials: list[int], work_dir: str, database, cost_model: str, seed: int, watch
 ) -> None:

@@ -27,6 +27,15 @@ def uses(expr, var) -> bool:
     return any(var.same_as(found) for found in undefined_vars(expr))
 
 
+def linear_in(index, axis: Axis) -> tuple[int, Any] | None:
+    """``index`` as ``step * axis + offset`` with a constant step: (step, offset), where the offset is
+    free of ``axis`` (2 and ``ry`` for ``y * 2 + ry``); None where it is not linear in ``axis``."""
+    coefficients = detect_linear_equation(index, [axis.var])
+    if len(coefficients) != 2 or not isinstance(coefficients[0], tirx.IntImm):
+        return None
+    return int(coefficients[0]), coefficients[1]
+
+
 @dataclass(frozen=True)
 class Axis:
     """One iteration axis of the contraction block: its variable, static extent and loop."""
@@ -53,8 +62,8 @@ class Read:
         *leading, last = self.indices
         if any(uses(index, axis.var) for index in leading):
             return False
-        coefficients = detect_linear_equation(last, [axis.var])
-        return len(coefficients) == 2 and isinstance(coefficients[0], tirx.IntImm) and int(coefficients[0]) == 1
+        linear = linear_in(last, axis)
+        return linear is not None and linear[0] == 1
 
     def constant_runs(self, axis: Axis) -> int:
         """The longest aligned run of consecutive values of ``axis`` (a power of two dividing its

@@ -24,7 +24,7 @@ from tvm.s_tir import ScheduleError
 from tvm_ffi import get_global_func
 
 from ..errors import raise_if_interrupted
-from .analysis import Axis, Contraction, CpuFacts, detect_linear_equation, find_contraction, uses
+from .analysis import Axis, Contraction, CpuFacts, find_contraction, linear_in, uses
 
 SPARE_REGISTERS = 2  # besides the accumulators and the loaded vectors: for broadcasts and addresses
 MAX_VECTORS = 4  # vector registers per row of the tile
@@ -128,12 +128,13 @@ def padded_for_tiles(c: Contraction, facts: CpuFacts) -> Contraction | None:
         next((factor for axis, factor in rounds.items() if axis.var.same_as(iter_var.var)), 1)
         for iter_var in stmt.iter_vars
     ]
+    sch = c.sch.copy()  # ``c`` stays whole where the padded kernel is no contraction after all
     try:
-        c.sch.pad_einsum(c.main.block_rv, padding)
+        sch.pad_einsum(c.main.block_rv, padding)
     except ScheduleError:  # not an einsum: a window, a stride or a sum of axes in some index
         raise_if_interrupted()
         return None
-    return find_contraction(c.sch.mod["main"])
+    return find_contraction(sch.mod["main"])
 
 
 def schedule_contraction(c: Contraction, facts: CpuFacts):
@@ -226,12 +227,10 @@ def strided_dims(region, axes: list[Axis]) -> list[tuple[Axis | None, int]] | No
         used = [axis for axis in axes if uses(dim.min, axis.var)]
         if len(used) != 1:
             return None
-        coefficients = detect_linear_equation(dim.min, [used[0].var])
-        if len(coefficients) != 2 or not all(isinstance(x, tirx.IntImm) for x in coefficients):
+        linear = linear_in(dim.min, used[0])
+        if linear is None or linear[0] < 1 or not (isinstance(linear[1], tirx.IntImm) and int(linear[1]) == 0):
             return None
-        step, offset = (int(x) for x in coefficients)
-        if step < 1 or offset != 0:
-            return None
+        step = linear[0]
         dims.append((used[0], step))
     return dims
 
