@@ -28,8 +28,10 @@ from tvm_diviml.passes.apply_plan import PLACEMENT_ATTR
 from tvm_diviml.plan import Plan, ReplicaGroup
 from tvm_diviml.platform import Platform
 from tvm_diviml.presets import get_platform
+from tvm_diviml.runtime.packing import PACKED, unpacked
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.runtime.vm import PlacedExecutable, SingleVMRunner
+from tvm_diviml.schedules.tiling import WEIGHT_PARAMS_ATTR
 from tvm_diviml.simulator import PlanError
 from tvm_diviml.zoo import SMALL_OPTIONS, BuiltModel, build_model, zoo_names
 from tvm_diviml.zoo.reference import run_reference
@@ -260,6 +262,41 @@ def test_constants_survive_a_build_that_legalizes(kind):
     applied, _, outputs = run_plan(case, make_plan(case.extraction, kind))
     assert applied.placement.constants_func
     assert_matches_reference(outputs, case.reference)
+
+
+def packed_weights_model():
+    """A weight and a constant that matmuls read along their output columns (both packed), then a
+    product of two activations (neither packed)."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([16, 64], "float32"))
+    w = relax.Var("w", relax.TensorType([64, 48], "float32"))
+    rng = np.random.default_rng(0)
+    constant = relax.const(rng.standard_normal((48, 32)).astype("float32"))
+    with builder.function("main", [x, w], attrs={"num_input": 1}):
+        with builder.dataflow():
+            hidden = builder.emit(relax.op.nn.relu(relax.op.matmul(x, w)))
+            features = builder.emit(relax.op.matmul(hidden, constant))
+            out = builder.emit_output(relax.op.matmul(features, relax.op.permute_dims(features)))
+        builder.emit_func_output(out)
+    weight = rng.standard_normal((64, 48)).astype("float32")
+    return BuiltModel("packed_weights", builder.get(), "main", [("x", (16, 64), "float32")], [("w", weight)])
+
+
+@pytest.mark.parametrize("kind", ["cpu1", "alternating"])
+def test_weights_and_constants_read_packed_are_uploaded_packed_and_match(kind):
+    model = packed_weights_model()
+    case = ZooCase(model, extract(model.mod, model.entry), run_reference(model))
+    marks = {}
+    for node, func_name in case.extraction.kernel_func.items():
+        attrs = case.extraction.mod[func_name].attrs
+        marks[node] = [int(i) for i in attrs[WEIGHT_PARAMS_ATTR]] if WEIGHT_PARAMS_ATTR in attrs else []
+    # the transpose and the product of two activations read no weight
+    assert marks == {"fused_matmul_relu": [1], "matmul1": [1], "transpose": [], "matmul2": []}, marks
+    applied, _, outputs = run_plan(case, make_plan(case.extraction, kind))
+    assert_matches_reference(outputs, case.reference)
+    packed = [unpacked(k, name) for k, name, _ in applied.placement.weight_params if k == PACKED]
+    assert sorted(k for k, _ in packed) == ["const", "weight"]
+    assert applied.placement.constants_func  # the constant, read packed only, is still made
 
 
 def test_a_primfunc_shared_by_a_kernel_and_the_weight_preparation_builds():

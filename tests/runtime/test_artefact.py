@@ -137,6 +137,8 @@ def bare_vm_recipe() -> str:
 def test_a_one_device_export_runs_on_a_bare_vm_as_documented(one_device_export, tmp_path):
     recipe = bare_vm_recipe()
     assert '"out/' in recipe  # the documented folder: run it beside a copy named so
+    placement = json.loads((one_device_export / (LIBRARY + ".placement.json")).read_text())
+    assert any(kind == "packed" for kind, _, _ in placement["weight_params"]), "the recipe packs no weight"
     shutil.copytree(one_device_export, tmp_path / "out")
     check = "\nnp.savez('result.npz', *outputs, x=x)\nimport sys\n"
     check += "assert not [m for m in sys.modules if m.startswith('tvm_diviml')]  # TVM alone\n"

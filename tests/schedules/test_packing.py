@@ -7,9 +7,10 @@ import pytest
 import tvm
 from tvm import te, topi
 
+from tvm_diviml.passes.apply_plan import packed_params
 from tvm_diviml.schedules.analysis import CpuFacts, find_contraction
 from tvm_diviml.schedules.apply import apply_rules, rules_for
-from tvm_diviml.schedules.tiling import choose_tiling, pack_pays, packable_read
+from tvm_diviml.schedules.tiling import WEIGHT_PARAMS_ATTR, choose_tiling, pack_pays, packable_read
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
 
@@ -66,3 +67,28 @@ def test_a_windowed_input_is_not_packed():
     out = topi.nn.conv2d_nhwc(data, weight, 1, 1, 1)
     func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
     assert decision(func)[0] is None and packed_buffers(func) == []
+
+
+def marked_matmul(weights: list[int]):
+    """A linear layer with bias, as fusion leaves it, its parameters ``weights`` marked as weights."""
+    a, w, bias = te.placeholder((49, 2048), name="a"), te.placeholder((2048, 512), name="w"), te.placeholder((512,))
+    out = topi.nn.relu(topi.add(topi.matmul(a, w), bias))
+    func = te.create_prim_func([a, w, bias, out]).with_attr("global_symbol", "main")
+    return func.with_attr(WEIGHT_PARAMS_ATTR, weights) if weights else func
+
+
+def test_a_weight_read_as_vectors_is_packed_in_blocks_of_the_tile_width():
+    func = marked_matmul([0, 1, 2])
+    tile = choose_tiling(find_contraction(func), CpuFacts.of(TARGET)).vector_tile
+    scheduled, rule = apply_rules(func, TARGET, rules_for(TARGET))
+    # the activation is read as broadcasts and the bias by the epilogue: only the weight is packed
+    assert rule == "Matmul" and packed_params(func, scheduled) == {1: tile}
+    assert [int(d) for d in scheduled.params[1].shape] == [512 // tile, 2048, tile]
+    # each step of the reduction reads one row of the tile's block: its lanes contiguous
+    assert f"w[v1 // {tile}, v2, v1 % {tile}]" in scheduled.script()
+
+
+def test_unmarked_parameters_keep_their_layout():
+    func = marked_matmul([])
+    scheduled, _ = apply_rules(func, TARGET, rules_for(TARGET))
+    assert packed_params(func, scheduled) == {}

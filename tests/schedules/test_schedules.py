@@ -19,8 +19,10 @@ from tvm.s_tir import dlight
 
 from tests.helpers import examples
 from tvm_diviml.app.load import load_model
+from tvm_diviml.passes.apply_plan import packed_params
 from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
+from tvm_diviml.runtime.packing import pack_array
 from tvm_diviml.schedules import apply
 from tvm_diviml.schedules.apply import (
     UNSCHEDULED,
@@ -34,6 +36,7 @@ from tvm_diviml.schedules.apply import (
 )
 from tvm_diviml.schedules.rules import GEMV, Conv2d
 from tvm_diviml.schedules.target import device_target
+from tvm_diviml.schedules.tiling import WEIGHT_PARAMS_ATTR
 from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
 
 HOST = device_target(get_platform("cpu1").devices[0]).export()
@@ -194,22 +197,33 @@ def run(func, t, arrays):
     return args[-1].numpy()
 
 
+WEIGHTS = ("weight", "w", "bias")  # the tensors a model would pass as weights
+
+
 @pytest.mark.parametrize("kernel", list(KERNELS))
 @settings(max_examples=examples(3), deadline=None)
-@given(data=st.data(), threads=st.sampled_from([1, 2]))
-def test_each_rule_claims_its_kernels_and_computes_what_the_unscheduled_kernel_does(kernel, data, threads):
+@given(data=st.data(), threads=st.sampled_from([1, 2]), marked=st.booleans())
+def test_each_rule_claims_its_kernels_and_computes_what_the_unscheduled_kernel_does(kernel, data, threads, marked):
+    """``marked``: the weights marked as such, so a schedule may read them packed (given packed here, as
+    the runtime uploads them)."""
     make, expected = KERNELS[kernel]
     tensors, out = make(data.draw)
     func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main")
+    weights = [i for i, x in enumerate(tensors) if x.op.name in WEIGHTS]
+    if marked:
+        func = func.with_attr(WEIGHT_PARAMS_ATTR, weights)
     t = target(threads)
     scheduled, rule = apply_rules(func, t, rules_for(t))
     assert rule != UNSCHEDULED
     if expected:
         assert rule in expected
+    packed = packed_params(func, scheduled)
+    assert set(packed) <= (set(weights) if marked else set())
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal([int(d) for d in x.shape]).astype("float32") for x in tensors]
     arrays.append(np.zeros([int(d) for d in out.shape], "float32"))
-    np.testing.assert_allclose(run(scheduled, t, arrays), run(func, t, arrays), rtol=1e-5, atol=1e-5)
+    given_arrays = [pack_array(a, packed[i]) if i in packed else a for i, a in enumerate(arrays)]
+    np.testing.assert_allclose(run(scheduled, t, given_arrays), run(func, t, arrays), rtol=1e-5, atol=1e-5)
 
 
 def test_one_thread_devices_get_no_parallel_loop_and_several_threads_do():

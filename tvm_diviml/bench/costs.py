@@ -6,13 +6,11 @@ import tempfile
 from collections.abc import Iterator
 
 import numpy as np
-import tvm
 
 from ..app.load import load_model
 from ..cost.fit import fit_costs
 from ..cost.table import TableCostModel
 from ..modelspec import format_model_spec
-from ..passes.interpret import transformed_weights
 from ..presets import get_platform
 from ..profiling.cache import ProfileCache
 from ..profiling.measured import MeasureOptions, measure, time_whole_model, tune_for_devices
@@ -32,8 +30,8 @@ def suite_costs(
     """Cost-model accuracy on this machine's CPU, per zoo model at a small size: the sum of the
     measured kernel times, alone and as calibrated inside the model (``priced_in_context``: the
     placed single-device build timed whole, a separate run, less the runner's Python work around the
-    call, ``runner_overhead_s``), against the measured whole-model run (the lowered module by TVM's
-    default pipeline and ``time_evaluator``, same schedules), the roofline's
+    call, ``runner_overhead_s``), against the measured whole-model run (the placed single-device build's
+    VM call by ``time_evaluator``), the roofline's
     per-kernel error after fitting it to those measurements, and untuned against tuned times."""
     platform = get_platform(PLATFORM)
     device = platform.devices[0]
@@ -51,8 +49,7 @@ def suite_costs(
                 costs = TableCostModel.from_provenance(graph, platform, provenance)
                 in_context_s = sum(costs.compute_s(k, device.name) for k in graph.kernels)
             runner_s = runner_overhead_s(built, extraction, platform, device)
-            weights = transformed_weights(extraction, [w for _, w in built.params], tvm.cpu(0))
-            whole = time_whole_model(extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options)
+            whole = time_whole_model(built, extraction, platform, device, options)
             row = {
                 "suite": "costs",
                 "model": format_model_spec(name, SMALL_OPTIONS[name]),
@@ -68,9 +65,7 @@ def suite_costs(
                 funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
                 budget = TuningBudget(tune_trials)
                 tuned = tune_for_devices(funcs, [device], budget, f"{scratch}/{name}-ms", progress=False)[device.name]
-                tuned_whole = time_whole_model(
-                    extraction.mod, extraction.entry, built.sample_inputs(), weights, device, options, tuned.database
-                )
+                tuned_whole = time_whole_model(built, extraction, platform, device, options, tuned.database)
                 row.update(
                     tune_trials=tune_trials,
                     tuned_whole_model_s=tuned_whole.median_s,

@@ -27,6 +27,7 @@ from tvm import relax
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.plan import Plan
 from tvm_diviml.platform import Platform
+from tvm_diviml.runtime.packing import packed_shape, unpacked
 from tvm_diviml.runtime.placement import Placement
 from tvm_diviml.schedules.database import schedule_for_target
 from tvm_diviml.schedules.target import device_target
@@ -34,7 +35,7 @@ from tvm_diviml.segments import split_segments
 from tvm_diviml.servers import server_platform
 from tvm_diviml.simulator import PlanError, run_order
 
-from .emit import FunctionEmitter, Param
+from .emit import FunctionEmitter, Param, TargetFunc
 from .extract import Extraction, Ref, extract, lower
 from .segments import emit_segments, tensor_key
 
@@ -138,7 +139,8 @@ def apply_plan(
         placed.update(_host_functions(extraction.mod, [extraction.transform_params], placed, suffix="_weights"))
     if server is None:
         placed.update(_unplaced_functions(mod, extraction.entry, placed))
-    constant_ids = sorted({name for kind, name, _ in weight_params if kind == "const"})
+    sources = [unpacked(kind, name) for kind, name, _ in weight_params]
+    constant_ids = sorted({name for kind, name in sources if kind == "const"})
     constants_func = f"{extraction.entry}_constants" if constant_ids else None
     if constants_func:
         placed[tvm.ir.GlobalVar(constants_func)] = _constants_function(extraction, constant_ids)
@@ -296,10 +298,10 @@ def _target_key(target: tvm.target.Target) -> str:
 
 def _add_targeted_primfuncs(
     builder: relax.BlockBuilder, extraction: Extraction, assignment: dict[str, str], platform: Platform, database
-) -> dict[tuple[str, str], Any]:
+) -> dict[tuple[str, str], TargetFunc]:
     """Add each kernel's PrimFunc to ``builder`` with its device's target attached and scheduled for it;
     a PrimFunc used on several targets gets one copy per target (suffixed with the target's kind and
-    index). Returns (PrimFunc name, device) -> GlobalVar."""
+    index). Returns (PrimFunc name, device) -> the compiled PrimFunc."""
     targets: dict[str, tvm.target.Target] = {}
     key_of_device: dict[str, str] = {}
     for name in dict.fromkeys(assignment.values()):
@@ -324,18 +326,34 @@ def _add_targeted_primfuncs(
                 extraction.mod[func_name].with_attr("target", targets[key]).with_attr("global_symbol", new_name)
             )
             names[(func_name, key)] = new_name
-    gvars: dict[str, Any] = {}
+    compiled: dict[str, TargetFunc] = {}
     for key, funcs in by_target.items():
         if funcs:
             scheduled = schedule_for_target(tvm.IRModule(funcs), targets[key], database)
             for gvar, func in scheduled.functions_items():
-                gvars[gvar.name_hint] = builder.add_func(func, gvar.name_hint)
+                compiled[gvar.name_hint] = TargetFunc(
+                    builder.add_func(func, gvar.name_hint), packed_params(funcs[gvar.name_hint], func)
+                )
     return {
-        (func_name, device): gvars[names[(func_name, key)]]
+        (func_name, device): compiled[names[(func_name, key)]]
         for func_name in uses
         for device, key in key_of_device.items()
         if (func_name, key) in names
     }
+
+
+def packed_params(func, scheduled) -> dict[int, int]:
+    """The parameter positions whose tensor ``scheduled`` reads packed (``runtime/packing.py``), with the
+    lanes of the packing; any other change of a parameter's shape by a schedule is refused."""
+    packed = {}
+    for position, (before, after) in enumerate(zip(func.params, scheduled.params, strict=True)):
+        shape, now = [int(d) for d in before.shape], [int(d) for d in after.shape]
+        if now == shape:
+            continue
+        if len(now) != len(shape) + 1 or now != packed_shape(shape, now[-1]):
+            raise ValueError(f"a schedule changed parameter {position}'s shape from {shape} to {now}")
+        packed[position] = now[-1]
+    return packed
 
 
 def _slug(target: tvm.target.Target) -> str:

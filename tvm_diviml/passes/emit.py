@@ -5,17 +5,29 @@ same-device segment) are written this way: from the Extraction, which records ex
 kernel reads, rather than by mutating the original bindings. A tensor made on one device and read on
 another gets one ``to_vdevice`` per destination device; views (reshapes) are re-made where they are
 read; weights and constants are parameters of the new function, one per device that reads them, so
-the runtime uploads them once instead of copying them on every call.
+the runtime uploads them once instead of copying them on every call. A kernel whose schedule reads a
+weight packed for its vector loads takes the packed copy, a parameter of its own (``runtime/packing.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from tvm import relax
 
+from ..runtime.packing import PACKED, packed_name, packed_shape, packed_source
 from .extract import Extraction, Ref
+
+
+@dataclass(frozen=True)
+class TargetFunc:
+    """A kernel's PrimFunc compiled for one device: its GlobalVar in the module being built, and the
+    parameter positions whose weight its schedule reads packed, with the lanes of the packing."""
+
+    gvar: Any
+    packed: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,12 @@ class Param:
     @property
     def name(self) -> str:
         base = f"{self.ref.name}" if self.ref.index is None else f"{self.ref.name}_{self.ref.index}"
-        return f"{self.ref.kind}_{base}_on_{self.device}".replace(".", "_").replace("#", "_")
+        return re.sub(r"\W", "_", f"{self.ref.kind}_{base}_on_{self.device}")
+
+
+def packed_ref(ref: Ref, lanes: int) -> Ref:
+    """Weight or constant ``ref`` packed in blocks of ``lanes`` (``runtime/packing.py``)."""
+    return Ref(PACKED, packed_name(ref.kind, ref.name, lanes))
 
 
 def base_ref(extraction: Extraction, ref: Ref) -> Ref:
@@ -83,6 +100,10 @@ class FunctionEmitter:
         if ref.kind == "const":
             value = self.extraction.constants[ref.name].value
             return relax.TensorType(list(value.shape), str(value.dtype))
+        if ref.kind == PACKED:
+            kind, name, lanes = packed_source(ref.name)
+            source = self._type(Ref(kind, name))
+            return relax.TensorType(packed_shape([int(d) for d in source.shape.values], lanes), source.dtype)
         return self.param_types[ref]
 
     def emit(
@@ -92,12 +113,12 @@ class FunctionEmitter:
         kernels: list[str],
         reads: list[Param],
         returns: list[Param],
-        target_funcs: dict[tuple[str, str], Any],
+        target_funcs: dict[tuple[str, str], TargetFunc],
     ) -> list[Param]:
         """Add the function to ``builder``; returns the weight/constant parameters it takes after ``reads``.
 
-        ``target_funcs`` maps (PrimFunc name, device) to the GlobalVar (added to ``builder``) of that
-        PrimFunc compiled for the device's target."""
+        ``target_funcs`` maps (PrimFunc name, device) to that PrimFunc compiled for the device's target
+        (added to ``builder``)."""
         read_vars = [relax.Var(p.name, self.tensor_type(p.ref, p.device)) for p in reads]
         weight_vars: dict[Param, relax.Var] = {}
         values: dict[tuple[Ref, str], Any] = {(p.ref, p.device): v for p, v in zip(reads, read_vars, strict=True)}
@@ -108,7 +129,7 @@ class FunctionEmitter:
             key = (ref, device)
             if key in values:
                 return values[key]
-            if ref.kind in ("weight", "const"):
+            if ref.kind in ("weight", "const", PACKED):
                 param = Param(ref, device)
                 var = relax.Var(param.name, self.tensor_type(ref, device))
                 weight_vars[param] = var
@@ -128,13 +149,17 @@ class FunctionEmitter:
             with builder.dataflow():
                 for kernel in kernels:
                     device = self.device_of[kernel]
-                    args = [value(ref, device) for ref in self.extraction.kernel_args[kernel]]
+                    compiled = target_funcs[(self.extraction.kernel_func[kernel], device)]
+                    refs = [
+                        packed_ref(ref, compiled.packed[i]) if i in compiled.packed else ref
+                        for i, ref in enumerate(self.extraction.kernel_args[kernel])
+                    ]
+                    args = [value(ref, device) for ref in refs]
                     outputs = self.extraction.graph.kernels[kernel].attrs["outputs"]
                     out_types = [
                         relax.TensorType(list(o["shape"]), o["dtype"], vdevice=self.vdevices[device]) for o in outputs
                     ]
-                    gvar = target_funcs[(self.extraction.kernel_func[kernel], device)]
-                    call = relax.call_tir(gvar, args, out_types if len(out_types) > 1 else out_types[0])
+                    call = relax.call_tir(compiled.gvar, args, out_types if len(out_types) > 1 else out_types[0])
                     made[kernel] = builder.emit(call, name_hint=kernel.replace(".", "_"))
                 results = [value(p.ref, p.device) for p in returns]
                 out = builder.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))

@@ -29,6 +29,7 @@ from tvm.relax import backend
 from tvm_diviml.errors import DivimlInputError, first_line, raise_if_interrupted
 from tvm_diviml.graph import Edge, GraphInput, Kernel, OpGraph
 
+from ..schedules.tiling import WEIGHT_PARAMS_ATTR
 from .layout import layout_passes
 from .legalize import legalize_ops
 
@@ -296,6 +297,7 @@ class _Walker:
             for binding_index, binding in enumerate(block.bindings):
                 self._bind(binding, (block_index, binding_index))
         outputs = self._flatten(self._source_of(body.body))
+        self._mark_weight_params()
         for param in inputs:
             graph_inputs.append(
                 GraphInput(param.name, tensor_bytes(param.ty), tuple(dict.fromkeys(self.input_consumers[param.name])))
@@ -322,6 +324,23 @@ class _Walker:
             self.constants,
             self.views,
         )
+
+    def _mark_weight_params(self) -> None:
+        """Give each PrimFunc the positions of the parameters that every call of it fills with a weight or
+        a constant (``WEIGHT_PARAMS_ATTR``): a CPU schedule may lay those out for its vector loads,
+        since the runtime packs them once at upload (``runtime/packing.py``). A view of a weight is
+        made per inference: not one of them."""
+        positions: dict[str, set[int]] = {}
+        for node, func_name in self.kernel_func.items():
+            fixed = {i for i, ref in enumerate(self.kernel_args[node]) if ref.kind in ("weight", "const")}
+            positions[func_name] = positions.get(func_name, fixed) & fixed
+        for func_name, fixed in positions.items():
+            if fixed:
+                gvar = self.mod.get_global_var(func_name)
+                self.mod[gvar] = self.mod[gvar].with_attr(WEIGHT_PARAMS_ATTR, sorted(fixed))
+                self.hashes[func_name] = primfunc_hash(self.mod[gvar])
+        for kernel in self.kernels:
+            kernel.attrs["primfunc_hash"] = self.hashes[kernel.attrs["primfunc"]]
 
     # -------------------------------------------------------------- bindings
     def _bind(self, binding, position: tuple[int, int]) -> None:

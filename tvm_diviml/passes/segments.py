@@ -8,14 +8,12 @@ returns what later segments read and the model outputs it makes. Tensors are nam
 
 from __future__ import annotations
 
-from typing import Any
-
 from tvm import relax
 
 from tvm_diviml.errors import DivimlInputError
 from tvm_diviml.segments import Segment
 
-from .emit import FunctionEmitter, Param, base_ref
+from .emit import FunctionEmitter, Param, TargetFunc, base_ref
 from .extract import Extraction, Ref
 
 
@@ -29,7 +27,7 @@ def emit_segments(
     emitter: FunctionEmitter,
     extraction: Extraction,
     segments: list[Segment],
-    target_funcs: dict[tuple[str, str], Any],
+    target_funcs: dict[tuple[str, str], TargetFunc],
     devices: set[str] | None = None,
 ) -> list[dict]:
     """Add one function per segment to ``builder``; returns each segment's calling convention

@@ -26,17 +26,18 @@ from typing import Any
 import numpy as np
 import tvm
 from tqdm import tqdm
-from tvm import relax
 
 from ..cost.base import ExecutorOverheads
 from ..cost.provenance import DeviceTimings, MeasureOptions, Provenance
 from ..errors import DivimlInputError, first_line, raise_if_interrupted
 from ..graph import OpGraph
-from ..passes.build import compile_failure
+from ..passes.apply_plan import apply_plan
+from ..passes.build import build, compile_failure
 from ..passes.extract import Extraction
+from ..plan import Plan
 from ..platform import Device, Link, Platform
 from ..runtime.measure import time_link
-from ..runtime.vm import set_threads
+from ..runtime.vm import SingleVMRunner, set_threads
 from ..schedules.apply import rules_digest, schedule_names
 from ..schedules.database import database_digest, schedule_for_target, tuning_target
 from ..schedules.target import device_target
@@ -348,21 +349,19 @@ def _executor_overheads(platform: Platform, present: list[Device], cache: Profil
 
 
 def time_whole_model(
-    mod, entry: str, inputs: list, weights: list, device: Device, options: MeasureOptions, database=None
+    model, extraction: Extraction, platform: Platform, device: Device, options: MeasureOptions, database=None
 ) -> Measurement:
-    """The lowered module run whole by the Relax VM on ``device``, with the same schedules as the
-    per-kernel builds: the figure the sum of kernel times must match."""
-    target = tvm_target(device)
-    scheduled = schedule_for_target(mod, target, database)
-    executable = tvm.compile(scheduled, target=target, relax_pipeline=relax.get_default_pipeline(target))
-    dev = tvm.device(device.kind, device.index)
+    """The model built for ``device`` alone, as ``diviml run`` builds it (the per-kernel builds'
+    schedules, weights packed where they read them so), its VM call timed by TVM's ``time_evaluator``:
+    the figure the sum of kernel times must match."""
+    plan = Plan({k: device.name for k in extraction.graph.kernels})
+    built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
+    runner = SingleVMRunner(built, [w for _, w in model.params], num_threads=device.num_threads)
     set_cpu_threads(device)
-    vm = relax.VirtualMachine(executable, dev)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [
-        w.copyto(dev) if hasattr(w, "copyto") else tvm.runtime.tensor(w, dev) for w in weights
-    ]
-    timing = vm.time_evaluator(entry, dev, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms)(*args)
-    samples = np.asarray(timing.results, dtype=float)
+    timer = runner.vm.time_evaluator(
+        built.placement.entry, runner.host, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms
+    )
+    samples = np.asarray(timer(*runner.arguments(model.sample_inputs())).results, dtype=float)
     return Measurement(
         float(np.median(samples)), float(samples.std()), len(samples), "tuned" if database is not None else "measured"
     )

@@ -396,18 +396,25 @@ def _commit_record(database, mod: tvm.IRModule, trace, seconds: float, target) -
 
 def _time_side_by_side(mod: tvm.IRModule, schedules: list, target, rounds: int = 1) -> list[float]:
     """Seconds of each of ``schedules`` (of workload ``mod``), timed as the runner times candidates
-    (``median_run_seconds``, the runner's arguments, the target's threads) on the same arguments,
-    taking turns ``rounds`` times: the median of each one's timings."""
+    (``median_run_seconds``, the runner's arguments, the target's threads) on the same arguments
+    (one set per parameter layout: a default schedule may read its weights packed), taking turns
+    ``rounds`` times: the median of each one's timings."""
     modules = [tvm.tirx.build(schedule.mod, target=target) for schedule in schedules]
     device = tvm.cpu(0) if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
     if target.kind.name == "llvm":
         set_threads(threads_of(target))
-    args_info = [info.as_json() for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
-    arguments = alloc_arguments(device, args_info, 1)
+    by_layout: dict[str, list] = {}
+    arguments = []
+    for schedule in schedules:
+        args_info = [info.as_json() for info in ms.arg_info.ArgInfo.from_prim_func(schedule.mod["main"])]
+        key = json.dumps(args_info, default=str)
+        if key not in by_layout:
+            by_layout[key] = alloc_arguments(device, args_info, 1)
+        arguments.append(by_layout[key])
     samples: list[list[float]] = [[] for _ in modules]
     for _ in range(rounds):
-        for module, taken in zip(modules, samples, strict=True):
-            taken.extend(median_run_seconds(module, device, _evaluator(target), arguments))
+        for module, given, taken in zip(modules, arguments, samples, strict=True):
+            taken.extend(median_run_seconds(module, device, _evaluator(target), given))
     return [statistics.median(taken) for taken in samples]
 
 

@@ -35,7 +35,7 @@ class Placement:
     tvm_devices: list[str]  # "kind:index" of each
     num_threads: list[int | None]  # CPU threads per device (None: TVM's default)
     inputs: list[str]  # model inputs; they arrive on the host
-    weight_params: list[list[str]]  # [kind ("weight"|"const"), id, device] per parameter after the inputs
+    weight_params: list[list[str]]  # [kind ("weight"|"const"|"packed"), id, device] per parameter after the inputs
     num_params: int  # the weights a user gives (before the weight preparation)
     weight_ids: list[str]  # the entry's weights in order: what the weight preparation returns
     transform_params: str | None  # that preparation (run once, on the host), if any

@@ -14,6 +14,7 @@ import numpy as np
 from .. import __version__
 from ..errors import DivimlInputError, raise_if_interrupted
 from ..writes import write_text, written_whole
+from .packing import PACKED, pack_array, packed_source
 from .placement import Placement, file_sha256, placement_path
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,8 @@ class PlacedExecutable:
         unpack: Callable[[Any], list] = flatten,
     ) -> dict[tuple[str, str, str], Any]:
         """Every weight parameter on its device, once: (kind, id, device) -> tensor. The lifted weight
-        preparation and the constants function run on the host first. ``devices``: as for ``new_vm``;
+        preparation and the constants function run on the host first, then the packing of the weights
+        that kernels read packed (``packing.py``). ``devices``: as for ``new_vm``;
         ``pack``/``unpack``: how a list becomes a tuple argument and a tuple result a list (an RPC
         session passes no lists)."""
         import tvm
@@ -259,6 +261,11 @@ class PlacedExecutable:
         if placement.constants_func:
             constants = unpack(vm[placement.constants_func]())
             on_host.update({("const", cid): t for cid, t in zip(placement.constant_ids, constants, strict=True)})
+        for kind, wid, _ in placement.weight_params:
+            if kind == PACKED and (kind, wid) not in on_host:
+                source_kind, source, lanes = packed_source(wid)
+                packed = pack_array(on_host[(source_kind, source)].numpy(), lanes)
+                on_host[(kind, wid)] = tvm.runtime.tensor(packed, host)
         device_of = dict(zip(placement.devices, devices, strict=True))
         return {
             (kind, wid, device): on_host[(kind, wid)].copyto(device_of[device])
@@ -281,11 +288,12 @@ class SingleVMRunner:
         self.entry = self.vm[built.placement.entry]
 
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        args = self._args(inputs)
+        args = self.arguments(inputs)
         set_threads(self.num_threads)
         return [to_numpy(t) for t in flatten(self.entry(*args))]
 
-    def _args(self, inputs: list[np.ndarray]) -> list:
+    def arguments(self, inputs: list[np.ndarray]) -> list:
+        """The entry's arguments: ``inputs`` on the host, then the uploaded weights."""
         placement = self.built.placement
         if len(inputs) != len(placement.inputs):
             raise DivimlInputError(
@@ -298,7 +306,7 @@ class SingleVMRunner:
     def bare_call(self, inputs: list[np.ndarray]) -> Callable[[], Any]:
         """The VM call alone, inputs uploaded once and outputs left on the device: what TVM's own
         ``time_evaluator`` times, so a timing of it less one of the runner is the runner's Python work."""
-        args = self._args(inputs)
+        args = self.arguments(inputs)
 
         def call():
             set_threads(self.num_threads)
