@@ -34,7 +34,8 @@ from .routed import RoutedBuild, SplitBuild
 from .vm import PlacedExecutable, SingleVMRunner
 
 FORMAT = "tvm-diviml artefact"
-FORMAT_VERSION = 1
+# 2: weights of kind "packed" in the placement (packing.py), which a reader of format 1 cannot make
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.npz"
 # the library, beside its placement (model.so.placement.json); a replicated or split build keeps one
