@@ -13,8 +13,8 @@ from ..cost.table import TableCostModel
 from ..modelspec import format_model_spec
 from ..presets import get_platform
 from ..profiling.cache import ProfileCache
-from ..profiling.measured import MeasureOptions, measure, time_whole_model, tune_for_devices
-from ..profiling.timing import priced_in_context, runner_overhead_s
+from ..profiling.measured import MeasureOptions, measure, tune_for_devices
+from ..profiling.timing import bare_vm_call, priced_in_context, runner_overhead_s
 from ..profiling.tuning import TuningBudget
 from ..zoo import SMALL_OPTIONS
 from .suite import Row
@@ -49,7 +49,7 @@ def suite_costs(
                 costs = TableCostModel.from_provenance(graph, platform, provenance)
                 in_context_s = sum(costs.compute_s(k, device.name) for k in graph.kernels)
             runner_s = runner_overhead_s(built, extraction, platform, device)
-            whole = time_whole_model(built, extraction, platform, device, options)
+            whole = bare_vm_call(built, extraction, platform, device, options)
             row = {
                 "suite": "costs",
                 "model": format_model_spec(name, SMALL_OPTIONS[name]),
@@ -65,7 +65,7 @@ def suite_costs(
                 funcs = {f: extraction.mod[f] for f in sorted(set(extraction.kernel_func.values()))}
                 budget = TuningBudget(tune_trials)
                 tuned = tune_for_devices(funcs, [device], budget, f"{scratch}/{name}-ms", progress=False)[device.name]
-                tuned_whole = time_whole_model(built, extraction, platform, device, options, tuned.database)
+                tuned_whole = bare_vm_call(built, extraction, platform, device, options, tuned.database)
                 row.update(
                     tune_trials=tune_trials,
                     tuned_whole_model_s=tuned_whole.median_s,

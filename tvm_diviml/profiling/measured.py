@@ -31,13 +31,11 @@ from ..cost.base import ExecutorOverheads
 from ..cost.provenance import DeviceTimings, MeasureOptions, Provenance
 from ..errors import DivimlInputError, first_line, raise_if_interrupted
 from ..graph import OpGraph
-from ..passes.apply_plan import apply_plan
-from ..passes.build import build, compile_failure
+from ..passes.build import compile_failure
 from ..passes.extract import Extraction
-from ..plan import Plan
 from ..platform import Device, Link, Platform
 from ..runtime.measure import time_link
-from ..runtime.vm import SingleVMRunner, set_threads
+from ..runtime.vm import set_threads
 from ..schedules.apply import rules_digest, schedule_names
 from ..schedules.database import database_digest, schedule_for_target, tuning_target
 from ..schedules.target import device_target
@@ -346,22 +344,3 @@ def _executor_overheads(platform: Platform, present: list[Device], cache: Profil
         log.info("timing how much two CPU workers slow each other here")
         return dataclasses.replace(overheads, corun_factor=corun_factor())
     return dataclasses.replace(overheads, corun_factor=1.0)
-
-
-def time_whole_model(
-    model, extraction: Extraction, platform: Platform, device: Device, options: MeasureOptions, database=None
-) -> Measurement:
-    """The model built for ``device`` alone, as ``diviml run`` builds it (the per-kernel builds'
-    schedules, weights packed where they read them so), its VM call timed by TVM's ``time_evaluator``:
-    the figure the sum of kernel times must match."""
-    plan = Plan({k: device.name for k in extraction.graph.kernels})
-    built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
-    runner = SingleVMRunner(built, [w for _, w in model.params], num_threads=device.num_threads)
-    set_cpu_threads(device)
-    timer = runner.vm.time_evaluator(
-        built.placement.entry, runner.host, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms
-    )
-    samples = np.asarray(timer(*runner.arguments(model.sample_inputs())).results, dtype=float)
-    return Measurement(
-        float(np.median(samples)), float(samples.std()), len(samples), "tuned" if database is not None else "measured"
-    )

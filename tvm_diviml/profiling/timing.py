@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tvm_diviml.cost.base import ExecutorOverheads
-from tvm_diviml.cost.provenance import DeviceTimings, InContext, Provenance
+from tvm_diviml.cost.provenance import DeviceTimings, InContext, MeasureOptions, Provenance
 from tvm_diviml.cost.roofline import RooflineCostModel
 from tvm_diviml.cost.table import TableCostModel
 from tvm_diviml.errors import DivimlInputError
@@ -456,15 +456,42 @@ def _alone_stream_together(
     return out
 
 
+def single_device_runner(
+    model: BuiltModel, extraction: Extraction, platform: Platform, device: Device, database=None
+) -> SingleVMRunner:
+    """The model built for ``device`` alone, as ``diviml run`` builds it, in a runner on its threads."""
+    plan = Plan({k: device.name for k in extraction.graph.kernels})
+    built = build(apply_plan(model.mod, plan, platform, extraction=extraction, database=database))
+    return SingleVMRunner(built, [w for _, w in model.params], num_threads=device.num_threads)
+
+
+def bare_vm_call(
+    model: BuiltModel,
+    extraction: Extraction,
+    platform: Platform,
+    device: Device,
+    options: MeasureOptions,
+    database=None,
+) -> Measurement:
+    """The single-device build's VM call alone (``single_device_runner``, weights packed as the build
+    reads them), timed by TVM's ``time_evaluator``: the figure the sum of kernel times must match."""
+    runner = single_device_runner(model, extraction, platform, device, database)
+    set_threads(runner.num_threads)
+    timer = runner.vm.time_evaluator(
+        runner.built.placement.entry, runner.host, number=1, repeat=options.repeats, min_repeat_ms=options.min_repeat_ms
+    )
+    samples = np.asarray(timer(*runner.arguments(model.sample_inputs())).results, dtype=float)
+    return Measurement(
+        float(np.median(samples)), float(samples.std()), len(samples), "tuned" if database is not None else "measured"
+    )
+
+
 def runner_overhead_s(
     model: BuiltModel, extraction: Extraction, platform: Platform, device, *, repeats: int = 20
 ) -> float:
     """What ``SingleVMRunner`` adds to one inference of the single-device build on ``device`` (inputs
     uploaded, outputs to numpy): its median call less the bare VM call's, timed alternately."""
-    built = build(
-        apply_plan(model.mod, Plan({k: device.name for k in extraction.graph.kernels}), platform, extraction=extraction)
-    )
-    runner = SingleVMRunner(built, [w for _, w in model.params], num_threads=device.num_threads)
+    runner = single_device_runner(model, extraction, platform, device)
     inputs = model.sample_inputs()
     bare = runner.bare_call(inputs)
     with_runner, alone = [], []
