@@ -65,7 +65,8 @@ def conv(draw, layout: str, kind: str):
     # a 1x1 depthwise convolution reduces nothing: an elementwise product, not this class
     k = draw(st.sampled_from([3, 5] if kind == "depthwise" else [1, 3, 5]))
     stride = draw(st.sampled_from([1, 2]))
-    pad = k // 2
+    # symmetric, or all after (the input's axis itself read up to the padded extent) or all before
+    pad = draw(st.sampled_from([k // 2, (0, 0, k - 1, k - 1), (k - 1, k - 1, 0, 0)]))
     if layout == "NHWC":
         data = te.placeholder((n, size, size, channels), name="data")
         weight = te.placeholder((k, k, channels // groups, out_channels), name="weight")
@@ -125,8 +126,8 @@ def pool(draw, kind: str):
     data = te.placeholder((n, size, size, channels), name="data")
     if kind == "global":
         return [data], topi.nn.adaptive_pool(data, (1, 1), "avg", layout="NHWC")
-    k = draw(st.sampled_from([2, 3]))
-    return [data], topi.nn.pool2d(data, (k, k), (2, 2), (1, 1), (0, 0, 0, 0), kind, layout="NHWC")
+    k, pad = draw(st.sampled_from([2, 3])), draw(st.integers(0, 1))  # ResNet's max pool: 3x3, padded by 1
+    return [data], topi.nn.pool2d(data, (k, k), (2, 2), (1, 1), (pad,) * 4, kind, layout="NHWC")
 
 
 def rows(draw, kind: str):

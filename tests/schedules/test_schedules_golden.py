@@ -45,6 +45,13 @@ def pointwise_conv_1024_channels():
     return [data, weight], topi.nn.relu(topi.nn.conv2d_nhwc(data, weight, 1, 0, 1))
 
 
+def depthwise_conv_padded():
+    """A 3x3 depthwise convolution with padding (MobileNet-V2's 56x56x144): its 9 taps are a short
+    reduction, so the register tile stays on the stack (14 positions, 896 bytes of accumulators)."""
+    data, weight = te.placeholder((1, 56, 56, 144), name="data"), te.placeholder((3, 3, 1, 144), name="weight")
+    return [data, weight], topi.clip(topi.nn.group_conv2d_nhwc(data, weight, 1, 1, 1, 144), 0.0, 6.0)
+
+
 def softmax():
     data = te.placeholder((4, 128), name="data")
     return [data], topi.nn.softmax(data)
@@ -97,6 +104,15 @@ GOLDEN = {
             "compute": "p7 16 2 14 v16",
         },
     ),
+    "depthwise conv2d, padded": (
+        depthwise_conv_padded,
+        "Conv2d",
+        {
+            "group_conv2d_nhwc_init": "p2016 u1 u14 v16",
+            "group_conv2d_nhwc_update": "p2016 3 3 u1 u14 v16",
+            "compute": "p2016 1 14 v16",
+        },
+    ),
     "softmax": (
         softmax,
         "RowReduction",
@@ -138,3 +154,25 @@ def test_a_representative_kernel_keeps_its_rule_and_loop_nests(kernel):
     scheduled, rule = apply_rules(func, TARGET, rules_for(TARGET))
     assert rule == expected_rule
     assert list(loop_nests(scheduled).items()) == list(expected_nests.items())
+
+
+def test_padding_folded_into_a_depthwise_convolution_is_a_select_not_a_branch():
+    """Each tap reads the input under the padding's condition: as ``if_then_else`` LLVM branched
+    around every read and stored each accumulator after each multiply-add."""
+    tensors, out = depthwise_conv_padded()
+    func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main")
+    script = apply_rules(func, TARGET, rules_for(TARGET))[0].script()
+    assert "if_then_else" not in script
+    assert "T.Select(1 <= v0 + v3" in script
+    assert "T.min(v2," not in script  # the channel, one of the pad's own axes, is read unclamped
+
+
+def test_padding_only_after_the_end_is_read_within_the_input():
+    """Padded only after its end, a dimension's read index is the pad's own axis, which runs past
+    the input; the select reads both sides, so that index is clamped too (an unclamped read there
+    reads past the buffer, which equality tests cannot see)."""
+    data, weight = te.placeholder((1, 14, 14, 32), name="data"), te.placeholder((3, 3, 1, 32), name="weight")
+    out = topi.nn.group_conv2d_nhwc(data, weight, 1, (0, 0, 2, 2), 1, 32)
+    func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+    script = apply_rules(func, TARGET, rules_for(TARGET))[0].script()
+    assert "data[0, T.max(T.min(v0 + v3, 13), 0), T.max(T.min(v1 + v4, 13), 0), v2]" in script
