@@ -76,8 +76,9 @@ def positions_budget(registers: int, vectors: int) -> int:
 
 
 def stack_positions(vector_tile: int, dtype: str) -> int:
-    """How many positions of ``vector_tile`` accumulators keep the tile's buffer on the stack."""
-    return (STACK_BYTES - 1) // (vector_tile * tvm.DataType(dtype).bits // 8)
+    """How many positions of ``vector_tile`` accumulators keep the tile's buffer on the stack (one
+    at least: a tile of 4 vectors of 64-bit lanes is 512 bytes a position)."""
+    return max(1, (STACK_BYTES - 1) // (vector_tile * _itemsize(dtype)))
 
 
 def choose_tiling(c: Contraction, facts: CpuFacts) -> Tiling | None:
@@ -107,8 +108,6 @@ def choose_tiling(c: Contraction, facts: CpuFacts) -> Tiling | None:
         budget = positions_budget(facts.registers, vectors)
         if on_stack:
             budget = min(budget, stack_positions(vector_tile, c.dtype))
-        if budget < 1:
-            continue
         tiles = {}
         for axis in reusing:
             tiles[axis] = largest_divisor(axis.extent, budget)
@@ -281,7 +280,7 @@ def strided_dims(region, axes: list[Axis]) -> list[tuple[Axis | None, int]] | No
 def broadcasts_per_cache_set(dims: list, shape: list[int], tiling: Tiling, dtype) -> int:
     """The most broadcasts of one reduction step of the register tile that fall in one set of the L1
     cache (addresses ``L1_SET_PERIOD`` apart share a set)."""
-    itemsize = tvm.DataType(str(dtype)).bits // 8
+    itemsize = _itemsize(dtype)
     strides = [math.prod(shape[i + 1 :]) * itemsize for i in range(len(shape))]
     offsets = [0]
     for (axis, step), stride in zip(dims, strides, strict=True):
@@ -306,7 +305,11 @@ def pack_pays(c: Contraction, tiling: Tiling) -> bool:
 
 
 def _bytes(buffer) -> int:
-    return math.prod(int(d) for d in buffer.shape) * tvm.DataType(str(buffer.dtype)).bits // 8
+    return math.prod(int(d) for d in buffer.shape) * _itemsize(buffer.dtype)
+
+
+def _itemsize(dtype) -> int:
+    return tvm.DataType(str(dtype)).bits // 8
 
 
 def pack_broadcasts(sch, block, c: Contraction, tiling: Tiling, index: int, tile_loop) -> None:
