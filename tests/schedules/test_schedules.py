@@ -111,6 +111,24 @@ def matmul_on_aliased_rows(draw):
     return [data, weight, bias], out
 
 
+def matmul_over_weights_larger_than_l2(draw):
+    """A (batched) matmul over 128 rows or a 1x1 convolution over 14x14 positions, whose weights (1-4 MB)
+    do not fit in half of L2 and whose rows share cache sets: the rule blocks the reduction rather than
+    re-read the weights once per tile of rows (its loop nests pinned in test_schedules_golden.py)."""
+    k, n = draw(st.sampled_from([1024, 2048])), draw(st.sampled_from([256, 512]))
+    kind = draw(st.sampled_from(["matmul", "batch matmul", "conv"]))
+    if kind == "conv":
+        data, weight = te.placeholder((1, 14, 14, k), name="data"), te.placeholder((1, 1, k, 256), name="weight")
+        return [data, weight], topi.nn.conv2d_nhwc(data, weight, 1, 0, 1)
+    if kind == "batch matmul":
+        a, w = te.placeholder((2, 128, k), name="a"), te.placeholder((2, k, n), name="w")
+        out, bias = epilogue(topi.nn.batch_matmul(a, w, transpose_b=False))
+    else:
+        a, w = te.placeholder((128, k), name="a"), te.placeholder((k, n), name="w")
+        out, bias = epilogue(topi.matmul(a, w))
+    return [a, w, bias], out
+
+
 def matmul_of_prime_sizes(draw):
     """A (batched) matmul whose rows or columns have no good tile (197 tokens, as ViT's): the rule pads
     them to whole tiles and drops the padding."""
@@ -178,6 +196,7 @@ KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any b
     "batch matmul": (lambda d: matmul(d, True), {"Matmul"}),
     "matmul on rows in one cache set": (matmul_on_aliased_rows, {"Matmul"}),
     "matmul of prime sizes": (matmul_of_prime_sizes, {"Matmul"}),
+    "matmul over weights larger than L2": (matmul_over_weights_larger_than_l2, {"Matmul"}),
     "max pool": (lambda d: pool(d, "max"), {"Pool"}),
     "average pool": (lambda d: pool(d, "avg"), {"Pool"}),
     "global average pool": (lambda d: pool(d, "global"), {"Pool"}),

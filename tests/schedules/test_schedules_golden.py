@@ -40,9 +40,20 @@ def dense():
 
 def pointwise_conv_1024_channels():
     """A 1x1 convolution over 1024 channels (ResNet-50's third stage): the rows of the register tile's
-    broadcasts lie 4 KB apart, in one set of the L1 cache, so the rule packs them."""
+    broadcasts lie 4 KB apart, in one set of the L1 cache, so the rule packs them; its weights (1 MB)
+    are more than half of L2, so it blocks the reduction too (as ``feed_forward_output_projection``)."""
     data, weight = te.placeholder((1, 14, 14, 1024), name="data"), te.placeholder((1, 1, 1024, 256), name="weight")
     return [data, weight], topi.nn.relu(topi.nn.conv2d_nhwc(data, weight, 1, 0, 1))
+
+
+def feed_forward_output_projection():
+    """T5-small's feed-forward output projection (128 tokens, 2048 -> 512): 4 MB of weights, more than half
+    of L2, and the tile's broadcasts from rows 8 KB apart, so the rule blocks the reduction in runs of
+    256: two groups of vector tiles (one per thread), the runs, the tiles of rows (each run of the
+    rows packed), the group's vector tiles; the epilogue once the reduction is done."""
+    a, w = te.placeholder((128, 2048), name="a"), te.placeholder((2048, 512), name="w")
+    bias = te.placeholder((512,), name="bias")
+    return [a, w, bias], topi.nn.relu(topi.add(topi.matmul(a, w), bias))
 
 
 def depthwise_conv_padded():
@@ -98,10 +109,20 @@ GOLDEN = {
         pointwise_conv_1024_channels,
         "Matmul",
         {
-            "data_global": "p7 2 14 1024",  # the pack: the tile's 28 rows, reduction first
-            "conv2d_nhwc_init": "p7 16 u2 u14 v16",
-            "conv2d_nhwc_update": "p7 16 1024 u2 u14 v16",
-            "compute": "p7 16 2 14 v16",
+            "conv2d_nhwc_init": "p2 14 1 4 u1 u14 u2 v16",
+            "data_global": "p2 4 14 1 14 256",  # the pack: a run of the tile's 14 rows, reduction first
+            "conv2d_nhwc_update": "p2 4 14 1 4 256 u1 u14 u2 v16",
+            "compute": "p2 14 14 8 v16",
+        },
+    ),
+    "feed-forward output projection": (
+        feed_forward_output_projection,
+        "Matmul",
+        {
+            "T_matmul_init": "p2 16 8 u8 u2 v16",
+            "a_global": "p2 8 16 8 256",
+            "T_matmul_update": "p2 8 16 8 256 u8 u2 v16",
+            "compute": "p2 128 16 v16",
         },
     ),
     "depthwise conv2d, padded": (
