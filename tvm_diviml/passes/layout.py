@@ -1,7 +1,11 @@
 """Layouts the CPU schedules run fast on, chosen before lowering (``extract.lowering_passes``).
 
-* Batch norm in inference is a per-channel scale and shift (TVM's ``DecomposeOpsForInference``): it
-  fuses into the convolution before it instead of running as a kernel of its own.
+* Batch norm in inference is a per-channel scale and shift: after a convolution whose output nothing
+  else reads, the scale is folded into the convolution's weights (weight-only work, lifted out of the
+  inference) and the shift is its bias; elsewhere it is one multiply and one add. TVM's own
+  ``DecomposeOpsForInference`` leaves ``(x - mean) / sqrt(var + eps) * gamma + beta``: four operations
+  per element, one a division, in the epilogue of every convolution (ResNet-50's 1x1 convolutions over
+  64 channels ran at 99-113 GFLOP/s with it).
 * ``clip`` (ReLU6) becomes ``maximum`` then ``minimum``: the same values, and operators whose layout
   TVM can change (``clip`` has no layout rule, so every ReLU6 would be wrapped in two transposes).
 * Convolutions run in NHWC with HWIO weights, 1-D ones in NWC with WIO (TVM's ``ConvertLayout``): the
@@ -64,6 +68,75 @@ class ClipAsMinMax:
         for gvar, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 out[gvar] = _ClipAsMinMax(mod).visit_expr(func)
+        return out
+
+
+@relax.expr_functor.mutator
+class _BatchNormFolded(relax.PyExprMutator):
+    def __init__(self, mod, foldable: set):
+        super().__init__(mod)
+        self.foldable = foldable  # the batch norms (original calls) whose convolution takes the scale
+
+    def visit_call_(self, call):
+        original, call = call, super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.batch_norm") or call.attrs.training:
+            return call
+        data, gamma, beta, mean, var = call.args
+        attrs, ndim, dtype, emit = call.attrs, data.ty.ndim, data.ty.dtype, self.builder_.emit
+        axis = int(attrs.axis) % ndim
+        root = emit(relax.op.sqrt(emit(relax.op.add(var, relax.const(float(attrs.epsilon), dtype)))))
+        scale = emit(relax.op.divide(gamma if attrs.scale else relax.const(1.0, dtype), root))
+        shift = emit(relax.op.negative(emit(relax.op.multiply(mean, scale))))
+        shift = emit(relax.op.add(beta, shift)) if attrs.center else shift
+        along = [-1 if i == axis else 1 for i in range(ndim)]
+        if original in self.foldable:
+            convolution = self.lookup_binding(data)
+            weight = convolution.args[1]
+            per_output = [-1 if i == 0 else 1 for i in range(weight.ty.ndim)]  # OIHW, OIW: O first
+            scaled = emit(relax.op.multiply(weight, emit(relax.op.reshape(scale, per_output))))
+            data = emit(relax.Call(convolution.op, [convolution.args[0], scaled], convolution.attrs))
+            out = relax.op.add(data, emit(relax.op.reshape(shift, along)))
+        else:
+            scaled = emit(relax.op.multiply(data, emit(relax.op.reshape(scale, along))))
+            out = relax.op.add(scaled, emit(relax.op.reshape(shift, along)))
+        return relax.Tuple([self.builder_.emit(out), mean, var])
+
+
+def _foldable_batch_norms(func) -> set:
+    """The batch norms (calls) over the channels of a channels-first convolution that nothing else reads."""
+    found = set()
+    for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else []:
+        if not isinstance(block, relax.DataflowBlock):
+            continue
+        users = relax.analysis.udchain(block)
+        bound = {binding.var: binding.value for binding in block.bindings if isinstance(binding, relax.VarBinding)}
+        for value in bound.values():
+            if not (isinstance(value, relax.Call) and value.op == tvm.ir.Op.get("relax.nn.batch_norm")):
+                continue
+            data = value.args[0]
+            convolution = bound.get(data)
+            if not (isinstance(convolution, relax.Call) and isinstance(convolution.op, tvm.ir.Op)):
+                continue
+            layouts = CHANNELS_FIRST.get(convolution.op.name)
+            attrs = convolution.attrs
+            if layouts is None or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != (*layouts, layouts[0]):
+                continue
+            if int(value.attrs.axis) % data.ty.ndim == 1 and len(users.get(data, [])) == 1 and not value.attrs.training:
+                found.add(value)
+    return found
+
+
+@tvm.transform.module_pass(opt_level=0, name="diviml.BatchNormFolded")
+class BatchNormFolded:
+    """Every inference batch norm as a per-channel scale and shift, the scale folded into the convolution
+    before it where nothing else reads that convolution (this module's docstring)."""
+
+    def transform_module(self, mod, ctx):
+        out = mod.clone()
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function) and _calls(func, "relax.nn.batch_norm"):
+                folded = _BatchNormFolded(mod, _foldable_batch_norms(func)).visit_expr(func)
+                out[gvar] = relax.analysis.remove_all_unused(folded)
         return out
 
 
@@ -204,6 +277,7 @@ def _calls(func, op_name: str) -> bool:
 def layout_passes() -> list:
     """The passes of this module's docstring, in order."""
     return [
+        BatchNormFolded(),
         relax.transform.DecomposeOpsForInference(),
         ClipAsMinMax(),
         AxesFromTheFront(),
