@@ -7,6 +7,7 @@ import pytest
 import tvm
 from tvm import te, topi
 
+from tests.schedules.test_schedules_golden import loop_nests
 from tvm_diviml.passes.apply_plan import packed_params
 from tvm_diviml.schedules.analysis import CpuFacts, find_contraction
 from tvm_diviml.schedules.apply import apply_rules, rules_for
@@ -38,7 +39,8 @@ def packed_buffers(func) -> list[str]:
     "size, channels, out_channels, aliased, pays",
     [
         (14, 1024, 256, True, True),  # rows 4 KB apart, 28 in one set; 1 MB of weights re-read 7 times
-        (28, 512, 256, True, True),  # rows 2 KB apart: 14 to a set of 8 ways; the weights fit L2
+        (28, 1024, 128, True, True),  # rows 4 KB apart: 28 to a set of 8 ways; 512 KB of weights
+        (28, 512, 256, False, True),  # rows 2 KB apart, weights in L2: a tile of 14 positions, 7 to a set
         (14, 2048, 1024, True, False),  # 8 MB of weights re-read per tile of positions: more than the rows
         (7, 2048, 512, False, False),  # 7 rows to a set, which holds them
         (14, 256, 256, False, True),  # rows 1 KB apart: 7 to a set
@@ -54,12 +56,13 @@ def test_broadcast_rows_in_one_cache_set_are_packed_where_that_moves_no_more_byt
 
 
 def test_a_strided_read_is_packed_with_the_rows_it_skips():
-    """ResNet-50's downsampling 1x1 convolution: every other row of 256 channels, 2 KB apart."""
-    func = pointwise_conv(56, 256, 512, stride=2)
+    """ResNet-50's stage-3 downsampling 1x1 convolution: every other row of 512 channels, 4 KB apart (2 MB
+    of weights, so the reduction is blocked too): each run of 256 channels of a tile of 14 output
+    columns copies the 27 input columns they span."""
+    func = pointwise_conv(28, 512, 1024, stride=2)
     assert decision(func) == (0, True)
     scheduled, _ = apply_rules(func, TARGET, rules_for(TARGET))
-    (pack,) = [line for line in scheduled.script().splitlines() if "data_global = T.sblock_alloc_buffer" in line]
-    assert pack.split("((")[1].startswith("1, 56, 1, 256, 56)")  # 28 output columns read 56 input columns
+    assert loop_nests(scheduled)["data_global"] == "p2 2 14 1 27 256"
 
 
 def test_a_windowed_input_is_not_packed():

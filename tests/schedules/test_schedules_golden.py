@@ -91,18 +91,18 @@ GOLDEN = {
         "Conv2d",
         {
             "pad_temp": "30 30 u2 v16",
-            "conv2d_nhwc_init": "p112 u1 u28 v16",
-            "conv2d_nhwc_update": "p112 3 3 32 u1 u28 v16",
-            "compute": "p112 1 28 v16",
+            "conv2d_nhwc_init": "p112 u1 u14 u2 v16",  # 2 vectors x 14 positions: weights in L2
+            "conv2d_nhwc_update": "p112 3 3 32 u1 u14 u2 v16",
+            "compute": "p112 1 14 u2 v16",
         },
     ),
     "dense": (
         dense,
         "Matmul",
         {
-            "T_matmul_init": "2 2 u4 u4 v16",
-            "T_matmul_update": "2 2 64 u4 u4 v16",
-            "compute": "2 2 4 u4 v16",
+            "T_matmul_init": "4 1 u8 u2 v16",
+            "T_matmul_update": "4 1 64 u8 u2 v16",
+            "compute": "4 1 8 u2 v16",
         },
     ),
     "pointwise conv2d over 1024 channels": (
