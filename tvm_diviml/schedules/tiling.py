@@ -112,7 +112,7 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     on_stack = math.prod(axis.extent for axis in c.reduction) <= SHORT_REDUCTION
     # vector operands that stay in L2: re-reading them per tile of positions costs their lines from L2,
     # not their bytes from memory
-    in_l2 = not on_stack and sum(_bytes(read.buffer) for read in vector_reads) <= L2_BYTES // 2
+    in_l2 = not on_stack and _read_bytes(vector_reads) <= L2_BYTES // 2
     for vector_tile in vector_tiles(tileable, width):
         vectors = vector_tile // width
         if blocked and vectors > MAX_BLOCKED_VECTORS:
@@ -250,12 +250,13 @@ def restreams_vectors(c: Contraction, tiling: Tiling) -> bool:
     (128 x 2048 x 512, 4 MB of weights) re-read them eight times."""
     if packable_read(c, tiling) is None or not pack_pays(c, tiling):
         return False
-    return sum(_bytes(read.buffer) for read in c.reads if read.depends_on(tiling.vector)) > L2_BYTES // 2
+    return _read_bytes(read for read in c.reads if read.depends_on(tiling.vector)) > L2_BYTES // 2
 
 
 def blocked_axis(c: Contraction) -> Axis | None:
     """The reduction axis to cut in runs, or None: a window (a convolution's reads move with the
-    output as well) or a reduction of at most ``2 * REDUCTION_CHUNK`` steps."""
+    output as well), a reduction of fewer than ``2 * REDUCTION_CHUNK`` steps, or one with no run of at
+    least a quarter of ``REDUCTION_CHUNK`` that divides it."""
     axis = c.reduction[-1] if c.reduction else None
     if axis is None or c.window_reads() or axis.extent < 2 * REDUCTION_CHUNK:
         return None
@@ -265,8 +266,8 @@ def blocked_axis(c: Contraction) -> Axis | None:
 
 
 def reduction_blocking(c: Contraction, tiling: Tiling, threads: int) -> ReductionBlocking | None:
-    """How to block a matrix product's reduction (no window), or None where it is short (at most
-    ``2 * REDUCTION_CHUNK`` steps) or the vector tiles do not split evenly over ``threads``. Unblocked,
+    """How to block a matrix product's reduction, or None where ``blocked_axis`` finds no axis to cut
+    or the vector tiles do not split evenly over ``threads``. Unblocked,
     a tile reads its operands' whole rows (8 KB each for 2048 steps) once per tile, from L2 or memory;
     blocked, a tile's share of a run of the reduction (its broadcasts, its weight vectors) stays in L1
     for every vector tile of a thread's group, and the weights come from memory once. Taken only where
@@ -297,9 +298,9 @@ def schedule_blocked(
 ):
     """``schedule_contraction``'s loop nest for a blocked reduction: per thread a group of vector tiles,
     then the runs of the reduction, then the tiles of positions (the broadcast operand's run packed
-    once for each), then the group's vector tiles. The accumulators
-    live in the output across the runs (LLVM keeps a tile's in registers within a run), and the
-    epilogue runs once the whole reduction is done, on the thread's group."""
+    once for each), then the group's vector tiles. The accumulators live in the output across the
+    runs (LLVM keeps a tile's in registers within a run), and the epilogue runs once the whole
+    reduction is done, on the thread's group."""
     sch, block = c.sch, c.main.block_rv
     run_outer, run_inner = sch.split(blocking.axis.loop, [None, blocking.chunk])
     vector_outer, group = loops.vector_outer, []
@@ -415,11 +416,16 @@ def pack_pays(c: Contraction, tiling: Tiling) -> bool:
     re-reads the broadcast operands once per vector tile. (A pack inside each vector tile copies the
     operand that often: slower than none, measured on ResNet-50's 1x1 convolutions, as was the
     positions-first order without a pack wherever the rows did not share a cache set.)"""
-    broadcast = sum(_bytes(read.buffer) for read in c.reads if not read.depends_on(tiling.vector))
-    vectors = sum(_bytes(read.buffer) for read in c.reads if read.depends_on(tiling.vector))
+    broadcast = _read_bytes(read for read in c.reads if not read.depends_on(tiling.vector))
+    vectors = _read_bytes(read for read in c.reads if read.depends_on(tiling.vector))
     position_tiles = math.prod(axis.extent // tile for axis, tile in tiling.tiles.items())
     vector_tiles = tiling.vector.extent // tiling.vector_tile
     return vectors * (1 if vectors <= L2_BYTES // 2 else position_tiles) <= broadcast * vector_tiles
+
+
+def _read_bytes(reads) -> int:
+    """The bytes of the buffers ``reads`` read, whole."""
+    return sum(_bytes(read.buffer) for read in reads)
 
 
 def _bytes(buffer) -> int:
