@@ -76,8 +76,10 @@ def cpu_isa() -> CpuIsa:
     import tvm
     from tvm.target import codegen
 
+    from .schedules.analysis import vector_bits
+
     mcpu = str(codegen.llvm_get_system_cpu())
-    bits = int(codegen.llvm_get_vector_width(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})))
+    bits = vector_bits(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
     return CpuIsa(mcpu, str(codegen.llvm_get_system_triple()), bits)
 
 

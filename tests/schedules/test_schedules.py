@@ -24,6 +24,7 @@ from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.packing import pack_array
 from tvm_diviml.schedules import apply
+from tvm_diviml.schedules.analysis import CpuFacts
 from tvm_diviml.schedules.apply import (
     UNSCHEDULED,
     GpuGEMV,
@@ -36,7 +37,7 @@ from tvm_diviml.schedules.apply import (
 )
 from tvm_diviml.schedules.rules import GEMV, Conv2d
 from tvm_diviml.schedules.target import device_target
-from tvm_diviml.schedules.tiling import WEIGHT_PARAMS_ATTR
+from tvm_diviml.schedules.tiling import SPARE_REGISTERS, WEIGHT_PARAMS_ATTR
 from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
 
 HOST = device_target(get_platform("cpu1").devices[0]).export()
@@ -254,6 +255,43 @@ def test_one_thread_devices_get_no_parallel_loop_and_several_threads_do():
     two, _ = apply_rules(func, target(2), rules_for(target(2)))
     assert "T.parallel" not in one.script() and "T.vectorized" in one.script()
     assert "T.parallel" in two.script()
+
+
+@pytest.mark.parametrize(
+    ("triple", "mcpu", "bits", "registers"),
+    [
+        ("x86_64-linux-gnu", "haswell", 256, 16),
+        ("x86_64-linux-gnu", "znver3", 256, 16),
+        ("x86_64-linux-gnu", "skylake-avx512", 512, 32),
+        ("x86_64-linux-gnu", "znver4", 512, 32),
+        ("x86_64-linux-gnu", "x86-64", 128, 16),
+        ("aarch64-linux-gnu", "cortex-a72", 128, 16),
+    ],
+)
+def test_vector_registers_follow_the_cpus_features(triple, mcpu, bits, registers):
+    facts = CpuFacts.of(tvm.target.Target({"kind": "llvm", "mtriple": triple, "mcpu": mcpu}))
+    assert (facts.vector_bits, facts.registers) == (bits, registers)
+
+
+def test_an_avx2_convolutions_register_tile_fits_its_sixteen_registers():
+    """Tiles sized for AVX-512 (16 lanes, 32 registers) spill on an AVX2 CPU: every vector is 8 lanes and
+    the accumulators with a loaded vector leave ``SPARE_REGISTERS``."""
+    avx2 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3", "num-cores": 1})
+    data, weight = te.placeholder((1, 16, 16, 64), name="data"), te.placeholder((3, 3, 64, 64), name="weight")
+    out = topi.nn.relu(topi.nn.conv2d_nhwc(data, weight, 1, 1, 1))
+    func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+    scheduled, rule = apply_rules(func, avx2, rules_for(avx2))
+    sch = tvm.s_tir.Schedule(scheduled)
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_nhwc_update"))]
+    tile = []
+    for loop in reversed(loops):
+        if loop.kind not in (tvm.tirx.ForKind.UNROLLED, tvm.tirx.ForKind.VECTORIZED):
+            break
+        tile.append(loop)
+    vectorized = [int(loop.extent) for loop in tile if loop.kind == tvm.tirx.ForKind.VECTORIZED]
+    accumulators = int(np.prod([int(loop.extent) for loop in tile])) // 8
+    assert rule == "Conv2d" and vectorized == [8]
+    assert 8 <= accumulators <= 16 - SPARE_REGISTERS - 1
 
 
 def test_a_cpu_of_this_machine_is_built_for_its_cpu_and_threads_another_as_written():

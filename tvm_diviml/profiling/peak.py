@@ -27,7 +27,9 @@ from ..schedules.target import device_target
 log = logging.getLogger(__name__)
 
 CHAINS = 12  # independent accumulators per thread
-ITERATIONS = 1 << 18  # FMAs per accumulator per call: 0.1 GFLOP, about 0.9 ms on one core here
+# FMAs per accumulator per call: about 2 ms a call. A call of 0.25 ms (1 << 18) measured two threads at the
+# speed of one on a 2-core VM (103.6 against 103.7 GFLOP/s): waking the second thread took most of it
+ITERATIONS = 1 << 20
 PEAK_DTYPES = ("float32", "float64")
 # The timed run's coefficients: a = 1 keeps the values exact (start + iterations * b), so the
 # output checks against the closed form while the hardware still does full FMAs.

@@ -13,7 +13,7 @@ from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
-from tvm.target.codegen import llvm_get_vector_width
+from tvm.target.codegen import llvm_cpu_has_features, llvm_get_system_triple, llvm_get_vector_width
 from tvm.tirx.analysis import undefined_vars
 
 DATA_PARALLEL, REDUCTION = 0, 2  # tirx.IterVar iter_type values
@@ -21,6 +21,8 @@ DATA_PARALLEL, REDUCTION = 0, 2  # tirx.IterVar iter_type values
 # parallel region costs 7 us to launch here with one thread, and waking a second one 10-400 us on this
 # virtual machine (measured on 2 cores, 2026-12-02).
 PARALLEL_MIN_S = 50e-6
+# x86 vector registers by the widest feature the target's CPU has, widest first
+X86_VECTOR_FEATURES = (("avx512f", 512), ("avx", 256))
 
 
 def uses(expr, var) -> bool:
@@ -182,6 +184,18 @@ def main_operator(func: tirx.PrimFunc) -> tuple[str | None, str | None]:
     return (operator, suffix.upper()) if suffix in LAYOUT_SUFFIXES and operator else (name, None)
 
 
+def vector_bits(target: Target) -> int:
+    """The width of ``target``'s vector registers: on x86 from its CPU's features (TVM 0.27's
+    ``llvm_get_vector_width`` answers 512 for every x86 CPU, AVX2-only ones included, and tiles sized
+    for 32 registers of 16 lanes spilled on a Zen 3: a 3x3 convolution at 36 GFLOP/s on one core),
+    elsewhere LLVM's answer; 128 where there is none."""
+    triple = str(target.attrs.get("mtriple") or llvm_get_system_triple())
+    if triple.startswith(("x86_64", "i386", "i686")):
+        return next((bits for feature, bits in X86_VECTOR_FEATURES if llvm_cpu_has_features([feature], target)), 128)
+    bits = llvm_get_vector_width(target)
+    return bits if bits and bits > 0 else 128
+
+
 @dataclass(frozen=True)
 class CpuFacts:
     """What a schedule needs to know of an llvm target: vector width, registers and the threads of
@@ -193,8 +207,7 @@ class CpuFacts:
 
     @staticmethod
     def of(target: Target) -> CpuFacts:
-        bits = llvm_get_vector_width(target)
-        bits = bits if bits and bits > 0 else 128
+        bits = vector_bits(target)
         threads = int(target.attrs.get("num-cores") or os.cpu_count() or 1)
         return CpuFacts(bits, 32 if bits >= 512 else 16, threads)
 
