@@ -42,6 +42,12 @@ MAX_BLOCKED_VECTORS = 3  # per position in a blocked tile: a run of 4 vectors of
 # What a line of the vector operands read from L2 costs a tile, in loads: with it, 2 vectors x 14 positions
 # beat 1 x 28 on ResNet-50's convolutions over 56x56 and 28x28 images (10-37% faster, two threads)
 L2_LINE_LOADS = 2
+# The same beyond half of L2 (from L3 or memory), on CPUs of 16 vector registers: with it, 2 vectors x 4
+# positions beat 1 x 8 on a Zen 3 (AVX2) in ResNet-18's and ResNet-50's convolutions (1.1-2x), Inception's
+# 1x1s (2x) and transformers' products (1.3-2x; 0.9x on the 768 -> 3072 ones). With 32 registers, tiles of
+# weights beyond L2 keep the absolute re-read count: there it would take T5's projection off its measured
+# blocked path (2 x 14 did beat 1 x 28 by 10-15% on ResNet-50's 3x3 convolutions there; not yet re-measured)
+MEMORY_LINE_LOADS = 4
 SHORT_REDUCTION = 32  # multiply-adds per accumulator up to which that allocation weighs on a tile (a 5x5 window: 25)
 # A PrimFunc attribute set by extraction: the positions of the parameters every call fills with a weight
 WEIGHT_PARAMS_ATTR = "diviml.weight_params"
@@ -110,9 +116,10 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     width = vector_width(tileable, facts.lanes(c.dtype))
     best, best_score = None, math.inf
     on_stack = math.prod(axis.extent for axis in c.reduction) <= SHORT_REDUCTION
-    # vector operands that stay in L2: re-reading them per tile of positions costs their lines from L2,
-    # not their bytes from memory
-    in_l2 = not on_stack and _read_bytes(vector_reads) <= L2_BYTES // 2
+    # re-reading the vector operands once per tile of positions costs their lines from L2 where they stay in
+    # half of it, from L3 or memory where not (``MEMORY_LINE_LOADS``; with 32 registers, the absolute count)
+    in_l2 = _read_bytes(vector_reads) <= L2_BYTES // 2
+    line_loads = L2_LINE_LOADS if in_l2 else MEMORY_LINE_LOADS if facts.registers <= 16 else None
     for vector_tile in vector_tiles(tileable, width):
         vectors = vector_tile // width
         if blocked and vectors > MAX_BLOCKED_VECTORS:
@@ -128,8 +135,8 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
         rereads = math.prod(axis.extent for axis in reusing) / positions
         loads_per_fma = (positions + vectors) / (positions * vectors)
         score = rereads + 0.25 * vector.extent / vector_tile + 8 * loads_per_fma
-        if in_l2:  # each multiply-add of a tile streams 1 / positions of a line of the vector operands
-            score = 8 * (loads_per_fma + L2_LINE_LOADS / positions) + 0.25 * vector.extent / vector_tile
+        if not on_stack and line_loads is not None:  # a multiply-add streams 1 / positions of a vector operand's line
+            score = 8 * (loads_per_fma + line_loads / positions) + 0.25 * vector.extent / vector_tile
         if blocked:  # re-reads come from L1 and L2: what limits a tile is its loads
             score = loads_per_fma + 1e-3 * rereads
         if score < best_score:
