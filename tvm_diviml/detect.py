@@ -76,7 +76,7 @@ def cpu_isa() -> CpuIsa:
     import tvm
     from tvm.target import codegen
 
-    from .schedules.analysis import vector_bits
+    from .schedules.analysis import vector_bits  # imports TVM: detect's plain import stays TVM-free
 
     mcpu = str(codegen.llvm_get_system_cpu())
     bits = vector_bits(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
