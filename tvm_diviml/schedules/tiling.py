@@ -117,9 +117,10 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     best, best_score = None, math.inf
     on_stack = math.prod(axis.extent for axis in c.reduction) <= SHORT_REDUCTION
     # re-reading the vector operands once per tile of positions costs their lines from L2 where they stay in
-    # half of it, from L3 or memory where not (``MEMORY_LINE_LOADS``; with 32 registers, the absolute count)
+    # half of it, from L3 or memory where not (``MEMORY_LINE_LOADS``); None: the absolute re-read count (a
+    # short reduction, or weights beyond L2 with 32 registers)
     in_l2 = _read_bytes(vector_reads) <= L2_BYTES // 2
-    line_loads = L2_LINE_LOADS if in_l2 else MEMORY_LINE_LOADS if facts.registers <= 16 else None
+    line_loads = None if on_stack else L2_LINE_LOADS if in_l2 else MEMORY_LINE_LOADS if facts.registers <= 16 else None
     for vector_tile in vector_tiles(tileable, width):
         vectors = vector_tile // width
         if blocked and vectors > MAX_BLOCKED_VECTORS:
@@ -135,7 +136,7 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
         rereads = math.prod(axis.extent for axis in reusing) / positions
         loads_per_fma = (positions + vectors) / (positions * vectors)
         score = rereads + 0.25 * vector.extent / vector_tile + 8 * loads_per_fma
-        if not on_stack and line_loads is not None:  # a multiply-add streams 1 / positions of a vector operand's line
+        if line_loads is not None:  # a multiply-add streams 1 / positions of a vector operand's line
             score = 8 * (loads_per_fma + line_loads / positions) + 0.25 * vector.extent / vector_tile
         if blocked:  # re-reads come from L1 and L2: what limits a tile is its loads
             score = loads_per_fma + 1e-3 * rereads
