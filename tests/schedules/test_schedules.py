@@ -1,8 +1,8 @@
 """The default CPU schedules (tvm_diviml/schedules): each rule claims its kernel class and computes
-what the unscheduled kernel computes (relative 1e-5) on random shapes; targets name this machine's
-CPU and the device's threads; a one-thread device gets no parallel loop; every kernel of the zoo
-gets a class rule, not the fallback; a rule that raises fails the scheduling (it is no decline); the
-rules' digest follows their code, not their comments."""
+what the unscheduled kernel computes (relative 1e-5) on random shapes, never reading outside a
+buffer; targets name this machine's CPU and the device's threads; a one-thread device gets no
+parallel loop; every kernel of the zoo gets a class rule, not the fallback; a rule that raises fails
+the scheduling (it is no decline); the rules' digest follows their code, not their comments."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import te, topi
 from tvm.s_tir import dlight
+from tvm.s_tir.analysis import OOBChecker
 
 from tests.helpers import examples
 from tvm_diviml.app.load import load_model
@@ -210,8 +211,22 @@ KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any b
 }
 
 
+@tvm.instrument.pass_instrument
+class NoAccessOutOfBounds:
+    """Fails a build whose loops, as TVM has simplified them, read or write outside a buffer. A padded
+    read clamped inside a ``Select`` lost its clamp to the simplifier (which assumes the condition there)
+    and read up to a row before the input: a segfault where that memory was not mapped. TVM's checker
+    does not see an ``if_then_else``'s guard, so a kernel with one (a padding block of its own) is left
+    to the equality check."""
+
+    def run_after_pass(self, mod, info):
+        if info.name == "s_tir.LowerOpaqueBlock" and "if_then_else" not in mod.script():
+            OOBChecker()(mod)
+
+
 def run(func, t, arrays):
-    lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=t)
+    with tvm.transform.PassContext(instruments=[NoAccessOutOfBounds()]):
+        lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=t)
     device = tvm.cpu()
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     lib["main"](*args)
