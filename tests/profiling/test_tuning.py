@@ -21,9 +21,11 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
 from tvm_diviml.errors import DivimlInputError
+from tvm_diviml.passes.apply_plan import packed_params
 from tvm_diviml.presets import cpu2
 from tvm_diviml.profiling import measured, profiler, tuning
 from tvm_diviml.profiling.timing import single_device_configurations
+from tvm_diviml.runtime.packing import pack_array
 from tvm_diviml.schedules import database as schedules_database
 from tvm_diviml.schedules.apply import default_schedule
 from tvm_diviml.schedules.target import device_target
@@ -249,8 +251,11 @@ def test_fused_kernel_matches_its_record_under_another_name(tuned, resnet):
         result.database, mod[stem], "llvm"
     )
     args, out_shape = random_args(renamed)
+    scheduled = applied.mod["stem_conv_on_cpu"]
+    packed = packed_params(renamed, scheduled)  # the stem's weights, read packed as the runtime uploads them
+    given = [pack_array(a, packed[i]) if i in packed else a for i, a in enumerate(args)]
     np.testing.assert_allclose(
-        run_kernel(applied.mod["stem_conv_on_cpu"], args, out_shape),
+        run_kernel(scheduled, given, out_shape),
         run_kernel(renamed, args, out_shape),
         rtol=1e-4,
         atol=1e-4,

@@ -427,11 +427,12 @@ def _alone_stream_together(
     the other runs it too ("beside")."""
     params, inputs = [w for _, w in model.params], model.sample_inputs()
     results: dict[int, list[float]] = {}
+    prepared: dict = {}  # one copy of the weights, as replicas read them (``routed``)
 
     def work(slot: int, calls: int, start: threading.Barrier) -> None:
         set_threads(threads[slot])
         pin_thread(cores[slot])
-        runner = SingleVMRunner(built, params, num_threads=threads[slot])
+        runner = SingleVMRunner(built, params, num_threads=threads[slot], prepared=prepared)
         runner(inputs)
         start.wait()
         results[slot] = time_calls(runner, inputs, calls)

@@ -28,13 +28,21 @@ SWITCH_INTERVAL_S = 2e-4
 class ConcurrentRunner:
     """``runner(inputs)`` for one inference, ``runner.stream(many, in_flight)`` for a stream; numpy in and out."""
 
-    def __init__(self, built: PlacedExecutable, params: list[np.ndarray], *, timeout_s: float = 600.0):
+    def __init__(
+        self,
+        built: PlacedExecutable,
+        params: list[np.ndarray],
+        *,
+        timeout_s: float = 600.0,
+        prepared: dict | None = None,
+    ):
+        """``prepared``: the host's weights of another build of the model, shared (``upload_weights``)."""
         placement = built.placement
         if not placement.segments:
             raise DivimlInputError("this build has no segment functions", hint="rebuild it with this version")
         self.built = built
         loader = built.new_vm()
-        uploaded = built.upload_weights(loader, params)
+        uploaded = built.upload_weights(loader, params, prepared=prepared)
         self._weights = {seg["name"]: [uploaded[tuple(key)] for key in seg["weights"]] for seg in placement.segments}
         self._threads = dict(zip(placement.devices, placement.num_threads, strict=True))
         self._devices = dict(zip(placement.devices, placement.tvm_devices, strict=True))

@@ -120,12 +120,14 @@ class SplitBuild:
 
 
 def _lanes(builds: list[PlacedExecutable], params: list[np.ndarray]) -> list[ConcurrentRunner]:
-    """A ConcurrentRunner per distinct build, in the order given (the same build twice: one runner)."""
+    """A ConcurrentRunner per distinct build, in the order given (the same build twice: one runner), all
+    reading one copy of the weights where their devices share the host's memory (``vm.on_device``)."""
     opened: dict[int, ConcurrentRunner] = {}
+    prepared: dict = {}
     try:
         for built in builds:
             if id(built) not in opened:
-                opened[id(built)] = ConcurrentRunner(built, params)
+                opened[id(built)] = ConcurrentRunner(built, params, prepared=prepared)
     except BaseException:
         for runner in opened.values():
             runner.close()
