@@ -38,7 +38,7 @@ from tvm_diviml.schedules.apply import (
 )
 from tvm_diviml.schedules.rules import GEMV, Conv2d
 from tvm_diviml.schedules.target import device_target
-from tvm_diviml.schedules.tiling import SPARE_REGISTERS, WEIGHT_PARAMS_ATTR
+from tvm_diviml.schedules.tiling import MAX_UNROLLED_VECTORS, SPARE_REGISTERS, WEIGHT_PARAMS_ATTR
 from tvm_diviml.zoo import SMALL_OPTIONS, zoo_names
 
 HOST = device_target(get_platform("cpu1").devices[0]).export()
@@ -270,6 +270,15 @@ def test_one_thread_devices_get_no_parallel_loop_and_several_threads_do():
     two, _ = apply_rules(func, target(2), rules_for(target(2)))
     assert "T.parallel" not in one.script() and "T.vectorized" in one.script()
     assert "T.parallel" in two.script()
+
+
+@pytest.mark.parametrize(("rows", "unrolled"), [(768, True), (50257, False), (8 * (MAX_UNROLLED_VECTORS + 1), False)])
+def test_a_long_row_keeps_its_loop_over_vectors(rows, unrolled):
+    """A transpose of GPT-2's 50257 x 768 embedding, unrolled 50257 times, kept LLVM busy for minutes."""
+    weight = te.placeholder((rows, 4), name="weight")
+    func = te.create_prim_func([weight, topi.transpose(weight)]).with_attr("global_symbol", "main")
+    scheduled, rule = apply_rules(func, target(1), rules_for(target(1)))
+    assert rule == "Injective" and ("T.unroll" in scheduled.script()) == unrolled
 
 
 @pytest.mark.parametrize(

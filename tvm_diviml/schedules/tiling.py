@@ -48,6 +48,7 @@ L2_LINE_LOADS = 2
 # weights beyond L2 keep the absolute re-read count: there it would take T5's projection off its measured
 # blocked path (2 x 14 did beat 1 x 28 by 10-15% on ResNet-50's 3x3 convolutions there; not yet re-measured)
 MEMORY_LINE_LOADS = 4
+MAX_UNROLLED_VECTORS = 256  # a row of 2048 channels in 8 lanes; longer rows keep their loop
 SHORT_REDUCTION = 32  # multiply-adds per accumulator up to which that allocation weighs on a tile (a 5x5 window: 25)
 # A PrimFunc attribute set by extraction: the positions of the parameters every call fills with a weight
 WEIGHT_PARAMS_ATTR = "diviml.weight_params"
@@ -480,11 +481,15 @@ def split_lanes(sch, loop, extent: int, lanes: int) -> tuple[list, object]:
 
 
 def vectorize_innermost(sch, block, lanes: int) -> None:
-    """The block's innermost loop vectorized in whole vectors, the loop over them unrolled."""
+    """The block's innermost loop vectorized in whole vectors, the loop over them unrolled up to
+    ``MAX_UNROLLED_VECTORS``: a transpose of GPT-2's 50257 x 768 embedding, unrolled 50257 times (an
+    odd row: one lane), kept LLVM busy for over ten minutes."""
     inner = sch.get_loops(block)[-1]
-    rows, inner = split_lanes(sch, inner, int(sch.get(inner).extent), lanes)
-    for row in rows:
-        sch.unroll(row)
+    extent = int(sch.get(inner).extent)
+    rows, inner = split_lanes(sch, inner, extent, lanes)
+    if extent // vector_width(extent, lanes) <= MAX_UNROLLED_VECTORS:
+        for row in rows:
+            sch.unroll(row)
     sch.vectorize(inner)
 
 
