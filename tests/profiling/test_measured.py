@@ -192,6 +192,19 @@ def test_calibration_is_measured_once_then_read_from_the_cache_and_exported(tmp_
     ) == (priced.run_s, priced.segment_s, priced.corun_factor) and priced.corun_factor >= 1
 
 
+def test_the_executors_calibration_compares_timings_within_each_round():
+    """The machine 1.4x slower in the second round: compared across rounds, the stream would read
+    0.45 s of excess and "beside" 1.4x; within each, 0.05 s and 1.1x."""
+    rounds = [
+        {"alone": 1.0, "stream": 1.05, "beside": 1.1},
+        {"alone": 1.4, "stream": 1.45, "beside": 1.54},
+        {"alone": 1.0, "stream": 1.05, "beside": 1.1},
+    ]
+    out = timing.within_rounds(rounds)
+    assert out["alone"] == 1.0 and out["stream"] == pytest.approx(1.05) and out["beside"] == pytest.approx(1.1)
+    assert "beside" not in timing.within_rounds([{"alone": 1.0, "stream": 1.2}])
+
+
 def test_profile_is_the_catalogs_measured_entry_and_a_table_like_a_files(tmp_path):
     """``cost.create("measured", ...)`` makes what the measuring factory passed to it makes: ``profile``'s
     table, calibrated inside the model, which saved and read back is a table of the same prices."""
