@@ -101,20 +101,17 @@ def _einsum(bb, call):
     einsum keeps TVM's own legalization."""
     subscripts = str(call.attrs.subscripts).replace(" ", "")
     inputs, arrow, output = subscripts.partition("->")
-    operands = inputs.split(",")
-    if not arrow or not output or "." in subscripts or len(operands) != len(call.args[0].fields):
-        return tvm.ir.Op.get("relax.einsum").get_attr("FLegalize")(bb, call)
-    innermost = output[-1]
-    moved, changed = [], False
-    for operand, tensor in zip(operands, call.args[0].fields, strict=True):
-        if operand.count(innermost) == 1 and operand[-1] != innermost:
-            order = [i for i, c in enumerate(operand) if c != innermost] + [operand.index(innermost)]
-            tensor = relax.op.permute_dims(tensor, order)
-            operand, changed = "".join(operand[i] for i in order), True
-        moved.append((operand, tensor))
-    if not changed:
-        return tvm.ir.Op.get("relax.einsum").get_attr("FLegalize")(bb, call)
-    return relax.op.einsum([t for _, t in moved], ",".join(o for o, _ in moved) + "->" + output)
+    operands, tensors = inputs.split(","), list(call.args[0].fields)
+    if arrow and output and "." not in subscripts and len(operands) == len(tensors):
+        innermost, changed = output[-1], False
+        for i, operand in enumerate(operands):
+            if operand.count(innermost) == 1 and operand[-1] != innermost:
+                order = [j for j, c in enumerate(operand) if c != innermost] + [operand.index(innermost)]
+                tensors[i] = relax.op.permute_dims(tensors[i], order)
+                operands[i], changed = "".join(operand[j] for j in order), True
+        if changed:
+            return relax.op.einsum(tensors, ",".join(operands) + "->" + output)
+    return tvm.ir.Op.get("relax.einsum").get_attr("FLegalize")(bb, call)
 
 
 def legalize_ops() -> relax.transform.LegalizeOps:
