@@ -103,7 +103,12 @@ STREAM_SLACK = 1  # inputs in flight beyond what Little's law asks: a device nev
 
 def stream_price(problem: Problem, plan: Plan, in_flight: int | None = None) -> StreamPrice:
     """``plan``'s stream priced as it runs, at ``in_flight`` inputs in flight (None: the fewest that
-    keep the busiest device busy, ``ceil(latency / load)``, and ``STREAM_SLACK`` more)."""
+    keep the busiest device busy, ``ceil(latency / load)``, and ``STREAM_SLACK`` more). A plan on one
+    device runs in one VM, one inference after another (``runtime.vm.SingleVMRunner.stream``): its
+    period is its latency, whatever ``in_flight``."""
+    if one_vm_stream(plan):  # one VM: the latency mode's schedule, as a one-device latency plan
+        latency = _latency(problem.graph, problem.platform, problem.costs, plan, False).value_s
+        return StreamPrice(latency, 1, latency, latency)
     sim = simulate(problem, plan)
     load = max(sim.value_s, _driver_bound(problem, sim))
     latency = sum(share * _route_latency(problem, route) for route, share in route_plans(plan))
@@ -133,6 +138,12 @@ def route_plans(plan: Plan) -> list[tuple[Plan, float]]:
     if not plan.replicas:
         return [(plan, 1.0)]
     return [(Plan(assignment), share) for assignment, share in plan.routes()]
+
+
+def one_vm_stream(plan: Plan) -> bool:
+    """Whether ``plan``'s stream runs in one VM on the calling thread: one device, no replicas, no
+    batch split."""
+    return not plan.replicas and plan.batch_split == 1 and len(set(plan.assignment.values())) == 1
 
 
 def _route_latency(problem: Problem, route: Plan) -> float:

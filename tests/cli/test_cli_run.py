@@ -389,8 +389,16 @@ def test_side_by_side_times_each_candidate_warm(monkeypatch):
     last, clock = {}, [0.0]
 
     class SwitchSlowedRunner:
+        device = "cpu0"
+
         def __init__(self, built, params, *, num_threads=None):
             self.cold_calls = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
 
         def __call__(self, inputs):
             if last.get("runner") is not self:
@@ -403,7 +411,7 @@ def test_side_by_side_times_each_candidate_warm(monkeypatch):
     monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(timing, "SETTLE_S", 0.0)
     candidates = [Candidate(f"{d} alone", Plan({"k": d}), 1e-3) for d in ("cpu0", "cpu1")]
-    built = SimpleNamespace(placement=SimpleNamespace(devices=["one"]))
+    built = SimpleNamespace(placement=SimpleNamespace(devices=["cpu0"], kernel_devices=["cpu0"]))
     builds = {timing.timing_key(c): (built, 0.0) for c in candidates}
     model = SimpleNamespace(params=[], sample_inputs=lambda: [])
     timings = timing._time_side_by_side(candidates, builds, model, [np.ones(2)], 5)

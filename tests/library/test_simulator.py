@@ -469,6 +469,21 @@ def test_a_stream_is_no_faster_than_its_load_or_its_inputs_in_flight_allow(in_fl
     assert price.period_s == max(2.0, 3.0 / in_flight) and price.in_flight == in_flight
 
 
+@pytest.mark.parametrize("in_flight", [None, 1, 3])
+@pytest.mark.parametrize("segment_s", [0.0, 0.1])
+def test_a_one_device_stream_is_one_inference_after_another(in_flight, segment_s):
+    """One device runs one VM, one input at a time: the period is its latency as a one-device latency
+    plan (none of the concurrent executor's overheads), one in flight."""
+    from tvm_diviml.simulator import stream_price
+
+    problem = stream_problem(segment_s=segment_s, run_s=0.05 if segment_s else 0.0)
+    alone = Plan(dict.fromkeys("abc", "B"), objective="throughput", mode="period_overlap")
+    latency = simulate(problem, Plan(dict.fromkeys("abc", "B"))).value_s
+    price = stream_price(problem, alone, in_flight)
+    assert price.period_s == price.latency_s == pytest.approx(latency) and price.in_flight == 1
+    assert latency == pytest.approx(3.0)
+
+
 def test_the_stream_chooses_enough_inputs_in_flight_to_keep_its_busiest_device_busy():
     from tvm_diviml.simulator import STREAM_SLACK, stream_price
 

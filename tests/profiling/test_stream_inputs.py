@@ -74,7 +74,7 @@ def test_timing_a_stream_of_a_hundred_million_inputs_draws_only_those_in_flight(
 
     monkeypatch.setattr(timing, "ConcurrentRunner", Runner)
     monkeypatch.setattr(timing, "time_stream", time_stream)
-    built = SimpleNamespace(placement=SimpleNamespace(devices=["cpu0", "cpu1"]))
+    built = SimpleNamespace(placement=SimpleNamespace(devices=["cpu0", "cpu1"], kernel_devices=["cpu0", "cpu1"]))
     measured = timing.time_build(built, tiny_model(), "throughput", [np.ones(2)], repeats=1, stream_inputs=HUGE)
     assert measured.measured_s == 1e-3 and measured.in_flight == 4 and len(consumed) == 16
     assert len(draws) == 1 + 4  # the check's inputs, then one per input in flight

@@ -119,6 +119,19 @@ def test_stream_gives_each_input_its_outputs_in_input_order(chain, chain_latency
         assert_stream_matches(runner, chain, in_flight)
 
 
+def test_one_vm_streams_one_input_after_another_in_input_order_and_counts_its_busy_time(chain):
+    """A one-device build's stream runs in one VM on the calling thread (``open_runner``), whatever
+    the inputs in flight asked; its busy time is the stream's time in calls."""
+    from tvm_diviml.profiling.timing import open_runner, stream_in_flight
+
+    built = chain.build(dict.fromkeys(chain.extraction.graph.kernels, "cpu1"))
+    with open_runner(built, chain.weights) as runner:
+        assert isinstance(runner, vm.SingleVMRunner) and stream_in_flight(built, 4) == 1
+        assert_stream_matches(runner, chain, in_flight=4)
+        ((device, busy),) = runner.busy_s.items()
+        assert device == "cpu1" and busy > 0
+
+
 def device_graph(build: PlacedExecutable) -> nx.DiGraph:
     """Devices, with an edge A -> B when a segment on B reads what a segment on A wrote."""
     writer = {key: seg["device"] for seg in build.placement.segments for key in seg["writes"]}

@@ -188,40 +188,54 @@ def time_build(
     in_flight: int | None = None,
     threads: int | None = None,
 ) -> BuildTiming:
-    """Latency: one inference at a time, on the concurrent executor (one VM, without the workers'
-    hand-offs, when the build has one device); throughput and pipelines: a stream with ``in_flight``
-    inputs (default two per device). ``threads``: a one-device build's CPU pool. A replicated build
-    or a batch split runs its builds side by side (``runtime.replicas``)."""
+    """Latency: one inference at a time; throughput and pipelines: a stream with ``in_flight`` inputs
+    (default two per device; one at a time on one VM). ``open_runner`` chooses the runner;
+    ``threads``: a one-device build's CPU pool."""
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
-    side_by_side = isinstance(built, RoutedBuild | SplitBuild)
-    devices = built.devices if side_by_side else built.placement.devices
-    concurrent = side_by_side or len(devices) > 1 or objective != "latency"
-    if concurrent:
-        with open_runner(built, params) as runner:
-            outputs = compare_outputs(runner(inputs), reference)
-            if objective != "latency":
-                flight = in_flight or 2 * len(devices)
-                stream = model.sample_stream(stream_inputs, distinct=flight)
-                measured, samples = time_stream(runner, stream, flight), []
-                busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}  # busy_s covers the last stream
-            else:
-                (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
-    else:
-        single = SingleVMRunner(built, params, num_threads=threads)
-        outputs = compare_outputs(single(inputs), reference)
-        samples = time_calls(single, inputs, repeats, SETTLE_S)
-        measured, flight = statistics.median(samples), 1
-        busy = {devices[0]: measured}
+    with open_runner(built, params, threads) as runner:
+        concurrent = not isinstance(runner, SingleVMRunner)
+        outputs = compare_outputs(runner(inputs), reference)
+        if objective != "latency":
+            flight = stream_in_flight(built, in_flight)
+            stream = model.sample_stream(stream_inputs, distinct=flight)
+            measured, samples = time_stream(runner, stream, flight), []
+            busy = {d: s / stream_inputs for d, s in runner.busy_s.items()}  # busy_s covers the last stream
+        elif concurrent:
+            (measured, samples, busy), flight = _concurrent_latency(runner, inputs, repeats), 1
+        else:
+            samples = time_calls(runner, inputs, repeats, SETTLE_S)
+            measured, flight = statistics.median(samples), 1
+            busy = {runner.device: measured}
     return BuildTiming(measured, samples, busy, flight, "concurrent" if concurrent else "single VM", outputs)
 
 
-def open_runner(built: PlacedExecutable | RoutedBuild | SplitBuild, params: list[np.ndarray]):
-    """The runner of a build, one device or several: a ConcurrentRunner, or the replicas' or copies'
-    runners side by side (a batch split runs the sub-batch model's weights, which it keeps)."""
+def open_runner(
+    built: PlacedExecutable | RoutedBuild | SplitBuild, params: list[np.ndarray], threads: int | None = None
+):
+    """The runner of a build: the replicas' or copies' runners side by side (``runtime.replicas``; a
+    batch split runs the sub-batch model's weights, which it keeps), one VM on the calling thread for
+    a one-device build (with ``threads``, else the build's), the concurrent executor otherwise."""
     if isinstance(built, RoutedBuild | SplitBuild):
         return built.runner(params)
+    if one_vm(built):
+        return SingleVMRunner(built, params, num_threads=threads)
     return ConcurrentRunner(built, params)
+
+
+def one_vm(built: PlacedExecutable | RoutedBuild | SplitBuild) -> bool:
+    """Whether ``built`` runs in one VM on the calling thread: a placed build whose kernels are on one
+    device (``simulator.one_vm_stream`` prices its stream so)."""
+    return not isinstance(built, RoutedBuild | SplitBuild) and len(built.placement.kernel_devices) <= 1
+
+
+def stream_in_flight(built: PlacedExecutable | RoutedBuild | SplitBuild, in_flight: int | None) -> int:
+    """The inputs a stream of ``built`` keeps in flight: ``in_flight`` (None: two per device), one for a
+    one-device build (one VM runs one at a time)."""
+    if one_vm(built):
+        return 1
+    devices = built.devices if isinstance(built, RoutedBuild | SplitBuild) else built.placement.devices
+    return in_flight or 2 * len(devices)
 
 
 def candidate_set(problem, chosen: Plan, count: int, *, tuned: bool = False, predict=None) -> list[Candidate]:
@@ -265,13 +279,14 @@ def priced_in_context(
     repeats: int = 5,
     database=None,
     fresh: bool = False,
+    executor: bool = True,
 ) -> Provenance:
     """``provenance`` (kernels measured on ``platform``) with every timed device priced as its kernels run
     inside the model: the whole model timed once per present device configuration (as the platform has
     it; through ``cache``, like kernels, for ``CALIBRATION_MAX_AGE_S``, unless ``fresh``: timed again and
     the cache updated; ``model`` may be None where the cache answers), the timing's spread as its
-    ``prediction_error``, and the executor's overheads as the model's own timings raise them
-    (``executor_in_context``)."""
+    ``prediction_error``, and, with ``executor``, the executor's overheads as the model's own timings
+    raise them (``executor_in_context``; a one-device configuration's stream does not run on it)."""
     graph = extraction.graph
     configurations = {
         label: (device, threads)
@@ -290,9 +305,11 @@ def priced_in_context(
             cache.put_many(timed)
         found.update(timed)
     prediction_error = max((m.spread_s / m.median_s for m in found.values() if m.median_s > 0), default=0.0)
-    overheads = executor_in_context(
-        provenance, platform, model, extraction, cache=cache, database=database, fresh=fresh
-    )
+    overheads = provenance.executor_overheads
+    if executor:
+        overheads = executor_in_context(
+            provenance, platform, model, extraction, cache=cache, database=database, fresh=fresh
+        )
     in_context = {}
     for label, (device, _) in configurations.items():
         alike = [
@@ -374,9 +391,10 @@ def executor_in_context(
 
     - a stream on the concurrent executor against one VM call at a time: the difference per inference
       is what a segment call costs in a stream (the worker's bookkeeping, the wake-ups, the outputs
-      handed back), ``stream_segment_s``, which streams pay where it is above the no-op segments'
-      figure (one inference at a time keeps that one: in a stream the driver works on the next input
-      beside the worker; each configuration gets its own, the whole CPU's two threads theirs).
+      handed back), ``stream_segment_s``, which streams on that executor (replicas, several devices)
+      pay where it is above the no-op segments' figure (one inference at a time keeps that one: in a
+      stream the driver works on the next input beside the worker; a one-device build's stream runs
+      in one VM and pays neither).
       On bert_base at its small size (~70 us a call) a stream took ~120 us per inference on one
       worker, while no-op segments measured 1.6 us a call;
     - where a second CPU device shares the machine, the model on both at once (one VM per device,
@@ -623,7 +641,7 @@ def predict_configuration(
             )
             if provenance.timed:  # timed now, as the configurations it is judged against are
                 provenance = priced_in_context(
-                    provenance, platform, model, extraction, cache=cache, database=database, fresh=True
+                    provenance, platform, model, extraction, cache=cache, database=database, fresh=True, executor=False
                 )
         costs = TableCostModel.from_provenance(problem.graph, platform, provenance)
     else:
@@ -656,11 +674,7 @@ def _time_side_by_side(
         runners, checks, busy = {}, {}, {}
         for candidate in candidates:
             key = timing_key(candidate)
-            built = builds[key][0]
-            if len(built.placement.devices) == 1:
-                runners[key] = SingleVMRunner(built, params, num_threads=candidate.threads)
-            else:
-                runners[key] = stack.enter_context(ConcurrentRunner(built, params))
+            runners[key] = stack.enter_context(open_runner(builds[key][0], params, candidate.threads))
             checks[key] = compare_outputs(runners[key](inputs), reference)
             busy[key] = Counter()
         samples: dict[tuple, list[float]] = {key: [] for key in runners}
@@ -681,8 +695,7 @@ def _time_side_by_side(
     for key, runner in runners.items():
         measured = statistics.median(samples[key])
         concurrent = isinstance(runner, ConcurrentRunner)
-        devices = builds[key][0].placement.devices
-        per_run = {d: s / len(samples[key]) for d, s in busy[key].items()} if concurrent else {devices[0]: measured}
+        per_run = {d: s / len(samples[key]) for d, s in busy[key].items()} if concurrent else {runner.device: measured}
         out[key] = BuildTiming(
             measured, samples[key], per_run, 1, "concurrent" if concurrent else "single VM", checks[key]
         )
@@ -704,13 +717,13 @@ def _time_streams_side_by_side(
     params = [w for _, w in model.params]
     inputs = model.sample_inputs()
     keys = list(dict.fromkeys(timing_key(c) for c in candidates))
-    flights = {}
+    flights, threads = {}, {}
     for candidate in candidates:
-        built = builds[timing_key(candidate)][0]
-        devices = built.devices if isinstance(built, RoutedBuild) else built.placement.devices
-        flights.setdefault(timing_key(candidate), in_flight or candidate.in_flight or 2 * len(devices))
+        key = timing_key(candidate)
+        flights.setdefault(key, stream_in_flight(builds[key][0], in_flight or candidate.in_flight))
+        threads.setdefault(key, candidate.threads)
     with contextlib.ExitStack() as stack:
-        runners = {key: stack.enter_context(open_runner(builds[key][0], params)) for key in keys}
+        runners = {key: stack.enter_context(open_runner(builds[key][0], params, threads[key])) for key in keys}
         checks = {key: compare_outputs(runner(inputs), reference) for key, runner in runners.items()}
         streams = {key: model.sample_stream(stream_inputs, distinct=flights[key]) for key in keys}
         samples: dict[tuple, list[float]] = {key: [] for key in keys}
@@ -719,13 +732,16 @@ def _time_streams_side_by_side(
             for key, runner in runners.items():
                 samples[key].append(time_stream(runner, streams[key], flights[key], rounds=1))
                 busy[key].update({d: s / stream_inputs for d, s in runner.busy_s.items()})
+        executors = {
+            key: "single VM" if isinstance(runner, SingleVMRunner) else "concurrent" for key, runner in runners.items()
+        }
     return {
         key: BuildTiming(
             statistics.median(samples[key]),
             samples[key],
             {d: s / rounds for d, s in busy[key].items()},
             flights[key],
-            "concurrent",
+            executors[key],
             checks[key],
         )
         for key in keys

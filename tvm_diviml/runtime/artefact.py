@@ -294,9 +294,7 @@ class Artefact:
         """The outputs of each of ``inputs`` (per inference a list of arrays, or one array for a model of
         one input), in order, with up to ``in_flight`` inputs in the devices (default: as measured)."""
         checked = (self._arguments(tuple(x) if isinstance(x, list | tuple) else (x,), {}) for x in inputs)
-        stream = getattr(self._runner, "stream", None)  # one VM runs one inference at a time
-        results = stream(checked, in_flight or self.manifest.in_flight) if stream else map(self._runner, checked)
-        for outputs in results:
+        for outputs in self._runner.stream(checked, in_flight or self.manifest.in_flight):
             yield self._result(outputs)
 
     def _result(self, outputs: list[np.ndarray]):

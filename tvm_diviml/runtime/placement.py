@@ -50,6 +50,13 @@ class Placement:
     library_sha256: str | None = None  # the library exported with it: a pair from two exports is refused
     versions: dict[str, str] = field(default_factory=dict)  # what built it: {"tvm": ..., "tvm_diviml": ...}
 
+    @property
+    def kernel_devices(self) -> list[str]:
+        """The devices the kernels run on, in the VM's order (a build on cpu1 alone has the host cpu0
+        too, for its inputs and outputs)."""
+        used = set(self.assignment.values())
+        return [d for d in self.devices if d in used]
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
