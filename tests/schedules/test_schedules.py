@@ -289,7 +289,8 @@ def test_a_long_row_keeps_its_loop_over_vectors(rows, unrolled):
         ("x86_64-linux-gnu", "skylake-avx512", 512, 32),
         ("x86_64-linux-gnu", "znver4", 512, 32),
         ("x86_64-linux-gnu", "x86-64", 128, 16),
-        ("aarch64-linux-gnu", "cortex-a72", 128, 16),
+        ("aarch64-linux-gnu", "cortex-a72", 128, 32),
+        ("arm64-apple-macos", "apple-m1", 128, 32),
     ],
 )
 def test_vector_registers_follow_the_cpus_features(triple, mcpu, bits, registers):

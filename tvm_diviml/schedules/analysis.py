@@ -196,6 +196,14 @@ def vector_bits(target: Target) -> int:
     return bits if bits and bits > 0 else 128
 
 
+def vector_registers(target: Target, bits: int) -> int:
+    """The vector registers of ``target``: 32 with AVX-512 and on AArch64 (NEON and SVE both have 32),
+    16 on x86 without AVX-512 and wherever else it is not known (the fewer: a tile sized for too
+    many spills)."""
+    triple = str(target.attrs.get("mtriple") or llvm_get_system_triple())
+    return 32 if bits >= 512 or triple.startswith(("aarch64", "arm64")) else 16
+
+
 @dataclass(frozen=True)
 class CpuFacts:
     """What a schedule needs to know of an llvm target: vector width, registers and the threads of
@@ -209,7 +217,7 @@ class CpuFacts:
     def of(target: Target) -> CpuFacts:
         bits = vector_bits(target)
         threads = int(target.attrs.get("num-cores") or os.cpu_count() or 1)
-        return CpuFacts(bits, 32 if bits >= 512 else 16, threads)
+        return CpuFacts(bits, vector_registers(target, bits), threads)
 
     def lanes(self, dtype: str) -> int:
         return max(1, self.vector_bits // DataType(dtype).bits)
