@@ -430,6 +430,9 @@ def test_a_throughput_run_builds_and_times_the_replicated_plans_and_the_pipeline
     timed = {c["label"]: c for c in row["candidates"]["candidates"] if not c["left_out"]}
     (replicated,) = [c for label, c in timed.items() if label.endswith("the whole model replicated")]
     assert replicated["replicas"] == 1 and len(replicated["devices"]) == 1  # the primary device
+    assert replicated["policy"] == "shares"
+    (twin,) = [c for label, c in timed.items() if label.endswith("each input to the next free replica")]
+    assert twin["policy"] == "next_free" and twin["predicted_s"] == replicated["predicted_s"]
     assert "the best pipeline" in timed
     for candidate in timed.values():
         assert candidate["measured_s"] > 0 and not candidate["outputs_differ"], candidate

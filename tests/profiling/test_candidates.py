@@ -116,7 +116,11 @@ def test_a_stream_always_times_the_replicated_plans_and_the_best_pipeline_and_le
     by_label = {c.label: c for c in candidates}
     assert by_label["hand plan"].left_out and "cycle" in by_label["hand plan"].left_out
     replicated = by_label["the whole model replicated"]
-    assert replicated.plan.replicas and replicated.left_out is None
+    assert replicated.plan.replicas and replicated.left_out is None and replicated.policy == "shares"
+    # and the same replicas, each input sent to the replica with the fewest in it: timed, not assumed
+    twin = by_label["the whole model replicated, each input to the next free replica"]
+    assert twin.plan is replicated.plan and twin.policy == "next_free" and twin.left_out is None
+    assert [c.label for c in candidates if c.policy == "next_free"] == [twin.label]  # no twin without replicas
     assert by_label["the best pipeline"].plan.mode == "stage_serial"
     for candidate in candidates:
         price = stream_price(problem, candidate.plan)
@@ -124,3 +128,28 @@ def test_a_stream_always_times_the_replicated_plans_and_the_best_pipeline_and_le
     assert [c.left_out is None for c in candidates] == sorted((c.left_out is None for c in candidates), reverse=True)
     text = format_selection(select_fastest(candidates, lambda c: 1.0))
     assert "hand plan" in text and "not built: its devices pass tensors back and forth" in text
+
+
+def test_the_next_free_twin_is_built_from_the_same_executables_with_its_policy(monkeypatch):
+    """One executable per route, shared by the replicated plan and its twin; the twin's runner picks
+    the next free replica (``RoutedBuild.policy``), the other follows the shares."""
+    from tvm_diviml.profiling import timing
+
+    graph = graph_of([("a", "b", 4)])
+    platform = get_platform("cpu2")
+    costs = TableCostModel(platform, {k: {d: 1e-3 for d in platform.device_names} for k in "ab"})
+    problem = Problem(graph, platform, costs, objective="throughput")
+    chosen = get_solver("fastest_single_device").solve(problem)
+    candidates = [c for c in candidate_plans(problem, chosen, 1) if c.plan.replicas]
+    made = []
+
+    def build_runnable(model, extraction, built_for, plan, database=None, progress=None):
+        made.append(plan_key(plan))
+        return object(), 0.0
+
+    monkeypatch.setattr(timing, "build_runnable", build_runnable)
+    builds = timing.build_candidates(None, None, platform, candidates, None, print)
+    policies = {c.policy: builds[timing.timing_key(c)][0] for c in candidates}
+    assert set(policies) == {"shares", "next_free"} and len(made) == len(set(made)) == 2
+    assert all(routed.policy == policy for policy, routed in policies.items())
+    assert policies["shares"].builds == policies["next_free"].builds

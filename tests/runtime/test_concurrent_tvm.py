@@ -214,6 +214,14 @@ def placement_of(devices: list[tuple[str, str, int | None]]) -> Placement:
     )
 
 
+def test_the_kernels_devices_come_from_the_assignment_or_an_older_placements_segments():
+    placement = placement_of([("cpu0", "cpu:0", 1), ("gpu", "cuda:0", None), ("cpu1", "cpu:0", 1)])
+    placement.assignment = {"a": "cpu1", "b": "gpu"}
+    assert placement.kernel_devices == ["gpu", "cpu1"]  # the VM's order; the host holds no kernel
+    placement.assignment, placement.segments = {}, [{"device": "cpu1"}]
+    assert placement.kernel_devices == ["cpu1"]
+
+
 def test_cpu_workers_get_cores_of_their_own_when_they_fit(monkeypatch):
     monkeypatch.setattr(vm, "_ALLOWED_CPUS", frozenset({2, 3, 5}))
     two = placement_of([("cpu0", "cpu:0", 1), ("gpu", "cuda:0", None), ("cpu1", "cpu:0", 2)])

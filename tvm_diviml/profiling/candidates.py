@@ -5,7 +5,8 @@ HEFT's, greedy's, each device alone), always with the best single-device plan an
 configuration of the machine (the whole CPU with all its threads among them), and keeps the fastest
 measured. For a stream (throughput, pipeline) the replicated plans (the whole model, the plan's
 stages) and the best pipeline are always among them, each priced as the stream runs
-(``simulator.stream_price``, with the inputs in flight it runs at); a plan whose devices pass tensors
+(``simulator.stream_price``, with the inputs in flight it runs at), each replicated plan twice: its
+inputs sent by the shares, and to the next free replica; a plan whose devices pass tensors
 back and forth (a cycle) is left out of the build, named with why. A tuned run also times each
 single-device configuration with the default schedules, so tuning that measures slower inside the
 model than the default rules is not kept. This module chooses and ranks; how a candidate is timed
@@ -48,6 +49,7 @@ class Candidate:
     outputs_differ: bool = False
     in_flight: int | None = None  # a stream's inputs in flight, as priced (None: one at a time)
     left_out: str | None = None  # why it is not built and timed (None: it is)
+    policy: str = "shares"  # how a replicated plan's stream picks a replica (``runtime.replicas.POLICIES``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +63,7 @@ class Candidate:
             "outputs_differ": self.outputs_differ,
             "in_flight": self.in_flight,
             "replicas": len(self.plan.replicas),
+            "policy": self.policy if self.plan.replicas else None,
             "left_out": self.left_out,
         }
 
@@ -130,7 +133,22 @@ def candidate_plans(problem: Problem, chosen: Plan, count: int) -> list[Candidat
     for candidate in [*singles[:1], *(scored.get(plan_key(plan)) for _, plan in always)]:
         if candidate is not None and candidate not in chosen_ones:
             chosen_ones.append(candidate)
-    return chosen_ones + left_out
+    return chosen_ones + [next_free_twin(c) for c in chosen_ones if len(c.plan.routes()) > 1] + left_out
+
+
+def next_free_twin(candidate: Candidate) -> Candidate:
+    """``candidate``'s replicated plan with each input sent to the replica with the fewest inputs in
+    it rather than by the shares: where one replica runs slower than its share says (its core also
+    runs the driver, another process runs beside it) the others take more. Priced as the shares run:
+    the simulator has no model of who is free first."""
+    return Candidate(
+        f"{candidate.label}, each input to the next free replica",
+        candidate.plan,
+        candidate.predicted_s,
+        threads=candidate.threads,
+        in_flight=candidate.in_flight,
+        policy="next_free",
+    )
 
 
 CYCLE = (

@@ -610,7 +610,7 @@ def build_candidates(
             continue
         began = time.perf_counter()
         if candidate.plan.replicas:
-            built = build_routes(candidate.plan, plain)
+            built = build_routes(candidate.plan, plain, candidate.policy)
         else:
             built = plain(candidate.plan, candidate.threads, candidate.default_schedules)
         builds[key] = (built, time.perf_counter() - began)
@@ -650,7 +650,7 @@ def predict_configuration(
 
 
 def timing_key(candidate: Candidate) -> tuple:
-    return plan_key(candidate.plan), candidate.threads, candidate.default_schedules
+    return plan_key(candidate.plan), candidate.threads, candidate.default_schedules, candidate.policy
 
 
 def candidate_platform(platform: Platform, candidate: Candidate) -> Platform:

@@ -54,7 +54,7 @@ class Placement:
     def kernel_devices(self) -> list[str]:
         """The devices the kernels run on, in the VM's order (a build on cpu1 alone has the host cpu0
         too, for its inputs and outputs)."""
-        used = set(self.assignment.values())
+        used = set(self.assignment.values()) or {seg["device"] for seg in self.segments}
         return [d for d in self.devices if d in used]
 
     def to_json(self) -> str:
