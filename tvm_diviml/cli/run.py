@@ -69,7 +69,8 @@ def _timing_arguments(parser: argparse.ArgumentParser) -> None:
         "--in-flight",
         type=positive_int,
         metavar="N",
-        help="inputs in flight when streaming (default: as many as the stream's price asks, reported)",
+        help="inputs in flight when streaming (default: as many as the stream's price asks, reported; a "
+        "one-device build runs one at a time)",
     )
     parser.add_argument(
         "--candidates",
