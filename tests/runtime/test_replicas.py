@@ -43,6 +43,9 @@ class Lane:
             def collect(self, ticket):
                 return executor_session.collect(ticket)
 
+            def done(self, ticket):
+                return executor_session.done(ticket)
+
             def close(self):
                 executor_session.close()
 
@@ -103,6 +106,48 @@ def test_next_free_keeps_every_lane_busy():
     with ReplicatedRunner(lanes, [0.9, 0.1], ["cpu0", "cpu1"], policy="next_free") as runner:
         outputs = list(runner.stream(stream_of(10), in_flight=2))
     assert len(outputs) == 10 and lanes[1].seen  # a small share still takes inputs when free
+
+
+class ReadyLane:
+    """A lane whose inputs are ready at once (``ready``) or only once collected: the driver collects in
+    input order, so a fast replica's outputs can wait, done, behind a slow one's input."""
+
+    busy_s: dict = {}
+
+    def __init__(self, ready: bool):
+        self.ready, self.seen = ready, []
+
+    def session(self):
+        lane = self
+
+        class Session:
+            def submit(self, arrays):
+                lane.seen.append(float(arrays[0].ravel()[0]))
+                return arrays
+
+            def done(self, ticket):
+                return lane.ready
+
+            def collect(self, ticket):
+                return [ticket[0]]
+
+            def close(self):
+                pass
+
+        return Session()
+
+    def close(self):
+        pass
+
+
+def test_next_free_sends_an_input_to_the_replica_whose_inputs_are_done_though_not_collected():
+    """Inputs 0 (slow replica, running) and 1 (fast replica, done): input 2 goes to the fast one, whose
+    input waits only for input 0 to be collected first (counting uncollected inputs sent it to the slow one)."""
+    slow, fast = ReadyLane(ready=False), ReadyLane(ready=True)
+    with ReplicatedRunner([slow, fast], [0.5, 0.5], ["slow", "fast"], policy="next_free") as runner:
+        outputs = list(runner.stream(stream_of(3), in_flight=3))
+    assert [float(o[0].ravel()[0]) for o in outputs] == [0.0, 1.0, 2.0]
+    assert slow.seen == [0.0] and fast.seen == [1.0, 2.0]
 
 
 def test_a_replica_failing_mid_stream_names_it_and_nothing_hangs():

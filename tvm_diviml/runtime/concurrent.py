@@ -113,7 +113,7 @@ class ConcurrentRunner:
 
 
 class RunnerSession:
-    """``ConcurrentRunner.session``: ``submit(arrays) -> ticket``, ``collect(ticket) -> arrays``."""
+    """``ConcurrentRunner.session``: ``submit(arrays) -> ticket``, ``done(ticket)``, ``collect(ticket) -> arrays``."""
 
     def __init__(self, runner: ConcurrentRunner, session: StreamSession):
         self._runner, self._session = runner, session
@@ -123,6 +123,9 @@ class RunnerSession:
 
     def collect(self, ticket) -> list[np.ndarray]:
         return [to_numpy(t) for t in self._session.collect(ticket)]
+
+    def done(self, ticket) -> bool:
+        return self._session.done(ticket)
 
     def close(self) -> None:
         self._session.close()

@@ -456,6 +456,12 @@ class StreamSession:
         self._collected += 1
         return outputs
 
+    def done(self, ticket: _InputRun) -> bool:
+        """Whether ``ticket``'s input has stopped running: its outputs ready, or its batch stopped."""
+        executor = self._executor
+        with executor._lock:
+            return ticket.segments_done == len(executor.segments) or executor._stopped(ticket)
+
     def close(self) -> None:
         executor = self._executor
         with executor._lock:

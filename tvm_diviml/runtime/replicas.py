@@ -2,12 +2,14 @@
 
 A *lane* is a runner of the whole model on its own devices (a ``ConcurrentRunner`` over one build);
 all it must offer is ``session()``, a stream driven by hand (``submit(inputs) -> ticket``,
-``collect(ticket) -> outputs``, ``close()``), ``busy_s`` and ``close()``. TVM-free, so the
-dispatching is tested with plain Python callables.
+``done(ticket)``: whether its outputs are ready, ``collect(ticket) -> outputs``, ``close()``),
+``busy_s`` and ``close()``. TVM-free, so the dispatching is tested with plain Python callables.
 
 ``ReplicatedRunner`` sends each input of a stream to one lane: in proportion to the plan's shares (a
 smooth weighted rotation, so any run of n inputs gives lane i ``share_i x n`` of them, within one), or
-to the lane with the fewest inputs in it (``next_free``). Outputs come back in input order.
+to the lane with the fewest inputs still running in it (``next_free``: outputs ready and not yet
+collected do not count, so a lane that ran ahead of the input order is free). Outputs come back in
+input order.
 ``SplitBatchRunner`` cuts each input along its batch axis into the lanes' sub-batches, runs the pieces
 side by side and joins the outputs.
 """
@@ -155,18 +157,18 @@ class ReplicatedRunner(_SideBySide):
 
     def _started(self) -> None:
         self._rotation = ShareRotation(self.shares)
-        self._inside = [0] * len(self.lanes)
+        self._inside: list[deque] = [deque() for _ in self.lanes]  # per lane, its tickets not collected
         self.sent = Counter()
 
     def _submit(self, sessions: list, index: int, arrays: list[np.ndarray]) -> tuple[int, Any]:
-        lane = self._choose()
+        lane = self._choose(sessions)
         try:
             ticket = sessions[lane].submit(arrays)
         except DivimlInputError:
             raise
         except Exception as error:  # noqa: BLE001 (named and re-raised)
             raise self._failure(lane, index, error) from error
-        self._inside[lane] += 1
+        self._inside[lane].append(ticket)
         self.sent[self.names[lane]] += 1
         return lane, ticket
 
@@ -176,14 +178,15 @@ class ReplicatedRunner(_SideBySide):
             outputs = sessions[lane].collect(ticket)
         except Exception as error:  # noqa: BLE001 (named and re-raised)
             raise self._failure(lane, index, error) from error
-        self._inside[lane] -= 1
+        self._inside[lane].popleft()  # a lane's inputs are collected in the order they were sent
         return outputs
 
-    def _choose(self) -> int:
+    def _choose(self, sessions: list) -> int:
         if self.policy == "shares":
             return self._rotation.pick()
-        fewest = min(self._inside[i] for i, s in enumerate(self.shares) if s > 0)
-        return self._rotation.pick([i for i, n in enumerate(self._inside) if n == fewest])
+        running = [sum(not sessions[i].done(t) for t in tickets) for i, tickets in enumerate(self._inside)]
+        fewest = min(running[i] for i, s in enumerate(self.shares) if s > 0)
+        return self._rotation.pick([i for i, n in enumerate(running) if n == fewest])
 
     def _failure(self, lane: int, index: int, error: BaseException) -> ReplicaError:
         return ReplicaError(

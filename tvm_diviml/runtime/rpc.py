@@ -407,7 +407,7 @@ class RpcRunner:
 
 
 class RpcSession:
-    """``RpcRunner.session``: ``submit(arrays) -> ticket``, ``collect(ticket) -> arrays``; ``close``
+    """``RpcRunner.session``: ``submit(arrays) -> ticket``, ``done(ticket)``, ``collect(ticket) -> arrays``; ``close``
     frees what the stream kept on the servers, unless it failed (``RpcRunner._finished``)."""
 
     def __init__(self, runner: RpcRunner, session: StreamSession):
@@ -422,6 +422,9 @@ class RpcSession:
         except SegmentError as error:
             self._failed = True
             raise self._runner._server_error(error) from error
+
+    def done(self, ticket) -> bool:
+        return self._session.done(ticket)
 
     def close(self) -> None:
         self._session.close()
