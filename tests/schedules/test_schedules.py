@@ -348,6 +348,19 @@ def test_a_tile_keeps_enough_accumulators_to_hide_the_fma_latency():
     assert vectorized == [8] and accumulators >= FMA_IN_FLIGHT - 1
 
 
+def test_a_parallel_register_tile_allocates_nothing_per_iteration():
+    """The accumulators of a tile inside a parallel loop are a stack array: a "local" buffer there was
+    taken from TVM's workspace pool and given back on every iteration (MobileNetV2's 1x1 convolution over
+    16 channels, 32x32, ran 2.5x slower per thread than its serial build)."""
+    data, weight = te.placeholder((1, 32, 32, 16), name="data"), te.placeholder((1, 1, 16, 96), name="weight")
+    out = topi.clip(topi.nn.conv2d_nhwc(data, weight, 1, 0, 1), 0.0, 6.0)
+    func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+    scheduled, _ = apply_rules(func, target(2), rules_for(target(2)))
+    llvm_ir = tvm.compile(tvm.IRModule({"main": scheduled}), target=target(2)).mod.inspect_source("ll")
+    body = llvm_ir.split("@__tvm_parallel_lambda(", 1)[1].split("\ndefine ", 1)[0]
+    assert "TVMBackendAllocWorkspace" not in body
+
+
 def test_a_cpu_of_this_machine_is_built_for_its_cpu_and_threads_another_as_written():
     here = get_platform("cpu2").devices[0]
     built = device_target(here)
