@@ -103,7 +103,8 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     output's innermost axis nor independently of it (a transposed or strided read), nor the same
     along aligned runs of it (a grouped convolution's input: the vector tile then stays within a run,
     where that input is a broadcast). A short reduction (a depthwise convolution's 9 taps) keeps its
-    accumulators' buffer on the stack: allocating it took a third of a depthwise tile's time.
+    accumulators' buffer small enough for the stack (``accumulator_scope``): allocating it took a third
+    of a depthwise tile's time.
     ``blocked``: the tile of a blocked reduction (``schedule_blocked``), whose re-reads come from L1
     and L2: the fewest loads per multiply-add wins, up to ``MAX_BLOCKED_VECTORS`` vectors wide."""
     vector = c.output_axes[-1]
