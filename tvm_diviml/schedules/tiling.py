@@ -130,7 +130,7 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     # took 2 vectors x 4 positions rather than 1 x 8: MobileNetV2's 1.2-1.4x faster each on one thread
     in_l2 = _read_bytes(vector_reads) <= L2_BYTES // 2
     if on_stack:
-        broadcasts = any(not read.depends_on(vector) for read in c.reads)
+        broadcasts = len(moving) < len(c.reads)  # some read does not move with the vector axis
         line_loads = L2_LINE_LOADS if broadcasts and in_l2 else None
     else:
         line_loads = L2_LINE_LOADS if in_l2 else MEMORY_LINE_LOADS if facts.registers <= 16 else None
