@@ -433,11 +433,12 @@ def test_a_plan_scored_again_on_the_same_problem_is_not_simulated_again(monkeypa
 
 
 # ---------------------------------------------------------------------- streams as the executor runs them
-def stream_problem(segment_s=0.0, run_s=0.0):
-    """a -> b -> c on two identical devices, 1 s a kernel, free links; costs of the executor given."""
+def stream_problem(segment_s=0.0, run_s=0.0, latency=0.0):
+    """a -> b -> c on two identical devices, 1 s a kernel, links free unless ``latency``; costs of the
+    executor given."""
     from tvm_diviml.cost.table import TableCostModel
 
-    platform = unit_platform(("A", "B"), latency=0.0, bandwidth=1e18)
+    platform = unit_platform(("A", "B"), latency=latency, bandwidth=1e18)
     costs = TableCostModel(
         platform,
         {k: {"A": 1.0, "B": 1.0} for k in "abc"},
@@ -467,6 +468,24 @@ def test_a_stream_is_no_faster_than_its_load_or_its_inputs_in_flight_allow(in_fl
     assert price.load_s == simulate(problem, pipeline).value_s == 2.0
     assert price.latency_s == 3.0
     assert price.period_s == max(2.0, 3.0 / in_flight) and price.in_flight == in_flight
+
+
+def test_a_pipeline_stream_hands_its_tensors_over_while_its_stages_compute():
+    """The stages' devices carry their kernels; the hand-off of a's tensor to B loads the link A -> B,
+    as the executor's workers start their next input meanwhile."""
+    from tvm_diviml.simulator import stream_price
+
+    problem = stream_problem(latency=0.5)
+    pipeline = Plan(
+        {"a": "A", "b": "B", "c": "B"},
+        objective="pipeline",
+        mode="stage_serial",
+        stages=[["a"], ["b", "c"]],
+        stage_devices=["A", "B"],
+    )
+    assert simulate(problem, pipeline).value_s == 2.5  # stage B: its kernels and a's tensor in
+    price = stream_price(problem, pipeline, in_flight=3)
+    assert price.load_s == 2.0 and price.period_s == 2.0
 
 
 @pytest.mark.parametrize("in_flight", [None, 1, 3])
