@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import subprocess
+import sys
 
 import networkx as nx
 import numpy as np
@@ -262,3 +264,32 @@ def test_a_cpu_tensor_is_another_cpu_devices_without_a_copy():
     assert vm.on_device(host, host.device) is host
     del host  # the alias keeps the memory
     np.testing.assert_array_equal(alias.numpy(), np.arange(6, dtype="float32").reshape(2, 3))
+
+
+ENDED_THREADS = """
+import os, sys, threading, time
+from tvm_diviml.runtime.vm import set_threads
+before = len(os.listdir("/proc/self/task"))
+for _ in range(8):  # as the executor's calibration and every runner's workers do: size a pool, end
+    thread = threading.Thread(target=set_threads, args=(1,))
+    thread.start()
+    thread.join()
+began = time.monotonic()
+while len(os.listdir("/proc/self/task")) > before and time.monotonic() - began < float(sys.argv[1]):
+    time.sleep(0.01)
+print(len(os.listdir("/proc/self/task")) - before, round(time.monotonic() - began, 3))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_the_pool_workers_of_ended_threads_end_with_them():
+    """Each thread that sizes its TVM pool gets a pool worker bound to a core. With TVM's default idle
+    spin, eight ended threads left workers spinning on one core for ~4.4 s here, taking it from
+    whatever ran next; ``vm.bound_idle_spinning`` has them sleep, and end, at once (0.02 s)."""
+    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
+    done = subprocess.run(
+        [sys.executable, "-c", ENDED_THREADS, "2.0"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    left, seconds = done.stdout.split()
+    assert int(left) <= 0, f"{left} pool workers still running {seconds} s after their threads ended"

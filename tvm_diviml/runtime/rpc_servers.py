@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import DivimlInputError
 from ..platform import Platform
 from ..servers import server_devices
-from .vm import allow_every_core
+from .vm import allow_every_core, bound_idle_spinning
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ def serve(host: str, port: int, exit_with: int | None = None) -> None:
     from tvm.rpc.server import PopenRPCServerState
 
     allow_every_core()
+    bound_idle_spinning()
     state = PopenRPCServerState(host, port, port + 1, silent=True)
     while state.thread.is_alive():
         state.thread.join(1.0)
