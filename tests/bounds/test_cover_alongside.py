@@ -79,7 +79,10 @@ def test_nothing_starts_where_it_cannot_help(monkeypatch):
 def test_plan_model_reports_the_cover_from_beside_the_solver(small_graphs_too, monkeypatch):
     monkeypatch.setattr(pipeline_module, "downset_bound", lambda *args, **kwargs: None)  # else it proves the optimum
     problem = five_stage_chain()
-    solved = plan_model(problem, "slicegraph", time_limit_s=10, bound_time_limit_s=5)
+    # The cover runs until the solve's deadline, and one cut short by it is weaker: under a loaded
+    # suite a 10 s limit once gave 7.96678 against 7.97452. The solver stalls in well under a second
+    # here and the cover answers when done, so the long limit costs nothing.
+    solved = plan_model(problem, "slicegraph", time_limit_s=120, bound_time_limit_s=30)
     assert solved.bounds["stage_cover"] == in_process_bound(problem)
     assert solved.bounds["stage_cover"] <= solved.simulation.value_s
     assert not multiprocessing.active_children()
