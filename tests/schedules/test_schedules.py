@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from tvm_diviml.passes.apply_plan import packed_params
 from tvm_diviml.platform import Device
 from tvm_diviml.presets import get_platform
 from tvm_diviml.runtime.packing import pack_array
-from tvm_diviml.schedules import apply
+from tvm_diviml.schedules import apply, tiling
 from tvm_diviml.schedules.analysis import CpuFacts
 from tvm_diviml.schedules.apply import (
     UNSCHEDULED,
@@ -251,14 +252,21 @@ def test_each_rule_claims_its_kernels_and_computes_what_the_unscheduled_kernel_d
     make, expected = KERNELS[kernel]
     tensors, out = make(data.draw)
     func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main")
-    weights = [i for i, x in enumerate(tensors) if x.op.name in WEIGHTS]
     if marked:
-        func = func.with_attr(WEIGHT_PARAMS_ATTR, weights)
+        func = func.with_attr(WEIGHT_PARAMS_ATTR, [i for i, x in enumerate(tensors) if x.op.name in WEIGHTS])
     t = target(threads)
     scheduled, rule = apply_rules(func, t, rules_for(t))
     assert rule != UNSCHEDULED
     if expected:
         assert rule in expected
+    assert_computes_as_unscheduled(func, scheduled, tensors, out, t)
+
+
+def assert_computes_as_unscheduled(func, scheduled, tensors: list, out: te.Tensor, t) -> None:
+    """``scheduled`` computes what ``func`` does (relative 1e-5) on random inputs, its weights given packed
+    as the runtime uploads them, and packs no tensor ``func`` does not mark as a weight."""
+    marked = func.attrs.get(WEIGHT_PARAMS_ATTR) if func.attrs is not None else None
+    weights = [i for i, x in enumerate(tensors) if x.op.name in WEIGHTS]
     packed = packed_params(func, scheduled)
     assert set(packed) <= (set(weights) if marked else set())
     rng = np.random.default_rng(0)
@@ -378,6 +386,74 @@ def test_a_depthwise_window_keeps_its_tile_one_vector_wide():
     rule, tile = register_tile(func, AVX2, "group_conv2d_nhwc_update")
     # a tile two or more vectors wide has their loop just outside the lanes; here it is the positions'
     assert rule == "Conv2d" and vectorized_and_accumulators(tile)[0] == [8] and int(tile[1].extent) > MAX_VECTORS
+
+
+def depthwise(size: int, channels: int, window: int, stride: int):
+    """A depthwise convolution over a padded NHWC input with MobileNetV2's epilogue, marked weights."""
+    data = te.placeholder((1, size, size, channels), name="data")
+    weight = te.placeholder((window, window, 1, channels), name="weight")
+    out = topi.clip(topi.nn.group_conv2d_nhwc(data, weight, stride, window // 2, 1, channels), 0.0, 6.0)
+    return te.create_prim_func([data, weight, out]).with_attr(WEIGHT_PARAMS_ATTR, [1])
+
+
+@pytest.mark.parametrize(
+    "size, channels, window, stride, apart",
+    [
+        (56, 144, 3, 1, True),  # MobileNetV2's
+        (56, 96, 7, 1, True),  # ConvNeXt's
+        (112, 96, 3, 2, False),  # strided: its padded copy would be four times its output
+        (7, 960, 3, 1, False),  # too short to pay for the copy's parallel region
+    ],
+)
+def test_a_long_depthwise_window_that_moves_one_element_per_position_reads_a_padded_copy(
+    size, channels, window, stride, apart
+):
+    """Read through a condition per multiply-add, 3x3 to 7x7 windows over 14x14 to 112x112 images ran
+    1.5-4.5x slower than over a padded copy written first, in parallel, inside the kernel."""
+    scheduled, rule = apply_rules(depthwise(size, channels, window, stride), target(2), rules_for(target(2)))
+    sch = tvm.s_tir.Schedule(scheduled)
+    assert rule == "Conv2d" and ("padded_read" not in scheduled.script()) == apart
+    if apart:
+        kinds = [sch.get(loop).kind for loop in sch.get_loops(sch.get_sblock("pad_temp"))]
+        assert tvm.tirx.ForKind.PARALLEL in kinds
+
+
+@settings(max_examples=examples(6), deadline=None)
+@given(data=st.data(), threads=st.sampled_from([1, 2]))
+def test_a_depthwise_window_with_its_padding_written_apart_computes_what_the_unscheduled_kernel_does(data, threads):
+    """``PAD_APART_MIN_S`` lowered to nothing, so that small random windows take that path: their padding
+    written apart where the window moves one element per position, read through a condition where it strides."""
+    tensors, out = conv(data.draw, "NHWC", "depthwise")
+    func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main").with_attr(WEIGHT_PARAMS_ATTR, [1, 2])
+    strided = int(out.shape[1]) < int(tensors[0].shape[1])
+    t = target(threads)
+    with mock.patch.object(tiling, "PAD_APART_MIN_S", 0.0):
+        scheduled, rule = apply_rules(func, t, rules_for(t))
+    assert rule == "Conv2d" and ("padded_read" in scheduled.script()) == strided
+    assert_computes_as_unscheduled(func, scheduled, tensors, out, t)
+
+
+@pytest.mark.parametrize("window, stride, channels_inside", [(3, 1, True), (5, 1, True), (7, 1, False), (3, 2, False)])
+def test_a_short_depthwise_window_takes_its_channel_tiles_inside_its_positions(window, stride, channels_inside):
+    """Consecutive iterations of the parallel loop move along the channels where a 3x3 or 5x5 window
+    moves one element per position (each line of the input then serves all its channels at once: 0.58x
+    the time over 112x112x32), along the positions for a 7x7 window (whose rows of one tile of channels
+    stay in L1: 1.8x slower the other way) or a strided one."""
+    scheduled, _ = apply_rules(depthwise(56 * stride, 64, window, stride), target(2), rules_for(target(2)))
+    sch = tvm.s_tir.Schedule(scheduled)
+    block = sch.get_sblock("group_conv2d_nhwc_update")
+    loops = [sch.get(loop) for loop in sch.get_loops(block)]
+    assert loops[0].kind == tvm.tirx.ForKind.PARALLEL
+    realize = loops[-1].body  # the block's bindings to the loops
+    (channel,) = [
+        value
+        for var, value in zip(realize.block.iter_vars, realize.iter_values, strict=True)
+        if int(var.dom.extent) == 64
+    ]
+    analyzer = tvm.sym.Analyzer()
+    for index, loop in enumerate(loops):
+        analyzer.bind(loop.loop_var, tvm.tirx.IntImm(loop.loop_var.ty, 1 if index == 0 else 0))
+    assert int(analyzer.simplify(channel)) == (8 if channels_inside else 0)
 
 
 def test_a_parallel_register_tile_allocates_nothing_per_iteration():

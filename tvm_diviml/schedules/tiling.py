@@ -55,6 +55,13 @@ MEMORY_LINE_LOADS = 4
 FMA_IN_FLIGHT = 8
 MAX_UNROLLED_VECTORS = 256  # a row of 2048 channels in 8 lanes; longer rows keep their loop
 SHORT_REDUCTION = 32  # multiply-adds per accumulator up to which that allocation weighs on a tile (a 5x5 window: 25)
+# A depthwise window over a padded input reads it through a condition per multiply-add unless the padded input
+# is written out first, a parallel copy inside the kernel that costs 12-15 us more on two threads: worth it
+# from about this single-thread estimate (``CpuFacts.contraction_seconds``) up. Zen 3, two threads, stride 1:
+# 3x3 over 112x112x32 and 56x56x144 0.53x and 0.67x the time, 5x5 over 28x28x240 and 14x14x672 0.38x and 0.40x,
+# 7x7 over 56x56x96 and 14x14x384 0.22x and 0.30x (estimates 300-1,230 us); 3x3 over 14x14x576 and 28x28x192
+# alike (85 and 113 us); 3x3 over 7x7x960 and 7x7 over 7x7x768 1.7x and 1.25x (35 and 153 us)
+PAD_APART_MIN_S = 200e-6
 # A PrimFunc attribute set by extraction: the positions of the parameters every call fills with a weight
 WEIGHT_PARAMS_ATTR = "diviml.weight_params"
 
@@ -122,7 +129,7 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     ]
     width = vector_width(tileable, facts.lanes(c.dtype))
     best, best_score = None, math.inf
-    on_stack = math.prod(axis.extent for axis in c.reduction) <= SHORT_REDUCTION
+    on_stack = short_reduction(c)
     # re-reading the vector operands once per tile of positions costs their lines from L2 where they stay in
     # half of it, from L3 or memory where not (``MEMORY_LINE_LOADS``); None: the absolute re-read count (a
     # short reduction without broadcasts, as a depthwise window, or one whose weights leave L2; weights beyond
@@ -207,8 +214,9 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
     sch, block = c.sch, c.main.block_rv
     lanes = facts.lanes(c.dtype)
     pack_weights(c, tiling)
+    padding_apart = pads_apart(c, facts)
     for producer in c.producers:
-        if folds_into(c, producer, tiling.vector):
+        if folds_into(c, producer, tiling.vector, padding_apart):
             padding_as_select(sch, producer.block_rv)
             sch.compute_inline(producer.block_rv)
         else:
@@ -232,7 +240,8 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
         return schedule_blocked(c, tiling, blocking, loops, last, lanes)
     packed = packable_read(c, tiling)
     packed = packed if packed is not None and pack_pays(c, tiling) else None
-    outer = [*untiled, *tile_outer, vector_outer] if packed is not None else [*untiled, vector_outer, *tile_outer]
+    positions_first = packed is not None or (channelwise_window(c) and short_reduction(c) and not strided_window(c))
+    outer = [*untiled, *tile_outer, vector_outer] if positions_first else [*untiled, vector_outer, *tile_outer]
     sch.reorder(*outer, *reductions, *tile_inner, *vector_rows, vector_inner)
     tile_loop = outer[-1]
     if last is not None:  # the accumulators live in registers, the epilogue reads them there
@@ -253,6 +262,43 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
     if reductions:
         vectorize_innermost(sch, sch.decompose_reduction(block, reductions[0]), lanes)
     return sch
+
+
+def channelwise_window(c: Contraction) -> bool:
+    """Whether ``c`` is a depthwise convolution or a pooling: a window whose every read moves with the
+    output's innermost axis (the channel), so no operand is shared across channels. There the channel's
+    vector tiles run innermost among a 3x3 or 5x5 window's parallel loops, not outermost, when the window
+    moves one element per position: each of the input's cache lines then serves every channel of it at
+    once instead of once per tile of channels (Zen 3, two threads, 3x3 over 112x112x32 unpadded 0.58x the
+    time; 7x7 windows, which stay in L1 along a row of one tile of channels, ran 1.8x slower so)."""
+    vector = c.output_axes[-1]
+    return bool(c.window_reads()) and all(read.depends_on(vector) for read in c.reads)
+
+
+def short_reduction(c: Contraction) -> bool:
+    return math.prod(axis.extent for axis in c.reduction) <= SHORT_REDUCTION
+
+
+def strided_window(c: Contraction) -> bool:
+    """Whether some window of ``c`` moves by more than one element per output position."""
+    for read in c.window_reads():
+        for index in read.indices:
+            for axis in c.spatial:
+                linear = linear_in(index, axis) if uses(index, axis.var) else None
+                if linear is not None and linear[0] > 1:
+                    return True
+    return False
+
+
+def pads_apart(c: Contraction, facts: CpuFacts) -> bool:
+    """Whether ``c``'s padded input is written out before the window reads it (``PAD_APART_MIN_S``):
+    a depthwise window that moves one element per position, in a kernel long enough to pay for the
+    copy. Strided windows keep the condition: their padded copy is about their stride squared times
+    the output (3x3, stride 2, over 112x112x96: 1.6-2x slower with it)."""
+    work = math.prod(axis.extent for axis in [*c.spatial, *c.reduction])
+    return (
+        channelwise_window(c) and not strided_window(c) and facts.contraction_seconds(work, c.dtype) >= PAD_APART_MIN_S
+    )
 
 
 def accumulator_scope(threads: int) -> str:
@@ -517,11 +563,12 @@ def vectorize_innermost(sch, block, lanes: int) -> None:
     sch.vectorize(inner)
 
 
-def folds_into(c: Contraction, producer, vector: Axis) -> bool:
+def folds_into(c: Contraction, producer, vector: Axis, padding_apart: bool = False) -> bool:
     """Whether to compute ``producer`` inside the contraction's reads rather than first, on its own:
     it must keep the innermost index (a transpose would make contiguous reads strided), and padding
     (a condition per element) only where it is read as vectors: read one scalar per multiply-add,
-    its condition would cost as much as the multiply-add."""
+    its condition would cost as much as the multiply-add. ``padding_apart``: padding never
+    (``pads_apart``)."""
     sch = c.sch
     stmt = sch.get(producer.block_rv)
     written = stmt.writes[0].source
@@ -529,6 +576,8 @@ def folds_into(c: Contraction, producer, vector: Axis) -> bool:
         return False
     if not has_condition(stmt):
         return True
+    if padding_apart:
+        return False
     if condition_on_innermost(stmt):
         return False  # a vector straddling the edge (``padded_for_tiles``' 197 of 208): a masked load per step
     return all(read.contiguous_in(vector) for read in c.reads if read.buffer.same_as(written))
