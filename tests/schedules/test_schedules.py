@@ -376,16 +376,6 @@ def test_a_short_reduction_with_broadcasts_loads_few_vectors_per_multiply_add(ch
     assert vectorized_and_accumulators(tile)[0] == [8] and int(tile[1].extent) == 2
 
 
-def test_a_product_of_few_rows_into_many_columns_keeps_enough_accumulators():
-    """49 rows (ConvNeXt's last stage, 7x7 tokens) into 3072 columns over weights beyond L2: one vector by 7
-    positions, not 4 vectors by 1 position, whose 4 accumulators wait on the FMA latency (0.62-0.67x the
-    time on a Zen 3, two threads)."""
-    a, w = te.placeholder((49, 768), name="a"), te.placeholder((768, 3072), name="w")
-    func = te.create_prim_func([a, w, topi.matmul(a, w)]).with_attr(WEIGHT_PARAMS_ATTR, [1])
-    rule, tile = register_tile(func, {**AVX2, "num-cores": 2}, "T_matmul_update")
-    assert rule == "Matmul" and vectorized_and_accumulators(tile) == ([8], 7)
-
-
 def test_a_depthwise_window_keeps_its_tile_one_vector_wide():
     """A depthwise window reads its input as vectors: no broadcast to share, so the absolute re-read
     count keeps its tile one vector wide (two vectors by 2x2 positions ran 1.3x slower on a Zen 3)."""

@@ -49,14 +49,6 @@ L2_LINE_LOADS = 2
 # weights beyond L2 keep the absolute re-read count: there it would take T5's projection off its measured
 # blocked path (2 x 14 did beat 1 x 28 by 10-15% on ResNet-50's 3x3 convolutions there; not yet re-measured)
 MEMORY_LINE_LOADS = 4
-# What one more tile of the vector axis costs in that score, per tile: a sweep over the positions, which re-reads
-# the broadcast operand where there is one. At 0.25 a product of 49 rows into 3072 columns took 4 vectors x 1
-# position (4 accumulators) over 1 x 7; at 0.1, on a Zen 3 with two threads, ConvNeXt-T's 49 x 768 x 3072
-# products ran in 0.62-0.67x the time, ViT-B/16's MLP products 0.75x and 0.83x, T5's, GPT-2's, EfficientNet's
-# and MobileNetV2's changed ones 0.89-0.96x. A depthwise window, which broadcasts nothing, keeps 0.25: its 7x7
-# over 56x56x96 ran 1.15x slower at 0.1
-VECTOR_TILE_SWEEP = 0.25
-BROADCAST_TILE_SWEEP = 0.1
 # Independent accumulators that keep two FMA units of 4 cycles' latency busy: a tile of fewer waits on its
 # own results. On a Zen 3, 1x1 convolutions over 7x7 images into 2048 channels ran 1.75x faster as 1 vector x
 # 7 positions than as the 4 x 1 that the loads alone preferred (ResNet-50, MobileNetV2, RandWire)
@@ -144,9 +136,8 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     # L2 with 32 registers). A short one with broadcasts (a 1x1 convolution over 16-32 channels, a stem over 3)
     # took 2 vectors x 4 positions rather than 1 x 8: MobileNetV2's 1.2-1.4x faster each on one thread
     in_l2 = _read_bytes(vector_reads) <= L2_BYTES // 2
-    broadcasts = len(moving) < len(c.reads)  # some read does not move with the vector axis
-    sweep = BROADCAST_TILE_SWEEP if broadcasts else VECTOR_TILE_SWEEP
     if on_stack:
+        broadcasts = len(moving) < len(c.reads)  # some read does not move with the vector axis
         line_loads = L2_LINE_LOADS if broadcasts and in_l2 else None
     else:
         line_loads = L2_LINE_LOADS if in_l2 else MEMORY_LINE_LOADS if facts.registers <= 16 else None
@@ -167,7 +158,7 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
         score = rereads + 0.25 * vector.extent / vector_tile + 8 * loads_per_fma
         if line_loads is not None:  # a multiply-add streams 1 / positions of a vector operand's line
             latency = max(1.0, FMA_IN_FLIGHT / (positions * vectors))  # waiting on too few accumulators
-            score = 8 * (loads_per_fma + line_loads / positions) * latency + sweep * vector.extent / vector_tile
+            score = 8 * (loads_per_fma + line_loads / positions) * latency + 0.25 * vector.extent / vector_tile
         if blocked:  # re-reads come from L1 and L2: what limits a tile is its loads
             score = loads_per_fma + 1e-3 * rereads
         if score < best_score:
