@@ -397,39 +397,45 @@ def depthwise(size: int, channels: int, window: int, stride: int):
 
 
 @pytest.mark.parametrize(
-    "size, channels, window, stride, apart",
+    "size, channels, window, stride, threads, apart",
     [
-        (56, 144, 3, 1, True),  # MobileNetV2's
-        (56, 96, 7, 1, True),  # ConvNeXt's
-        (112, 96, 3, 2, False),  # strided: its padded copy would be four times its output
-        (7, 960, 3, 1, False),  # too short to pay for the copy's parallel region
+        (56, 144, 3, 1, 2, True),  # MobileNetV2's
+        (56, 96, 7, 1, 2, True),  # ConvNeXt's
+        (56, 96, 7, 1, 1, True),
+        (56, 144, 3, 1, 1, False),  # on one thread a 3x3 window gained and lost alike from the copy
+        (112, 96, 3, 2, 2, False),  # strided: its padded copy would be four times its output
+        (7, 960, 3, 1, 2, False),  # too short to pay for the copy's parallel region
     ],
 )
 def test_a_long_depthwise_window_that_moves_one_element_per_position_reads_a_padded_copy(
-    size, channels, window, stride, apart
+    size, channels, window, stride, threads, apart
 ):
     """Read through a condition per multiply-add, 3x3 to 7x7 windows over 14x14 to 112x112 images ran
-    1.5-4.5x slower than over a padded copy written first, in parallel, inside the kernel."""
-    scheduled, rule = apply_rules(depthwise(size, channels, window, stride), target(2), rules_for(target(2)))
+    1.5-4.5x slower than over a padded copy written first (in parallel on two threads) inside the kernel."""
+    t = target(threads)
+    scheduled, rule = apply_rules(depthwise(size, channels, window, stride), t, rules_for(t))
     sch = tvm.s_tir.Schedule(scheduled)
     assert rule == "Conv2d" and ("padded_read" not in scheduled.script()) == apart
     if apart:
         kinds = [sch.get(loop).kind for loop in sch.get_loops(sch.get_sblock("pad_temp"))]
-        assert tvm.tirx.ForKind.PARALLEL in kinds
+        assert (tvm.tirx.ForKind.PARALLEL in kinds) == (threads > 1)
 
 
 @settings(max_examples=examples(6), deadline=None)
 @given(data=st.data(), threads=st.sampled_from([1, 2]))
 def test_a_depthwise_window_with_its_padding_written_apart_computes_what_the_unscheduled_kernel_does(data, threads):
     """``PAD_APART_MIN_S`` lowered to nothing, so that small random windows take that path: their padding
-    written apart where the window moves one element per position, read through a condition where it strides."""
+    written apart where the window moves one element per position (a 3x3 one on two threads only), read through a
+    condition where it strides."""
     tensors, out = conv(data.draw, "NHWC", "depthwise")
     func = te.create_prim_func([*tensors, out]).with_attr("global_symbol", "main").with_attr(WEIGHT_PARAMS_ATTR, [1, 2])
     strided = int(out.shape[1]) < int(tensors[0].shape[1])
+    window = int(tensors[1].shape[0])
+    apart = not strided and (threads > 1 or window * window >= tiling.SERIAL_PAD_APART_MIN_TAPS)
     t = target(threads)
     with mock.patch.object(tiling, "PAD_APART_MIN_S", 0.0):
         scheduled, rule = apply_rules(func, t, rules_for(t))
-    assert rule == "Conv2d" and ("padded_read" in scheduled.script()) == strided
+    assert rule == "Conv2d" and ("padded_read" not in scheduled.script()) == apart
     assert_computes_as_unscheduled(func, scheduled, tensors, out, t)
 
 

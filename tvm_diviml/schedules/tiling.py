@@ -62,6 +62,9 @@ SHORT_REDUCTION = 32  # multiply-adds per accumulator up to which that allocatio
 # 7x7 over 56x56x96 and 14x14x384 0.22x and 0.30x (estimates 300-1,230 us); 3x3 over 14x14x576 and 28x28x192
 # alike (85 and 113 us); 3x3 over 7x7x960 and 7x7 over 7x7x768 1.7x and 1.25x (35 and 153 us)
 PAD_APART_MIN_S = 200e-6
+# On one thread, where the copy is not split between two cores' caches, 3x3 windows gained and lost alike from it
+# (0.70-1.33x over 112x112x32, 56x56x144 and 28x28x192) and 5x5 and 7x7 ones gained (0.25-0.46x)
+SERIAL_PAD_APART_MIN_TAPS = 25
 # A PrimFunc attribute set by extraction: the positions of the parameters every call fills with a weight
 WEIGHT_PARAMS_ATTR = "diviml.weight_params"
 
@@ -294,10 +297,15 @@ def pads_apart(c: Contraction, facts: CpuFacts) -> bool:
     """Whether ``c``'s padded input is written out before the window reads it (``PAD_APART_MIN_S``):
     a depthwise window that moves one element per position, in a kernel long enough to pay for the
     copy. Strided windows keep the condition: their padded copy is about their stride squared times
-    the output (3x3, stride 2, over 112x112x96: 1.6-2x slower with it)."""
-    work = math.prod(axis.extent for axis in [*c.spatial, *c.reduction])
+    the output (3x3, stride 2, over 112x112x96: 1.6-2x slower with it); on one thread, so do windows
+    under ``SERIAL_PAD_APART_MIN_TAPS``."""
+    taps = math.prod(axis.extent for axis in c.reduction)
+    work = math.prod(axis.extent for axis in c.spatial) * taps
     return (
-        channelwise_window(c) and not strided_window(c) and facts.contraction_seconds(work, c.dtype) >= PAD_APART_MIN_S
+        channelwise_window(c)
+        and not strided_window(c)
+        and facts.contraction_seconds(work, c.dtype) >= PAD_APART_MIN_S
+        and (facts.threads > 1 or taps >= SERIAL_PAD_APART_MIN_TAPS)
     )
 
 
