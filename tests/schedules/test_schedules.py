@@ -154,7 +154,8 @@ def pool(draw, kind: str):
     if kind == "global":
         return [data], topi.nn.adaptive_pool(data, (1, 1), "avg", layout="NHWC")
     k, pad = draw(st.sampled_from([2, 3])), draw(st.integers(0, 1))  # ResNet's max pool: 3x3, padded by 1
-    return [data], topi.nn.pool2d(data, (k, k), (2, 2), (1, 1), (pad,) * 4, kind, layout="NHWC")
+    stride = draw(st.sampled_from([1, 2]))  # Inception's average pools: 3x3, stride 1, padded by 1
+    return [data], topi.nn.pool2d(data, (k, k), (stride, stride), (1, 1), (pad,) * 4, kind, layout="NHWC")
 
 
 def rows(draw, kind: str):
