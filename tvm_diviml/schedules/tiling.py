@@ -243,7 +243,7 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
         return schedule_blocked(c, tiling, blocking, loops, last, lanes)
     packed = packable_read(c, tiling)
     packed = packed if packed is not None and pack_pays(c, tiling) else None
-    positions_first = packed is not None or (channelwise_window(c) and short_reduction(c) and not strided_window(c))
+    positions_first = packed is not None or (channelwise_slide(c) and short_reduction(c))
     outer = [*untiled, *tile_outer, vector_outer] if positions_first else [*untiled, vector_outer, *tile_outer]
     sch.reorder(*outer, *reductions, *tile_inner, *vector_rows, vector_inner)
     tile_loop = outer[-1]
@@ -267,15 +267,17 @@ def schedule_contraction(c: Contraction, facts: CpuFacts):
     return sch
 
 
-def channelwise_window(c: Contraction) -> bool:
-    """Whether ``c`` is a depthwise convolution or a pooling: a window whose every read moves with the
-    output's innermost axis (the channel), so no operand is shared across channels. There the channel's
-    vector tiles run innermost among a 3x3 or 5x5 window's parallel loops, not outermost, when the window
-    moves one element per position: each of the input's cache lines then serves every channel of it at
+def channelwise_slide(c: Contraction) -> bool:
+    """Whether ``c`` is a depthwise convolution or a pooling whose window moves one element per position:
+    every read moves with the output's innermost axis (the channel), so no operand is shared across
+    channels, and no window is strided. There a 3x3 or 5x5 window's channel tiles run innermost among its
+    parallel loops, not outermost: each of the input's cache lines then serves every channel of it at
     once instead of once per tile of channels (Zen 3, two threads, 3x3 over 112x112x32 unpadded 0.58x the
-    time; 7x7 windows, which stay in L1 along a row of one tile of channels, ran 1.8x slower so)."""
+    time; 7x7 windows, which stay in L1 along a row of one tile of channels, ran 1.8x slower so); and a
+    long one reads a padded copy of its input (``pads_apart``)."""
     vector = c.output_axes[-1]
-    return bool(c.window_reads()) and all(read.depends_on(vector) for read in c.reads)
+    channelwise = bool(c.window_reads()) and all(read.depends_on(vector) for read in c.reads)
+    return channelwise and not strided_window(c)
 
 
 def short_reduction(c: Contraction) -> bool:
@@ -295,15 +297,13 @@ def strided_window(c: Contraction) -> bool:
 
 def pads_apart(c: Contraction, facts: CpuFacts) -> bool:
     """Whether ``c``'s padded input is written out before the window reads it (``PAD_APART_MIN_S``):
-    a depthwise window that moves one element per position, in a kernel long enough to pay for the
-    copy. Strided windows keep the condition: their padded copy is about their stride squared times
-    the output (3x3, stride 2, over 112x112x96: 1.6-2x slower with it); on one thread, so do windows
-    under ``SERIAL_PAD_APART_MIN_TAPS``."""
+    a ``channelwise_slide`` in a kernel long enough to pay for the copy. Strided windows keep the
+    condition: their padded copy is about their stride squared times the output (3x3, stride 2, over
+    112x112x96: 1.6-2x slower with it); on one thread, so do windows under ``SERIAL_PAD_APART_MIN_TAPS``."""
     taps = math.prod(axis.extent for axis in c.reduction)
     work = math.prod(axis.extent for axis in c.spatial) * taps
     return (
-        channelwise_window(c)
-        and not strided_window(c)
+        channelwise_slide(c)
         and facts.contraction_seconds(work, c.dtype) >= PAD_APART_MIN_S
         and (facts.threads > 1 or taps >= SERIAL_PAD_APART_MIN_TAPS)
     )
@@ -571,7 +571,7 @@ def vectorize_innermost(sch, block, lanes: int) -> None:
     sch.vectorize(inner)
 
 
-def folds_into(c: Contraction, producer, vector: Axis, padding_apart: bool = False) -> bool:
+def folds_into(c: Contraction, producer, vector: Axis, padding_apart: bool) -> bool:
     """Whether to compute ``producer`` inside the contraction's reads rather than first, on its own:
     it must keep the innermost index (a transpose would make contiguous reads strided), and padding
     (a condition per element) only where it is read as vectors: read one scalar per multiply-add,
