@@ -100,9 +100,11 @@ GOLDEN = {
         dense,
         "Matmul",
         {
-            "T_matmul_init": "4 1 u8 u2 v16",
-            "T_matmul_update": "4 1 64 u8 u2 v16",
-            "compute": "4 1 8 u2 v16",
+            # 4 vectors x 4 rows (4 broadcasts, 4 vector loads per 16 multiply-adds; 2 x 8: 8 and 2), a
+            # broadcast counting as two loads
+            "T_matmul_init": "2 2 u4 u4 v16",
+            "T_matmul_update": "2 2 64 u4 u4 v16",
+            "compute": "2 2 4 u4 v16",
         },
     ),
     "pointwise conv2d over 1024 channels": (

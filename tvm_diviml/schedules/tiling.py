@@ -53,6 +53,12 @@ MEMORY_LINE_LOADS = 4
 # own results. On a Zen 3, 1x1 convolutions over 7x7 images into 2048 channels ran 1.75x faster as 1 vector x
 # 7 positions than as the 4 x 1 that the loads alone preferred (ResNet-50, MobileNetV2, RandWire)
 FMA_IN_FLIGHT = 8
+# What a broadcast costs a tile that shares it, in vector loads, where the tile's weights are re-read from L2
+# or beyond. The score counted vector tiles instead (0.25 each), a count that grows with the columns: the
+# products into 3072 columns took 4 vectors x 1-2 positions. Counted so on a Zen 3 (two threads): ConvNeXt-T's
+# 49 x 768 -> 3072 took 1 x 7 (0.66x the time alone), ViT-B/16's and BERT's MLPs 2 x 5 and 2 x 4 (0.85-0.89x);
+# whole models, old and new builds timed in pairs: ViT-B/16 and GPT-2 0.94x, ConvNeXt-T 0.955x, T5 0.97x
+BROADCAST_LOADS = 2
 MAX_UNROLLED_VECTORS = 256  # a row of 2048 channels in 8 lanes; longer rows keep their loop
 SHORT_REDUCTION = 32  # multiply-adds per accumulator up to which that allocation weighs on a tile (a 5x5 window: 25)
 # A depthwise window over a padded input reads it through a condition per multiply-add unless the padded input
@@ -137,10 +143,11 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     # half of it, from L3 or memory where not (``MEMORY_LINE_LOADS``); None: the absolute re-read count (a
     # short reduction without broadcasts, as a depthwise window, or one whose weights leave L2; weights beyond
     # L2 with 32 registers). A short one with broadcasts (a 1x1 convolution over 16-32 channels, a stem over 3)
-    # took 2 vectors x 4 positions rather than 1 x 8: MobileNetV2's 1.2-1.4x faster each on one thread
+    # took 2 vectors x 4 positions rather than 1 x 8: MobileNetV2's 1.2-1.4x faster each on one thread. There a
+    # broadcast costs ``BROADCAST_LOADS``
     in_l2 = _read_bytes(vector_reads) <= L2_BYTES // 2
+    broadcasts = len(moving) < len(c.reads)  # some read does not move with the vector axis
     if on_stack:
-        broadcasts = len(moving) < len(c.reads)  # some read does not move with the vector axis
         line_loads = L2_LINE_LOADS if broadcasts and in_l2 else None
     else:
         line_loads = L2_LINE_LOADS if in_l2 else MEMORY_LINE_LOADS if facts.registers <= 16 else None
@@ -161,7 +168,11 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
         score = rereads + 0.25 * vector.extent / vector_tile + 8 * loads_per_fma
         if line_loads is not None:  # a multiply-add streams 1 / positions of a vector operand's line
             latency = max(1.0, FMA_IN_FLIGHT / (positions * vectors))  # waiting on too few accumulators
-            score = 8 * (loads_per_fma + line_loads / positions) * latency + 0.25 * vector.extent / vector_tile
+            if broadcasts:
+                weighted = (BROADCAST_LOADS * positions + vectors) / (positions * vectors)
+                score = 8 * (weighted + line_loads / positions) * latency
+            else:  # a window of vectors alone (a 7x7 depthwise one): the count of vector tiles still weighs
+                score = 8 * (loads_per_fma + line_loads / positions) * latency + 0.25 * vector.extent / vector_tile
         if blocked:  # re-reads come from L1 and L2: what limits a tile is its loads
             score = loads_per_fma + 1e-3 * rereads
         if score < best_score:
