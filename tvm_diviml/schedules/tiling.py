@@ -143,8 +143,8 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
     # half of it, from L3 or memory where not (``MEMORY_LINE_LOADS``); None: the absolute re-read count (a
     # short reduction without broadcasts, as a depthwise window, or one whose weights leave L2; weights beyond
     # L2 with 32 registers). A short one with broadcasts (a 1x1 convolution over 16-32 channels, a stem over 3)
-    # took 2 vectors x 4 positions rather than 1 x 8: MobileNetV2's 1.2-1.4x faster each on one thread. There a
-    # broadcast costs ``BROADCAST_LOADS``
+    # took 2 vectors x 4 positions rather than 1 x 8: MobileNetV2's 1.2-1.4x faster each on one thread. In these
+    # line-loads scores a shared broadcast counts as ``BROADCAST_LOADS`` loads
     in_l2 = _read_bytes(vector_reads) <= L2_BYTES // 2
     broadcasts = len(moving) < len(c.reads)  # some read does not move with the vector axis
     if on_stack:
