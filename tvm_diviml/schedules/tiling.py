@@ -168,11 +168,10 @@ def choose_tiling(c: Contraction, facts: CpuFacts, blocked: bool = False) -> Til
         score = rereads + 0.25 * vector.extent / vector_tile + 8 * loads_per_fma
         if line_loads is not None:  # a multiply-add streams 1 / positions of a vector operand's line
             latency = max(1.0, FMA_IN_FLIGHT / (positions * vectors))  # waiting on too few accumulators
-            if broadcasts:
-                weighted = (BROADCAST_LOADS * positions + vectors) / (positions * vectors)
-                score = 8 * (weighted + line_loads / positions) * latency
-            else:  # a window of vectors alone (a 7x7 depthwise one): the count of vector tiles still weighs
-                score = 8 * (loads_per_fma + line_loads / positions) * latency + 0.25 * vector.extent / vector_tile
+            position_loads = BROADCAST_LOADS * positions if broadcasts else positions
+            # a window of vectors alone (a 7x7 depthwise one) still weighs its count of vector tiles
+            sweeps = 0 if broadcasts else 0.25 * vector.extent / vector_tile
+            score = 8 * ((position_loads + vectors) / (positions * vectors) + line_loads / positions) * latency + sweeps
         if blocked:  # re-reads come from L1 and L2: what limits a tile is its loads
             score = loads_per_fma + 1e-3 * rereads
         if score < best_score:
