@@ -16,7 +16,7 @@ import pytest
 import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tvm import te, topi
+from tvm import s_tir, te, topi
 from tvm.s_tir import dlight
 from tvm.s_tir.analysis import OOBChecker
 
@@ -161,13 +161,18 @@ def pool(draw, kind: str):
 
 
 def rows(draw, kind: str):
-    shape = (draw(st.integers(1, 4)), draw(st.sampled_from([8, 16, 40, 128])))
+    """Rows summed in vector accumulators (16, 40, 128, 1024 columns) or one scalar (8, 197); 80 x 1024
+    is long enough to run its rows in parallel. A norm whose output is transposed reads every row
+    for each output row."""
+    shape = (draw(st.sampled_from([1, 3, 80])), draw(st.sampled_from([8, 16, 40, 128, 197, 1024])))
     data = te.placeholder(shape, name="data")
     weight = te.placeholder(shape[-1:], name="weight")
     if kind == "softmax":
         return [data], topi.nn.softmax(data)
     if kind == "layer_norm":
         return [data, weight], topi.nn.layer_norm(data, weight, weight, [1])
+    if kind == "transposed_layer_norm":
+        return [data, weight], topi.transpose(topi.nn.layer_norm(data, weight, weight, [1]))
     return [data, weight], topi.nn.rms_norm(data, weight, [1])
 
 
@@ -215,6 +220,7 @@ KERNELS = {  # kernel class -> (its TE, the rules that may claim it; None: any b
     "softmax": (lambda d: rows(d, "softmax"), {"RowReduction"}),
     "layer norm": (lambda d: rows(d, "layer_norm"), {"RowReduction"}),
     "rms norm": (lambda d: rows(d, "rms_norm"), {"RowReduction"}),
+    "transposed layer norm": (lambda d: rows(d, "transposed_layer_norm"), {"RowReduction"}),
     "elementwise": (lambda d: injective(d, "elementwise"), {"Injective"}),
     "transpose": (lambda d: injective(d, "transpose"), {"Injective"}),
     "reduction over unit axes": (unit_reduction, None),
@@ -263,6 +269,20 @@ def test_each_rule_claims_its_kernels_and_computes_what_the_unscheduled_kernel_d
     if expected:
         assert rule in expected
     assert_computes_as_unscheduled(func, scheduled, tensors, out, t)
+    if rule == "RowReduction":  # the contraction rules pad to whole tiles on purpose
+        assert_each_block_computed_once_per_element(scheduled)
+
+
+def assert_each_block_computed_once_per_element(func) -> None:
+    """Every block's loops cover its domain once: a block computed inside a consumer's loop that
+    needs more than its share (each output row reading every row) would be computed again per
+    iteration, right but many times slower."""
+    sch = s_tir.Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        stmt = sch.get(block)
+        domain = math.prod(int(iv.dom.extent) for iv in stmt.iter_vars)
+        iterations = math.prod(int(sch.get(loop).extent) for loop in sch.get_loops(block))
+        assert iterations == domain, f"{stmt.name_hint}: {iterations} iterations over a domain of {domain}"
 
 
 def assert_computes_as_unscheduled(func, scheduled, tensors: list, out: te.Tensor, t) -> None:
@@ -277,6 +297,18 @@ def assert_computes_as_unscheduled(func, scheduled, tensors: list, out: te.Tenso
     arrays.append(np.zeros([int(d) for d in out.shape], "float32"))
     given_arrays = [pack_array(a, packed[i]) if i in packed else a for i, a in enumerate(arrays)]
     np.testing.assert_allclose(run(scheduled, t, given_arrays), run(func, t, arrays), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_norm_whose_output_is_transposed_is_not_computed_again_for_each_output_row(threads):
+    """Computed a row of the output at a time, each output row (a column of the norm) would need every
+    row's sums: the rule keeps such a kernel block by block."""
+    data, weight = te.placeholder((3, 20), name="data"), te.placeholder((20,), name="weight")
+    out = topi.transpose(topi.nn.layer_norm(data, weight, weight, [1]))
+    func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
+    scheduled, rule = apply_rules(func, target(threads), rules_for(target(threads)))
+    assert rule == "RowReduction"
+    assert_each_block_computed_once_per_element(scheduled)
 
 
 def test_one_thread_devices_get_no_parallel_loop_and_several_threads_do():

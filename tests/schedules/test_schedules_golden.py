@@ -64,8 +64,16 @@ def depthwise_conv_padded():
 
 
 def softmax():
+    """Four rows of 128: too short a kernel to wake the second thread; each reduction summed into a
+    vector of 16 lanes, then the lanes."""
     data = te.placeholder((4, 128), name="data")
     return [data], topi.nn.softmax(data)
+
+
+def layer_norm():
+    """ViT-B/16's layer norm (197 tokens of 768): rows in parallel, each row's sums in four vectors."""
+    data, weight = te.placeholder((197, 768), name="data"), te.placeholder((768,), name="weight")
+    return [data, weight], topi.nn.layer_norm(data, weight, weight, [1])
 
 
 def elementwise():
@@ -140,10 +148,28 @@ GOLDEN = {
         softmax,
         "RowReduction",
         {
-            "T_softmax_maxelem": "p4 128",
+            "T_softmax_maxelem_rf_init": "4 v16",
+            "T_softmax_maxelem_rf_update": "4 8 v16",
+            "T_softmax_maxelem": "4 16",
             "T_softmax_exp": "4 u8 v16",
-            "T_softmax_expsum": "p4 128",
+            "T_softmax_expsum_rf_init": "4 v16",
+            "T_softmax_expsum_rf_update": "4 8 v16",
+            "T_softmax_expsum": "4 16",
             "T_softmax_norm": "4 u8 v16",
+        },
+    ),
+    "layer norm": (
+        layer_norm,
+        "RowReduction",
+        {
+            "data_sum_rf_init": "p197 v64",
+            "data_sum_rf_update": "p197 12 v64",
+            "data_sum": "p197 64",
+            "data_mean": "p197",
+            "data_var_sum_rf_init": "p197 v64",
+            "data_var_sum_rf_update": "p197 12 v64",
+            "data_var_sum": "p197 64",
+            "T_layer_norm": "p197 u48 v16",
         },
     ),
     "elementwise": (elementwise, "Injective", {"compute": "p2112 u4 v16"}),
