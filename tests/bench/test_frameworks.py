@@ -1,6 +1,7 @@
 """The frameworks suite without its timings: its catalogue, the share of the CPU's peak, the
 torch.compile column's guard, and that every held-out model exports with torch.export."""
 
+import itertools
 import os
 
 import pytest
@@ -116,3 +117,60 @@ def test_torch_compile_compiles_cold_in_its_own_cache_folder_and_restores_the_en
     assert seconds == 0.002 and compile_s > 0
     assert any((tmp_path / "cold").iterdir())
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "users")
+
+
+class _FakeClock:
+    """``time.perf_counter`` for the paired timing: each call advances it by its framework's time,
+    and the first call of each run of one framework by 125 ms more (another framework's threads still
+    spinning). Powers of two, so that the sums are exact."""
+
+    def __init__(self, monkeypatch, seconds: dict[str, float]):
+        self.now, self.seconds, self.calls = 0.0, seconds, []
+        monkeypatch.setattr(frameworks.time, "perf_counter", lambda: self.now)
+
+    def call(self, key: str):
+        def run():
+            first = not self.calls or self.calls[-1] != key
+            self.calls.append(key)
+            self.now += self.seconds[key] + (0.125 if first else 0.0)
+
+        return run
+
+
+def test_the_paired_timing_alternates_blocks_and_leaves_each_blocks_first_call_untimed(monkeypatch):
+    monkeypatch.setattr(frameworks, "PAIRED_BLOCK_S", 0.5)
+    clock = _FakeClock(monkeypatch, {"diviml": 2**-10, "onnxruntime": 2**-9})
+    seconds = frameworks.alternated_seconds({key: clock.call(key) for key in ("diviml", "onnxruntime")})
+    assert seconds == {"diviml": 2**-10, "onnxruntime": 2**-9}
+    rounds = frameworks.PAIRED_ROUNDS
+    calls_in_block = {"diviml": 512 + 1, "onnxruntime": 256 + 1}  # the first untimed: the clock's 125 ms are not
+    runs = [(key, len(list(group))) for key, group in itertools.groupby(clock.calls)]
+    # the order reverses every round: d o | o d | d o ..., so each round's second block runs on into the next's first
+    assert [key for key, _ in runs] == ["diviml", "onnxruntime"] * (rounds // 2) + ["diviml"]
+    assert [length / calls_in_block[key] for key, length in runs] == [1] + [2] * (rounds - 1) + [1]
+
+
+def test_the_paired_columns_put_diviml_over_the_faster_framework_and_note_one_that_fails(monkeypatch, tmp_path):
+    module, args = _linear()
+    clock = _FakeClock(monkeypatch, {"diviml": 2**-8 * 1.5, "onnxruntime": 2**-8, "torch": 2**-7})
+    monkeypatch.setattr(frameworks, "load_artefact", lambda folder: lambda *arrays: clock.call("diviml")())
+    monkeypatch.setattr(frameworks, "_onnxruntime_call", lambda *a: clock.call("onnxruntime"))
+    monkeypatch.setattr(frameworks, "_torch_call", lambda module, args: clock.call("torch"))
+    notes = []
+    columns = frameworks.paired_times(str(tmp_path), module, args, str(tmp_path), "linear", 2, notes)
+    assert columns == {
+        "paired_diviml_s": 2**-8 * 1.5,
+        "paired_onnxruntime_s": 2**-8,
+        "paired_torch_s": 2**-7,
+        "diviml_over_best_paired": 1.5,
+    }
+    assert notes == []
+
+    def no_session(*a):
+        raise RuntimeError("ONNX export failed")
+
+    monkeypatch.setattr(frameworks, "_onnxruntime_call", no_session)
+    columns = frameworks.paired_times(str(tmp_path), module, args, str(tmp_path), "linear", 2, notes)
+    assert columns["paired_onnxruntime_s"] is None
+    assert columns["diviml_over_best_paired"] == pytest.approx(0.75)
+    assert notes == ["paired onnxruntime: RuntimeError: ONNX export failed"]

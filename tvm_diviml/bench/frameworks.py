@@ -16,7 +16,12 @@ added afterwards and never tuned for, at the sizes a user runs them: ViT-B/16 an
 and t5-small's encoder at 128 tokens. ``diviml_peak_fraction`` is the model's FLOPs (diviml's
 extraction) per diviml second over this CPU's measured peak on every core.
 
-Ratios are taken within one run (the machine's speed drifts between runs). A baseline that cannot
+Ratios are taken within one run (the machine's speed drifts between runs). Each column above is timed
+after the one before, and a VM's speed can drift by a fifth between them, so the kept build that
+``diviml run --export`` wrote is also timed in this process beside ONNX Runtime and torch eager,
+alternately in blocks (``paired_*``, ``diviml_over_best_paired``): the first call of each block is not
+timed (ONNX Runtime's threads spin for a while after a call, on the cores the next one needs).
+A baseline that cannot
 run (no onnxruntime, an export that fails, no C++ compiler for inductor) leaves its column empty and
 says why in ``notes``.
 """
@@ -43,6 +48,7 @@ from ..app.coverage import export_onnx, missing_packages
 from ..app.load import load_model
 from ..errors import DivimlInputError, first_line
 from ..profiling.peak import measured_peak_flops_per_s
+from ..runtime.artefact import load as load_artefact
 from ..runtime.vm import allow_every_core
 from .common import progress
 from .suite import Row
@@ -51,6 +57,8 @@ log = logging.getLogger(__name__)
 
 TUNE_MINUTES = 20.0  # the tuning budget per model that a tuned comparison may spend
 TIME_PER_BASELINE_S = 3.0  # each framework is timed for about this long (at least 3 inferences)
+PAIRED_ROUNDS = 6  # rounds of the paired timing, each a block per framework, the order reversed every other
+PAIRED_BLOCK_S = 0.5  # a block of the paired timing: at least this long and 2 timed calls, after one untimed
 SLOW_CALL_S = 5.0  # a configuration slower than this per call is timed once
 FRAMEWORK_KEYS = ("torch_s", "torch_1_thread_s", "torch_compile_s", "onnxruntime_s")  # what best_framework_s picks from
 
@@ -103,10 +111,17 @@ def _chosen(models: str, quick: bool) -> list[str]:
 
 
 def framework_row(
-    name: str, model: FrameworkModel, scratch: str, tune_minutes: float, *, torch_compile: bool = True
+    name: str,
+    model: FrameworkModel,
+    scratch: str,
+    tune_minutes: float,
+    *,
+    torch_compile: bool = True,
+    paired: bool = True,
 ) -> Row:
     """Time one model in every framework; seconds per inference, None where one could not run.
-    ``torch_compile``: False skips ``torch.compile``, whose compilation takes a minute or more."""
+    ``torch_compile``: False skips ``torch.compile``, whose compilation takes a minute or more;
+    ``paired``: False leaves out the paired timing (``paired_times``)."""
     import torch
 
     module, args = model.make()
@@ -116,7 +131,8 @@ def framework_row(
     program = torch.export.export(module, args)
     path = os.path.join(scratch, f"{name}.pt2")
     torch.export.save(program, path)
-    row.update(_diviml_runs(path, tune_minutes, notes))
+    export = os.path.join(scratch, f"{name}.export") if paired else None
+    row.update(_diviml_runs(path, tune_minutes, notes, export))
     loaded = _guarded(lambda: load_model(program, name=name), notes, "diviml import")
     flops = sum(k.flops for k in loaded.extraction.graph.kernels.values()) if loaded else None
     row["gflops"] = flops / 1e9 if flops else None
@@ -128,14 +144,19 @@ def framework_row(
     for key in ("diviml_s", "diviml_tuned_s", "tvm_default_s"):
         ready = row[key] and row["best_framework_s"]
         row[key.replace("_s", "_over_best")] = row[key] / row["best_framework_s"] if ready else None
+    if export and row["diviml_s"]:
+        row.update(paired_times(export, module, args, scratch, name, threads, notes))
+        if row["torch_compile_s"] and row["torch_compile_s"] == row["best_framework_s"]:
+            notes.append("paired: torch.compile, the fastest framework here, is not timed in the pairs")
     row.update(_peak_columns(flops, row, threads, notes))
     row["notes"] = "; ".join(notes)
     return row
 
 
-def _diviml_runs(path: str, tune_minutes: float, notes: list[str]) -> Row:
-    """diviml's columns: its default run, and a tuned run when ``tune_minutes`` is given."""
-    columns = _diviml(path, [], notes, "diviml").fields("diviml")
+def _diviml_runs(path: str, tune_minutes: float, notes: list[str], export: str | None) -> Row:
+    """diviml's columns: its default run (its kept build exported to ``export`` when given), and a tuned
+    run when ``tune_minutes`` is given."""
+    columns = _diviml(path, ["--export", export] if export else [], notes, "diviml").fields("diviml")
     columns["tuning_s"], columns["tuned_over_default"] = None, None
     columns.update(DivimlRun.failed().fields("diviml_tuned"))
     if tune_minutes > 0:
@@ -167,6 +188,44 @@ def framework_times(
     measured = [times[key] for key in FRAMEWORK_KEYS if times[key]]
     times["best_framework_s"] = min(measured) if measured else None
     return times
+
+
+def paired_times(export: str, module, args: tuple, scratch: str, name: str, threads: int, notes: list[str]) -> Row:
+    """The kept build exported to ``export`` (loaded as a user loads it, numpy in and out), ONNX Runtime
+    and torch eager on ``threads``, timed in this process alternately (``alternated_seconds``), and
+    diviml's time over the faster of the two. torch.compile is not among them (its compilation takes
+    minutes)."""
+    built = _guarded(lambda: load_artefact(export), notes, "paired diviml")
+    calls = {"diviml": (lambda: built(*[a.numpy() for a in args])) if built else None}
+    session = _guarded(lambda: _onnxruntime_call(module, args, scratch, name), notes, "paired onnxruntime")
+    calls["onnxruntime"] = session
+    calls["torch"] = _torch_call(module, args)
+    timed = {key: call for key, call in calls.items() if call}
+    with _torch_threads(threads):
+        seconds = alternated_seconds(timed) if "diviml" in timed and len(timed) > 1 else {}
+    columns: Row = {f"paired_{key}_s": seconds.get(key) for key in calls}
+    others = [seconds[key] for key in seconds if key != "diviml"]
+    columns["diviml_over_best_paired"] = seconds["diviml"] / min(others) if others else None
+    return columns
+
+
+def alternated_seconds(calls: dict[str, Callable[[], Any]]) -> dict[str, float]:
+    """Median seconds per call of each of ``calls``, timed in ``PAIRED_ROUNDS`` rounds of one block each
+    (the order reversed every other round): the medians of the blocks' medians. A block's first call
+    is not timed: another framework's threads may still hold the cores."""
+    blocks: dict[str, list[float]] = {key: [] for key in calls}
+    for round_index in range(PAIRED_ROUNDS):
+        order = list(calls) if round_index % 2 == 0 else list(calls)[::-1]
+        for key in order:
+            calls[key]()
+            samples: list[float] = []
+            began = time.perf_counter()
+            while len(samples) < 2 or time.perf_counter() - began < PAIRED_BLOCK_S:
+                start = time.perf_counter()
+                calls[key]()
+                samples.append(time.perf_counter() - start)
+            blocks[key].append(statistics.median(samples))
+    return {key: statistics.median(values) for key, values in blocks.items()}
 
 
 def _peak_columns(flops: float | None, row: Row, threads: int, notes: list[str]) -> Row:
@@ -231,7 +290,7 @@ class DivimlRun:
 def _diviml(path: str, extra: list[str], notes: list[str], what: str) -> DivimlRun:
     """``diviml run PATH --platform cpu2`` in a subprocess, as a user runs it; "placed" is a device
     or how many devices, with "default schedules" where a tuned run kept those."""
-    out = path + f".{len(extra)}.json"
+    out = path + f".{what.replace(' ', '_')}.json"
     command = [sys.executable, "-m", "tvm_diviml.cli", "run", path, "--platform", "cpu2", *extra, "--json", out]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -286,10 +345,19 @@ def _torch_threads(threads: int) -> Iterator[None]:
 
 
 def _torch(module, args, threads: int) -> float:
+    with _torch_threads(threads):
+        return _seconds_per_call(_torch_call(module, args))
+
+
+def _torch_call(module, args) -> Callable[[], Any]:
+    """One inference of ``module`` in torch eager, without autograd."""
     import torch
 
-    with _torch_threads(threads), torch.no_grad():
-        return _seconds_per_call(lambda: module(*args))
+    def call():
+        with torch.no_grad():
+            return module(*args)
+
+    return call
 
 
 def _torch_compiled(module, args, threads: int, cache_folder: str) -> tuple[float, float]:
@@ -324,15 +392,21 @@ def _inductor_cache(folder: str) -> Iterator[None]:
 
 
 def _onnxruntime(module, args, scratch: str, name: str) -> float:
+    return _seconds_per_call(_onnxruntime_call(module, args, scratch, name))
+
+
+def _onnxruntime_call(module, args, scratch: str, name: str) -> Callable[[], Any]:
+    """One inference of ``module`` in ONNX Runtime on every core, exported to ``scratch`` (once)."""
     import onnxruntime
 
     path = os.path.join(scratch, f"{name}.onnx")
-    export_onnx(module, args, path)
+    if not os.path.exists(path):
+        export_onnx(module, args, path)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = os.cpu_count() or 1
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args, strict=False)}
-    return _seconds_per_call(lambda: session.run(None, feeds))
+    return lambda: session.run(None, feeds)
 
 
 def tvm_default_seconds(built, inputs) -> float:

@@ -142,7 +142,7 @@ def _demo_frameworks(built, kept_s: float) -> None:
         return
     print("\nresnet18 at 64x64 (torchvision), seconds per inference on this CPU, one run:")
     with tempfile.TemporaryDirectory(prefix="diviml-demo-") as scratch:
-        row = framework_row("resnet18_64", CATALOGUE["resnet18_64"], scratch, 0.0, torch_compile=False)
+        row = framework_row("resnet18_64", CATALOGUE["resnet18_64"], scratch, 0.0, torch_compile=False, paired=False)
     for key, label in FRAMEWORK_COLUMNS:
         shown = format_seconds(row[key]) if row[key] else "-"
         print(f"  {label:<34}{shown:>12}")
