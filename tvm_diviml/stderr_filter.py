@@ -2,9 +2,9 @@
 
 TVM writes them from C++ straight to file descriptor 2 ("Fast mode segfaults when there are
 out-of-bounds indices" for every gather it builds, "BlockBuilder destroyed with remaining blocks!"
-when an importer's builder is dropped), so Python's logging cannot filter them. The command points
-fd 2 at a pipe whose reader forwards every other byte at once and drops whole lines that match;
-``--debug`` leaves stderr alone.
+when an importer's builder is dropped, "Scope Loaded:" a dozen times when its VM loads an exported
+library), so Python's logging cannot filter them. The command points fd 2 at a pipe whose reader
+forwards every other byte at once and drops whole lines that match; ``--debug`` leaves stderr alone.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 UNACTIONABLE = (
     b"Warning: Fast mode segfaults when there are out-of-bounds indices",
     b"BlockBuilder destroyed with remaining blocks!",
+    b"Warning: Scope Loaded:",  # TVM 0.27's VM loading an exported library
 )
 _LOG_LINE_START = b"["  # TVM's C++ log lines start with "[hh:mm:ss] file:line:"
 _JOIN_S = 2.0  # at the end: how long to wait for the reader to pass on what is left
