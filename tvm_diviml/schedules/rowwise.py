@@ -1,11 +1,11 @@
 """Row kernels (softmax, layer and RMS norms, and what is fused around them) computed a row at a time:
-every block inside the output's loop over rows, that loop parallel, and each reduction along a row
+every block inside the output's loop over rows, parallel where that pays, and each reduction along a row
 summed in vector accumulators (``rfactor``) rather than one scalar chain.
 
 Block by block, each block sweeps the whole tensor before the next starts, and a scalar sum over 768
 elements waits on each add in turn: ViT-B/16's 197 x 768 layer norm took 190 us on two threads this
-way and 22-33 us a row at a time (ONNX Runtime: ~80 us); a ConvNeXt 3136 x 96 one 247 against 75 us,
-an attention softmax over 2364 rows of 197 1333 against 430 us.
+way and 22-33 us a row at a time (ONNX Runtime: ~80 us); a ConvNeXt 3136 x 96 one 247 against 71 us,
+an attention softmax over 2364 rows of 197 1333 against 510 us.
 
 A row whose reduction is not a whole number of vectors (197) keeps a scalar reduction: TVM 0.27's
 ``compute_at`` drops the predicate of a block whose split did not divide its loop, and the vector
